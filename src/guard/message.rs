@@ -1,0 +1,89 @@
+//! Refusal messages: a rule named the way the person it refuses reads it. A team refusal
+//! only ever names a team on the caller's own path, i.e. one of the caller's teams.
+
+use super::path::{Path, PathRule};
+use super::rule::{LimitType, Metric};
+use super::window::Window;
+
+struct Parts {
+    /// "You have", "Team Research has", "GPT-5 has".
+    who: String,
+    /// "your" or "its".
+    whose: &'static str,
+    /// " on GPT-5", " across all models", "".
+    place: String,
+}
+
+fn parts(path: &Path, rule: &PathRule, team_name: &str) -> Parts {
+    let model = path.display_name();
+    let you = |place: String| Parts {
+        who: "You have".into(),
+        whose: "your",
+        place,
+    };
+    let it = |who: String, place: String| Parts {
+        who,
+        whose: "its",
+        place,
+    };
+    match rule.limit_type {
+        LimitType::Direct => you(format!(" on {model}")),
+        LimitType::Public if rule.per_person => you(format!(" of public use on {model}")),
+        LimitType::Public => it(format!("Public use of {model} has"), String::new()),
+        LimitType::Team if rule.per_person => you(format!(" on {model} through team {team_name}")),
+        LimitType::Team => it(format!("Team {team_name} has"), format!(" on {model}")),
+        LimitType::TeamTotal => it(format!("Team {team_name} has"), " across all models".into()),
+        LimitType::ModelTotal => it(format!("{model} has"), String::new()),
+        LimitType::UserTotal => you(" across all models".into()),
+        LimitType::Platform => you(" on the platform".into()),
+    }
+}
+
+fn measure(metric: Metric, amount: u64, window: Window) -> String {
+    if metric == Metric::Concurrency {
+        return metric.amount_phrase(amount);
+    }
+    format!("{} {}", metric.amount_phrase(amount), window.phrase())
+}
+
+/// "You have used your 100,000 tokens a day on GPT-5." (no reset sentence).
+pub fn reached(path: &Path, rule: &PathRule, team_name: &str) -> String {
+    let p = parts(path, rule, team_name);
+    let r = &rule.rule;
+    if r.metric == Metric::Concurrency {
+        return format!(
+            "{} {} at once{}.",
+            p.who
+                .replace(" have", " already have")
+                .replace(" has", " already has"),
+            measure(r.metric, r.amount, r.window),
+            p.place
+        );
+    }
+    format!(
+        "{} used {} {}{}.",
+        p.who,
+        p.whose,
+        measure(r.metric, r.amount, r.window),
+        p.place
+    )
+}
+
+/// "This call needs more than is left: you have 300 tokens left of your 100,000 tokens a
+/// day on GPT-5."
+pub fn does_not_fit(path: &Path, rule: &PathRule, team_name: &str, left: u64) -> String {
+    let p = parts(path, rule, team_name);
+    let r = &rule.rule;
+    let mut who = p.who;
+    if who.starts_with("You") {
+        who.replace_range(0..1, "y");
+    }
+    format!(
+        "This call needs more than is left: {} {} left of {} {}{}.",
+        who,
+        r.metric.amount_phrase(left),
+        p.whose,
+        measure(r.metric, r.amount, r.window),
+        p.place
+    )
+}

@@ -1,0 +1,338 @@
+//! A person's path on a model: the ceilings that are always checked, the sources in billing
+//! order (the first with a limit defined is billed), and every counter the call may touch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::policy::{ModelSpec, Policy, TeamSpec, UnknownModels};
+use super::rule::RuleSpec;
+use super::rule::{CounterId, LimitType, Scope};
+use crate::error::Error;
+
+/// Which source a call is billed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceKind {
+    Direct,
+    Team,
+    Public,
+}
+
+impl SourceKind {
+    /// The word users see (`ticket.source["type"]`).
+    pub fn word(self) -> &'static str {
+        match self {
+            SourceKind::Direct => "direct",
+            SourceKind::Team => "team",
+            SourceKind::Public => "public",
+        }
+    }
+}
+
+/// The source billed: `{"type": "team", "id": "research"}`. Direct sources are named by the
+/// person, teams by the team, public use by the model.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SourceRef {
+    pub kind: SourceKind,
+    pub id: Arc<str>,
+}
+
+/// One rule on the path, bound to the counter it counts into (`slot` in `Path::counters`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathRule {
+    pub limit_type: LimitType,
+    pub rule: RuleSpec,
+    pub slot: usize,
+    /// The team of a team, each-member or team-total rule.
+    pub team: Option<Arc<str>>,
+    /// That team's display name (empty for other rules).
+    pub team_name: Arc<str>,
+    /// Each-member / each-person rules count the person's own use.
+    pub per_person: bool,
+}
+
+/// A billing source with a limit defined, and the rules checked when it is billed
+/// (for a team, its Team Limit and its Team Total).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    pub source: SourceRef,
+    pub rules: Vec<PathRule>,
+}
+
+/// A person's resolved path on a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Path {
+    pub user: Option<Arc<str>>,
+    pub model: Arc<str>,
+    pub model_spec: Option<Arc<ModelSpec>>,
+    /// Checked on every call (Model Total, User's Total, Platform).
+    pub ceilings: Vec<PathRule>,
+    /// Billing order: direct, the person's teams with a team limit on the model, public use.
+    pub sources: Vec<Source>,
+    /// The person's own counters on the model, added to whichever source is billed.
+    pub personal: Vec<usize>,
+    /// Every distinct counter of the path; rules refer to these by slot.
+    pub counters: Vec<Arc<CounterId>>,
+    /// Billed when no source has a limit defined.
+    pub default_source: SourceRef,
+}
+
+impl Path {
+    /// The model's name as users read it.
+    pub fn display_name(&self) -> &str {
+        self.model_spec
+            .as_ref()
+            .map(|m| m.display_name.as_str())
+            .unwrap_or(&self.model)
+    }
+
+    /// Whether no rule applies anywhere: such a call never touches the counters.
+    pub fn is_unlimited(&self) -> bool {
+        self.counters.is_empty()
+    }
+
+    /// Every rule of the path that a call billed to `source` must fit in.
+    pub fn checked_rules(&self, source: Option<usize>) -> impl Iterator<Item = &PathRule> {
+        let billed = source
+            .map(|i| self.sources[i].rules.as_slice())
+            .unwrap_or(&[]);
+        self.ceilings.iter().chain(billed)
+    }
+
+    /// The counter slots a call billed to `source` adds to: the ceilings, the source (and its
+    /// team total), and the person's own counters, each once.
+    pub fn added_slots(&self, source: Option<usize>) -> Vec<usize> {
+        let mut slots: Vec<usize> = self.checked_rules(source).map(|r| r.slot).collect();
+        slots.extend(self.personal.iter().copied());
+        slots.sort_unstable();
+        slots.dedup();
+        slots
+    }
+}
+
+struct Builder {
+    user: Option<Arc<str>>,
+    model: Arc<str>,
+    router: bool,
+    slots: HashMap<Arc<CounterId>, usize>,
+    counters: Vec<Arc<CounterId>>,
+    personal: Vec<usize>,
+}
+
+impl Builder {
+    fn slot(&mut self, id: CounterId) -> usize {
+        let id = Arc::new(id);
+        if let Some(&slot) = self.slots.get(&id) {
+            return slot;
+        }
+        let slot = self.counters.len();
+        self.counters.push(id.clone());
+        self.slots.insert(id, slot);
+        slot
+    }
+
+    fn rules(
+        &mut self,
+        out: &mut Vec<PathRule>,
+        limit_type: LimitType,
+        scope: Scope,
+        rules: &[RuleSpec],
+        team: Option<&TeamSpec>,
+    ) {
+        if self.router && scope.spans_models() {
+            return;
+        }
+        let per_person = matches!(
+            scope,
+            Scope::TeamMember | Scope::PersonModel | Scope::PersonAllModels
+        );
+        for rule in rules {
+            let id = CounterId {
+                scope,
+                user: per_person.then(|| self.user.clone()).flatten(),
+                team: matches!(
+                    scope,
+                    Scope::TeamShared | Scope::TeamMember | Scope::TeamTotal
+                )
+                .then(|| team.map(|t| t.id.clone()))
+                .flatten(),
+                model: (!scope.spans_models()).then(|| self.model.clone()),
+                metric: rule.metric,
+                window: rule.window,
+            };
+            let slot = self.slot(id);
+            if matches!(scope, Scope::PersonModel) {
+                self.personal.push(slot);
+            }
+            out.push(PathRule {
+                limit_type,
+                rule: rule.clone(),
+                slot,
+                team: team.map(|t| t.id.clone()),
+                team_name: team
+                    .map(|t| Arc::from(t.display_name.as_str()))
+                    .unwrap_or_else(|| Arc::from("")),
+                per_person,
+            });
+        }
+    }
+}
+
+/// Resolves the path of `user` on `model`. A call with no user has no limits.
+pub fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Result<Path, Error> {
+    let model_spec = policy.model(model).cloned();
+    if model_spec.is_none() && policy.settings.unknown_models == UnknownModels::Refuse {
+        let mut known: Vec<&str> = policy.models.iter().map(|m| &*m.id).collect();
+        known.sort_unstable();
+        return Err(Error::invalid(
+            "model",
+            format!("{model:?}"),
+            format!(
+                "is not a model of the policy; defined models: {}",
+                known.join(", ")
+            ),
+        ));
+    }
+    let model: Arc<str> = model_spec
+        .as_ref()
+        .map(|m| m.id.clone())
+        .unwrap_or_else(|| Arc::from(model));
+    let default_source = SourceRef {
+        kind: SourceKind::Public,
+        id: model.clone(),
+    };
+    let Some(user) = user else {
+        return Ok(Path {
+            user: None,
+            model,
+            model_spec,
+            ceilings: Vec::new(),
+            sources: Vec::new(),
+            personal: Vec::new(),
+            counters: Vec::new(),
+            default_source,
+        });
+    };
+    let user: Arc<str> = Arc::from(user);
+    let mut b = Builder {
+        user: Some(user.clone()),
+        model: model.clone(),
+        router: model_spec.as_ref().is_some_and(|m| m.router),
+        slots: HashMap::new(),
+        counters: Vec::new(),
+        personal: Vec::new(),
+    };
+
+    let mut ceilings = Vec::new();
+    if let Some(limit) = policy.model_total(&model) {
+        b.rules(
+            &mut ceilings,
+            LimitType::ModelTotal,
+            Scope::ModelTotal,
+            &limit.rules,
+            None,
+        );
+    }
+    if let Some(limit) = policy.user_total(&user) {
+        b.rules(
+            &mut ceilings,
+            LimitType::UserTotal,
+            Scope::PersonAllModels,
+            &limit.rules,
+            None,
+        );
+    }
+    b.rules(
+        &mut ceilings,
+        LimitType::Platform,
+        Scope::PersonAllModels,
+        &policy.platform,
+        None,
+    );
+
+    let mut sources = Vec::new();
+    if let Some(direct) = policy.direct_limit(&user, &model) {
+        let mut rules = Vec::new();
+        b.rules(
+            &mut rules,
+            LimitType::Direct,
+            Scope::PersonModel,
+            &direct.rules,
+            None,
+        );
+        sources.push(Source {
+            source: SourceRef {
+                kind: SourceKind::Direct,
+                id: user.clone(),
+            },
+            rules,
+        });
+    }
+    for team_limit in policy.team_limits_for(&user, &model) {
+        let team = policy.team(&team_limit.team);
+        let mut rules = Vec::new();
+        b.rules(
+            &mut rules,
+            LimitType::Team,
+            Scope::TeamShared,
+            &team_limit.shared,
+            team,
+        );
+        b.rules(
+            &mut rules,
+            LimitType::Team,
+            Scope::TeamMember,
+            &team_limit.each_member,
+            team,
+        );
+        if let Some(total) = policy.team_total(&team_limit.team) {
+            b.rules(
+                &mut rules,
+                LimitType::TeamTotal,
+                Scope::TeamTotal,
+                &total.rules,
+                team,
+            );
+        }
+        sources.push(Source {
+            source: SourceRef {
+                kind: SourceKind::Team,
+                id: team_limit.team.clone(),
+            },
+            rules,
+        });
+    }
+    if let Some(public) = policy.public_limit(&model) {
+        let mut rules = Vec::new();
+        b.rules(
+            &mut rules,
+            LimitType::Public,
+            Scope::PublicShared,
+            &public.shared,
+            None,
+        );
+        b.rules(
+            &mut rules,
+            LimitType::Public,
+            Scope::PersonModel,
+            &public.each_person,
+            None,
+        );
+        sources.push(Source {
+            source: default_source.clone(),
+            rules,
+        });
+    }
+    let mut personal = std::mem::take(&mut b.personal);
+    personal.sort_unstable();
+    personal.dedup();
+    Ok(Path {
+        user: Some(user),
+        model,
+        model_spec,
+        ceilings,
+        sources,
+        personal,
+        counters: b.counters,
+        default_source,
+    })
+}

@@ -1,0 +1,388 @@
+//! The policy: models, teams and limits, validated from a closed vocabulary. Every error of a
+//! document is reported at once, each naming the field's path, the value and what is accepted.
+
+mod parse;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::rule::Metric;
+pub use super::rule::RuleSpec;
+use crate::error::{Error, FieldError};
+
+pub use parse::MAX_AMOUNT;
+
+/// Which provider's API a model is called through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    OpenAi,
+    Anthropic,
+    Gemini,
+    Ollama,
+    Other,
+}
+
+impl Provider {
+    /// Every provider word the policy accepts.
+    pub const WORDS: [&'static str; 5] = ["openai", "anthropic", "gemini", "ollama", "other"];
+
+    /// Parses a provider word.
+    pub fn parse(word: &str) -> Option<Provider> {
+        Some(match word {
+            "openai" => Provider::OpenAi,
+            "anthropic" => Provider::Anthropic,
+            "gemini" => Provider::Gemini,
+            "ollama" => Provider::Ollama,
+            "other" => Provider::Other,
+            _ => return None,
+        })
+    }
+
+    /// The provider word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "openai",
+            Provider::Anthropic => "anthropic",
+            Provider::Gemini => "gemini",
+            Provider::Ollama => "ollama",
+            Provider::Other => "other",
+        }
+    }
+}
+
+/// Prices in micro-dollars per million tokens (= pico-dollars a token), so that
+/// `tokens × price / 1_000_000` is micro-dollars, exact in integers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prices {
+    pub input: u64,
+    pub cached_input: u64,
+    pub output: u64,
+}
+
+impl Prices {
+    /// The cost of a call in micro-dollars, rounded up to the next micro-dollar.
+    /// `input_tokens` includes `cached_input_tokens`.
+    pub fn cost_micros(
+        &self,
+        input_tokens: u64,
+        cached_input_tokens: u64,
+        output_tokens: u64,
+    ) -> u64 {
+        let cached = cached_input_tokens.min(input_tokens);
+        let pico = (input_tokens - cached) as u128 * self.input as u128
+            + cached as u128 * self.cached_input as u128
+            + output_tokens as u128 * self.output as u128;
+        pico.div_ceil(1_000_000).min(u64::MAX as u128) as u64
+    }
+
+    /// The most a call of this size can cost: input at the dearest input rate.
+    pub fn dearest_cost_micros(&self, input_tokens: u64, output_tokens: u64) -> u64 {
+        let input_rate = self.input.max(self.cached_input) as u128;
+        let pico = input_tokens as u128 * input_rate + output_tokens as u128 * self.output as u128;
+        pico.div_ceil(1_000_000).min(u64::MAX as u128) as u64
+    }
+}
+
+/// Whether prompt counts for a model are exact (its own tokenizer) or an estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    Exact,
+    Estimate,
+}
+
+/// A model entry of the policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    pub id: Arc<str>,
+    pub display_name: String,
+    pub provider: Provider,
+    pub context_window: Option<u64>,
+    pub max_input_tokens: Option<u64>,
+    pub max_output_tokens: Option<u64>,
+    pub prices: Prices,
+    /// A router's own call skips the counters that span models.
+    pub router: bool,
+    /// The tokenizer encoding to count prompts with (e.g. `o200k_base`).
+    pub encoding: Option<String>,
+    pub counting: Option<Counting>,
+}
+
+/// A team and its members.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeamSpec {
+    pub id: Arc<str>,
+    pub display_name: String,
+    pub members: Vec<Arc<str>>,
+    /// Teams with a priority are billed first, lowest number first.
+    pub priority: Option<i64>,
+}
+
+/// A Direct Limit: one person on one model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DirectLimit {
+    pub user: Arc<str>,
+    pub model: Arc<str>,
+    pub rules: Vec<RuleSpec>,
+}
+
+/// A Team Limit: a team's use of one model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeamLimit {
+    pub team: Arc<str>,
+    pub model: Arc<str>,
+    pub shared: Vec<RuleSpec>,
+    pub each_member: Vec<RuleSpec>,
+}
+
+/// A Public Use Limit: anyone's use of one model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublicLimit {
+    pub model: Arc<str>,
+    pub shared: Vec<RuleSpec>,
+    pub each_person: Vec<RuleSpec>,
+}
+
+/// A limit on one subject (team, model or user) with plain rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubjectLimit {
+    pub subject: Arc<str>,
+    pub rules: Vec<RuleSpec>,
+}
+
+/// What to do with a call on a model the policy does not list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownModels {
+    /// Admit it under the per-person ceilings (user total, platform) only.
+    Allow,
+    /// Refuse it.
+    Refuse,
+}
+
+/// Settings that shape admission and the usage ceiling.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Refuse a call when less than this is left for its output.
+    pub min_output_tokens: u64,
+    /// Kept free when a prompt count is an estimate (a fraction, 0.05 = 5%).
+    pub margin: f64,
+    /// The output assumed when neither the caller nor the model gives a maximum.
+    pub default_max_output_tokens: u64,
+    pub unknown_models: UnknownModels,
+    /// Metrics whose rules let calls through uncounted when the counter store is down
+    /// (every other rule refuses them as unavailable).
+    pub fail_open: Vec<Metric>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            min_output_tokens: 256,
+            margin: 0.05,
+            default_max_output_tokens: 8192,
+            unknown_models: UnknownModels::Allow,
+            fail_open: Vec::new(),
+        }
+    }
+}
+
+/// A validated policy. Build it with [`Policy::from_json`], [`Policy::from_toml`] or
+/// [`Policy::from_value`]; a policy that exists is valid.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Policy {
+    pub models: Vec<Arc<ModelSpec>>,
+    pub teams: Vec<TeamSpec>,
+    pub direct: Vec<DirectLimit>,
+    /// In billing order as written (a team's `priority` reorders at resolution).
+    pub team: Vec<TeamLimit>,
+    pub public: Vec<PublicLimit>,
+    pub team_total: Vec<SubjectLimit>,
+    pub model_total: Vec<SubjectLimit>,
+    pub user_total: Vec<SubjectLimit>,
+    pub platform: Vec<RuleSpec>,
+    pub settings: Settings,
+    index: Index,
+}
+
+/// Lookups built once at validation so that resolving a path never scans the policy.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Index {
+    models: HashMap<Arc<str>, usize>,
+    teams: HashMap<Arc<str>, usize>,
+    teams_of_user: HashMap<Arc<str>, Vec<usize>>,
+    direct: HashMap<(Arc<str>, Arc<str>), usize>,
+    team_limits_of_model: HashMap<Arc<str>, Vec<usize>>,
+    public: HashMap<Arc<str>, usize>,
+    team_total: HashMap<Arc<str>, usize>,
+    model_total: HashMap<Arc<str>, usize>,
+    user_total: HashMap<Arc<str>, usize>,
+}
+
+impl Policy {
+    /// Validates a policy given as a JSON value (the shape of the TOML document).
+    pub fn from_value(value: &serde_json::Value) -> Result<Policy, Error> {
+        let mut policy = parse::parse(value)?;
+        policy.build_index();
+        Ok(policy)
+    }
+
+    /// Validates a JSON policy document.
+    pub fn from_json(text: &str) -> Result<Policy, Error> {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            Error::Policy(vec![FieldError::new(
+                "",
+                "",
+                format!("not valid JSON: {e}"),
+            )])
+        })?;
+        Self::from_value(&value)
+    }
+
+    /// Validates a TOML policy document.
+    pub fn from_toml(text: &str) -> Result<Policy, Error> {
+        let value: toml::Value = toml::from_str(text).map_err(|e| {
+            Error::Policy(vec![FieldError::new(
+                "",
+                "",
+                format!("not valid TOML: {}", e.message()),
+            )])
+        })?;
+        let json = serde_json::to_value(value).map_err(|e| {
+            Error::Policy(vec![FieldError::new(
+                "",
+                "",
+                format!("not valid TOML: {e}"),
+            )])
+        })?;
+        Self::from_value(&json)
+    }
+
+    /// Reads a policy file: `.toml` as TOML, anything else as JSON.
+    pub fn load(path: &std::path::Path) -> Result<Policy, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Policy(vec![FieldError::new(
+                "",
+                path.display().to_string(),
+                format!("cannot read the policy file: {e}"),
+            )])
+        })?;
+        let is_toml = path
+            .extension()
+            .is_some_and(|ext| ext.eq_ignore_ascii_case("toml"));
+        if is_toml {
+            Self::from_toml(&text)
+        } else {
+            Self::from_json(&text)
+        }
+    }
+
+    fn build_index(&mut self) {
+        let mut index = Index::default();
+        for (i, m) in self.models.iter().enumerate() {
+            index.models.insert(m.id.clone(), i);
+        }
+        for (i, t) in self.teams.iter().enumerate() {
+            index.teams.insert(t.id.clone(), i);
+            for member in &t.members {
+                index
+                    .teams_of_user
+                    .entry(member.clone())
+                    .or_default()
+                    .push(i);
+            }
+        }
+        for (i, d) in self.direct.iter().enumerate() {
+            index.direct.insert((d.user.clone(), d.model.clone()), i);
+        }
+        for (i, t) in self.team.iter().enumerate() {
+            index
+                .team_limits_of_model
+                .entry(t.model.clone())
+                .or_default()
+                .push(i);
+        }
+        for (i, p) in self.public.iter().enumerate() {
+            index.public.insert(p.model.clone(), i);
+        }
+        for (map, limits) in [
+            (&mut index.team_total, &self.team_total),
+            (&mut index.model_total, &self.model_total),
+            (&mut index.user_total, &self.user_total),
+        ] {
+            for (i, l) in limits.iter().enumerate() {
+                map.insert(l.subject.clone(), i);
+            }
+        }
+        self.index = index;
+    }
+
+    /// The model entry, if the policy lists the model.
+    pub fn model(&self, id: &str) -> Option<&Arc<ModelSpec>> {
+        self.index.models.get(id).map(|&i| &self.models[i])
+    }
+
+    /// The team entry.
+    pub fn team(&self, id: &str) -> Option<&TeamSpec> {
+        self.index.teams.get(id).map(|&i| &self.teams[i])
+    }
+
+    /// Whether `user` is a member of `team`.
+    pub fn is_member(&self, user: &str, team: &str) -> bool {
+        self.index
+            .teams_of_user
+            .get(user)
+            .is_some_and(|teams| teams.iter().any(|&i| &*self.teams[i].id == team))
+    }
+
+    /// The person's Direct Limit on the model.
+    pub fn direct_limit(&self, user: &str, model: &str) -> Option<&DirectLimit> {
+        let key = (Arc::<str>::from(user), Arc::<str>::from(model));
+        self.index.direct.get(&key).map(|&i| &self.direct[i])
+    }
+
+    /// The Team Limits on `model` of the teams `user` is in, in billing order: teams with a
+    /// priority first (lowest first), then the order of the policy.
+    pub fn team_limits_for(&self, user: &str, model: &str) -> Vec<&TeamLimit> {
+        let Some(limits) = self.index.team_limits_of_model.get(model) else {
+            return Vec::new();
+        };
+        let mut found: Vec<(usize, &TeamLimit)> = limits
+            .iter()
+            .map(|&i| (i, &self.team[i]))
+            .filter(|(_, l)| self.is_member(user, &l.team))
+            .collect();
+        found.sort_by_key(|(i, l)| {
+            let priority = self.team(&l.team).and_then(|t| t.priority);
+            (priority.is_none(), priority.unwrap_or(0), *i)
+        });
+        found.into_iter().map(|(_, l)| l).collect()
+    }
+
+    /// The model's Public Use Limit.
+    pub fn public_limit(&self, model: &str) -> Option<&PublicLimit> {
+        self.index.public.get(model).map(|&i| &self.public[i])
+    }
+
+    /// The team's Team Total.
+    pub fn team_total(&self, team: &str) -> Option<&SubjectLimit> {
+        self.index
+            .team_total
+            .get(team)
+            .map(|&i| &self.team_total[i])
+    }
+
+    /// The model's Model Total.
+    pub fn model_total(&self, model: &str) -> Option<&SubjectLimit> {
+        self.index
+            .model_total
+            .get(model)
+            .map(|&i| &self.model_total[i])
+    }
+
+    /// The person's User's Total Model Limit.
+    pub fn user_total(&self, user: &str) -> Option<&SubjectLimit> {
+        self.index
+            .user_total
+            .get(user)
+            .map(|&i| &self.user_total[i])
+    }
+}

@@ -1,0 +1,254 @@
+//! The one internal shape of a limit: a rule (metric, amount, window) of a limit kind, and
+//! the counter it counts into (scope + subject ids + metric + window).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use super::window::Window;
+
+/// What a rule counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Metric {
+    /// Input plus output tokens.
+    Tokens,
+    InputTokens,
+    OutputTokens,
+    /// Integer micro-dollars.
+    Cost,
+    Requests,
+    /// Checked before the call, counted at the end, never reserved.
+    ComputeMs,
+    /// Calls running at once; held while the call runs, never counted as use.
+    Concurrency,
+}
+
+impl Metric {
+    /// Every metric, in the order policy documents list them.
+    pub const ALL: [Metric; 7] = [
+        Metric::Tokens,
+        Metric::InputTokens,
+        Metric::OutputTokens,
+        Metric::Cost,
+        Metric::Requests,
+        Metric::ComputeMs,
+        Metric::Concurrency,
+    ];
+
+    /// The policy word for the metric.
+    pub fn word(self) -> &'static str {
+        match self {
+            Metric::Tokens => "tokens",
+            Metric::InputTokens => "input_tokens",
+            Metric::OutputTokens => "output_tokens",
+            Metric::Cost => "cost",
+            Metric::Requests => "requests",
+            Metric::ComputeMs => "compute_ms",
+            Metric::Concurrency => "concurrency",
+        }
+    }
+
+    /// Parses a policy word.
+    pub fn parse(word: &str) -> Option<Metric> {
+        Metric::ALL.into_iter().find(|m| m.word() == word)
+    }
+
+    /// Whether admission holds an estimate of this metric on its counters.
+    pub fn is_token_like(self) -> bool {
+        matches!(
+            self,
+            Metric::Tokens | Metric::InputTokens | Metric::OutputTokens
+        )
+    }
+
+    /// An amount of this metric in words: "100,000 tokens", "$50.00", "60 requests".
+    pub fn amount_phrase(self, amount: u64) -> String {
+        match self {
+            Metric::Tokens => plural(amount, "token", "tokens"),
+            Metric::InputTokens => plural(amount, "input token", "input tokens"),
+            Metric::OutputTokens => plural(amount, "output token", "output tokens"),
+            Metric::Cost => dollars(amount),
+            Metric::Requests => plural(amount, "request", "requests"),
+            Metric::ComputeMs => format!("{} ms of compute time", thousands(amount)),
+            Metric::Concurrency => plural(amount, "call running", "calls running"),
+        }
+    }
+}
+
+/// Which limit of the policy a rule belongs to (the `limit_type` of a refusal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LimitType {
+    Direct,
+    Team,
+    Public,
+    TeamTotal,
+    ModelTotal,
+    UserTotal,
+    Platform,
+}
+
+impl LimitType {
+    /// The name users see (`limit_type` on refusals and views).
+    pub fn name(self) -> &'static str {
+        match self {
+            LimitType::Direct => "direct",
+            LimitType::Team => "team",
+            LimitType::Public => "public",
+            LimitType::TeamTotal => "team_total",
+            LimitType::ModelTotal => "model_total",
+            LimitType::UserTotal => "user_total",
+            LimitType::Platform => "platform",
+        }
+    }
+}
+
+/// Whose use a counter counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// All of a person's use of one model, whichever source is billed.
+    PersonModel,
+    /// Calls billed to a team on one model.
+    TeamShared,
+    /// Calls billed to a team on one model, by one member.
+    TeamMember,
+    /// Calls billed to a model's public use.
+    PublicShared,
+    /// Calls billed to a team on any model.
+    TeamTotal,
+    /// Every call a model answers.
+    ModelTotal,
+    /// A person's use of every model.
+    PersonAllModels,
+}
+
+impl Scope {
+    /// A short stable token used in counter keys.
+    pub fn key_token(self) -> &'static str {
+        match self {
+            Scope::PersonModel => "pm",
+            Scope::TeamShared => "ts",
+            Scope::TeamMember => "tm",
+            Scope::PublicShared => "ps",
+            Scope::TeamTotal => "tt",
+            Scope::ModelTotal => "mt",
+            Scope::PersonAllModels => "pa",
+        }
+    }
+
+    /// Whether the scope spans models (a router model's own call skips these).
+    pub fn spans_models(self) -> bool {
+        matches!(self, Scope::TeamTotal | Scope::PersonAllModels)
+    }
+}
+
+/// One counter's identity, without its time bucket. Rules with the same scope, subject,
+/// metric and window share a counter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CounterId {
+    pub scope: Scope,
+    pub user: Option<Arc<str>>,
+    pub team: Option<Arc<str>>,
+    pub model: Option<Arc<str>>,
+    pub metric: Metric,
+    pub window: Window,
+}
+
+impl CounterId {
+    /// A stable, collision-free text form: `scope:user:team:model:metric:window`, each id
+    /// escaped so that no id can contain a separator, a brace or a byte outside
+    /// `[A-Za-z0-9_.-]`. An absent id is written as `-` (an id `-` is escaped to `%2D`).
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(64);
+        out.push_str(self.scope.key_token());
+        for id in [&self.user, &self.team, &self.model] {
+            out.push(':');
+            match id {
+                Some(id) => escape_id(id, &mut out),
+                None => out.push('-'),
+            }
+        }
+        let _ = write!(out, ":{}:{}", self.metric.word(), self.window.key_token());
+        out
+    }
+}
+
+/// Escapes an id for a key: `[A-Za-z0-9_.]` and `-` inside a longer id stay; every other
+/// byte becomes `%XX`. The id `-` alone is escaped so that it differs from "no id".
+pub fn escape_id(id: &str, out: &mut String) {
+    if id == "-" || id.is_empty() {
+        // "" and "-" must not read as "no id"; "%" never appears unescaped otherwise.
+        out.push_str(if id.is_empty() { "%" } else { "%2D" });
+        return;
+    }
+    for byte in id.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-') {
+            out.push(byte as char);
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+}
+
+/// A rule of the policy, compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleSpec {
+    pub metric: Metric,
+    /// Tokens, requests, milliseconds, calls, or micro-dollars for cost.
+    pub amount: u64,
+    pub window: Window,
+}
+
+/// `1234567` → `"1,234,567"`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Micro-dollars in words: `50_000_000` → `"$50.00"`, `1_234_567` → `"$1.234567"`.
+pub fn dollars(micros: u64) -> String {
+    let whole = micros / 1_000_000;
+    let frac = micros % 1_000_000;
+    let mut frac_text = format!("{frac:06}");
+    while frac_text.len() > 2 && frac_text.ends_with('0') {
+        frac_text.pop();
+    }
+    format!("${}.{}", thousands(whole), frac_text)
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_read_naturally() {
+        assert_eq!(Metric::Tokens.amount_phrase(100_000), "100,000 tokens");
+        assert_eq!(Metric::Cost.amount_phrase(50_000_000), "$50.00");
+        assert_eq!(Metric::Cost.amount_phrase(1_234_567), "$1.234567");
+        assert_eq!(Metric::Cost.amount_phrase(500), "$0.0005");
+        assert_eq!(Metric::Requests.amount_phrase(1), "1 request");
+    }
+
+    #[test]
+    fn escaping_keeps_ids_apart() {
+        let mut a = String::new();
+        escape_id("a:b", &mut a);
+        let mut b = String::new();
+        escape_id("a%3Ab", &mut b);
+        assert_ne!(a, b);
+        assert_eq!(a, "a%3Ab");
+        assert_eq!(b, "a%253Ab");
+        let mut c = String::new();
+        escape_id("{x}", &mut c);
+        assert!(!c.contains('{') && !c.contains('}'));
+    }
+}

@@ -1,0 +1,256 @@
+//! Tickets: what an admitted call holds. A ticket settles once: the first of `bill` and
+//! `release` wins, and the other does nothing, also when called from two threads at once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::clock::Millis;
+use super::decide::UsageCeiling;
+use super::guard::{bump, log_store_error, Shared};
+use super::path::{Path, SourceRef};
+use super::rule::{CounterId, Metric};
+use super::store::{HoldRef, UsageAdd};
+use crate::error::{Error, Result};
+
+/// What a call used, as the provider reported it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Every input token, cached ones included.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// The part of `input_tokens` read from a cache (billed at the cached rate).
+    pub cached_input_tokens: u64,
+    /// The part of `output_tokens` spent thinking (recorded, already in `output_tokens`).
+    pub reasoning_tokens: u64,
+    /// The call's cost; computed from the model's prices when `None`.
+    pub cost_micros: Option<u64>,
+    /// The call's compute time; measured from admission when `None`.
+    pub compute_ms: Option<u64>,
+}
+
+/// What a bill recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Billed {
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub cost_micros: u64,
+    pub compute_ms: u64,
+    /// False when the store did not take the bill (logged; the holds expire on their own).
+    pub recorded: bool,
+}
+
+pub(crate) struct TicketParts {
+    pub id: String,
+    pub shared: Arc<Shared>,
+    pub path: Arc<Path>,
+    pub source: SourceRef,
+    pub ceiling: UsageCeiling,
+    pub holds: Vec<HoldRef>,
+    pub expiry_minute: i64,
+    pub adds: Vec<Arc<CounterId>>,
+    pub admitted_at: Millis,
+    pub uncounted: bool,
+}
+
+/// An admitted call. Cheap to clone; clones are the same ticket.
+#[derive(Clone)]
+pub struct Ticket {
+    parts: Arc<TicketParts>,
+    settled: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticket")
+            .field("id", &self.parts.id)
+            .field("source", &self.parts.source)
+            .field("settled", &self.is_settled())
+            .finish()
+    }
+}
+
+impl Ticket {
+    pub(crate) fn new(parts: TicketParts) -> Self {
+        Ticket {
+            parts: Arc::new(parts),
+            settled: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The ticket's id, unique within its guard.
+    pub fn id(&self) -> &str {
+        &self.parts.id
+    }
+
+    /// The source billed.
+    pub fn source(&self) -> &SourceRef {
+        &self.parts.source
+    }
+
+    /// What the call may use.
+    pub fn ceiling(&self) -> &UsageCeiling {
+        &self.parts.ceiling
+    }
+
+    /// The path the call was admitted on.
+    pub fn path(&self) -> &Arc<Path> {
+        &self.parts.path
+    }
+
+    /// When the call was admitted.
+    pub fn admitted_at(&self) -> Millis {
+        self.parts.admitted_at
+    }
+
+    /// What is held for the call, per metric (each counter of a metric holds the same).
+    pub fn reserved(&self) -> Vec<(Metric, u64)> {
+        let mut out: Vec<(Metric, u64)> = Vec::new();
+        for hold in &self.parts.holds {
+            let metric = hold.key.id.metric;
+            if !out.iter().any(|(m, _)| *m == metric) {
+                out.push((metric, hold.amount));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Admitted without being counted (the store failed and no rule could refuse).
+    pub fn is_uncounted(&self) -> bool {
+        self.parts.uncounted
+    }
+
+    /// Whether the ticket was billed or released.
+    pub fn is_settled(&self) -> bool {
+        self.settled.load(Ordering::SeqCst)
+    }
+
+    fn claim(&self) -> bool {
+        self.settled
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// Replaces the whole reservation with what the call used, in one store operation; use
+    /// goes into the buckets of the moment of billing, even past an amount (real use is never
+    /// dropped). Returns `None` if the ticket had already settled.
+    pub async fn bill(&self, usage: Usage) -> Result<Option<Billed>> {
+        if usage.cached_input_tokens > usage.input_tokens {
+            return Err(Error::invalid(
+                "cached_input_tokens",
+                usage.cached_input_tokens,
+                format!("must not exceed input_tokens ({})", usage.input_tokens),
+            ));
+        }
+        if usage.reasoning_tokens > usage.output_tokens {
+            return Err(Error::invalid(
+                "reasoning_tokens",
+                usage.reasoning_tokens,
+                format!("must not exceed output_tokens ({})", usage.output_tokens),
+            ));
+        }
+        if !self.claim() {
+            return Ok(None);
+        }
+        let shared = &self.parts.shared;
+        let now = shared.clock.now_ms();
+        let prices = self
+            .parts
+            .path
+            .model_spec
+            .as_ref()
+            .map(|m| m.prices)
+            .unwrap_or_default();
+        let cost_micros = usage.cost_micros.unwrap_or_else(|| {
+            prices.cost_micros(
+                usage.input_tokens,
+                usage.cached_input_tokens,
+                usage.output_tokens,
+            )
+        });
+        let compute_ms = usage
+            .compute_ms
+            .unwrap_or_else(|| (now - self.parts.admitted_at).max(0) as u64);
+        let adds = self
+            .parts
+            .adds
+            .iter()
+            .filter_map(|id| {
+                let amount = match id.metric {
+                    Metric::Tokens => usage.input_tokens.saturating_add(usage.output_tokens),
+                    Metric::InputTokens => usage.input_tokens,
+                    Metric::OutputTokens => usage.output_tokens,
+                    Metric::Cost => cost_micros,
+                    Metric::Requests => 1,
+                    Metric::ComputeMs => compute_ms,
+                    Metric::Concurrency => 0,
+                };
+                let bucket = id.window.bucket_start(now);
+                (amount > 0).then(|| UsageAdd {
+                    key: super::store::CounterKey {
+                        id: id.clone(),
+                        bucket,
+                    },
+                    amount,
+                    retain_until: id.window.retain_until(bucket),
+                })
+            })
+            .collect();
+        let recorded = self.settle(adds, now, "bill").await;
+        bump(&shared.stats.billed);
+        Ok(Some(Billed {
+            input_tokens: usage.input_tokens,
+            cached_input_tokens: usage.cached_input_tokens,
+            output_tokens: usage.output_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
+            cost_micros,
+            compute_ms,
+            recorded,
+        }))
+    }
+
+    /// Gives the reservation back (the call failed and used nothing). Returns false if the
+    /// ticket had already settled.
+    pub async fn release(&self) -> bool {
+        if !self.claim() {
+            return false;
+        }
+        let now = self.parts.shared.clock.now_ms();
+        self.settle(Vec::new(), now, "release").await;
+        bump(&self.parts.shared.stats.released);
+        true
+    }
+
+    async fn settle(&self, adds: Vec<UsageAdd>, now: Millis, operation: &str) -> bool {
+        let parts = &self.parts;
+        if parts.holds.is_empty() && adds.is_empty() {
+            return true;
+        }
+        match parts
+            .shared
+            .store
+            .settle(parts.holds.clone(), parts.expiry_minute, adds, now)
+            .await
+        {
+            Ok(()) => true,
+            Err(e) => {
+                bump(&parts.shared.stats.settle_failures);
+                bump(&parts.shared.stats.store_errors);
+                log_store_error(operation, &e);
+                false
+            }
+        }
+    }
+
+    /// `bill` from synchronous code.
+    pub fn bill_blocking(&self, usage: Usage) -> Result<Option<Billed>> {
+        futures::executor::block_on(self.bill(usage))
+    }
+
+    /// `release` from synchronous code.
+    pub fn release_blocking(&self) -> bool {
+        futures::executor::block_on(self.release())
+    }
+}

@@ -1,0 +1,120 @@
+//! The usage view (`usageLimits` and `usageRestriction`): the source billed now, its rules
+//! with use and resets, the ceilings, and the rule closest to its amount.
+
+use super::clock::Millis;
+use super::decide::{rule_state, SlotRead};
+use super::path::{Path, PathRule, SourceRef};
+use super::rule::{LimitType, Metric};
+use super::window::Window;
+
+/// One rule's use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleView {
+    pub limit_type: LimitType,
+    pub team: Option<String>,
+    pub metric: Metric,
+    pub window: Window,
+    pub amount: u64,
+    /// Billed use counted in the window (with the previous bucket's share, for sliding).
+    pub used: u64,
+    /// Held by calls running now.
+    pub reserved: u64,
+    pub left: u64,
+    pub resets_at: Option<Millis>,
+}
+
+/// The rule closest to its amount.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Restriction {
+    pub restricted_by: LimitType,
+    pub metric: Metric,
+    pub window: Window,
+    pub current_value: u64,
+    pub max_value: u64,
+}
+
+/// A person's use on a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageView {
+    pub source: SourceRef,
+    pub rules: Vec<RuleView>,
+    pub ceilings: Vec<RuleView>,
+    pub restriction: Option<Restriction>,
+}
+
+fn rule_view(rule: &PathRule, reads: &[SlotRead], now: Millis) -> RuleView {
+    let state = rule_state(rule, reads, now);
+    RuleView {
+        limit_type: rule.limit_type,
+        team: rule.team.as_deref().map(str::to_string),
+        metric: rule.rule.metric,
+        window: rule.rule.window,
+        amount: rule.rule.amount,
+        used: state.used,
+        reserved: state.held,
+        left: state.left,
+        resets_at: state.resets_at,
+    }
+}
+
+/// Builds the view from a snapshot of the path's counters.
+pub fn usage_view(path: &Path, reads: &[SlotRead], now: Millis) -> UsageView {
+    // The source billed now: the first with room; if none has room, the first (it refuses).
+    let billed = path
+        .sources
+        .iter()
+        .position(|s| {
+            s.rules
+                .iter()
+                .all(|r| !rule_state(r, reads, now).exhausted())
+        })
+        .or(if path.sources.is_empty() {
+            None
+        } else {
+            Some(0)
+        });
+    let source = billed
+        .map(|i| path.sources[i].source.clone())
+        .unwrap_or_else(|| path.default_source.clone());
+    let rules: Vec<RuleView> = billed
+        .map(|i| {
+            path.sources[i]
+                .rules
+                .iter()
+                .map(|r| rule_view(r, reads, now))
+                .collect()
+        })
+        .unwrap_or_default();
+    let ceilings: Vec<RuleView> = path
+        .ceilings
+        .iter()
+        .map(|r| rule_view(r, reads, now))
+        .collect();
+    let restriction = rules
+        .iter()
+        .chain(&ceilings)
+        .max_by(|a, b| {
+            let share = |v: &RuleView| {
+                let counted = v.amount.saturating_sub(v.left) as f64;
+                if v.amount == 0 {
+                    f64::INFINITY
+                } else {
+                    counted / v.amount as f64
+                }
+            };
+            share(a).total_cmp(&share(b))
+        })
+        .map(|v| Restriction {
+            restricted_by: v.limit_type,
+            metric: v.metric,
+            window: v.window,
+            current_value: v.amount.saturating_sub(v.left),
+            max_value: v.amount,
+        });
+    UsageView {
+        source,
+        rules,
+        ceilings,
+        restriction,
+    }
+}

@@ -1,0 +1,331 @@
+//! Window math: which bucket holds an instant, what a rule counts in it, when it resets,
+//! and how long a bucket's counter is kept. Pure functions of (window, now).
+
+use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
+
+use super::clock::Millis;
+
+const SECOND_MS: i64 = 1_000;
+const MINUTE_MS: i64 = 60 * SECOND_MS;
+const DAY_MS: i64 = 24 * 60 * MINUTE_MS;
+
+/// A fixed calendar period, in UTC. Weeks start Monday 00:00.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CalendarUnit {
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+/// How a rule's counter is bucketed in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Window {
+    /// A fixed calendar bucket that resets when it ends.
+    Calendar(CalendarUnit),
+    /// A sliding window of this many seconds: epoch-aligned buckets of that length, counting
+    /// the current bucket plus the weighted share of the previous one.
+    Sliding { seconds: u32 },
+    /// No time window: counts what is running now (concurrency).
+    WhileRunning,
+}
+
+impl Window {
+    /// True for minute/hour (sliding) windows: refusals are rate limits with a Retry-After.
+    pub fn is_rate_limit(self) -> bool {
+        matches!(self, Window::Sliding { .. })
+    }
+
+    /// Whether the previous bucket carries into what the rule counts.
+    pub fn is_sliding(self) -> bool {
+        matches!(self, Window::Sliding { .. })
+    }
+
+    fn sliding_ms(seconds: u32) -> i64 {
+        i64::from(seconds) * SECOND_MS
+    }
+
+    /// The start of the bucket that holds `now`.
+    pub fn bucket_start(self, now: Millis) -> Millis {
+        match self {
+            Window::Sliding { seconds } => {
+                let w = Self::sliding_ms(seconds);
+                now.div_euclid(w) * w
+            }
+            Window::Calendar(unit) => {
+                let date = utc(now).date_naive();
+                let start = match unit {
+                    CalendarUnit::Day => date,
+                    CalendarUnit::Week => {
+                        date - Duration::days(i64::from(date.weekday().num_days_from_monday()))
+                    }
+                    CalendarUnit::Month => first_of_month(date.year(), date.month()),
+                    CalendarUnit::Year => first_of_month(date.year(), 1),
+                };
+                midnight_ms(start)
+            }
+            Window::WhileRunning => 0,
+        }
+    }
+
+    /// The end (exclusive) of the bucket starting at `start`: where the next bucket begins.
+    pub fn bucket_end(self, start: Millis) -> Millis {
+        match self {
+            Window::Sliding { seconds } => start + Self::sliding_ms(seconds),
+            Window::Calendar(unit) => {
+                let date = utc(start).date_naive();
+                let next = match unit {
+                    CalendarUnit::Day => date + Duration::days(1),
+                    CalendarUnit::Week => date + Duration::days(7),
+                    CalendarUnit::Month => {
+                        if date.month() == 12 {
+                            first_of_month(date.year() + 1, 1)
+                        } else {
+                            first_of_month(date.year(), date.month() + 1)
+                        }
+                    }
+                    CalendarUnit::Year => first_of_month(date.year() + 1, 1),
+                };
+                midnight_ms(next)
+            }
+            Window::WhileRunning => Millis::MAX,
+        }
+    }
+
+    /// The start of the bucket before the one starting at `start` (sliding windows only).
+    pub fn previous_bucket_start(self, start: Millis) -> Option<Millis> {
+        match self {
+            Window::Sliding { seconds } => Some(start - Self::sliding_ms(seconds)),
+            _ => None,
+        }
+    }
+
+    /// How much of the previous bucket still counts at `now`:
+    /// `ceil(previous × (bucket_end − now) / window)`, exact in integers.
+    pub fn carried(self, previous: u64, now: Millis) -> u64 {
+        let Window::Sliding { seconds } = self else {
+            return 0;
+        };
+        let w = Self::sliding_ms(seconds);
+        let end = self.bucket_end(self.bucket_start(now));
+        ceil_weighted(previous, (end - now) as u64, w as u64)
+    }
+
+    /// What a rule counts at `now` given its current bucket (used + holds) and, for sliding
+    /// windows, the previous bucket.
+    pub fn counted(self, current: u64, previous: u64, now: Millis) -> u64 {
+        current.saturating_add(self.carried(previous, now))
+    }
+
+    /// When the rule next has room, with no new use: for calendar windows the end of the
+    /// current bucket; for sliding windows, only when nothing is left, the first whole
+    /// second at which `counted < amount`. `None` when a sliding rule still has room, for
+    /// concurrency, and for an amount of 0 (never resets).
+    pub fn resets_at(
+        self,
+        amount: u64,
+        current: u64,
+        previous: u64,
+        now: Millis,
+    ) -> Option<Millis> {
+        match self {
+            Window::Calendar(_) => Some(self.bucket_end(self.bucket_start(now))),
+            Window::WhileRunning => None,
+            Window::Sliding { seconds } => {
+                if amount == 0 || self.counted(current, previous, now) < amount {
+                    return None;
+                }
+                let w = Self::sliding_ms(seconds) as u128;
+                let end = self.bucket_end(self.bucket_start(now));
+                // In this bucket: current + ceil(previous × r / w) < amount, r = end − t.
+                if current < amount && previous > 0 {
+                    let room = (amount - current - 1) as u128;
+                    let r_max = (room * w / previous as u128) as i64;
+                    let t = ceil_to_second((end - r_max).max(now));
+                    if t <= end {
+                        return Some(t);
+                    }
+                }
+                // In the next bucket, this one is the previous: ceil(current × r / w) < amount.
+                let r_max = ((amount - 1) as u128 * w / current.max(1) as u128) as i64;
+                let next_end = end + w as i64;
+                Some(ceil_to_second(
+                    (next_end - r_max.min(w as i64)).max(end).max(now),
+                ))
+            }
+        }
+    }
+
+    /// Until when a bucket's counter must be kept: a day after a fixed bucket ends; one
+    /// window and a minute after a sliding bucket ends (it is then still the previous bucket).
+    pub fn retain_until(self, bucket_start: Millis) -> Millis {
+        match self {
+            Window::Calendar(_) => self.bucket_end(bucket_start) + DAY_MS,
+            Window::Sliding { seconds } => {
+                self.bucket_end(bucket_start) + Self::sliding_ms(seconds) + MINUTE_MS
+            }
+            Window::WhileRunning => Millis::MIN,
+        }
+    }
+
+    /// The window in words, as a refusal message says it: "a day", "an hour",
+    /// "every 10 minutes".
+    pub fn phrase(self) -> String {
+        match self {
+            Window::Calendar(CalendarUnit::Day) => "a day".into(),
+            Window::Calendar(CalendarUnit::Week) => "a week".into(),
+            Window::Calendar(CalendarUnit::Month) => "a month".into(),
+            Window::Calendar(CalendarUnit::Year) => "a year".into(),
+            Window::WhileRunning => "at once".into(),
+            Window::Sliding { seconds } => match seconds {
+                1 => "a second".into(),
+                60 => "a minute".into(),
+                3600 => "an hour".into(),
+                s if s % 3600 == 0 => format!("every {} hours", s / 3600),
+                s if s % 60 == 0 => format!("every {} minutes", s / 60),
+                s => format!("every {s} seconds"),
+            },
+        }
+    }
+
+    /// The window as policy documents write it ("day", "10 minutes", "hour").
+    pub fn word(self) -> String {
+        match self {
+            Window::Calendar(CalendarUnit::Day) => "day".into(),
+            Window::Calendar(CalendarUnit::Week) => "week".into(),
+            Window::Calendar(CalendarUnit::Month) => "month".into(),
+            Window::Calendar(CalendarUnit::Year) => "year".into(),
+            Window::WhileRunning => "running".into(),
+            Window::Sliding { seconds } => match seconds {
+                60 => "minute".into(),
+                3600 => "hour".into(),
+                s if s % 3600 == 0 => format!("{} hours", s / 3600),
+                s if s % 60 == 0 => format!("{} minutes", s / 60),
+                s => format!("{s} seconds"),
+            },
+        }
+    }
+
+    /// A short stable token used in counter keys ("d", "w", "mo", "y", "s600", "run").
+    pub fn key_token(self) -> String {
+        match self {
+            Window::Calendar(CalendarUnit::Day) => "d".into(),
+            Window::Calendar(CalendarUnit::Week) => "w".into(),
+            Window::Calendar(CalendarUnit::Month) => "mo".into(),
+            Window::Calendar(CalendarUnit::Year) => "y".into(),
+            Window::Sliding { seconds } => format!("s{seconds}"),
+            Window::WhileRunning => "run".into(),
+        }
+    }
+
+    /// Parses the policy words: `minute`, `hour`, `N seconds`, `N minutes`, `N hours`
+    /// (sliding) and `day`, `week`, `month`, `year` (calendar).
+    pub fn parse(text: &str) -> Option<Window> {
+        let text = text.trim().to_ascii_lowercase();
+        let calendar = match text.as_str() {
+            "day" => Some(CalendarUnit::Day),
+            "week" => Some(CalendarUnit::Week),
+            "month" => Some(CalendarUnit::Month),
+            "year" => Some(CalendarUnit::Year),
+            _ => None,
+        };
+        if let Some(unit) = calendar {
+            return Some(Window::Calendar(unit));
+        }
+        let (count, unit) = match text.split_once(' ') {
+            Some((n, unit)) => (n.trim().parse::<u32>().ok()?, unit.trim()),
+            None => (1, text.as_str()),
+        };
+        let unit_seconds: u32 = match unit {
+            "second" | "seconds" => 1,
+            "minute" | "minutes" => 60,
+            "hour" | "hours" => 3600,
+            _ => return None,
+        };
+        let seconds = count.checked_mul(unit_seconds)?;
+        (seconds > 0).then_some(Window::Sliding { seconds })
+    }
+}
+
+/// `ceil(value × numerator / denominator)` without overflow.
+fn ceil_weighted(value: u64, numerator: u64, denominator: u64) -> u64 {
+    let product = value as u128 * numerator as u128;
+    let d = denominator as u128;
+    product.div_ceil(d).min(u64::MAX as u128) as u64
+}
+
+fn ceil_to_second(ms: Millis) -> Millis {
+    ms.div_euclid(SECOND_MS) * SECOND_MS
+        + if ms.rem_euclid(SECOND_MS) > 0 {
+            SECOND_MS
+        } else {
+            0
+        }
+}
+
+fn utc(ms: Millis) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+fn first_of_month(year: i32, month: u32) -> NaiveDate {
+    NaiveDate::from_ymd_opt(year, month, 1).expect("valid first of month")
+}
+
+fn midnight_ms(date: NaiveDate) -> Millis {
+    Utc.from_utc_datetime(&date.and_hms_opt(0, 0, 0).expect("midnight"))
+        .timestamp_millis()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Millis {
+        crate::guard::clock::parse_iso8601(text).unwrap()
+    }
+
+    #[test]
+    fn parses_window_words() {
+        assert_eq!(
+            Window::parse("minute"),
+            Some(Window::Sliding { seconds: 60 })
+        );
+        assert_eq!(
+            Window::parse("10 minutes"),
+            Some(Window::Sliding { seconds: 600 })
+        );
+        assert_eq!(
+            Window::parse("2 hours"),
+            Some(Window::Sliding { seconds: 7200 })
+        );
+        assert_eq!(
+            Window::parse("week"),
+            Some(Window::Calendar(CalendarUnit::Week))
+        );
+        assert_eq!(Window::parse("0 minutes"), None);
+        assert_eq!(Window::parse("fortnight"), None);
+        assert_eq!(Window::parse("ten minutes"), None);
+    }
+
+    #[test]
+    fn phrases_read_naturally() {
+        assert_eq!(
+            Window::Sliding { seconds: 600 }.phrase(),
+            "every 10 minutes"
+        );
+        assert_eq!(Window::Sliding { seconds: 3600 }.phrase(), "an hour");
+        assert_eq!(Window::Calendar(CalendarUnit::Day).phrase(), "a day");
+    }
+
+    #[test]
+    fn sliding_retention_is_one_window_and_a_minute_after_the_end() {
+        let w = Window::Sliding { seconds: 3600 };
+        let start = at("2026-11-30T14:00:00Z");
+        assert_eq!(w.retain_until(start), at("2026-11-30T16:01:00Z"));
+        let d = Window::Calendar(CalendarUnit::Day);
+        assert_eq!(
+            d.retain_until(at("2026-11-30T00:00:00Z")),
+            at("2026-12-02T00:00:00Z")
+        );
+    }
+}

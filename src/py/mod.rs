@@ -1,0 +1,1 @@
+//! The PyO3 layer.
