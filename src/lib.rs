@@ -7,6 +7,7 @@
 pub mod ceiling;
 pub mod error;
 pub mod guard;
+pub mod runtime;
 
 #[cfg(feature = "python")]
 mod py;
