@@ -1,10 +1,10 @@
 """usage_guard: meter and enforce usage limits on LLM model calls.
 
-    import usage_guard as ug
-    guard = ug.Guard(ug.Policy.load("policy.toml"))
-    ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
-    ...  # call the model within ticket.ceiling
-    ticket.bill(input_tokens=1100, output_tokens=800)
+import usage_guard as ug
+guard = ug.Guard(ug.Policy.load("policy.toml"))
+ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
+...  # call the model within ticket.ceiling
+ticket.bill(input_tokens=1100, output_tokens=800)
 """
 
 from ._core import (

@@ -83,6 +83,9 @@ struct CachedPath {
     resolved_at: Millis,
 }
 
+/// Resolved paths: model → user → path.
+type PathCache = HashMap<Arc<str>, HashMap<Arc<str>, CachedPath>>;
+
 struct PolicyState {
     policy: Arc<Policy>,
     version: u64,
@@ -94,8 +97,7 @@ pub(crate) struct Shared {
     pub clock: Arc<dyn Clock>,
     pub stats: Stats,
     policy: RwLock<PolicyState>,
-    /// model → user → path.
-    cache: Mutex<HashMap<Arc<str>, HashMap<Arc<str>, CachedPath>>>,
+    cache: Mutex<PathCache>,
     ticket_seq: AtomicU64,
     ticket_prefix: String,
 }
