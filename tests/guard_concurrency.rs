@@ -25,7 +25,12 @@ fn eight_threads_never_hold_and_use_more_than_the_amount() {
     let s = setup(&format!("{GPT5}{BUDGET}"), "2026-11-30T10:00:00Z");
     let guard = s.guard.clone();
     let path = guard.path(Some("alice"), "gpt-5").unwrap();
-    let tokens_id = path.counters.iter().find(|c| c.metric == usage_guard::Metric::Tokens).unwrap().clone();
+    let tokens_id = path
+        .counters
+        .iter()
+        .find(|c| c.metric == usage_guard::Metric::Tokens)
+        .unwrap()
+        .clone();
     let key = usage_guard::guard::store::CounterKey {
         bucket: tokens_id.window.bucket_start(at("2026-11-30T10:00:00Z")),
         id: tokens_id,
@@ -38,7 +43,8 @@ fn eight_threads_never_hold_and_use_more_than_the_amount() {
         thread::spawn(move || {
             let mut samples = 0;
             while !done.load(Ordering::SeqCst) {
-                let read = store.read_now(std::slice::from_ref(&key), at("2026-11-30T10:00:00Z"))[0];
+                let read =
+                    store.read_now(std::slice::from_ref(&key), at("2026-11-30T10:00:00Z"))[0];
                 assert!(read.used + read.held <= 10_000, "overspent: {read:?}");
                 samples += 1;
             }
@@ -48,8 +54,12 @@ fn eight_threads_never_hold_and_use_more_than_the_amount() {
     let barrier = Arc::new(Barrier::new(8));
     let workers: Vec<_> = (0..8u64)
         .map(|w| {
-            let (guard, barrier, billed_total, settled_twice) =
-                (guard.clone(), barrier.clone(), billed_total.clone(), settled_twice.clone());
+            let (guard, barrier, billed_total, settled_twice) = (
+                guard.clone(),
+                barrier.clone(),
+                billed_total.clone(),
+                settled_twice.clone(),
+            );
             thread::spawn(move || {
                 barrier.wait();
                 let (mut admitted, mut refused) = (0, 0);
@@ -60,10 +70,18 @@ fn eight_threads_never_hold_and_use_more_than_the_amount() {
                             admitted += 1;
                             let ceiling = t.ceiling().tokens.unwrap();
                             let out = (ceiling - 20).min(max_out) * (1 + i % 3) / 3;
-                            let billed = t.bill_blocking(Usage { input_tokens: 20, output_tokens: out, ..Usage::default() }).unwrap();
+                            let billed = t
+                                .bill_blocking(Usage {
+                                    input_tokens: 20,
+                                    output_tokens: out,
+                                    ..Usage::default()
+                                })
+                                .unwrap();
                             billed_total.fetch_add(20 + out, Ordering::SeqCst);
                             assert!(billed.is_some());
-                            if t.bill_blocking(Usage::default()).unwrap().is_some() || t.release_blocking() {
+                            if t.bill_blocking(Usage::default()).unwrap().is_some()
+                                || t.release_blocking()
+                            {
                                 settled_twice.fetch_add(1, Ordering::SeqCst);
                             }
                         }
@@ -100,11 +118,20 @@ struct RivalStore {
 }
 
 impl CounterStore for RivalStore {
-    fn read(&self, keys: Vec<usage_guard::guard::store::CounterKey>, now: i64) -> StoreFuture<'_, Vec<CounterRead>> {
+    fn read(
+        &self,
+        keys: Vec<usage_guard::guard::store::CounterKey>,
+        now: i64,
+    ) -> StoreFuture<'_, Vec<CounterRead>> {
         self.inner.read(keys, now)
     }
 
-    fn reserve(&self, items: Vec<ReserveItem>, minute: i64, now: i64) -> StoreFuture<'_, ReserveOutcome> {
+    fn reserve(
+        &self,
+        items: Vec<ReserveItem>,
+        minute: i64,
+        now: i64,
+    ) -> StoreFuture<'_, ReserveOutcome> {
         Box::pin(async move {
             if self.races.load(Ordering::SeqCst) == 0 {
                 return self.inner.reserve(items, minute, now).await;
@@ -113,30 +140,56 @@ impl CounterStore for RivalStore {
             let item = items.iter().find(|i| i.limit.is_some()).unwrap().clone();
             let read = self.inner.read(vec![item.key.clone()], now).await?[0];
             let rival = item.limit.unwrap() - read.total() - item.carried;
-            let rival_item = ReserveItem { hold: rival, limit: None, ..item.clone() };
-            assert_eq!(self.inner.reserve(vec![rival_item], minute, now).await?, ReserveOutcome::Reserved);
+            let rival_item = ReserveItem {
+                hold: rival,
+                limit: None,
+                ..item.clone()
+            };
+            assert_eq!(
+                self.inner.reserve(vec![rival_item], minute, now).await?,
+                ReserveOutcome::Reserved
+            );
             let outcome = self.inner.reserve(items, minute, now).await?;
-            let hold = HoldRef { key: item.key, amount: rival };
-            self.inner.settle(vec![hold], minute, Vec::<UsageAdd>::new(), now).await?;
+            let hold = HoldRef {
+                key: item.key,
+                amount: rival,
+            };
+            self.inner
+                .settle(vec![hold], minute, Vec::<UsageAdd>::new(), now)
+                .await?;
             Ok(outcome)
         })
     }
 
-    fn settle(&self, holds: Vec<HoldRef>, minute: i64, adds: Vec<UsageAdd>, now: i64) -> StoreFuture<'_, ()> {
+    fn settle(
+        &self,
+        holds: Vec<HoldRef>,
+        minute: i64,
+        adds: Vec<UsageAdd>,
+        now: i64,
+    ) -> StoreFuture<'_, ()> {
         self.inner.settle(holds, minute, adds, now)
     }
 }
 
 fn rival_guard(races: usize) -> (Guard, Arc<RivalStore>) {
-    let store = Arc::new(RivalStore { inner: MemoryStore::new(), races: AtomicUsize::new(races) });
+    let store = Arc::new(RivalStore {
+        inner: MemoryStore::new(),
+        races: AtomicUsize::new(races),
+    });
     let clock = Arc::new(ManualClock::new(at("2026-11-30T10:00:00Z")));
-    (Guard::new(policy(&format!("{GPT5}{BUDGET}")), store.clone(), clock), store)
+    (
+        Guard::new(policy(&format!("{GPT5}{BUDGET}")), store.clone(), clock),
+        store,
+    )
 }
 
 #[test]
 fn a_lost_race_is_read_again_and_retried() {
     let (guard, _) = rival_guard(2);
-    let t = guard.admit_blocking(call("alice", "gpt-5", 100, 900)).unwrap();
+    let t = guard
+        .admit_blocking(call("alice", "gpt-5", 100, 900))
+        .unwrap();
     assert_eq!(t.ceiling().tokens, Some(1000));
     assert_eq!(guard.stats().reserve_retries.load(Ordering::SeqCst), 2);
 }
@@ -151,7 +204,11 @@ fn after_three_lost_races_the_call_does_not_fit() {
         }
         other => panic!("expected does-not-fit, got {other:?}"),
     }
-    assert_eq!(store.races.load(Ordering::SeqCst), 6, "one read and three more");
+    assert_eq!(
+        store.races.load(Ordering::SeqCst),
+        6,
+        "one read and three more"
+    );
     assert_eq!(guard.stats().reserve_retries.load(Ordering::SeqCst), 4);
 }
 
@@ -159,12 +216,21 @@ fn after_three_lost_races_the_call_does_not_fit() {
 fn bill_and_release_from_two_threads_settle_once() {
     let s = setup(&format!("{GPT5}{BUDGET}"), "2026-11-30T10:00:00Z");
     for _ in 0..200 {
-        let t = s.guard.admit_blocking(call("alice", "gpt-5", 1, 1)).unwrap();
+        let t = s
+            .guard
+            .admit_blocking(call("alice", "gpt-5", 1, 1))
+            .unwrap();
         let barrier = Arc::new(Barrier::new(2));
         let (t1, b1) = (t.clone(), barrier.clone());
         let biller = thread::spawn(move || {
             b1.wait();
-            t1.bill_blocking(Usage { input_tokens: 1, output_tokens: 1, ..Usage::default() }).unwrap().is_some()
+            t1.bill_blocking(Usage {
+                input_tokens: 1,
+                output_tokens: 1,
+                ..Usage::default()
+            })
+            .unwrap()
+            .is_some()
         });
         barrier.wait();
         let released = t.release_blocking();

@@ -86,5 +86,8 @@ fn json_and_toml_documents_agree() {
     )
     .unwrap();
     assert_eq!(toml, json);
-    assert_eq!(toml.models[0].prices.cached_input, 1_500_000, "cached input defaults to input");
+    assert_eq!(
+        toml.models[0].prices.cached_input, 1_500_000,
+        "cached input defaults to input"
+    );
 }

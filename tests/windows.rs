@@ -46,16 +46,30 @@ fn every_conformance_case_passes() {
             _ => Window::Calendar(unit(case["unit"].as_str().unwrap())),
         };
         let start = window.bucket_start(now);
-        assert_eq!(iso8601(start), case["bucket_start"].as_str().unwrap(), "{name}: bucket_start");
+        assert_eq!(
+            iso8601(start),
+            case["bucket_start"].as_str().unwrap(),
+            "{name}: bucket_start"
+        );
         let expected_reset = case["resets_at"].as_str().map(str::to_string);
         if let Window::Sliding { .. } = window {
             let amount = case["amount"].as_u64().unwrap();
             let current = case["current_used"].as_u64().unwrap();
             let previous = case["previous_used"].as_u64().unwrap();
             let counted = window.counted(current, previous, now);
-            assert_eq!(counted, case["counted"].as_u64().unwrap(), "{name}: counted");
-            assert_eq!(amount.saturating_sub(counted), case["left"].as_u64().unwrap(), "{name}: left");
-            let reset = window.resets_at(amount, current, previous, now).map(iso8601);
+            assert_eq!(
+                counted,
+                case["counted"].as_u64().unwrap(),
+                "{name}: counted"
+            );
+            assert_eq!(
+                amount.saturating_sub(counted),
+                case["left"].as_u64().unwrap(),
+                "{name}: left"
+            );
+            let reset = window
+                .resets_at(amount, current, previous, now)
+                .map(iso8601);
             assert_eq!(reset, expected_reset, "{name}: resets_at");
         } else {
             let reset = window.resets_at(1, 0, 0, now).map(iso8601);
@@ -76,26 +90,65 @@ fn seed_example_two_thousand_tokens_an_hour() {
 fn month_ends_leap_years_and_the_turn_of_the_year() {
     let month = Window::Calendar(CalendarUnit::Month);
     for (now, start, end) in [
-        ("2026-01-31T23:59:59Z", "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"),
-        ("2026-02-28T12:00:00Z", "2026-02-01T00:00:00Z", "2026-03-01T00:00:00Z"),
-        ("2028-02-29T23:59:59Z", "2028-02-01T00:00:00Z", "2028-03-01T00:00:00Z"),
-        ("2026-04-30T23:59:59Z", "2026-04-01T00:00:00Z", "2026-05-01T00:00:00Z"),
-        ("2026-12-31T23:59:59Z", "2026-12-01T00:00:00Z", "2027-01-01T00:00:00Z"),
-        ("2027-01-01T00:00:00Z", "2027-01-01T00:00:00Z", "2027-02-01T00:00:00Z"),
+        (
+            "2026-01-31T23:59:59Z",
+            "2026-01-01T00:00:00Z",
+            "2026-02-01T00:00:00Z",
+        ),
+        (
+            "2026-02-28T12:00:00Z",
+            "2026-02-01T00:00:00Z",
+            "2026-03-01T00:00:00Z",
+        ),
+        (
+            "2028-02-29T23:59:59Z",
+            "2028-02-01T00:00:00Z",
+            "2028-03-01T00:00:00Z",
+        ),
+        (
+            "2026-04-30T23:59:59Z",
+            "2026-04-01T00:00:00Z",
+            "2026-05-01T00:00:00Z",
+        ),
+        (
+            "2026-12-31T23:59:59Z",
+            "2026-12-01T00:00:00Z",
+            "2027-01-01T00:00:00Z",
+        ),
+        (
+            "2027-01-01T00:00:00Z",
+            "2027-01-01T00:00:00Z",
+            "2027-02-01T00:00:00Z",
+        ),
     ] {
         let s = month.bucket_start(at(now));
         assert_eq!(iso8601(s), start, "{now}");
         assert_eq!(iso8601(month.bucket_end(s)), end, "{now}");
     }
     let day = Window::Calendar(CalendarUnit::Day);
-    assert_eq!(iso8601(day.bucket_start(at("2028-02-29T00:00:00Z"))), "2028-02-29T00:00:00Z");
-    assert_eq!(iso8601(day.bucket_start(at("2028-03-01T00:00:00Z") - 1)), "2028-02-29T00:00:00Z");
+    assert_eq!(
+        iso8601(day.bucket_start(at("2028-02-29T00:00:00Z"))),
+        "2028-02-29T00:00:00Z"
+    );
+    assert_eq!(
+        iso8601(day.bucket_start(at("2028-03-01T00:00:00Z") - 1)),
+        "2028-02-29T00:00:00Z"
+    );
     let year = Window::Calendar(CalendarUnit::Year);
-    assert_eq!(iso8601(year.bucket_start(at("2028-12-31T23:59:59Z"))), "2028-01-01T00:00:00Z");
+    assert_eq!(
+        iso8601(year.bucket_start(at("2028-12-31T23:59:59Z"))),
+        "2028-01-01T00:00:00Z"
+    );
     // A week that spans the turn of the year starts on its Monday in December.
     let week = Window::Calendar(CalendarUnit::Week);
-    assert_eq!(iso8601(week.bucket_start(at("2027-01-01T10:00:00Z"))), "2026-12-28T00:00:00Z");
-    assert_eq!(iso8601(week.bucket_end(at("2026-12-28T00:00:00Z"))), "2027-01-04T00:00:00Z");
+    assert_eq!(
+        iso8601(week.bucket_start(at("2027-01-01T10:00:00Z"))),
+        "2026-12-28T00:00:00Z"
+    );
+    assert_eq!(
+        iso8601(week.bucket_end(at("2026-12-28T00:00:00Z"))),
+        "2027-01-04T00:00:00Z"
+    );
 }
 
 #[test]
@@ -179,5 +232,24 @@ proptest! {
         prop_assert!(start <= ms && ms < end);
         prop_assert_eq!(w.bucket_start(end), end);
         prop_assert_eq!(w.bucket_start(end - 1), start);
+    }
+}
+
+proptest! {
+    /// Calendar buckets agree with chrono's calendar for any instant from 1900 to 2100.
+    #[test]
+    fn calendar_buckets_match_chrono(ms in -2_208_988_800_000i64..4_102_444_800_000) {
+        use chrono::{Datelike, NaiveDate};
+        let date = chrono::DateTime::from_timestamp_millis(ms).unwrap().date_naive();
+        let midnight = |d: NaiveDate| d.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_millis();
+        let monday = date - chrono::Duration::days(i64::from(date.weekday().num_days_from_monday()));
+        let first = NaiveDate::from_ymd_opt(date.year(), date.month(), 1).unwrap();
+        let jan1 = NaiveDate::from_ymd_opt(date.year(), 1, 1).unwrap();
+        prop_assert_eq!(Window::Calendar(CalendarUnit::Day).bucket_start(ms), midnight(date));
+        prop_assert_eq!(Window::Calendar(CalendarUnit::Week).bucket_start(ms), midnight(monday));
+        prop_assert_eq!(Window::Calendar(CalendarUnit::Month).bucket_start(ms), midnight(first));
+        prop_assert_eq!(Window::Calendar(CalendarUnit::Year).bucket_start(ms), midnight(jan1));
+        let next_month = first.checked_add_months(chrono::Months::new(1)).unwrap();
+        prop_assert_eq!(Window::Calendar(CalendarUnit::Month).bucket_end(midnight(first)), midnight(next_month));
     }
 }

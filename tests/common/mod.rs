@@ -24,7 +24,11 @@ pub fn setup(toml: &str, now: &str) -> Setup {
     let clock = Arc::new(ManualClock::new(at(now)));
     let store = Arc::new(MemoryStore::new());
     let guard = Guard::new(policy(toml), store.clone(), clock.clone());
-    Setup { guard, clock, store }
+    Setup {
+        guard,
+        clock,
+        store,
+    }
 }
 
 pub fn call(user: &str, model: &str, prompt: u64, max_out: u64) -> AdmitRequest {
