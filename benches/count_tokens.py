@@ -15,7 +15,6 @@ import glob
 import hashlib
 import os
 import random
-import statistics
 import tempfile
 import time
 
@@ -34,7 +33,9 @@ def seed_tiktoken_cache() -> str:
     for name, digest in SHA256.items():
         found = sorted(glob.glob(f"{home}/registry/src/*/tiktoken-rs-*/assets/{name}.tiktoken"))
         if not found:
-            raise SystemExit(f"{name}.tiktoken not found under {home}/registry (build the crate first)")
+            raise SystemExit(
+                f"{name}.tiktoken not found under {home}/registry (build the crate first)"
+            )
         data = open(found[-1], "rb").read()
         if hashlib.sha256(data).hexdigest() != digest:
             raise SystemExit(f"{found[-1]} does not match tiktoken's sha256 for {name}")
@@ -53,9 +54,11 @@ WORDS = (
 ).split()
 
 CODE = [
-    "def fit(request, ceiling):\n    prompt = count(request)\n    return min(ceiling['tokens'] - prompt, cap)\n",
+    "def fit(request, ceiling):\n    prompt = count(request)\n"
+    "    return min(ceiling['tokens'] - prompt, cap)\n",
     "for (let i = 0; i < items.length; i++) {\n  total += items[i].tokens ?? 0;\n}\n",
-    "fn main() {\n    let v: Vec<u64> = (0..10).map(|x| x * x).collect();\n    println!(\"{:?}\", v);\n}\n",
+    "fn main() {\n    let v: Vec<u64> = (0..10).map(|x| x * x).collect();\n"
+    '    println!("{:?}", v);\n}\n',
     "SELECT user_id, SUM(tokens) AS used FROM usage WHERE day = '2026-11-30' GROUP BY user_id;\n",
     '{"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4000}\n',
 ]
@@ -73,7 +76,11 @@ def corpus(megabytes: float, seed: int = 7) -> list[str]:
             else:
                 n = rng.randint(8, 30)
                 s = " ".join(rng.choice(WORDS) for _ in range(n))
-                parts.append(s.capitalize() + rng.choice([".", "!", "?", ","]) + rng.choice([" ", "\n", "\n\n"]))
+                parts.append(
+                    s.capitalize()
+                    + rng.choice([".", "!", "?", ","])
+                    + rng.choice([" ", "\n", "\n\n"])
+                )
         doc = "".join(parts)
         docs.append(doc)
         size += len(doc.encode())
@@ -96,7 +103,6 @@ def main() -> None:
     args = ap.parse_args()
     seed_tiktoken_cache()
     import tiktoken
-
     import usage_guard as ug
 
     docs = corpus(args.mb)
@@ -108,10 +114,22 @@ def main() -> None:
         ug.count_tokens("warm up", name)
         enc.encode_ordinary("warm up")
         rows = [
-            ("usage_guard.count_tokens, per document", lambda: sum(ug.count_tokens(d, name) for d in docs)),
-            ("tiktoken encode_ordinary, per document", lambda: sum(len(enc.encode_ordinary(d)) for d in docs)),
-            ("usage_guard.count_tokens, whole corpus", lambda: ug.count_tokens(whole, name)),
-            ("tiktoken encode_ordinary, whole corpus", lambda: len(enc.encode_ordinary(whole))),
+            (
+                "usage_guard.count_tokens, per document",
+                lambda name=name: sum(ug.count_tokens(d, name) for d in docs),
+            ),
+            (
+                "tiktoken encode_ordinary, per document",
+                lambda enc=enc: sum(len(enc.encode_ordinary(d)) for d in docs),
+            ),
+            (
+                "usage_guard.count_tokens, whole corpus",
+                lambda name=name: ug.count_tokens(whole, name),
+            ),
+            (
+                "tiktoken encode_ordinary, whole corpus",
+                lambda enc=enc: len(enc.encode_ordinary(whole)),
+            ),
         ]
         results = {}
         for label, fn in rows:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-
 import usage_guard as ug
 
 START = "2026-11-30T08:00:00Z"
