@@ -589,6 +589,10 @@ fn usage_capped_per_provider() {
         let capped = run(&request, api, &ceiling(Some(1000), 8192)).unwrap();
         assert!(usage_capped(&at_max, &capped, api), "{api:?}");
         assert!(!usage_capped(&stopped, &capped, api), "{api:?}");
+        if api == Api::Anthropic {
+            let event = json!({"type": "message_delta", "delta": {"stop_reason": "max_tokens"}});
+            assert!(usage_capped(&event, &capped, api));
+        }
         // The caller's own maximum in force: a stop there is not the ceiling's doing.
         let own = run(&request, api, &ceiling(Some(100_000), 8192)).unwrap();
         assert!(!usage_capped(&at_max, &own, api), "{api:?}");

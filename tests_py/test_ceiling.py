@@ -300,3 +300,28 @@ def test_ticket_ceiling_fits_the_call(make_guard: Callable[..., ug.Guard]) -> No
     assert prompt + fitted.max_output_tokens <= 3000
     assert fitted.request["max_completion_tokens"] == fitted.max_output_tokens < 8000
     ticket.release()
+
+
+def test_long_counts_release_the_gil() -> None:
+    import threading
+
+    ticks = 0
+    stop = False
+
+    def spin() -> None:
+        nonlocal ticks
+        while not stop:
+            ticks += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        text = "Tokens are counted with the GIL released. " * 100_000
+        before = ticks
+        ug.count_tokens(text)
+        during = ticks - before
+    finally:
+        stop = True
+        t.join()
+    # Holding the GIL for the whole count would leave the other thread (almost) no turns.
+    assert during > 10_000, during

@@ -403,7 +403,8 @@ fn fit_thinking(
 
 /// Whether `response` stopped at an output maximum the ceiling set: its finish reason says
 /// the maximum was reached (chat `length`, responses `max_output_tokens`, Anthropic
-/// `max_tokens`, Gemini `MAX_TOKENS`, Ollama `length`) and `fit` capped the output.
+/// `max_tokens`, Gemini `MAX_TOKENS`, Ollama `length`; a final streaming chunk or event works
+/// too) and `fit` capped the output.
 pub fn usage_capped(response: &Value, fit: &FitResult, api: Api) -> bool {
     if !fit.output_capped {
         return false;
@@ -417,11 +418,17 @@ pub fn usage_capped(response: &Value, fit: &FitResult, api: Api) -> bool {
                 c.iter()
                     .any(|c| s(c.get("finish_reason")).as_deref() == Some("length"))
             }),
-        Api::OpenAiResponses => {
-            s(response.pointer("/incomplete_details/reason")).as_deref()
-                == Some("max_output_tokens")
-        }
-        Api::Anthropic => s(response.get("stop_reason")).as_deref() == Some("max_tokens"),
+        // A final response, or a streaming `response.incomplete` event carrying it.
+        Api::OpenAiResponses => [
+            "/incomplete_details/reason",
+            "/response/incomplete_details/reason",
+        ]
+        .iter()
+        .any(|p| s(response.pointer(p)).as_deref() == Some("max_output_tokens")),
+        // A message, or a streaming `message_delta` event.
+        Api::Anthropic => ["/stop_reason", "/delta/stop_reason"]
+            .iter()
+            .any(|p| s(response.pointer(p)).as_deref() == Some("max_tokens")),
         Api::Gemini => response
             .get("candidates")
             .and_then(Value::as_array)
