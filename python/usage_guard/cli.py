@@ -133,7 +133,8 @@ class Call:
     model: str
     prompt: int
     max_tokens: int
-    repeat: int = 1  # the same call, this many times, a few seconds apart
+    repeat: int = 1  # the same call, this many times,
+    every: int = 8  # seconds apart
 
 
 # The day: alice runs through her direct limit (capped, then refused); bob bursts past his
@@ -145,21 +146,20 @@ DEMO_DAY: tuple[Call, ...] = (
     Call("08:40", "dave", "gpt-5", 2_000, 12_000),
     Call("09:10", "alice", "gpt-5", 25_000, 16_000),
     Call("09:30", "bob", "gpt-5", 800, 1_000, repeat=60),
-    Call("09:36", "bob", "gpt-5", 800, 4_000),
-    Call("09:37", "bob", "gpt-5", 6_000, 20_000),
+    Call("09:39", "bob", "gpt-5", 800, 4_000),
+    Call("09:41", "bob", "gpt-5", 6_000, 20_000),
     Call("10:15", "carol", "claude-sonnet", 40_000, 64_000),
     Call("10:50", "bob", "claude-sonnet", 60_000, 64_000),
-    Call("11:20", "alice", "gpt-5", 20_000, 16_000),
+    Call("11:20", "alice", "gpt-5", 12_000, 16_000),
     Call("11:45", "dave", "gpt-5", 2_000, 8_000),
     Call("12:30", "carol", "claude-sonnet", 50_000, 64_000),
     Call("13:10", "dave", "auto", 3_000, 4_000),
     Call("13:40", "bob", "claude-sonnet", 70_000, 64_000),
     Call("14:05", "carol", "claude-sonnet", 30_000, 32_000),
     Call("14:30", "alice", "gpt-5", 1_000, 2_000),
-    Call("15:00", "dave", "gpt-5", 2_000, 4_000),
-    Call("15:20", "carol", "claude-sonnet", 10_000, 8_000),
+    Call("15:00", "dave", "gpt-5", 500, 4_000),
+    Call("15:20", "bob", "claude-sonnet", 10_000, 8_000),
     Call("16:00", "alice", "claude-sonnet", 150_000, 64_000),
-    Call("16:30", "alice", "claude-sonnet", 150_000, 64_000),
     Call("17:15", "bob", "gpt-5", 1_000, 2_000),
     Call("17:45", "alice", "auto", 500, 1_000),
 )
@@ -233,15 +233,15 @@ def run_day(out: Any = None) -> Guard:
     rows: list[Row] = []
     last_source: dict[tuple[str, str], str] = {}
     for call in DEMO_DAY:
-        _clock_at(clock, call.at)
-        for _ in range(call.repeat):
+        for i in range(call.repeat):
+            _clock_at(clock, call.at)
+            clock.advance(i * call.every)
             row = _one_call(guard, clock, rng, call, last_source)
             if rows and rows[-1].same_kind(row):
                 rows[-1].count += 1
                 rows[-1].last = row.first
             else:
                 rows.append(row)
-            clock.advance(5)
 
     p = lambda text="": print(text, file=out)  # noqa: E731
     p(f"usage_guard {__version__}: a simulated day on the in-memory store, {DEMO_START[:10]} (UTC)")
@@ -350,9 +350,10 @@ def _one_call(
     if previous and previous != source:
         outcome += f" (passed on from {previous})"
     last_source[(call.user, call.model)] = source
-    # The call runs: it answers with 60-100% of the output it was allowed.
-    output = max(1, int(cap * rng.uniform(0.6, 1.0)))
-    clock.advance(rng.randint(2, 40))
+    # The call runs: it answers with 60-100% of the output it was allowed; a capped call
+    # stops at its cap.
+    output = cap if cap < call.max_tokens else max(1, int(cap * rng.uniform(0.6, 1.0)))
+    clock.advance(rng.randint(2, 6))
     ticket.bill(input_tokens=call.prompt, output_tokens=output)
     return Row(when, when, call.user, call.model, asked, source, outcome)
 
