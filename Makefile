@@ -15,6 +15,7 @@ dev: ## Build the extension into .venv for development
 
 bench: ## Run the benchmarks (criterion, and the Python comparison)
 	cargo bench --bench admit_bill
+	.venv/bin/maturin develop --release --quiet
 	.venv/bin/python benches/admit_bill.py
 
 fmt: ## Format Rust and Python sources

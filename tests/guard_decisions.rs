@@ -500,3 +500,25 @@ fn the_memory_store_forgets_buckets_after_their_retention() {
         .release_blocking();
     assert_eq!(s.store.len(), 1, "only the current bucket is left");
 }
+
+#[test]
+fn paths_are_cached_for_thirty_seconds_and_dropped_at_a_new_policy() {
+    let s = setup(&format!("{GPT5}{DIRECT}"), "2026-11-30T10:00:00Z");
+    let first = s.guard.path(Some("alice"), "gpt-5").unwrap();
+    s.clock.advance(29_999);
+    assert!(std::sync::Arc::ptr_eq(
+        &first,
+        &s.guard.path(Some("alice"), "gpt-5").unwrap()
+    ));
+    s.clock.advance(1);
+    let second = s.guard.path(Some("alice"), "gpt-5").unwrap();
+    assert!(
+        !std::sync::Arc::ptr_eq(&first, &second),
+        "resolved again after 30 s"
+    );
+    assert_eq!(first, second);
+    s.guard.set_policy(policy(GPT5));
+    assert_eq!(s.guard.policy_version(), 2);
+    let third = s.guard.path(Some("alice"), "gpt-5").unwrap();
+    assert!(third.sources.is_empty(), "the new policy applies at once");
+}
