@@ -7,7 +7,14 @@ from typing import Any, Callable
 
 import pytest
 import usage_guard as ug
-from conftest import GPT5
+
+GPT5: dict[str, Any] = {
+    "display_name": "GPT-5",
+    "provider": "openai",
+    "context_window": 400000,
+    "max_output_tokens": 128000,
+    "prices": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
+}
 
 
 def ceiling(tokens: int | None, max_out: int = 8192, **kw: Any) -> dict[str, Any]:
