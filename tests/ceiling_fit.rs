@@ -598,3 +598,34 @@ fn usage_capped_per_provider() {
         assert!(!usage_capped(&at_max, &own, api), "{api:?}");
     }
 }
+
+#[test]
+fn several_answers_share_what_is_left() {
+    let request = json!({"model": "gpt-4o", "n": 4, "max_completion_tokens": 4000,
+        "messages": [{"role": "user", "content": "Name a colour."}]});
+    let prompt = effective_prompt(&request, Api::OpenAiChat, 0.05);
+    let r = run(
+        &request,
+        Api::OpenAiChat,
+        &ceiling(Some(prompt + 4000), 8192),
+    )
+    .unwrap();
+    assert_eq!(r.max_output_tokens, Some(1000));
+    // Four answers of at least 256 need 1,024 tokens.
+    assert_eq!(
+        refused(run(
+            &request,
+            Api::OpenAiChat,
+            &ceiling(Some(prompt + 1000), 8192)
+        )),
+        Reason::DoesNotFit
+    );
+    let gemini = json!({"contents": [{"role": "user", "parts": [{"text": "Name a colour."}]}],
+        "generationConfig": {"candidateCount": 2, "maxOutputTokens": 4000}});
+    let prompt = effective_prompt(&gemini, Api::Gemini, 0.05);
+    let r = run(&gemini, Api::Gemini, &ceiling(Some(prompt + 3000), 8192)).unwrap();
+    assert_eq!(
+        r.request["generationConfig"]["maxOutputTokens"],
+        json!(1500)
+    );
+}

@@ -44,6 +44,9 @@ fn call() -> impl Strategy<Value = (Api, Value, Option<u64>)> {
                     _ => {}
                 }
             }
+            if api == Api::OpenAiChat && budget % 3 == 0 {
+                r["n"] = json!(1 + budget % 4);
+            }
             if think {
                 match api {
                     Api::Anthropic => r["thinking"] = json!({"type": "enabled", "budget_tokens": budget}),
@@ -101,11 +104,12 @@ proptest! {
         } else {
             r.prompt_tokens + (r.prompt_tokens as f64 * c.margin).ceil() as u64
         };
+        let answers = request.get("n").and_then(Value::as_u64).unwrap_or(1);
         if let Some(t) = c.tokens {
-            prop_assert!(prompt + out <= t, "{prompt} + {out} > {t}");
+            prop_assert!(prompt + out * answers <= t, "{prompt} + {out} × {answers} > {t}");
         }
         if let (Some(cost), Some(rates)) = (c.cost_micros, c.rates) {
-            prop_assert!(rates.dearest_cost_micros(prompt, out) <= cost);
+            prop_assert!(rates.dearest_cost_micros(prompt, out * answers) <= cost);
         }
         prop_assert!(out <= c.max_output_tokens);
         if let Some(cap) = cap {

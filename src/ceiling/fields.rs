@@ -54,6 +54,27 @@ pub(crate) fn output_path(request: &Value, api: Api) -> Option<Vec<&'static str>
     })
 }
 
+/// How many answers the call asks for (OpenAI chat `n`, Gemini `candidateCount`): each may
+/// produce up to the output maximum.
+pub(crate) fn choices(request: &Value, api: Api) -> Result<u64> {
+    let path: Vec<&str> = match api {
+        Api::OpenAiChat => vec!["n"],
+        Api::Gemini => {
+            let (container, camel) = gemini_container(request);
+            vec![
+                container,
+                if camel {
+                    "candidateCount"
+                } else {
+                    "candidate_count"
+                },
+            ]
+        }
+        _ => return Ok(1),
+    };
+    Ok(read_count(request, &path, false)?.unwrap_or(1).max(1))
+}
+
 /// The Gemini thinking budget's path.
 pub(crate) fn gemini_thinking_path(request: &Value) -> Vec<&'static str> {
     let (container, camel) = gemini_container(request);

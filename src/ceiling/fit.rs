@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::api::Api;
-use super::fields::{gemini_thinking_path, get, output_path, read_count, set};
+use super::fields::{choices, gemini_thinking_path, get, output_path, read_count, set};
 use super::models::{known_model, ThinkingRange};
 use super::prompt::{count_request, field_error, PromptCount};
 use crate::error::{Error, Result};
@@ -123,7 +123,7 @@ fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 /// Fits `request` (sent through `api` to `model`) into `ceiling`.
 ///
 /// Guarantees, for the returned request: prompt (+ `margin` when counted as an estimate) +
-/// output maximum ≤ `ceiling.tokens`; cost of that at the dearest input rate and the output
+/// output maximum × answers asked for (`n`, `candidateCount`) ≤ `ceiling.tokens`; cost of that at the dearest input rate and the output
 /// rate ≤ `ceiling.cost_micros`; output maximum ≤ the caller's, the model's and the ceiling's
 /// `max_output_tokens`, and ≤ the room left in the model's context window. Refuses with
 /// `USAGE_LIMIT_DOES_NOT_FIT` when less than `min_output_tokens` (or the caller's smaller
@@ -246,7 +246,9 @@ pub fn fit(
     let ctx_room = lim
         .context_window
         .map(|w| w.saturating_sub(prompt_eff).max(1));
-    let usage_room = min_opt(token_room, cost_room);
+    // Every answer asked for (`n`, `candidateCount`) may use the whole output maximum.
+    let answers = choices(request, api)?;
+    let usage_room = min_opt(token_room, cost_room).map(|room| room / answers);
     let need = ceiling.min_output_tokens.min(desired).max(1);
     if let Some(room) = usage_room {
         if room < need {
