@@ -346,3 +346,26 @@ fn bad_requests_name_the_field() {
         "{err}"
     );
 }
+
+#[test]
+fn routing_groups_take_the_largest_count() {
+    let request = json!({"messages": [{"role": "user", "content": "お誕生日おめでとう and 東京 データ 用户 限额"}]});
+    let one = |m: &str| count_request(&request, Api::OpenAiChat, Some(m), None).unwrap();
+    let (gpt4, gpt4o) = (one("gpt-4"), one("gpt-4o"));
+    assert!(gpt4.tokens > gpt4o.tokens);
+    let group = usage_guard::ceiling::count_request_for_group(
+        &request,
+        Api::OpenAiChat,
+        &[("gpt-4o", None), ("gpt-4", None)],
+    )
+    .unwrap();
+    assert_eq!((group.tokens, group.exact), (gpt4.tokens, true));
+    let mixed = usage_guard::ceiling::count_request_for_group(
+        &request,
+        Api::OpenAiChat,
+        &[("gpt-4o", None), ("llama3.1", None)],
+    )
+    .unwrap();
+    assert!(!mixed.exact);
+    assert!(usage_guard::ceiling::count_request_for_group(&request, Api::OpenAiChat, &[]).is_err());
+}

@@ -332,3 +332,12 @@ def test_long_counts_release_the_gil() -> None:
         t.join()
     # Holding the GIL for the whole count would leave the other thread (almost) no turns.
     assert during > 10_000, during
+
+
+def test_routing_group_counts_the_largest() -> None:
+    req = {"messages": [{"role": "user", "content": "お誕生日おめでとう 東京 データ 用户 限额"}]}
+    gpt4 = ug.count_prompt(req, model="gpt-4")
+    group = ug.count_prompt(req, model=["gpt-4o", "gpt-4"])
+    assert group == gpt4 and gpt4["tokens"] > ug.count_prompt(req, model="gpt-4o")["tokens"]
+    with pytest.raises(TypeError, match="model: must be a model id"):
+        ug.count_prompt(req, model=3)  # type: ignore[arg-type]

@@ -160,7 +160,7 @@ def count_tokens(text: str, encoding: str = "o200k_base") -> int: ...
 def count_prompt(
     request: Any,
     provider: str = "openai",
-    model: Optional[str] = None,
+    model: Optional[Union[str, list[str]]] = None,
     *,
     policy: Optional[Policy] = None,
 ) -> dict[str, Any]: ...

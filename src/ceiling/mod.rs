@@ -19,5 +19,5 @@ mod tokenizer;
 pub use api::Api;
 pub use fit::{fit, requested_max_output, usage_capped, FitOptions, FitResult};
 pub use models::{known_model, KnownModel, ThinkingRange};
-pub use prompt::{count_request, PromptCount};
+pub use prompt::{count_request, count_request_for_group, PromptCount};
 pub use tokenizer::{count_tokens, tokenizer_for, Encoding, Tokenizer};

@@ -349,3 +349,25 @@ fn ollama_generate(c: &mut Counter, request: &Value) -> Result<()> {
     c.exact = false;
     Ok(())
 }
+
+/// Counts the prompt for a routing group: with each candidate's encoding, taking the largest
+/// count (exact only when every candidate's count is). `candidates` are model ids with their
+/// policy entries; an empty group is an error naming `model`.
+pub fn count_request_for_group(
+    request: &Value,
+    api: Api,
+    candidates: &[(&str, Option<&ModelSpec>)],
+) -> Result<PromptCount> {
+    let mut largest: Option<PromptCount> = None;
+    for (model, spec) in candidates {
+        let c = count_request(request, api, Some(model), *spec)?;
+        largest = Some(match largest {
+            None => c,
+            Some(l) => PromptCount {
+                exact: l.exact && c.exact,
+                ..if c.tokens > l.tokens { c } else { l }
+            },
+        });
+    }
+    largest.ok_or_else(|| Error::invalid("model", "[]", "must name at least one candidate model"))
+}

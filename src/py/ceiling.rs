@@ -141,26 +141,50 @@ fn count_tokens(py: Python<'_>, text: &Bound<'_, PyAny>, encoding: &str) -> PyRe
 }
 
 /// Counts a request's prompt as `provider` sends it: `{"tokens", "exact", "encoding"}`.
+/// `model` may be a list of candidate models (a routing group): the largest count is taken.
 #[pyfunction]
 #[pyo3(signature = (request, provider = "openai", model = None, *, policy = None))]
 fn count_prompt<'py>(
     py: Python<'py>,
     request: &Bound<'py, PyAny>,
     provider: &str,
-    model: Option<String>,
+    model: Option<&Bound<'py, PyAny>>,
     policy: Option<&Bound<'py, PyPolicy>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let api = Api::parse(provider, "provider")?;
     let request = py_to_json(request, "request")?;
-    let model = model.or_else(|| {
-        request
+    let models: Vec<String> = match model.filter(|m| !m.is_none()) {
+        None => request
             .get("model")
             .and_then(Value::as_str)
             .map(String::from)
-    });
-    let spec = spec_for(policy, model.as_deref());
-    let count =
-        py.detach(|| ceiling::count_request(&request, api, model.as_deref(), spec.as_deref()))?;
+            .into_iter()
+            .collect(),
+        Some(m) => match m.extract::<String>() {
+            Ok(one) => vec![one],
+            Err(_) => m.extract::<Vec<String>>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "model: must be a model id or a list of model ids (got {})",
+                    m.repr().map(|r| r.to_string()).unwrap_or_default()
+                ))
+            })?,
+        },
+    };
+    let specs: Vec<Option<Arc<ModelSpec>>> =
+        models.iter().map(|m| spec_for(policy, Some(m))).collect();
+    let count = py.detach(|| {
+        if models.len() <= 1 {
+            let m = models.first().map(String::as_str);
+            ceiling::count_request(&request, api, m, specs.first().and_then(|s| s.as_deref()))
+        } else {
+            let group: Vec<(&str, Option<&ModelSpec>)> = models
+                .iter()
+                .zip(&specs)
+                .map(|(m, s)| (m.as_str(), s.as_deref()))
+                .collect();
+            ceiling::count_request_for_group(&request, api, &group)
+        }
+    })?;
     let d = PyDict::new(py);
     d.set_item("tokens", count.tokens)?;
     d.set_item("exact", count.exact)?;
