@@ -4,9 +4,10 @@
 use serde_json::{json, Value};
 
 use super::api::Api;
-use super::fields::{choices, gemini_thinking_path, get, output_path, read_count, set};
+use super::fields::{choices, output_path, read_count, set};
 use super::models::{known_model, ThinkingRange};
-use super::prompt::{count_request, field_error, PromptCount};
+use super::prompt::{count_request, PromptCount};
+use super::thinking::fit_thinking;
 use crate::error::{Error, Result};
 use crate::guard::decide::UsageCeiling;
 use crate::guard::policy::ModelSpec;
@@ -325,124 +326,4 @@ pub fn fit(
         output_capped,
         lowered: output_capped || thinking_lowered,
     })
-}
-
-/// Lowers the thinking budget below the output maximum `out`; returns (budget in force,
-/// turned off, changed).
-fn fit_thinking(
-    request: &mut Value,
-    api: Api,
-    out: u64,
-    range: Option<ThinkingRange>,
-) -> Result<(Option<u64>, bool, bool)> {
-    let Some(range) = range else {
-        return Ok((None, false, false));
-    };
-    let limit = out.saturating_sub(1);
-    match api {
-        Api::Anthropic => {
-            let enabled =
-                request.pointer("/thinking/type").and_then(Value::as_str) == Some("enabled");
-            if !enabled {
-                return Ok((None, false, false));
-            }
-            let Some(budget) = read_count(request, &["thinking", "budget_tokens"], false)? else {
-                return Err(field_error(
-                    "request.thinking.budget_tokens",
-                    &Value::Null,
-                    "is required when thinking is enabled; an integer ≥ 1024",
-                ));
-            };
-            if budget <= limit {
-                return Ok((Some(budget), false, false));
-            }
-            if limit >= range.min {
-                set(request, &["thinking", "budget_tokens"], json!(limit));
-                Ok((Some(limit), false, true))
-            } else if range.can_disable {
-                set(request, &["thinking"], json!({"type": "disabled"}));
-                Ok((None, true, true))
-            } else {
-                Ok((Some(budget), false, false))
-            }
-        }
-        Api::Gemini => {
-            let path = gemini_thinking_path(request);
-            let Some(raw) = get(request, &path) else {
-                return Ok((None, false, false));
-            };
-            let budget = match raw.as_i64() {
-                Some(0) => return Ok((None, false, false)),
-                Some(-1) if range.max == u64::MAX => return Ok((None, false, false)),
-                Some(-1) => range.max,
-                Some(n) if n > 0 => n as u64,
-                _ => {
-                    return Err(field_error(
-                        &format!("request.{}", path.join(".")),
-                        raw,
-                        "must be an integer: -1 (dynamic), 0 (off) or a token budget",
-                    ))
-                }
-            };
-            if budget <= limit {
-                return Ok((Some(budget), false, false));
-            }
-            if limit >= range.min {
-                set(request, &path, json!(limit));
-                Ok((Some(limit), false, true))
-            } else if range.can_disable {
-                set(request, &path, json!(0));
-                Ok((None, true, true))
-            } else {
-                let lowest = range.min.min(budget);
-                set(request, &path, json!(lowest));
-                Ok((Some(lowest), false, lowest != budget))
-            }
-        }
-        _ => Ok((None, false, false)),
-    }
-}
-
-/// Whether `response` stopped at an output maximum the ceiling set: its finish reason says
-/// the maximum was reached (chat `length`, responses `max_output_tokens`, Anthropic
-/// `max_tokens`, Gemini `MAX_TOKENS`, Ollama `length`; a final streaming chunk or event works
-/// too) and `fit` capped the output.
-pub fn usage_capped(response: &Value, fit: &FitResult, api: Api) -> bool {
-    if !fit.output_capped {
-        return false;
-    }
-    let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
-    match api {
-        Api::OpenAiChat => response
-            .get("choices")
-            .and_then(Value::as_array)
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| s(c.get("finish_reason")).as_deref() == Some("length"))
-            }),
-        // A final response, or a streaming `response.incomplete` event carrying it.
-        Api::OpenAiResponses => [
-            "/incomplete_details/reason",
-            "/response/incomplete_details/reason",
-        ]
-        .iter()
-        .any(|p| s(response.pointer(p)).as_deref() == Some("max_output_tokens")),
-        // A message, or a streaming `message_delta` event.
-        Api::Anthropic => ["/stop_reason", "/delta/stop_reason"]
-            .iter()
-            .any(|p| s(response.pointer(p)).as_deref() == Some("max_tokens")),
-        Api::Gemini => response
-            .get("candidates")
-            .and_then(Value::as_array)
-            .is_some_and(|c| {
-                c.iter().any(|c| {
-                    let r = s(c.get("finishReason").or_else(|| c.get("finish_reason")));
-                    r.as_deref() == Some("MAX_TOKENS")
-                })
-            }),
-        Api::OllamaChat | Api::OllamaGenerate => {
-            s(response.get("done_reason")).as_deref() == Some("length")
-        }
-        Api::OpenAiEmbeddings | Api::OllamaEmbed => false,
-    }
 }

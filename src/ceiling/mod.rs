@@ -7,6 +7,7 @@
 //! field that provider reads.
 
 mod api;
+mod capped;
 mod fields;
 mod fit;
 mod image;
@@ -14,10 +15,12 @@ mod intersect;
 mod models;
 mod openai;
 mod prompt;
+mod thinking;
 mod tokenizer;
 
 pub use api::Api;
-pub use fit::{fit, requested_max_output, usage_capped, FitOptions, FitResult};
+pub use capped::usage_capped;
+pub use fit::{fit, requested_max_output, FitOptions, FitResult};
 pub use models::{known_model, KnownModel, ThinkingRange};
 pub use prompt::{count_request, count_request_for_group, PromptCount};
 pub use tokenizer::{count_tokens, tokenizer_for, Encoding, Tokenizer};

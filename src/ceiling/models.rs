@@ -36,11 +36,15 @@ impl ThinkingRange {
 pub struct KnownModel {
     /// The id prefix this entry matched.
     pub prefix: &'static str,
+    /// The encoding prompts are counted with.
     pub encoding: Encoding,
     /// Whether `encoding` is the model's own tokenizer (counts are exact) or a stand-in.
     pub exact: bool,
+    /// Input and output together.
     pub context_window: Option<u64>,
+    /// A separate input limit, where the provider declares one.
     pub max_input_tokens: Option<u64>,
+    /// The most output one call can ask for.
     pub max_output_tokens: Option<u64>,
     /// The numeric thinking budget it accepts, where it has one.
     pub thinking: Option<ThinkingRange>,

@@ -17,6 +17,7 @@ pub struct PromptCount {
     /// True when the count is exact: the model's own encoding, and only parts whose framing
     /// the provider documents. Otherwise an estimate (the ceiling keeps `margin` free).
     pub exact: bool,
+    /// The encoding the text was counted with.
     pub encoding: Encoding,
 }
 

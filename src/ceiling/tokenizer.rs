@@ -14,8 +14,11 @@ pub enum Encoding {
     O200kBase,
     /// GPT-4, GPT-3.5-turbo, text-embedding-3.
     Cl100kBase,
+    /// Codex and text-davinci-002/003.
     P50kBase,
+    /// The edit models.
     P50kEdit,
+    /// GPT-3 (`gpt2`).
     R50kBase,
 }
 
@@ -91,6 +94,7 @@ pub fn count_tokens(text: &str, encoding: &str) -> Result<u64> {
 /// How prompts for one model are counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tokenizer {
+    /// The encoding to count with.
     pub encoding: Encoding,
     /// True when `encoding` is the model's own tokenizer; false for an estimate (then the
     /// ceiling's `margin` is kept free).
