@@ -68,9 +68,13 @@ struct Limits {
 fn limits(api: Api, model: Option<&str>, spec: Option<&ModelSpec>) -> Limits {
     let id = model.or(spec.map(|s| &*s.id));
     let known = id.and_then(known_model);
-    let default_thinking = match api {
+    // The API decides the budget's rules; a Gemini model's range refines Gemini's.
+    let thinking = match api {
         Api::Anthropic => Some(ThinkingRange::ANTHROPIC),
-        Api::Gemini => Some(ThinkingRange::GEMINI_UNKNOWN),
+        Api::Gemini => known
+            .and_then(|k| k.thinking)
+            .filter(|t| *t != ThinkingRange::ANTHROPIC)
+            .or(Some(ThinkingRange::GEMINI_UNKNOWN)),
         _ => None,
     };
     Limits {
@@ -83,7 +87,7 @@ fn limits(api: Api, model: Option<&str>, spec: Option<&ModelSpec>) -> Limits {
         max_output: spec
             .and_then(|s| s.max_output_tokens)
             .or(known.and_then(|k| k.max_output_tokens)),
-        thinking: known.and_then(|k| k.thinking).or(default_thinking),
+        thinking,
         name: spec
             .map(|s| s.display_name.clone())
             .filter(|n| !n.is_empty())
