@@ -32,6 +32,9 @@ impl Reason {
     }
 }
 
+/// A rate-limit refusal that frees up later than this also says `x-should-retry: false`.
+pub const MAX_CLIENT_RETRY_WAIT_SECONDS: u64 = 60;
+
 /// The message of every refusal for unavailable counters.
 pub const UNAVAILABLE_MESSAGE: &str = "Usage limits cannot be checked right now";
 
@@ -105,6 +108,10 @@ impl Refusal {
             if self.is_rate_limit() {
                 if let Some(seconds) = self.retry_after_seconds {
                     headers.push(("retry-after".to_string(), seconds.max(1).to_string()));
+                    // SDKs that honour any Retry-After would hold the request that long.
+                    if seconds > MAX_CLIENT_RETRY_WAIT_SECONDS {
+                        headers.push(("x-should-retry".to_string(), "false".to_string()));
+                    }
                 }
             } else {
                 // A limit that lasts until tomorrow: tell SDK clients not to retry.
