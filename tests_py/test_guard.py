@@ -678,3 +678,33 @@ async def test_async_calls_run_concurrently(make_guard: MakeGuard) -> None:
     assert all(not isinstance(r, ug.UsageLimitError) or r.metric == "requests" for r in results)
     await asyncio.gather(*(t.release_async() for t in tickets))
     assert rule_view(guard.usage("alice", "gpt-5"), "direct", "requests")["left"] == 5
+
+
+def test_admit_counts_the_request_it_is_given(make_guard: MakeGuard) -> None:
+    guard = make_guard(
+        policy(direct=[direct("alice", "gpt-5", tokens(100_000))], public=[]),
+    )
+    chat = {
+        "model": "gpt-5",
+        "messages": [{"role": "user", "content": "Count me exactly, please."}],
+        "max_completion_tokens": 700,
+    }
+    exact = ug.count_prompt(chat, provider="openai", model="gpt-5")
+    assert exact["exact"] is True
+    ticket = guard.admit("alice", "gpt-5", chat, provider="openai")
+    assert ticket.ceiling["tokens"] == exact["tokens"] + 700
+    assert ticket.ceiling["max_output_tokens"] == 700
+    ticket.release()
+    # An estimated count (Anthropic framing is not published) is held with the margin the
+    # client keeps free, so fitting the call does not lower the caller's output.
+    message = {"model": "claude-sonnet", "max_tokens": 300, "messages": chat["messages"]}
+    estimate = ug.count_prompt(message, provider="anthropic", model="claude-sonnet")
+    assert estimate["exact"] is False
+    guard = make_guard(policy(direct=[direct("alice", "claude-sonnet", tokens(100_000))]))
+    ticket = guard.admit("alice", "claude-sonnet", message, provider="anthropic")
+    margin = -(-estimate["tokens"] * 5 // 100)
+    assert ticket.ceiling["tokens"] == estimate["tokens"] + margin + 300
+    fitted = ug.fit(message, ticket.ceiling, provider="anthropic", model="claude-sonnet")
+    assert fitted.max_output_tokens == 300 and not fitted.lowered
+    with pytest.raises(ValueError, match="provider"):
+        guard.admit("alice", "claude-sonnet", message, provider="antropic")

@@ -13,7 +13,6 @@ use crate::guard::view::{RuleView, UsageView};
 
 /// A Python value (dicts with string keys, lists, tuples, str, int, float, bool, None) as
 /// JSON. `path` names the value in errors.
-#[allow(dead_code)] // for request conversion (ceiling)
 pub fn py_to_json(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
     to_json(value, path, false)
 }
