@@ -15,6 +15,9 @@ pub enum Reason {
     DoesNotFit,
     /// The counters could not be read or written.
     Unavailable,
+    /// The prompt (or a required output) does not fit in the model's context window or
+    /// input limit; refused before the provider sees it (HTTP 400).
+    ContextWindowExceeded,
 }
 
 impl Reason {
@@ -24,6 +27,7 @@ impl Reason {
             Reason::LimitReached => "USAGE_LIMIT_REACHED",
             Reason::DoesNotFit => "USAGE_LIMIT_DOES_NOT_FIT",
             Reason::Unavailable => "USAGE_LIMITS_UNAVAILABLE",
+            Reason::ContextWindowExceeded => "CONTEXT_WINDOW_EXCEEDED",
         }
     }
 }
@@ -82,6 +86,7 @@ impl Refusal {
     pub fn http_code(&self) -> &'static str {
         match self.reason {
             Reason::Unavailable => "usage_limits_unavailable",
+            Reason::ContextWindowExceeded => "context_length_exceeded",
             _ if self.is_rate_limit() => "rate_limit_exceeded",
             Reason::DoesNotFit => "usage_limit_does_not_fit",
             Reason::LimitReached => "usage_limit_reached",
@@ -90,6 +95,9 @@ impl Refusal {
 
     /// The refusal as an HTTP answer in a provider's error shape.
     pub fn to_http(&self, provider: HttpShape) -> HttpRefusal {
+        if self.reason == Reason::ContextWindowExceeded {
+            return self.context_window_http(provider);
+        }
         let unavailable = self.reason == Reason::Unavailable;
         let status = if unavailable { 503 } else { 429 };
         let code = self.http_code();
@@ -126,6 +134,33 @@ impl Refusal {
         HttpRefusal {
             status,
             headers,
+            body,
+        }
+    }
+}
+
+impl Refusal {
+    /// A context-window refusal as an invalid request: 400, `context_length_exceeded`.
+    fn context_window_http(&self, provider: HttpShape) -> HttpRefusal {
+        let code = self.http_code();
+        let body = match provider {
+            HttpShape::OpenAi => json!({
+                "error": {
+                    "message": self.message,
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": code,
+                }
+            }),
+            HttpShape::Anthropic => json!({
+                "type": "error",
+                "error": { "type": "invalid_request_error", "message": self.message, "code": code }
+            }),
+            HttpShape::Ollama => json!({ "error": self.message }),
+        };
+        HttpRefusal {
+            status: 400,
+            headers: vec![("content-type".to_string(), "application/json".to_string())],
             body,
         }
     }

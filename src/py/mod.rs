@@ -1,6 +1,7 @@
 //! The PyO3 layer: `usage_guard._core`. It only converts types and maps errors; every
 //! decision lives in the plain Rust core.
 
+mod ceiling;
 mod clock;
 mod convert;
 mod errors;
@@ -20,5 +21,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     policy::register(m)?;
     store::register(m)?;
     guard::register(m)?;
+    ceiling::register(m)?;
     Ok(())
 }
