@@ -1,0 +1,245 @@
+"""The official `openai` SDK, wrapped by GuardedOpenAI, talking HTTP to the fake provider."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from fake_provider import WORD, FakeProvider
+from provider_support import MODELS, cost_micros, policy, prompt_tokens, reserved, used
+
+import usage_guard as ug
+from usage_guard.openai import GuardedAsyncOpenAI, GuardedOpenAI
+
+MESSAGES = [{"role": "user", "content": "Say hello a few times."}]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeProvider]:
+    with FakeProvider() as f:
+        yield f
+
+
+@pytest.fixture
+def fake(server: FakeProvider) -> FakeProvider:
+    server.reset()
+    server.output_tokens, server.input_tokens = 12, 21
+    server.cached_tokens = server.reasoning_tokens = 0
+    return server
+
+
+def sdk(fake: FakeProvider, **kw: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{fake.url}/v1", api_key="sk-test", max_retries=0, **kw)
+
+
+def async_sdk(fake: FakeProvider) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{fake.url}/v1", api_key="sk-test", max_retries=0)
+
+
+def test_chat_bills_reported_usage_and_attaches_limits(fake, make_guard):
+    guard = make_guard(policy())
+    fake.cached_tokens, fake.reasoning_tokens = 5, 4
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    reply = client.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=100)
+    assert reply.choices[0].message.content == WORD * 12
+    assert used(guard, "alice", "gpt-4o") == 21 + 12
+    assert used(guard, "alice", "gpt-4o", "cost") == cost_micros(MODELS["gpt-4o"]["prices"], 21, 12, cached=5)
+    assert reserved(guard, "alice", "gpt-4o") == 0
+    assert reply.usage_limits["source"] == {"type": "direct", "id": "alice"}
+    assert reply.usage_limits["capped"] is False
+    assert reply.usage_restriction == reply.usage_limits["restriction"]
+    assert reply.usage_restriction["max_value"] in (1_000_000, 1_000_000_000)
+    # the caller's own maximum was below what is left: sent as given
+    assert fake.bodies("/v1/chat/completions")[0]["max_tokens"] == 100
+    # the attached view is not part of the model's data
+    assert "usage_limits" not in reply.model_dump()
+
+
+def test_user_per_call_is_not_sent(fake, make_guard):
+    guard = make_guard(policy())
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    client.chat.completions.create(model="gpt-4o", messages=MESSAGES, user="bob")
+    body = fake.bodies("/v1/chat/completions")[0]
+    assert "user" not in body
+    assert used(guard, "bob", "gpt-4o") == 33
+    assert used(guard, "alice", "gpt-4o") == 0
+
+
+def test_refused_call_never_reaches_the_server(fake, make_guard):
+    guard = make_guard(policy(tokens_a_day=1000))
+    guard.admit("alice", "gpt-4o", prompt_tokens=600, max_tokens=0).bill(600, 400)
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    with pytest.raises(ug.UsageLimitError) as e:
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert e.value.reason == "USAGE_LIMIT_REACHED"
+    assert fake.requests == []
+    assert used(guard, "alice", "gpt-4o") == 1000
+
+
+def test_call_that_does_not_fit_is_refused_before_the_server(fake, make_guard):
+    guard = make_guard(policy(tokens_a_day=1000))
+    guard.admit("alice", "gpt-4o", prompt_tokens=900, max_tokens=0).bill(900, 0)
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    long = [{"role": "user", "content": "word " * 300}]
+    with pytest.raises(ug.UsageLimitError):
+        client.chat.completions.create(model="gpt-4o", messages=long)
+    assert fake.requests == []
+    assert used(guard, "alice", "gpt-4o") == 900
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+
+def test_fitted_call_is_sent_with_the_lowered_maximum_and_capped(fake, make_guard):
+    guard = make_guard(policy(tokens_a_day=500))
+    fake.output_tokens = 10_000  # the model would write on and on
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    request = {"model": "gpt-4o", "messages": MESSAGES, "max_completion_tokens": 4000}
+    reply = client.chat.completions.create(**request)
+    sent = fake.bodies("/v1/chat/completions")[0]["max_completion_tokens"]
+    assert sent == 500 - prompt_tokens(request, "openai", "gpt-4o")
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == sent
+    assert reply.usage_limits["capped"] is True
+    assert used(guard, "alice", "gpt-4o") == 21 + sent
+
+
+def test_not_capped_when_stopping_early_or_at_the_callers_own_maximum(fake, make_guard):
+    guard = make_guard(policy(tokens_a_day=500))
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    fake.output_tokens = 12  # stops by itself below the ceiling's maximum
+    reply = client.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=4000)
+    assert reply.choices[0].finish_reason == "stop"
+    assert reply.usage_limits["capped"] is False
+    fake.output_tokens = 10_000  # stops at the caller's maximum, which the ceiling left alone
+    reply = client.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=7)
+    assert reply.choices[0].finish_reason == "length"
+    assert fake.bodies("/v1/chat/completions")[1]["max_tokens"] == 7
+    assert reply.usage_limits["capped"] is False
+
+
+def test_stream_asks_for_usage_and_bills_it_once(fake, make_guard):
+    guard = make_guard(policy())
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    with client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True) as stream:
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == WORD * 12
+    body = fake.bodies("/v1/chat/completions")[0]
+    assert body["stream_options"] == {"include_usage": True}
+    assert used(guard, "alice", "gpt-4o") == 21 + 12
+    assert stream.usage_limits["capped"] is False
+    stream.close()  # settled already: nothing billed twice
+    assert used(guard, "alice", "gpt-4o") == 33
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_stream_abandoned_after_n_chunks_bills_n_chunks(fake, make_guard, n):
+    guard = make_guard(policy())
+    fake.output_tokens = 200
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    request = {"model": "gpt-4o", "messages": MESSAGES}
+    stream = client.chat.completions.create(**request, stream=True)
+    got = []
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            got.append(chunk.choices[0].delta.content)
+        if len(got) == n:
+            break
+    stream.close()
+    assert ug._core.count_tokens("".join(got)) == n
+    assert used(guard, "alice", "gpt-4o") == prompt_tokens(request, "openai", "gpt-4o") + n
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+
+def test_broken_stream_bills_what_arrived(fake, make_guard):
+    guard = make_guard(policy())
+    fake.output_tokens, fake.break_after = 50, 4
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    request = {"model": "gpt-4o", "messages": MESSAGES}
+    got = []
+    with pytest.raises(Exception) as e:
+        for chunk in client.chat.completions.create(**request, stream=True):
+            if chunk.choices and chunk.choices[0].delta.content:
+                got.append(chunk.choices[0].delta.content)
+    assert not isinstance(e.value, ug.UsageLimitError)
+    assert len(got) == 4
+    assert used(guard, "alice", "gpt-4o") == prompt_tokens(request, "openai", "gpt-4o") + 4
+
+
+def test_provider_error_releases(fake, make_guard):
+    guard = make_guard(policy())
+    fake.refusal = (500, {}, {"error": {"message": "boom", "type": "server_error", "param": None, "code": None}})
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert len(fake.requests) == 1
+    assert used(guard, "alice", "gpt-4o") == 0
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+
+def test_responses_plain_and_stream(fake, make_guard):
+    guard = make_guard(policy(tokens_a_day=300))
+    fake.output_tokens, fake.reasoning_tokens = 10_000, 3
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    request = {"model": "gpt-4o", "input": "Say hello."}
+    reply = client.responses.create(**request)
+    sent = fake.bodies("/v1/responses")[0]["max_output_tokens"]
+    assert sent == 300 - prompt_tokens(request, "openai.responses", "gpt-4o")
+    assert reply.usage_limits["capped"] is True
+    assert reply.incomplete_details.reason == "max_output_tokens"
+    assert used(guard, "alice", "gpt-4o") == 21 + sent
+
+    guard = make_guard(policy())
+    fake.output_tokens = 9
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    stream = client.responses.create(**request, stream=True)
+    deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+    assert "".join(deltas) == WORD * 9
+    assert used(guard, "alice", "gpt-4o") == 21 + 9
+    assert stream.usage_limits["capped"] is False
+
+
+def test_embeddings_bill_input_only(fake, make_guard):
+    guard = make_guard(policy())
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    reply = client.embeddings.create(model="text-embedding-3-small", input=["a", "b"])
+    assert len(reply.data) == 2
+    assert used(guard, "alice", "text-embedding-3-small") == 21
+    assert reply.usage_limits["capped"] is False
+    assert reserved(guard, "alice", "text-embedding-3-small") == 0
+
+
+def test_everything_else_passes_through(fake, make_guard):
+    raw = sdk(fake)
+    client = GuardedOpenAI(raw, make_guard(policy()), user="alice")
+    assert client.base_url == raw.base_url
+    assert client.models is raw.models
+    assert client.chat.completions.with_raw_response is not None
+    assert client.client is raw
+
+
+async def test_async_agrees_with_sync(fake, make_guard):
+    fake.output_tokens = 10_000
+    request = {"model": "gpt-4o", "messages": MESSAGES, "max_tokens": 5000}
+    sync_guard, async_guard = make_guard(policy(tokens_a_day=400)), make_guard(policy(tokens_a_day=400))
+    sync_reply = GuardedOpenAI(sdk(fake), sync_guard, user="alice").chat.completions.create(**request)
+    async_client = GuardedAsyncOpenAI(async_sdk(fake), async_guard, user="alice")
+    async_reply = await async_client.chat.completions.create(**request)
+    first, second = fake.bodies("/v1/chat/completions")
+    assert first == second
+    assert sync_reply.usage_limits == async_reply.usage_limits
+    assert async_reply.usage_limits["capped"] is True
+    assert used(sync_guard, "alice", "gpt-4o") == used(async_guard, "alice", "gpt-4o") > 21
+
+    # streams agree too, abandoned ones included
+    fake.output_tokens = 30
+    stream = await async_client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+    got = 0
+    async for chunk in stream:
+        got += bool(chunk.choices and chunk.choices[0].delta.content)
+        if got == 3:
+            break
+    await stream.close()
+    base = prompt_tokens({"model": "gpt-4o", "messages": MESSAGES}, "openai", "gpt-4o")
+    assert used(async_guard, "alice", "gpt-4o") == used(sync_guard, "alice", "gpt-4o") + base + 3
