@@ -267,7 +267,7 @@ class FakeProvider:
     def _anthropic_messages(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         n, capped = self._produce(body.get("max_tokens"))
         stop = "max_tokens" if capped else "end_turn"
-        model = body.get("model", "claude-sonnet-4-5")
+        model = body.get("model", "claude-haiku-4-5")
         usage = {
             "input_tokens": self.input_tokens - self.cached_tokens,
             "cache_creation_input_tokens": 0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import usage_guard as ug
@@ -13,7 +14,7 @@ MODELS: dict[str, dict[str, Any]] = {
         "prices": {"input": 2.5, "cached_input": 1.25, "output": 10.0},
     },
     "text-embedding-3-small": {"provider": "openai", "prices": {"input": 0.02, "output": 0.0}},
-    "claude-sonnet-4-5": {
+    "claude-haiku-4-5": {
         "provider": "anthropic",
         "max_output_tokens": 64000,
         "prices": {"input": 3.0, "cached_input": 0.3, "output": 15.0},
@@ -62,8 +63,16 @@ def cost_micros(
         + cached * prices.get("cached_input", prices["input"])
         + output_tokens * prices["output"]
     )
-    return round(per_million)  # dollars per million tokens × tokens = micro-dollars
+    return math.ceil(per_million)  # dollars per million × tokens = micro-dollars, rounded up
 
 
 def prompt_tokens(request: dict[str, Any], provider: str, model: Optional[str] = None) -> int:
     return int(ug._core.count_prompt(request, provider=provider, model=model)["tokens"])
+
+
+def room(left: int, request: dict[str, Any], provider: str, model: str, margin: float = 0.05) -> int:
+    """The output maximum `fit` leaves when `left` tokens are left: the prompt, plus the margin
+    when the count is an estimate, comes off first."""
+    count = ug._core.count_prompt(request, provider=provider, model=model)
+    kept = 0 if count["exact"] else math.ceil(count["tokens"] * margin)
+    return left - int(count["tokens"]) - kept

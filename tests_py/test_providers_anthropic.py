@@ -12,7 +12,7 @@ from provider_support import MODELS, cost_micros, policy, prompt_tokens, reserve
 import usage_guard as ug
 from usage_guard.anthropic import GuardedAnthropic, GuardedAsyncAnthropic
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-haiku-4-5"
 MESSAGES = [{"role": "user", "content": "Say hello a few times."}]
 
 
@@ -192,8 +192,15 @@ async def test_async_agrees_with_sync(fake, make_guard):
     assert async_reply.usage_limits["capped"] is True
 
     fake.output_tokens = 7
+    sync_guard, async_guard = make_guard(policy()), make_guard(policy())
+    with GuardedAnthropic(sdk(fake), sync_guard, user="alice").messages.stream(
+        model=MODEL, max_tokens=100, messages=MESSAGES
+    ) as sync_stream:
+        sync_stream.until_done()
+    client = GuardedAsyncAnthropic(async_sdk(fake), async_guard, user="alice")
     async with client.messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
         text = "".join([t async for t in stream.text_stream])
     assert text == WORD * 7
     assert stream.usage_limits["capped"] is False
-    assert used(async_guard, "alice", MODEL) == used(sync_guard, "alice", MODEL) + 21 + 7
+    assert used(async_guard, "alice", MODEL) == used(sync_guard, "alice", MODEL) == 21 + 7
+    assert stream.usage_limits == sync_stream.usage_limits

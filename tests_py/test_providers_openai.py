@@ -8,7 +8,7 @@ from typing import Any
 import openai
 import pytest
 from fake_provider import WORD, FakeProvider
-from provider_support import MODELS, cost_micros, policy, prompt_tokens, reserved, used
+from provider_support import MODELS, cost_micros, policy, prompt_tokens, reserved, room, used
 
 import usage_guard as ug
 from usage_guard.openai import GuardedAsyncOpenAI, GuardedOpenAI
@@ -97,7 +97,7 @@ def test_fitted_call_is_sent_with_the_lowered_maximum_and_capped(fake, make_guar
     request = {"model": "gpt-4o", "messages": MESSAGES, "max_completion_tokens": 4000}
     reply = client.chat.completions.create(**request)
     sent = fake.bodies("/v1/chat/completions")[0]["max_completion_tokens"]
-    assert sent == 500 - prompt_tokens(request, "openai", "gpt-4o")
+    assert sent == room(500, request, "openai", "gpt-4o")
     assert reply.choices[0].finish_reason == "length"
     assert reply.usage.completion_tokens == sent
     assert reply.usage_limits["capped"] is True
@@ -185,7 +185,7 @@ def test_responses_plain_and_stream(fake, make_guard):
     request = {"model": "gpt-4o", "input": "Say hello."}
     reply = client.responses.create(**request)
     sent = fake.bodies("/v1/responses")[0]["max_output_tokens"]
-    assert sent == 300 - prompt_tokens(request, "openai.responses", "gpt-4o")
+    assert sent == room(300, request, "openai.responses", "gpt-4o")
     assert reply.usage_limits["capped"] is True
     assert reply.incomplete_details.reason == "max_output_tokens"
     assert used(guard, "alice", "gpt-4o") == 21 + sent
@@ -234,12 +234,24 @@ async def test_async_agrees_with_sync(fake, make_guard):
 
     # streams agree too, abandoned ones included
     fake.output_tokens = 30
-    stream = await async_client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+    sync_guard, async_guard = make_guard(policy()), make_guard(policy())
+    stream = GuardedOpenAI(sdk(fake), sync_guard, user="alice").chat.completions.create(
+        model="gpt-4o", messages=MESSAGES, stream=True
+    )
     got = 0
-    async for chunk in stream:
+    for chunk in stream:
         got += bool(chunk.choices and chunk.choices[0].delta.content)
         if got == 3:
             break
-    await stream.close()
+    stream.close()
+    async_client = GuardedAsyncOpenAI(async_sdk(fake), async_guard, user="alice")
+    astream = await async_client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+    got = 0
+    async for chunk in astream:
+        got += bool(chunk.choices and chunk.choices[0].delta.content)
+        if got == 3:
+            break
+    await astream.close()
     base = prompt_tokens({"model": "gpt-4o", "messages": MESSAGES}, "openai", "gpt-4o")
-    assert used(async_guard, "alice", "gpt-4o") == used(sync_guard, "alice", "gpt-4o") + base + 3
+    assert used(async_guard, "alice", "gpt-4o") == used(sync_guard, "alice", "gpt-4o") == base + 3
+    assert astream.usage_limits == stream.usage_limits

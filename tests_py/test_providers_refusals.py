@@ -130,7 +130,7 @@ def test_anthropic_rate_limit_error(fake, day_refusal, rate_refusal):
     fake.refusal = day_refusal.to_http("anthropic")
     client = anthropic_sdk(fake, retries=3)
     with pytest.raises(anthropic.RateLimitError) as e:
-        client.messages.create(model="claude-sonnet-4-5", max_tokens=10, messages=MESSAGES)
+        client.messages.create(model="claude-haiku-4-5", max_tokens=10, messages=MESSAGES)
     assert e.value.body["error"]["type"] == "rate_limit_error"
     assert len(fake.requests) == 1  # x-should-retry: false
 
@@ -138,7 +138,7 @@ def test_anthropic_rate_limit_error(fake, day_refusal, rate_refusal):
     fake.refusal = rate_refusal.to_http("anthropic")
     with pytest.raises(anthropic.RateLimitError):
         anthropic_sdk(fake, retries=1).messages.create(
-            model="claude-sonnet-4-5", max_tokens=10, messages=MESSAGES
+            model="claude-haiku-4-5", max_tokens=10, messages=MESSAGES
         )
     assert len(fake.requests) == 2
 
@@ -158,7 +158,7 @@ def test_unavailable_is_503_internal_server_error(fake):
     fake.refusal = e.to_http("anthropic")
     with pytest.raises(anthropic.InternalServerError):
         anthropic_sdk(fake, retries=0).messages.create(
-            model="claude-sonnet-4-5", max_tokens=10, messages=MESSAGES
+            model="claude-haiku-4-5", max_tokens=10, messages=MESSAGES
         )
     fake.reset()
     fake.refusal = e.to_http("openai")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -110,6 +111,9 @@ class Api:
 
 # -- the prompt count: one place to change when Guard.admit counts the request itself ----------
 
+# The ceiling's default `margin`: what `fit` keeps free when the prompt count is an estimate.
+ESTIMATE_MARGIN = 0.05
+
 
 def admission(
     api: Api, model: str, request: dict[str, Any], max_tokens: Optional[int]
@@ -117,8 +121,13 @@ def admission(
     """The keyword arguments of `Guard.admit` for this call, and the prompt's encoding
     (used to count the output of a stream that is cut off)."""
     count = _core.count_prompt(request, provider=api.word, model=model)
+    tokens = int(count["tokens"])
+    if not count["exact"]:
+        # Reserve the margin `fit` keeps free for an estimate, so that it comes off what is
+        # left, not off the caller's output maximum.
+        tokens += math.ceil(tokens * ESTIMATE_MARGIN)
     kwargs = {
-        "prompt_tokens": count["tokens"],
+        "prompt_tokens": tokens,
         "max_tokens": 0 if api.embeddings else max_tokens,
         "provider": api.word,
     }
