@@ -62,7 +62,9 @@ class FakeProvider:
                     body = raw.decode("utf-8", "replace")
                 with provider._lock:
                     provider.requests.append(
-                        Recorded("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                        Recorded(
+                            "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body
+                        )
                     )
                 try:
                     provider._answer(self, self.path.split("?")[0], body or {})
@@ -187,7 +189,9 @@ class FakeProvider:
         events += [(None, chunk({"content": WORD}, None)) for _ in range(n)]
         events.append((None, chunk({}, finish)))
         if (body.get("stream_options") or {}).get("include_usage"):
-            events.append((None, {**base, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
+            events.append(
+                (None, {**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+            )
         events.append((None, "[DONE]"))
         self._sse(h, events, content_at=range(1, n + 1))
 
@@ -230,38 +234,71 @@ class FakeProvider:
         if not body.get("stream"):
             _send_json(h, 200, response)
             return
-        pending = {**response, "status": "in_progress", "output": [], "usage": None,
-                   "incomplete_details": None}
+        pending = {
+            **response,
+            "status": "in_progress",
+            "output": [],
+            "usage": None,
+            "incomplete_details": None,
+        }
         seq = iter(range(10_000))
         events: list[tuple[Optional[str], Any]] = [
-            ("response.created", {"type": "response.created", "response": pending,
-                                  "sequence_number": next(seq)}),
-            ("response.in_progress", {"type": "response.in_progress", "response": pending,
-                                      "sequence_number": next(seq)}),
-            ("response.output_item.added", {
-                "type": "response.output_item.added", "output_index": 0,
-                "item": {**message, "status": "in_progress", "content": []},
-                "sequence_number": next(seq)}),
+            (
+                "response.created",
+                {"type": "response.created", "response": pending, "sequence_number": next(seq)},
+            ),
+            (
+                "response.in_progress",
+                {"type": "response.in_progress", "response": pending, "sequence_number": next(seq)},
+            ),
+            (
+                "response.output_item.added",
+                {
+                    "type": "response.output_item.added",
+                    "output_index": 0,
+                    "item": {**message, "status": "in_progress", "content": []},
+                    "sequence_number": next(seq),
+                },
+            ),
         ]
         first = len(events)
         for _ in range(n):
-            events.append(("response.output_text.delta", {
-                "type": "response.output_text.delta", "item_id": "msg_fake1", "output_index": 0,
-                "content_index": 0, "delta": WORD, "logprobs": [], "sequence_number": next(seq)}))
+            events.append(
+                (
+                    "response.output_text.delta",
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": "msg_fake1",
+                        "output_index": 0,
+                        "content_index": 0,
+                        "delta": WORD,
+                        "logprobs": [],
+                        "sequence_number": next(seq),
+                    },
+                )
+            )
         done = "response.incomplete" if capped else "response.completed"
         events.append((done, {"type": done, "response": response, "sequence_number": next(seq)}))
         self._sse(h, events, content_at=range(first, first + n))
 
     def _openai_embeddings(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         inputs = body.get("input")
-        count = len(inputs) if isinstance(inputs, list) and inputs and isinstance(inputs[0], str) else 1
-        _send_json(h, 200, {
-            "object": "list",
-            "data": [{"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]}
-                     for i in range(count)],
-            "model": body.get("model", "text-embedding-3-small"),
-            "usage": {"prompt_tokens": self.input_tokens, "total_tokens": self.input_tokens},
-        })
+        count = (
+            len(inputs) if isinstance(inputs, list) and inputs and isinstance(inputs[0], str) else 1
+        )
+        _send_json(
+            h,
+            200,
+            {
+                "object": "list",
+                "data": [
+                    {"object": "embedding", "index": i, "embedding": [0.1, 0.2, 0.3]}
+                    for i in range(count)
+                ],
+                "model": body.get("model", "text-embedding-3-small"),
+                "usage": {"prompt_tokens": self.input_tokens, "total_tokens": self.input_tokens},
+            },
+        )
 
     # Anthropic messages
     def _anthropic_messages(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
@@ -288,22 +325,46 @@ class FakeProvider:
         if not body.get("stream"):
             _send_json(h, 200, message)
             return
-        start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+        start = {
+            **message,
+            "content": [],
+            "stop_reason": None,
+            "usage": {**usage, "output_tokens": 1},
+        }
         events: list[tuple[Optional[str], Any]] = [
             ("message_start", {"type": "message_start", "message": start}),
-            ("content_block_start", {"type": "content_block_start", "index": 0,
-                                     "content_block": {"type": "text", "text": ""}}),
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            ),
             ("ping", {"type": "ping"}),
         ]
         first = len(events)
         for _ in range(n):
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                   "delta": {"type": "text_delta", "text": WORD}}))
+            events.append(
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": WORD},
+                    },
+                )
+            )
         events += [
             ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            ("message_delta", {"type": "message_delta",
-                               "delta": {"stop_reason": stop, "stop_sequence": None},
-                               "usage": {"output_tokens": n}}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
+                    "usage": {"output_tokens": n},
+                },
+            ),
             ("message_stop", {"type": "message_stop"}),
         ]
         self._sse(h, events, content_at=range(first, first + n))
@@ -335,8 +396,15 @@ class FakeProvider:
         if body.get("stream", True) is False:
             _send_json(h, 200, {**final, **part(WORD * n)})
             return
-        lines = [{"model": final["model"], "created_at": final["created_at"], "done": False,
-                  **part(WORD)} for _ in range(n)]
+        lines = [
+            {
+                "model": final["model"],
+                "created_at": final["created_at"],
+                "done": False,
+                **part(WORD),
+            }
+            for _ in range(n)
+        ]
         lines.append({**final, **part("")})
         self._ndjson(h, lines)
 
@@ -349,18 +417,23 @@ class FakeProvider:
     def _ollama_embed(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         inputs = body.get("input")
         count = len(inputs) if isinstance(inputs, list) else 1
-        _send_json(h, 200, {
-            "model": body.get("model", "nomic-embed-text"),
-            "embeddings": [[0.1, 0.2, 0.3] for _ in range(count)],
-            "total_duration": 1_000_000,
-            "load_duration": 100_000,
-            "prompt_eval_count": self.input_tokens,
-        })
+        _send_json(
+            h,
+            200,
+            {
+                "model": body.get("model", "nomic-embed-text"),
+                "embeddings": [[0.1, 0.2, 0.3] for _ in range(count)],
+                "total_duration": 1_000_000,
+                "load_duration": 100_000,
+                "prompt_eval_count": self.input_tokens,
+            },
+        )
 
     # -- wire formats ------------------------------------------------------------------------
 
-    def _stream(self, h: BaseHTTPRequestHandler, content_type: str, pieces: list[bytes],
-                content_at: range) -> None:
+    def _stream(
+        self, h: BaseHTTPRequestHandler, content_type: str, pieces: list[bytes], content_at: range
+    ) -> None:
         h.send_response(200)
         h.send_header("content-type", content_type)
         h.send_header("transfer-encoding", "chunked")
@@ -380,8 +453,9 @@ class FakeProvider:
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 
-    def _sse(self, h: BaseHTTPRequestHandler, events: list[tuple[Optional[str], Any]],
-             content_at: range) -> None:
+    def _sse(
+        self, h: BaseHTTPRequestHandler, events: list[tuple[Optional[str], Any]], content_at: range
+    ) -> None:
         pieces = []
         for name, data in events:
             payload = data if isinstance(data, str) else json.dumps(data)
@@ -394,8 +468,9 @@ class FakeProvider:
         self._stream(h, "application/x-ndjson", pieces, range(len(lines) - 1))
 
 
-def _send_json(h: BaseHTTPRequestHandler, status: int, payload: Any,
-               headers: Optional[dict[str, str]] = None) -> None:
+def _send_json(
+    h: BaseHTTPRequestHandler, status: int, payload: Any, headers: Optional[dict[str, str]] = None
+) -> None:
     data = json.dumps(payload).encode()
     h.send_response(status)
     sent = {k.lower() for k in (headers or {})}

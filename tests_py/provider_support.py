@@ -24,7 +24,9 @@ MODELS: dict[str, dict[str, Any]] = {
 }
 
 
-def policy(tokens_a_day: int = 1_000_000, users: tuple[str, ...] = ("alice", "bob"), **extra: Any) -> dict[str, Any]:
+def policy(
+    tokens_a_day: int = 1_000_000, users: tuple[str, ...] = ("alice", "bob"), **extra: Any
+) -> dict[str, Any]:
     """Every user gets `tokens_a_day` tokens a day on every model (a Direct Limit), and a
     generous cost rule so that cost is metered too; `extra` rules are added to each limit."""
     rules = [
@@ -70,7 +72,9 @@ def prompt_tokens(request: dict[str, Any], provider: str, model: Optional[str] =
     return int(ug._core.count_prompt(request, provider=provider, model=model)["tokens"])
 
 
-def room(left: int, request: dict[str, Any], provider: str, model: str, margin: float = 0.05) -> int:
+def room(
+    left: int, request: dict[str, Any], provider: str, model: str, margin: float = 0.05
+) -> int:
     """The output maximum `fit` leaves when `left` tokens are left: the prompt, plus the margin
     when the count is an estimate, comes off first."""
     count = ug._core.count_prompt(request, provider=provider, model=model)

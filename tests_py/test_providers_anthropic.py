@@ -6,10 +6,9 @@ from collections.abc import Iterator
 
 import anthropic
 import pytest
+import usage_guard as ug
 from fake_provider import WORD, FakeProvider
 from provider_support import MODELS, cost_micros, policy, prompt_tokens, reserved, used
-
-import usage_guard as ug
 from usage_guard.anthropic import GuardedAnthropic, GuardedAsyncAnthropic
 
 MODEL = "claude-haiku-4-5"
@@ -47,7 +46,9 @@ def test_create_bills_reported_usage_with_cache_reads(fake, make_guard):
     assert reply.usage.input_tokens == 15 and reply.usage.cache_read_input_tokens == 6
     # every input token counts (cache reads too), cache reads at the cached rate
     assert used(guard, "alice", MODEL) == 21 + 12
-    assert used(guard, "alice", MODEL, "cost") == cost_micros(MODELS[MODEL]["prices"], 21, 12, cached=6)
+    assert used(guard, "alice", MODEL, "cost") == cost_micros(
+        MODELS[MODEL]["prices"], 21, 12, cached=6
+    )
     assert reply.usage_limits["capped"] is False
     assert reserved(guard, "alice", MODEL) == 0
 
@@ -127,7 +128,9 @@ def test_messages_stream_helper_bills_on_exit(fake, make_guard):
 
 
 @pytest.mark.parametrize("helper", [False, True])
-def test_stream_abandoned_after_n_chunks_bills_reported_input_and_n_chunks(fake, make_guard, helper):
+def test_stream_abandoned_after_n_chunks_bills_reported_input_and_n_chunks(
+    fake, make_guard, helper
+):
     guard = make_guard(policy())
     fake.output_tokens, n = 100, 5
     client = GuardedAnthropic(sdk(fake), guard, user="alice")
@@ -139,7 +142,9 @@ def test_stream_abandoned_after_n_chunks_bills_reported_input_and_n_chunks(fake,
                 if len(got) == n:
                     break
     else:
-        stream = client.messages.create(model=MODEL, max_tokens=1000, messages=MESSAGES, stream=True)
+        stream = client.messages.create(
+            model=MODEL, max_tokens=1000, messages=MESSAGES, stream=True
+        )
         for event in stream:
             if event.type == "content_block_delta":
                 got.append(event.delta.text)
@@ -157,7 +162,9 @@ def test_broken_stream_bills_what_arrived(fake, make_guard):
     client = GuardedAnthropic(sdk(fake), guard, user="alice")
     got = []
     with pytest.raises(Exception) as e:
-        for event in client.messages.create(model=MODEL, max_tokens=1000, messages=MESSAGES, stream=True):
+        for event in client.messages.create(
+            model=MODEL, max_tokens=1000, messages=MESSAGES, stream=True
+        ):
             if event.type == "content_block_delta":
                 got.append(event.delta.text)
     assert not isinstance(e.value, ug.UsageLimitError)
@@ -167,7 +174,11 @@ def test_broken_stream_bills_what_arrived(fake, make_guard):
 
 def test_provider_error_releases(fake, make_guard):
     guard = make_guard(policy())
-    fake.refusal = (529, {}, {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})
+    fake.refusal = (
+        529,
+        {},
+        {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}},
+    )
     client = GuardedAnthropic(sdk(fake), guard, user="alice")
     with pytest.raises(anthropic.APIStatusError):
         client.messages.create(model=MODEL, max_tokens=1000, messages=MESSAGES)
@@ -182,7 +193,10 @@ def test_provider_error_releases(fake, make_guard):
 async def test_async_agrees_with_sync(fake, make_guard):
     fake.output_tokens = 10_000
     request = {"model": MODEL, "max_tokens": 8000, "messages": MESSAGES}
-    sync_guard, async_guard = make_guard(policy(tokens_a_day=600)), make_guard(policy(tokens_a_day=600))
+    sync_guard, async_guard = (
+        make_guard(policy(tokens_a_day=600)),
+        make_guard(policy(tokens_a_day=600)),
+    )
     sync_reply = GuardedAnthropic(sdk(fake), sync_guard, user="alice").messages.create(**request)
     client = GuardedAsyncAnthropic(async_sdk(fake), async_guard, user="alice")
     async_reply = await client.messages.create(**request)

@@ -6,10 +6,9 @@ from collections.abc import Iterator
 
 import ollama
 import pytest
+import usage_guard as ug
 from fake_provider import WORD, FakeProvider
 from provider_support import policy, prompt_tokens, reserved, used
-
-import usage_guard as ug
 from usage_guard.ollama import GuardedAsyncOllama, GuardedOllama
 
 MODEL = "llama3.2"
@@ -92,7 +91,9 @@ def test_stream_abandoned_after_n_chunks_bills_n_chunks(fake, make_guard):
         if len(got) == n:
             break
     stream.close()
-    count = prompt_tokens({"model": MODEL, "prompt": "Say hello.", "stream": True}, "ollama.generate", MODEL)
+    count = prompt_tokens(
+        {"model": MODEL, "prompt": "Say hello.", "stream": True}, "ollama.generate", MODEL
+    )
     assert used(guard, "alice", MODEL) == count + n
 
 
@@ -142,7 +143,10 @@ def test_provider_error_releases(fake, make_guard):
 
 async def test_async_agrees_with_sync(fake, make_guard):
     fake.output_tokens = 10_000
-    sync_guard, async_guard = make_guard(policy(tokens_a_day=300)), make_guard(policy(tokens_a_day=300))
+    sync_guard, async_guard = (
+        make_guard(policy(tokens_a_day=300)),
+        make_guard(policy(tokens_a_day=300)),
+    )
     sync_reply = GuardedOllama(ollama.Client(host=fake.url), sync_guard, user="alice").chat(
         MODEL, messages=MESSAGES
     )
@@ -170,5 +174,7 @@ async def test_async_agrees_with_sync(fake, make_guard):
         if got == n:
             break
     await stream.aclose()
-    count = prompt_tokens({"model": MODEL, "prompt": "Say hello.", "stream": True}, "ollama.generate", MODEL)
+    count = prompt_tokens(
+        {"model": MODEL, "prompt": "Say hello.", "stream": True}, "ollama.generate", MODEL
+    )
     assert used(async_guard, "alice", MODEL) == used(sync_guard, "alice", MODEL) == count + n

@@ -7,10 +7,9 @@ from typing import Any
 
 import openai
 import pytest
+import usage_guard as ug
 from fake_provider import WORD, FakeProvider
 from provider_support import MODELS, cost_micros, policy, prompt_tokens, reserved, room, used
-
-import usage_guard as ug
 from usage_guard.openai import GuardedAsyncOpenAI, GuardedOpenAI
 
 MESSAGES = [{"role": "user", "content": "Say hello a few times."}]
@@ -45,7 +44,9 @@ def test_chat_bills_reported_usage_and_attaches_limits(fake, make_guard):
     reply = client.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=100)
     assert reply.choices[0].message.content == WORD * 12
     assert used(guard, "alice", "gpt-4o") == 21 + 12
-    assert used(guard, "alice", "gpt-4o", "cost") == cost_micros(MODELS["gpt-4o"]["prices"], 21, 12, cached=5)
+    assert used(guard, "alice", "gpt-4o", "cost") == cost_micros(
+        MODELS["gpt-4o"]["prices"], 21, 12, cached=5
+    )
     assert reserved(guard, "alice", "gpt-4o") == 0
     assert reply.usage_limits["source"] == {"type": "direct", "id": "alice"}
     assert reply.usage_limits["capped"] is False
@@ -169,7 +170,11 @@ def test_broken_stream_bills_what_arrived(fake, make_guard):
 
 def test_provider_error_releases(fake, make_guard):
     guard = make_guard(policy())
-    fake.refusal = (500, {}, {"error": {"message": "boom", "type": "server_error", "param": None, "code": None}})
+    fake.refusal = (
+        500,
+        {},
+        {"error": {"message": "boom", "type": "server_error", "param": None, "code": None}},
+    )
     client = GuardedOpenAI(sdk(fake), guard, user="alice")
     with pytest.raises(openai.InternalServerError):
         client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
@@ -222,8 +227,13 @@ def test_everything_else_passes_through(fake, make_guard):
 async def test_async_agrees_with_sync(fake, make_guard):
     fake.output_tokens = 10_000
     request = {"model": "gpt-4o", "messages": MESSAGES, "max_tokens": 5000}
-    sync_guard, async_guard = make_guard(policy(tokens_a_day=400)), make_guard(policy(tokens_a_day=400))
-    sync_reply = GuardedOpenAI(sdk(fake), sync_guard, user="alice").chat.completions.create(**request)
+    sync_guard, async_guard = (
+        make_guard(policy(tokens_a_day=400)),
+        make_guard(policy(tokens_a_day=400)),
+    )
+    sync_reply = GuardedOpenAI(sdk(fake), sync_guard, user="alice").chat.completions.create(
+        **request
+    )
     async_client = GuardedAsyncOpenAI(async_sdk(fake), async_guard, user="alice")
     async_reply = await async_client.chat.completions.create(**request)
     first, second = fake.bodies("/v1/chat/completions")
@@ -245,7 +255,9 @@ async def test_async_agrees_with_sync(fake, make_guard):
             break
     stream.close()
     async_client = GuardedAsyncOpenAI(async_sdk(fake), async_guard, user="alice")
-    astream = await async_client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+    astream = await async_client.chat.completions.create(
+        model="gpt-4o", messages=MESSAGES, stream=True
+    )
     got = 0
     async for chunk in astream:
         got += bool(chunk.choices and chunk.choices[0].delta.content)

@@ -11,10 +11,9 @@ import anthropic
 import ollama
 import openai
 import pytest
+import usage_guard as ug
 from fake_provider import FakeProvider
 from provider_support import policy
-
-import usage_guard as ug
 from usage_guard import http
 
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -140,7 +140,9 @@ def admission(
 class Call:
     """One guarded call: its request, ticket and fit, and the pure steps between the waits."""
 
-    def __init__(self, owner: GuardedClient, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]):
+    def __init__(
+        self, owner: GuardedClient, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ):
         kwargs = dict(kwargs)
         for name, value in zip(api.positional, args):
             if name in kwargs:
@@ -171,7 +173,9 @@ class Call:
     def fit(self, ticket: Any) -> None:
         """Fits the request into the ticket's ceiling (raises before the provider sees it)."""
         self.ticket = ticket
-        self.fitted = _core.fit(self.request, ticket.ceiling, provider=self.api.word, model=self.model)
+        self.fitted = _core.fit(
+            self.request, ticket.ceiling, provider=self.api.word, model=self.model
+        )
         fitted = self.fitted.request
         for key in self.api.fit_keys:
             if key in fitted and fitted[key] != self.request.get(key):
@@ -261,7 +265,9 @@ def begin_sync(owner: GuardedClient, api: Api, args: tuple, kwargs: dict) -> Cal
     return call
 
 
-def run_sync(owner: GuardedClient, api: Api, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+def run_sync(
+    owner: GuardedClient, api: Api, fn: Callable[..., Any], args: tuple, kwargs: dict
+) -> Any:
     call = begin_sync(owner, api, args, kwargs)
     try:
         result = fn(**call.kwargs)
@@ -436,7 +442,9 @@ class AsyncGuardedStream:
             return
         self._settled = True
         call, state = self._call, self._state
-        await settle_async(call, call.stream_usage(state, completed), self, call.stream_capped(state))
+        await settle_async(
+            call, call.stream_usage(state, completed), self, call.stream_capped(state)
+        )
 
     async def close(self) -> None:
         try:

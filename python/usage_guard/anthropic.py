@@ -53,7 +53,9 @@ def _usage(message: Any) -> Usage:
 
 def _thinking(message: Any) -> str:
     return "".join(
-        g(b, "thinking", default="") for b in g(message, "content", default=()) if g(b, "type") == "thinking"
+        g(b, "thinking", default="")
+        for b in g(message, "content", default=())
+        if g(b, "type") == "thinking"
     )
 
 
@@ -186,7 +188,9 @@ class GuardedAnthropic(GuardedClient):
             return _StreamManager(self, messages.stream, args, kwargs)
 
         stream.__doc__ = messages.stream.__doc__
-        self.messages = Proxy(messages, create=self._guarded(MESSAGES, messages.create), stream=stream)
+        self.messages = Proxy(
+            messages, create=self._guarded(MESSAGES, messages.create), stream=stream
+        )
 
 
 class GuardedAsyncAnthropic(GuardedAnthropic):

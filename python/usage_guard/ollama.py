@@ -45,7 +45,9 @@ def _observer(text_path: tuple[str, ...], thinking_path: tuple[str, ...]) -> Any
     return observe
 
 
-def _api(word: str, text: tuple[str, ...], thinking: tuple[str, ...], positional: tuple[str, ...]) -> Api:
+def _api(
+    word: str, text: tuple[str, ...], thinking: tuple[str, ...], positional: tuple[str, ...]
+) -> Api:
     return Api(
         word=word,
         output_max=_num_predict,

@@ -126,9 +126,13 @@ class GuardedOpenAI(GuardedClient):
 
     def __init__(self, client: Any, guard: Any, user: Optional[str] = None):
         super().__init__(client, guard, user)
-        completions = Proxy(client.chat.completions, create=self._guarded(CHAT, client.chat.completions.create))
+        completions = Proxy(
+            client.chat.completions, create=self._guarded(CHAT, client.chat.completions.create)
+        )
         self.chat = Proxy(client.chat, completions=completions)
-        self.responses = Proxy(client.responses, create=self._guarded(RESPONSES, client.responses.create))
+        self.responses = Proxy(
+            client.responses, create=self._guarded(RESPONSES, client.responses.create)
+        )
         self.embeddings = Proxy(
             client.embeddings, create=self._guarded(EMBEDDINGS, client.embeddings.create)
         )
