@@ -152,6 +152,9 @@ class FakeProvider:
             },
         }
         base = {"id": "chatcmpl-fake1", "created": int(time.time()), "model": model}
+        content = WORD * n
+        if (body.get("response_format") or {}).get("type") == "json_schema":
+            content = json.dumps({"text": content})
         if not body.get("stream"):
             _send_json(
                 h,
@@ -162,7 +165,7 @@ class FakeProvider:
                     "choices": [
                         {
                             "index": 0,
-                            "message": {"role": "assistant", "content": WORD * n, "refusal": None},
+                            "message": {"role": "assistant", "content": content, "refusal": None},
                             "logprobs": None,
                             "finish_reason": finish,
                         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -267,3 +268,51 @@ async def test_async_agrees_with_sync(fake, make_guard):
     base = prompt_tokens({"model": "gpt-4o", "messages": MESSAGES}, "openai", "gpt-4o")
     assert used(async_guard, "alice", "gpt-4o") == used(sync_guard, "alice", "gpt-4o") == base + 3
     assert astream.usage_limits == stream.usage_limits
+
+
+def test_stream_dropped_without_close_bills_what_arrived(fake, make_guard):
+    guard = make_guard(policy())
+    fake.output_tokens = 100
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    request = {"model": "gpt-4o", "messages": MESSAGES}
+
+    def read_two() -> None:
+        got = 0
+        for chunk in client.chat.completions.create(**request, stream=True):
+            got += bool(chunk.choices and chunk.choices[0].delta.content)
+            if got == 2:
+                return  # the stream is dropped here, never closed
+
+    read_two()
+    gc.collect()
+    assert used(guard, "alice", "gpt-4o") == prompt_tokens(request, "openai", "gpt-4o") + 2
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+
+def test_with_options_stays_guarded(fake, make_guard):
+    guard = make_guard(policy(tokens_a_day=100))
+    guard.admit("bob", "gpt-4o", prompt_tokens=100, max_tokens=0).bill(100, 0)
+    client = GuardedOpenAI(sdk(fake), guard, user="alice").with_options(timeout=5.0)
+    assert isinstance(client, GuardedOpenAI) and client.timeout == 5.0
+    with pytest.raises(ug.UsageLimitError):
+        client.for_user("bob").chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert fake.requests == []
+    client.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=10)
+    assert used(guard, "alice", "gpt-4o") == 21 + 10
+
+
+def test_parse_is_guarded(fake, make_guard):
+    import pydantic
+
+    class Answer(pydantic.BaseModel):
+        text: str
+
+    guard = make_guard(policy())
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    reply = client.chat.completions.parse(
+        model="gpt-4o", messages=MESSAGES, response_format=Answer, max_tokens=50
+    )
+    assert reply.choices[0].message.parsed == Answer(text=WORD * 12)
+    assert fake.bodies("/v1/chat/completions")[0]["response_format"]["type"] == "json_schema"
+    assert used(guard, "alice", "gpt-4o") == 21 + 12
+    assert reply.usage_limits["capped"] is False

@@ -59,12 +59,14 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, type):  # e.g. a pydantic class as `response_format`
+        return value.__name__
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         try:
             return jsonable(dump(exclude_none=True))
-        except TypeError:
-            return jsonable(dump())
+        except Exception:
+            return str(value)
     if hasattr(value, "keys"):
         return {str(k): jsonable(value[k]) for k in value.keys()}
     return str(value)
@@ -101,6 +103,7 @@ class Api:
     output_max: Callable[[dict[str, Any]], Optional[int]]  # the caller's output maximum
     fit_keys: tuple[str, ...]  # request keys that fit() may change
     usage: Callable[[Any], Usage]  # the usage of a plain response
+    outcome: Callable[[Any], dict[str, Any]] = lambda r: {}  # why it stopped, for usage_capped
     observe: Optional[Callable[[StreamState, Any], None]] = None  # one stream chunk
     stream_setup: Optional[Callable[[dict[str, Any]], None]] = None  # ask for usage in-stream
     reasoning_text: Optional[Callable[[Any], str]] = None  # thinking text, when not reported
@@ -207,7 +210,7 @@ class Call:
     def capped(self, response: Any) -> bool:
         if self.fitted is None or self.api.embeddings:
             return False
-        return bool(_core.usage_capped(jsonable(response), self.fitted, provider=self.api.word))
+        return bool(_core.usage_capped(response, self.fitted, provider=self.api.word))
 
     def count(self, parts: list[str]) -> int:
         text = "".join(parts)
@@ -276,7 +279,7 @@ def run_sync(
         raise
     if call.stream:
         return GuardedStream(call, result)
-    settle_sync(call, call.response_usage(result), result, call.capped(result))
+    settle_sync(call, call.response_usage(result), result, call.capped(api.outcome(result)))
     return result
 
 
@@ -384,7 +387,7 @@ async def run_async(
         raise
     if call.stream:
         return AsyncGuardedStream(call, result)
-    await settle_async(call, call.response_usage(result), result, call.capped(result))
+    await settle_async(call, call.response_usage(result), result, call.capped(api.outcome(result)))
     return result
 
 
@@ -516,6 +519,18 @@ class GuardedClient:
         if name in ("_client", "_guard", "_guard_user"):
             raise AttributeError(name)
         return getattr(self._client, name)
+
+    def with_options(self, **options: Any) -> Any:
+        """The wrapped client's `with_options(...)`, guarded the same way."""
+        return type(self)(self._client.with_options(**options), self._guard, self._guard_user)
+
+    def copy(self, **options: Any) -> Any:
+        """The wrapped client's `copy(...)`, guarded the same way."""
+        return type(self)(self._client.copy(**options), self._guard, self._guard_user)
+
+    def for_user(self, user: Optional[str]) -> Any:
+        """The same client and guard, with another default user."""
+        return type(self)(self._client, self._guard, user)
 
     def _guarded(self, api: Api, fn: Callable[..., Any]) -> Callable[..., Any]:
         """`fn` as a guarded call (a coroutine function on async clients)."""

@@ -89,6 +89,7 @@ MESSAGES = Api(
     output_max=lambda r: r.get("max_tokens") if isinstance(r.get("max_tokens"), int) else None,
     fit_keys=("max_tokens", "thinking"),
     usage=_usage,
+    outcome=lambda r: {"stop_reason": g(r, "stop_reason")},
     reasoning_text=_thinking,
     observe=_observe,
 )

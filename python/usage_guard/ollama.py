@@ -53,6 +53,7 @@ def _api(
         output_max=_num_predict,
         fit_keys=("options",),
         usage=_usage,
+        outcome=lambda r: {"done_reason": g(r, "done_reason")},
         reasoning_text=lambda r: g(r, *thinking, default=""),
         observe=_observer(text, thinking),
         positional=positional,

@@ -99,6 +99,9 @@ CHAT = Api(
     output_max=_chat_max,
     fit_keys=("max_tokens", "max_completion_tokens"),
     usage=lambda r: _chat_usage(g(r, "usage")),
+    outcome=lambda r: {
+        "choices": [{"finish_reason": g(c, "finish_reason")} for c in g(r, "choices", default=())]
+    },
     observe=_chat_observe,
     stream_setup=_chat_stream_setup,
 )
@@ -107,6 +110,7 @@ RESPONSES = Api(
     output_max=lambda r: _count(r.get("max_output_tokens")),
     fit_keys=("max_output_tokens",),
     usage=lambda r: _responses_usage(g(r, "usage")),
+    outcome=lambda r: {"incomplete_details": {"reason": g(r, "incomplete_details", "reason")}},
     observe=_responses_observe,
 )
 EMBEDDINGS = Api(
@@ -126,13 +130,18 @@ class GuardedOpenAI(GuardedClient):
 
     def __init__(self, client: Any, guard: Any, user: Optional[str] = None):
         super().__init__(client, guard, user)
-        completions = Proxy(
-            client.chat.completions, create=self._guarded(CHAT, client.chat.completions.create)
-        )
-        self.chat = Proxy(client.chat, completions=completions)
-        self.responses = Proxy(
+        chat = client.chat.completions
+        completions = Proxy(chat, create=self._guarded(CHAT, chat.create))
+        responses = Proxy(
             client.responses, create=self._guarded(RESPONSES, client.responses.create)
         )
+        # Structured-output `parse` takes and answers the same shapes as `create`.
+        if hasattr(chat, "parse"):
+            completions.parse = self._guarded(CHAT, chat.parse)
+        if hasattr(client.responses, "parse"):
+            responses.parse = self._guarded(RESPONSES, client.responses.parse)
+        self.chat = Proxy(client.chat, completions=completions)
+        self.responses = responses
         self.embeddings = Proxy(
             client.embeddings, create=self._guarded(EMBEDDINGS, client.embeddings.create)
         )
