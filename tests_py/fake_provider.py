@@ -7,8 +7,10 @@ streaming (SSE for OpenAI and Anthropic, NDJSON for Ollama) with realistic bodie
 Knobs (attributes, change them between calls):
   output_tokens   how many output tokens the model "wants" to write; it stops earlier at the
                   request's output maximum, with the provider's "stopped at the maximum" reason
-  input_tokens, cached_tokens, reasoning_tokens    the usage reported
+  input_tokens, cached_tokens, reasoning_tokens    the usage reported (Anthropic: with
+                  thinking on, the first reasoning_tokens output tokens are thinking text)
   break_after     a streaming answer drops the connection after this many content chunks
+  delay           seconds to wait before answering (compute time)
   refusal         (status, headers, body) from `UsageLimitError.to_http`: every request is
                   answered with it
 Every request is recorded in `requests` as `Recorded(method, path, headers, body)`.
@@ -25,6 +27,7 @@ from typing import Any, Optional
 
 # Each chunk is one token in o200k_base and cl100k_base.
 WORD = " hello"
+THINK = " think"
 
 
 @dataclass
@@ -43,6 +46,7 @@ class FakeProvider:
         self.cached_tokens = 0
         self.reasoning_tokens = 0
         self.break_after: Optional[int] = None
+        self.delay = 0.0  # seconds before answering
         self.refusal: Optional[tuple[int, dict[str, str], Any]] = None
         self._lock = threading.Lock()
         provider = self
@@ -101,6 +105,7 @@ class FakeProvider:
             self.requests.clear()
         self.refusal = None
         self.break_after = None
+        self.delay = 0.0
 
     def bodies(self, path: str) -> list[Any]:
         return [r.body for r in self.requests if r.path.split("?")[0] == path]
@@ -114,6 +119,8 @@ class FakeProvider:
         return self.output_tokens, False
 
     def _answer(self, h: BaseHTTPRequestHandler, path: str, body: dict[str, Any]) -> None:
+        if self.delay:
+            time.sleep(self.delay)
         if self.refusal is not None:
             status, headers, payload = self.refusal
             _send_json(h, status, payload, headers)
@@ -308,6 +315,9 @@ class FakeProvider:
         n, capped = self._produce(body.get("max_tokens"))
         stop = "max_tokens" if capped else "end_turn"
         model = body.get("model", "claude-haiku-4-5")
+        # With thinking on, the first `reasoning_tokens` output tokens are thinking.
+        thinking = (body.get("thinking") or {}).get("type") == "enabled"
+        r = min(self.reasoning_tokens, n) if thinking else 0
         usage = {
             "input_tokens": self.input_tokens - self.cached_tokens,
             "cache_creation_input_tokens": 0,
@@ -315,12 +325,16 @@ class FakeProvider:
             "output_tokens": n,
             "service_tier": "standard",
         }
+        blocks: list[dict[str, Any]] = []
+        if r:
+            blocks.append({"type": "thinking", "thinking": THINK * r, "signature": "sig"})
+        blocks.append({"type": "text", "text": WORD * (n - r)})
         message = {
             "id": "msg_fake1",
             "type": "message",
             "role": "assistant",
             "model": model,
-            "content": [{"type": "text", "text": WORD * n}],
+            "content": blocks,
             "stop_reason": stop,
             "stop_sequence": None,
             "usage": usage,
@@ -328,38 +342,48 @@ class FakeProvider:
         if not body.get("stream"):
             _send_json(h, 200, message)
             return
-        start = {
-            **message,
-            "content": [],
-            "stop_reason": None,
-            "usage": {**usage, "output_tokens": 1},
-        }
+        start = {**message, "content": [], "stop_reason": None}
+        start["usage"] = {**usage, "output_tokens": 1}
         events: list[tuple[Optional[str], Any]] = [
             ("message_start", {"type": "message_start", "message": start}),
-            (
-                "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "text", "text": ""},
-                },
-            ),
             ("ping", {"type": "ping"}),
         ]
-        first = len(events)
-        for _ in range(n):
+        content_at: list[int] = []
+        for index, block in enumerate(blocks):
+            kind = block["type"]
+            empty = {
+                "type": kind,
+                kind: "",
+                **({"signature": ""} if r and kind == "thinking" else {}),
+            }
             events.append(
                 (
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": 0,
-                        "delta": {"type": "text_delta", "text": WORD},
-                    },
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": empty},
                 )
             )
+            count, piece = (r, THINK) if kind == "thinking" else (n - r, WORD)
+            delta_type = "thinking_delta" if kind == "thinking" else "text_delta"
+            for _ in range(count):
+                if kind == "text":
+                    content_at.append(len(events))
+                delta = {"type": delta_type, kind: piece}
+                events.append(
+                    (
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": index, "delta": delta},
+                    )
+                )
+            if kind == "thinking":
+                sig = {"type": "signature_delta", "signature": "sig"}
+                events.append(
+                    (
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": index, "delta": sig},
+                    )
+                )
+            events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
         events += [
-            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
             (
                 "message_delta",
                 {
@@ -370,7 +394,7 @@ class FakeProvider:
             ),
             ("message_stop", {"type": "message_stop"}),
         ]
-        self._sse(h, events, content_at=range(first, first + n))
+        self._sse(h, events, content_at=content_at)
 
     # Ollama
     def _ollama_final(self, body: dict[str, Any], n: int, capped: bool) -> dict[str, Any]:
@@ -435,7 +459,7 @@ class FakeProvider:
     # -- wire formats ------------------------------------------------------------------------
 
     def _stream(
-        self, h: BaseHTTPRequestHandler, content_type: str, pieces: list[bytes], content_at: range
+        self, h: BaseHTTPRequestHandler, content_type: str, pieces: list[bytes], content_at: Any
     ) -> None:
         h.send_response(200)
         h.send_header("content-type", content_type)
@@ -457,7 +481,7 @@ class FakeProvider:
         h.wfile.flush()
 
     def _sse(
-        self, h: BaseHTTPRequestHandler, events: list[tuple[Optional[str], Any]], content_at: range
+        self, h: BaseHTTPRequestHandler, events: list[tuple[Optional[str], Any]], content_at: Any
     ) -> None:
         pieces = []
         for name, data in events:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import anthropic
 import pytest
 import usage_guard as ug
-from fake_provider import WORD, FakeProvider
+from fake_provider import THINK, WORD, FakeProvider
 from provider_support import MODELS, cost_micros, policy, prompt_tokens, reserved, used
 from usage_guard.anthropic import GuardedAnthropic, GuardedAsyncAnthropic
 
@@ -218,3 +218,43 @@ async def test_async_agrees_with_sync(fake, make_guard):
     assert stream.usage_limits["capped"] is False
     assert used(async_guard, "alice", MODEL) == used(sync_guard, "alice", MODEL) == 21 + 7
     assert stream.usage_limits == sync_stream.usage_limits
+
+
+THINKING = {"type": "enabled", "budget_tokens": 2000}
+
+
+@pytest.mark.parametrize("how", ["create", "stream", "helper"])
+def test_thinking_tokens_are_billed_as_reasoning(fake, make_guard, how):
+    guard = make_guard(policy())
+    fake.output_tokens, fake.reasoning_tokens = 30, 8
+    client = GuardedAnthropic(sdk(fake), guard, user="alice")
+    request = {"model": MODEL, "max_tokens": 4000, "thinking": THINKING, "messages": MESSAGES}
+    if how == "create":
+        target = client.messages.create(**request)
+        assert target.content[0].thinking == THINK * 8
+    elif how == "stream":
+        target = client.messages.create(**request, stream=True)
+        kinds = [e.delta.type for e in target if e.type == "content_block_delta"]
+        assert kinds.count("thinking_delta") == 8
+    else:
+        with client.messages.stream(**request) as target:
+            assert target.get_final_message().content[0].thinking == THINK * 8
+    billed = target.usage_billed
+    assert (billed["input_tokens"], billed["output_tokens"]) == (21, 30)
+    assert billed["reasoning_tokens"] == ug._core.count_tokens(THINK * 8) == 8
+    assert used(guard, "alice", MODEL) == 51
+
+
+def test_stream_abandoned_during_text_bills_thinking_and_text_received(fake, make_guard):
+    guard = make_guard(policy())
+    fake.output_tokens, fake.reasoning_tokens = 100, 6
+    client = GuardedAnthropic(sdk(fake), guard, user="alice")
+    with client.messages.stream(
+        model=MODEL, max_tokens=4000, thinking=THINKING, messages=MESSAGES
+    ) as stream:
+        for i, _ in enumerate(stream.text_stream):
+            if i + 1 == 3:
+                break
+    billed = stream.usage_billed
+    assert billed["output_tokens"] == 6 + 3 and billed["reasoning_tokens"] == 6
+    assert used(guard, "alice", MODEL) == 21 + 9

@@ -316,3 +316,21 @@ def test_parse_is_guarded(fake, make_guard):
     assert fake.bodies("/v1/chat/completions")[0]["response_format"]["type"] == "json_schema"
     assert used(guard, "alice", "gpt-4o") == 21 + 12
     assert reply.usage_limits["capped"] is False
+
+
+def test_billed_reasoning_cached_and_compute_time(fake, make_guard):
+    guard = make_guard(policy())
+    fake.cached_tokens, fake.reasoning_tokens, fake.delay = 8, 5, 0.25
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    reply = client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    billed = reply.usage_billed
+    assert billed["input_tokens"] == 21 and billed["cached_input_tokens"] == 8
+    assert billed["output_tokens"] == 12 and billed["reasoning_tokens"] == 5
+    assert billed["cost_micros"] == cost_micros(MODELS["gpt-4o"]["prices"], 21, 12, cached=8)
+    assert 250 <= billed["compute_ms"] < 5000
+    stream = client.responses.create(model="gpt-4o", input="hi", stream=True)
+    for _ in stream:
+        pass
+    assert stream.usage_billed["reasoning_tokens"] == 5
+    assert stream.usage_billed["cached_input_tokens"] == 8
+    assert stream.usage_billed["compute_ms"] >= 250

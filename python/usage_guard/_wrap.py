@@ -238,11 +238,19 @@ class Call:
         return bool(state.final) and self.capped(state.final)
 
 
-def attach(obj: Any, view: Optional[dict[str, Any]], capped: bool) -> None:
-    """Sets `usage_limits` (the usage view with `capped`) and `usage_restriction` on `obj`."""
+def attach(
+    obj: Any, view: Optional[dict[str, Any]], capped: bool, billed: Optional[dict[str, Any]] = None
+) -> None:
+    """Sets `usage_limits` (the usage view with `capped`), `usage_restriction` and
+    `usage_billed` (what the call was billed) on `obj`."""
     limits = dict(view or {})
     limits["capped"] = capped
-    for name, value in (("usage_limits", limits), ("usage_restriction", limits.get("restriction"))):
+    values = (
+        ("usage_limits", limits),
+        ("usage_restriction", limits.get("restriction")),
+        ("usage_billed", billed),
+    )
+    for name, value in values:
         try:
             object.__setattr__(obj, name, value)
         except (AttributeError, TypeError):  # pragma: no cover - objects without a __dict__
@@ -287,13 +295,13 @@ def settle_sync(call: Call, usage: Optional[Usage], target: Any, capped: bool) -
     if usage is None:
         call.ticket.release()
         return
+    billed = view = None
     try:
-        call.ticket.bill(**call.bill_kwargs(usage))
+        billed = call.ticket.bill(**call.bill_kwargs(usage))
         view = call.guard.usage(call.user, call.model)
     except Exception as exc:  # the call has run: log, never throw
         _settle_error("bill", exc)
-        view = None
-    attach(target, view, capped)
+    attach(target, view, capped, billed)
 
 
 class GuardedStream:
@@ -307,6 +315,7 @@ class GuardedStream:
         self._settled = False
         self.usage_limits: Optional[dict[str, Any]] = None
         self.usage_restriction: Optional[dict[str, Any]] = None
+        self.usage_billed: Optional[dict[str, Any]] = None
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -395,13 +404,13 @@ async def settle_async(call: Call, usage: Optional[Usage], target: Any, capped: 
     if usage is None:
         await call.ticket.release_async()
         return
+    billed = view = None
     try:
-        await call.ticket.bill_async(**call.bill_kwargs(usage))
+        billed = await call.ticket.bill_async(**call.bill_kwargs(usage))
         view = await call.guard.usage_async(call.user, call.model)
     except Exception as exc:
         _settle_error("bill", exc)
-        view = None
-    attach(target, view, capped)
+    attach(target, view, capped, billed)
 
 
 class AsyncGuardedStream:
@@ -415,6 +424,7 @@ class AsyncGuardedStream:
         self._settled = False
         self.usage_limits: Optional[dict[str, Any]] = None
         self.usage_restriction: Optional[dict[str, Any]] = None
+        self.usage_billed: Optional[dict[str, Any]] = None
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
