@@ -12,13 +12,12 @@ pub fn data_dimensions(data: &str) -> Option<(u64, u64)> {
     // JPEG headers can sit past the first few kilobytes (EXIF); 64 KiB of base64 covers them.
     let head: String = b64
         .chars()
-        .filter(|c| !c.is_whitespace())
+        .filter(|c| !c.is_whitespace() && *c != '=')
         .take(64 * 1024)
         .collect();
     let usable = head.len() / 4 * 4;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(head[..usable].trim_end_matches('='))
-        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(&head[..usable]))
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(&head[..usable])
         .ok()?;
     bytes_dimensions(&bytes)
 }

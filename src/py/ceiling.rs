@@ -223,16 +223,18 @@ impl PyFitResult {
         self.api.word()
     }
     fn __repr__(&self) -> String {
+        let opt = |v: Option<u64>| v.map_or("None".to_string(), |n| n.to_string());
+        let flag = |b: bool| if b { "True" } else { "False" };
         format!(
-            "FitResult(provider={:?}, prompt_tokens={}, prompt_exact={}, max_output_tokens={:?}, \
-             thinking_budget={:?}, thinking_disabled={}, lowered={})",
+            "FitResult(provider={:?}, prompt_tokens={}, prompt_exact={}, max_output_tokens={}, \
+             thinking_budget={}, thinking_disabled={}, lowered={})",
             self.api.word(),
             self.inner.prompt_tokens,
-            self.inner.prompt_exact,
-            self.inner.max_output_tokens,
-            self.inner.thinking_budget,
-            self.inner.thinking_disabled,
-            self.inner.lowered
+            flag(self.inner.prompt_exact),
+            opt(self.inner.max_output_tokens),
+            opt(self.inner.thinking_budget),
+            flag(self.inner.thinking_disabled),
+            flag(self.inner.lowered)
         )
     }
 }
