@@ -414,24 +414,21 @@ class FakeProvider:
     def _ollama(self, h: BaseHTTPRequestHandler, body: dict[str, Any], chat: bool) -> None:
         n, capped = self._produce((body.get("options") or {}).get("num_predict"))
         final = self._ollama_final(body, n, capped)
+        # With `think` on, the first `reasoning_tokens` output tokens are thinking.
+        r = min(self.reasoning_tokens, n) if body.get("think") else 0
 
-        def part(text: str) -> dict[str, Any]:
+        def part(text: str, thinking: str = "") -> dict[str, Any]:
+            extra = {"thinking": thinking} if thinking else {}
             if chat:
-                return {"message": {"role": "assistant", "content": text}}
-            return {"response": text}
+                return {"message": {"role": "assistant", "content": text, **extra}}
+            return {"response": text, **extra}
 
         if body.get("stream", True) is False:
-            _send_json(h, 200, {**final, **part(WORD * n)})
+            _send_json(h, 200, {**final, **part(WORD * (n - r), THINK * r)})
             return
-        lines = [
-            {
-                "model": final["model"],
-                "created_at": final["created_at"],
-                "done": False,
-                **part(WORD),
-            }
-            for _ in range(n)
-        ]
+        head = {"model": final["model"], "created_at": final["created_at"], "done": False}
+        lines = [{**head, **part("", THINK)} for _ in range(r)]
+        lines += [{**head, **part(WORD)} for _ in range(n - r)]
         lines.append({**final, **part("")})
         self._ndjson(h, lines)
 

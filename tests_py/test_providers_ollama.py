@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import ollama
 import pytest
 import usage_guard as ug
-from fake_provider import WORD, FakeProvider
+from fake_provider import THINK, WORD, FakeProvider
 from provider_support import policy, prompt_tokens, reserved, used
 from usage_guard.ollama import GuardedAsyncOllama, GuardedOllama
 
@@ -178,3 +178,31 @@ async def test_async_agrees_with_sync(fake, make_guard):
         {"model": MODEL, "prompt": "Say hello.", "stream": True}, "ollama.generate", MODEL
     )
     assert used(async_guard, "alice", MODEL) == used(sync_guard, "alice", MODEL) == count + n
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_thinking_is_billed_as_reasoning(fake, make_guard, stream):
+    guard = make_guard(policy())
+    fake.output_tokens, fake.reasoning_tokens = 20, 7
+    client = GuardedOllama(ollama.Client(host=fake.url), guard, user="alice")
+    target = client.chat(MODEL, messages=MESSAGES, think=True, stream=stream)
+    if stream:
+        parts = list(target)
+        assert "".join(p.message.thinking or "" for p in parts) == THINK * 7
+    else:
+        assert target.message.thinking == THINK * 7
+    assert fake.bodies("/api/chat")[0]["think"] is True
+    billed = target.usage_billed
+    assert (billed["output_tokens"], billed["reasoning_tokens"]) == (20, 7)
+    assert used(guard, "alice", MODEL) == 41
+
+
+def test_positional_and_keyword_arguments(fake, make_guard):
+    guard = make_guard(policy())
+    client = GuardedOllama(ollama.Client(host=fake.url), guard, user="alice")
+    with pytest.raises(TypeError):
+        client.chat(MODEL, model=MODEL, messages=MESSAGES)
+    assert fake.requests == [] and reserved(guard, "alice", MODEL) == 0
+    client.generate(model=MODEL, prompt="hi", options={"num_predict": 5})
+    assert fake.bodies("/api/generate")[0]["options"]["num_predict"] == 5
+    assert used(guard, "alice", MODEL) == 21 + 5

@@ -334,3 +334,37 @@ def test_billed_reasoning_cached_and_compute_time(fake, make_guard):
     assert stream.usage_billed["reasoning_tokens"] == 5
     assert stream.usage_billed["cached_input_tokens"] == 8
     assert stream.usage_billed["compute_ms"] >= 250
+
+
+def test_sdk_options_pass_through_and_are_not_the_request(fake, make_guard):
+    guard = make_guard(policy())
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    client.chat.completions.create(
+        model="gpt-4o",
+        messages=MESSAGES,
+        extra_headers={"x-trace": "t1"},
+        extra_body={"user": "end-user-7"},
+        timeout=10.0,
+    )
+    recorded = fake.requests[0]
+    assert recorded.headers["x-trace"] == "t1"
+    assert recorded.body["user"] == "end-user-7"  # OpenAI's own `user` field, via extra_body
+    assert used(guard, "alice", "gpt-4o") == 33
+
+
+async def test_async_stream_dropped_without_close_bills_what_arrived(fake, make_guard):
+    guard = make_guard(policy())
+    fake.output_tokens = 100
+    client = GuardedAsyncOpenAI(async_sdk(fake), guard, user="alice")
+    request = {"model": "gpt-4o", "messages": MESSAGES}
+
+    async def read_two() -> None:
+        got = 0
+        async for chunk in await client.chat.completions.create(**request, stream=True):
+            got += bool(chunk.choices and chunk.choices[0].delta.content)
+            if got == 2:
+                return
+
+    await read_two()
+    gc.collect()
+    assert used(guard, "alice", "gpt-4o") == prompt_tokens(request, "openai", "gpt-4o") + 2
