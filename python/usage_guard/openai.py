@@ -131,15 +131,15 @@ class GuardedOpenAI(GuardedClient):
     def __init__(self, client: Any, guard: Any, user: Optional[str] = None):
         super().__init__(client, guard, user)
         chat = client.chat.completions
-        completions = Proxy(chat, create=self._guarded(CHAT, chat.create))
-        responses = Proxy(
-            client.responses, create=self._guarded(RESPONSES, client.responses.create)
-        )
         # Structured-output `parse` takes and answers the same shapes as `create`.
+        guarded_chat = {"create": self._guarded(CHAT, chat.create)}
         if hasattr(chat, "parse"):
-            completions.parse = self._guarded(CHAT, chat.parse)
+            guarded_chat["parse"] = self._guarded(CHAT, chat.parse)
+        guarded_responses = {"create": self._guarded(RESPONSES, client.responses.create)}
         if hasattr(client.responses, "parse"):
-            responses.parse = self._guarded(RESPONSES, client.responses.parse)
+            guarded_responses["parse"] = self._guarded(RESPONSES, client.responses.parse)
+        completions = Proxy(chat, **guarded_chat)
+        responses = Proxy(client.responses, **guarded_responses)
         self.chat = Proxy(client.chat, completions=completions)
         self.responses = responses
         self.embeddings = Proxy(
