@@ -13,8 +13,9 @@ import openai
 import pytest
 import usage_guard as ug
 from fake_provider import FakeProvider
-from provider_support import policy
+from provider_support import policy, used
 from usage_guard import http
+from usage_guard.openai import GuardedOpenAI
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -169,8 +170,6 @@ def test_unavailable_is_503_internal_server_error(fake):
 def test_guarded_refusal_answers_in_the_provider_shape(fake, make_guard):
     """A gateway: the guarded client refuses, the gateway answers with to_http, the caller's SDK
     raises the provider's own error."""
-    from usage_guard.openai import GuardedOpenAI
-
     guard = make_guard(policy(tokens_a_day=100))
     guard.admit("alice", "gpt-4o", prompt_tokens=100, max_tokens=0).bill(100, 0)
     upstream = GuardedOpenAI(openai_sdk(fake, 0), guard, user="alice")
@@ -199,3 +198,27 @@ def test_headers(make_guard):
 
     assert http.headers(Reply()) == h
     assert http.headers(view) == h
+
+
+def test_prompt_over_the_context_window_is_refused_before_the_server(fake, make_guard):
+    guard = make_guard(policy())
+    client = GuardedOpenAI(openai_sdk(fake, 0), guard, user="alice")
+    huge = [{"role": "user", "content": "word " * 130_000}]  # over gpt-4o's 128k window
+    with pytest.raises(ug.UsageLimitError) as e:
+        client.chat.completions.create(model="gpt-4o", messages=huge)
+    assert e.value.reason == "CONTEXT_WINDOW_EXCEEDED"
+    assert fake.requests == []
+    assert used(guard, "alice", "gpt-4o") == 0
+
+    # answered by a gateway, the SDKs see the provider's own invalid-request error
+    fake.refusal = e.value.to_http("openai")
+    with pytest.raises(openai.BadRequestError) as bad:
+        openai_sdk(fake, 2).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert bad.value.code == "context_length_exceeded"
+    fake.reset()
+    fake.refusal = e.value.to_http("anthropic")
+    with pytest.raises(anthropic.BadRequestError):
+        anthropic_sdk(fake, 2).messages.create(
+            model="claude-haiku-4-5", max_tokens=10, messages=MESSAGES
+        )
+    assert len(fake.requests) == 1  # a 400 is never retried
