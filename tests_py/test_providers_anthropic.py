@@ -258,3 +258,11 @@ def test_stream_abandoned_during_text_bills_thinking_and_text_received(fake, mak
     billed = stream.usage_billed
     assert billed["output_tokens"] == 6 + 3 and billed["reasoning_tokens"] == 6
     assert used(guard, "alice", MODEL) == 21 + 9
+
+
+def test_everything_else_passes_through(fake, make_guard):
+    raw = sdk(fake)
+    client = GuardedAnthropic(raw, make_guard(policy()), user="alice")
+    assert client.models is raw.models and client.beta is raw.beta
+    assert client.messages.batches is raw.messages.batches
+    assert client.messages.count_tokens == raw.messages.count_tokens

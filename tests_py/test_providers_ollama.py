@@ -206,3 +206,13 @@ def test_positional_and_keyword_arguments(fake, make_guard):
     client.generate(model=MODEL, prompt="hi", options={"num_predict": 5})
     assert fake.bodies("/api/generate")[0]["options"]["num_predict"] == 5
     assert used(guard, "alice", MODEL) == 21 + 5
+
+
+def test_everything_else_passes_through(fake, make_guard):
+    raw = ollama.Client(host=fake.url)
+    client = GuardedOllama(raw, make_guard(policy()), user="alice")
+    assert client.list == raw.list and client.pull == raw.pull
+    assert client.client is raw
+    with pytest.raises(ollama.ResponseError):
+        client.show(MODEL)  # not guarded: sent as is (the fake has no /api/show)
+    assert [r.path for r in fake.requests] == ["/api/show"]
