@@ -98,6 +98,7 @@ def test_shapes(day_refusal, rate_refusal):
     status, _, body = day_refusal.to_http("ollama")
     assert status == 429 and body == {"error": str(day_refusal)}
     assert http.refusal(day_refusal, "ollama") == day_refusal.to_http("ollama")
+    assert http.refusal(rate_refusal, "openai") == rate_refusal.to_http("openai")
     with pytest.raises(ValueError):
         http.refusal(day_refusal, "gemini-ish")
 
@@ -222,3 +223,26 @@ def test_prompt_over_the_context_window_is_refused_before_the_server(fake, make_
             model="claude-haiku-4-5", max_tokens=10, messages=MESSAGES
         )
     assert len(fake.requests) == 1  # a 400 is never retried
+
+
+def test_long_retry_after_is_handed_to_the_caller(fake, make_guard, clock):
+    """An hour rule's Retry-After is long: to_http leaves SDKs to sleep through it (the Anthropic
+    SDK would); http.refusal tells them not to retry."""
+    guard = make_guard(policy(rules=[{"metric": "requests", "amount": 1, "window": "hour"}]))
+    guard.admit("alice", "gpt-4o", prompt_tokens=1, max_tokens=1).bill(1, 1)
+    e = refusal_of(guard)
+    assert e.is_rate_limit and e.retry_after > 60
+    status, headers, body = http.refusal(e, "anthropic")
+    assert headers["retry-after"] == str(e.retry_after)
+    assert headers["x-should-retry"] == "false"
+    fake.refusal = (status, headers, body)
+    started = time.monotonic()
+    with pytest.raises(anthropic.RateLimitError) as raised:
+        anthropic_sdk(fake, retries=2).messages.create(
+            model="claude-haiku-4-5", max_tokens=10, messages=MESSAGES
+        )
+    assert time.monotonic() - started < 5
+    assert raised.value.response.headers["retry-after"] == str(e.retry_after)
+    assert len(fake.requests) == 1
+    _, kept, _ = http.refusal(e, "anthropic", max_retry_wait=None)
+    assert "x-should-retry" not in kept
