@@ -368,3 +368,22 @@ async def test_async_stream_dropped_without_close_bills_what_arrived(fake, make_
     await read_two()
     gc.collect()
     assert used(guard, "alice", "gpt-4o") == prompt_tokens(request, "openai", "gpt-4o") + 2
+
+
+@pytest.mark.parametrize("asked", [False, True])
+async def test_usage_chunk_reaches_only_callers_who_asked_for_it(fake, make_guard, asked):
+    guard = make_guard(policy())
+    options = {"stream_options": {"include_usage": True}} if asked else {}
+    request = {"model": "gpt-4o", "messages": MESSAGES, "stream": True, **options}
+    chunks = list(GuardedOpenAI(sdk(fake), guard, user="alice").chat.completions.create(**request))
+    client = GuardedAsyncOpenAI(async_sdk(fake), guard, user="alice")
+    achunks = [c async for c in await client.chat.completions.create(**request)]
+    for got in (chunks, achunks):
+        # code written as `chunk.choices[0]` keeps working when it did not ask for usage
+        assert all(c.choices for c in got[:-1])
+        assert bool(got[-1].choices) is not asked
+        assert (got[-1].usage is not None) is asked
+    assert all(
+        b["stream_options"] == {"include_usage": True} for b in fake.bodies("/v1/chat/completions")
+    )
+    assert used(guard, "alice", "gpt-4o") == 2 * 33

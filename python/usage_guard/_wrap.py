@@ -105,7 +105,10 @@ class Api:
     usage: Callable[[Any], Usage]  # the usage of a plain response
     outcome: Callable[[Any], dict[str, Any]] = lambda r: {}  # why it stopped, for usage_capped
     observe: Optional[Callable[[StreamState, Any], None]] = None  # one stream chunk
-    stream_setup: Optional[Callable[[dict[str, Any]], None]] = None  # ask for usage in-stream
+    # Asks for usage in the stream; True when the caller had not, so that chunks carrying only
+    # usage (`extra_chunk`) are kept from the caller, who did not expect them.
+    stream_setup: Optional[Callable[[dict[str, Any]], bool]] = None
+    extra_chunk: Callable[[Any], bool] = lambda chunk: False
     reasoning_text: Optional[Callable[[Any], str]] = None  # thinking text, when not reported
     positional: tuple[str, ...] = ()  # names of positional arguments, in order
     lazy_stream: bool = False  # the request is sent at the first chunk (Ollama generators)
@@ -166,6 +169,14 @@ class Call:
         self.fitted: Any = None
         self.encoding = "o200k_base"
         self.started = 0.0
+        self.hide_extra_chunks = False
+
+    def shown(self, state: StreamState, chunk: Any) -> bool:
+        """Observes a stream chunk; False when it is one of ours the caller should not see."""
+        state.chunks += 1
+        if self.api.observe is not None:
+            self.api.observe(state, chunk)
+        return not (self.hide_extra_chunks and self.api.extra_chunk(chunk))
 
     def admit_kwargs(self) -> dict[str, Any]:
         kwargs, self.encoding = admission(
@@ -184,7 +195,7 @@ class Call:
             if key in fitted and fitted[key] != self.request.get(key):
                 self.kwargs[key] = fitted[key]
         if self.stream and self.api.stream_setup is not None:
-            self.api.stream_setup(self.kwargs)
+            self.hide_extra_chunks = self.api.stream_setup(self.kwargs)
         self.started = time.monotonic()
 
     def compute_ms(self) -> int:
@@ -328,18 +339,17 @@ class GuardedStream:
     def __next__(self) -> Any:
         if self._iter is None:
             self._iter = iter(self._inner)
-        try:
-            chunk = next(self._iter)
-        except StopIteration:
-            self._settle(completed=True)
-            raise
-        except BaseException:
-            self._settle(completed=False)
-            raise
-        self._state.chunks += 1
-        if self._call.api.observe is not None:
-            self._call.api.observe(self._state, chunk)
-        return chunk
+        while True:
+            try:
+                chunk = next(self._iter)
+            except StopIteration:
+                self._settle(completed=True)
+                raise
+            except BaseException:
+                self._settle(completed=False)
+                raise
+            if self._call.shown(self._state, chunk):
+                return chunk
 
     def _settle(self, completed: bool) -> None:
         if self._settled:
@@ -437,18 +447,17 @@ class AsyncGuardedStream:
     async def __anext__(self) -> Any:
         if self._iter is None:
             self._iter = self._inner.__aiter__()
-        try:
-            chunk = await self._iter.__anext__()
-        except StopAsyncIteration:
-            await self._settle(completed=True)
-            raise
-        except BaseException:
-            await self._settle(completed=False)
-            raise
-        self._state.chunks += 1
-        if self._call.api.observe is not None:
-            self._call.api.observe(self._state, chunk)
-        return chunk
+        while True:
+            try:
+                chunk = await self._iter.__anext__()
+            except StopAsyncIteration:
+                await self._settle(completed=True)
+                raise
+            except BaseException:
+                await self._settle(completed=False)
+                raise
+            if self._call.shown(self._state, chunk):
+                return chunk
 
     async def _settle(self, completed: bool) -> None:
         if self._settled:

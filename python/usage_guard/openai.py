@@ -63,11 +63,18 @@ def _chat_observe(state: StreamState, chunk: Any) -> None:
         state.usage = _chat_usage(usage)
 
 
-def _chat_stream_setup(kwargs: dict[str, Any]) -> None:
+def _chat_stream_setup(kwargs: dict[str, Any]) -> bool:
     options = kwargs.get("stream_options")
     options = dict(options) if isinstance(options, dict) else {}
+    asked = bool(options.get("include_usage"))
     options["include_usage"] = True
     kwargs["stream_options"] = options
+    return not asked
+
+
+def _usage_only(chunk: Any) -> bool:
+    """The final chunk `include_usage` adds: no choices, only usage."""
+    return not g(chunk, "choices") and g(chunk, "usage") is not None
 
 
 _TEXT_EVENTS = (
@@ -104,6 +111,7 @@ CHAT = Api(
     },
     observe=_chat_observe,
     stream_setup=_chat_stream_setup,
+    extra_chunk=_usage_only,
 )
 RESPONSES = Api(
     word="openai.responses",
