@@ -387,3 +387,40 @@ async def test_usage_chunk_reaches_only_callers_who_asked_for_it(fake, make_guar
         b["stream_options"] == {"include_usage": True} for b in fake.bodies("/v1/chat/completions")
     )
     assert used(guard, "alice", "gpt-4o") == 2 * 33
+
+
+def test_parallel_calls_never_overspend(fake, make_guard):
+    """Eight calls at once on 1,000 tokens: each is fitted into its own reservation, so what
+    the model writes (it would write on and on) stays within the limit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    guard = make_guard(policy(tokens_a_day=1000))
+    request = {"model": "gpt-4o", "messages": MESSAGES, "max_tokens": 300}
+    fake.output_tokens = 10_000
+    fake.input_tokens = prompt_tokens(request, "openai", "gpt-4o")  # the count is exact
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+
+    def call(_: int) -> str:
+        try:
+            client.chat.completions.create(**request)
+            return "ok"
+        except ug.UsageLimitError:
+            return "refused"
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(call, range(8)))
+    assert "refused" in outcomes and outcomes.count("ok") >= 3
+    assert outcomes.count("ok") == len(fake.requests)
+    assert used(guard, "alice", "gpt-4o") <= 1000
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+
+def test_refused_stream_never_reaches_the_server(fake, make_guard):
+    guard = make_guard(policy(tokens_a_day=100))
+    guard.admit("alice", "gpt-4o", prompt_tokens=100, max_tokens=0).bill(100, 0)
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    with pytest.raises(ug.UsageLimitError):
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+    with pytest.raises(ug.UsageLimitError):
+        client.responses.create(model="gpt-4o", input="hi", stream=True)
+    assert fake.requests == []
