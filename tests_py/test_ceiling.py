@@ -6,9 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-
 import usage_guard as ug
-
 from conftest import GPT5
 
 
@@ -26,19 +24,51 @@ def ceiling(tokens: int | None, max_out: int = 8192, **kw: Any) -> dict[str, Any
 
 
 COOKBOOK = [
-    {"role": "system", "content": "You are a helpful, pattern-following assistant that translates corporate jargon into plain English."},
-    {"role": "system", "name": "example_user", "content": "New synergies will help drive top-line growth."},
-    {"role": "system", "name": "example_assistant", "content": "Things working well together will increase revenue."},
-    {"role": "system", "name": "example_user", "content": "Let's circle back when we have more bandwidth to touch base on opportunities for increased leverage."},
-    {"role": "system", "name": "example_assistant", "content": "Let's talk later when we're less busy about how to do better."},
-    {"role": "user", "content": "This late pivot means we don't have time to boil the ocean for the client deliverable."},
+    {
+        "role": "system",
+        "content": "You are a helpful, pattern-following assistant that translates corporate "
+        "jargon into plain English.",
+    },
+    {
+        "role": "system",
+        "name": "example_user",
+        "content": "New synergies will help drive top-line growth.",
+    },
+    {
+        "role": "system",
+        "name": "example_assistant",
+        "content": "Things working well together will increase revenue.",
+    },
+    {
+        "role": "system",
+        "name": "example_user",
+        "content": "Let's circle back when we have more bandwidth to touch base on opportunities "
+        "for increased leverage.",
+    },
+    {
+        "role": "system",
+        "name": "example_assistant",
+        "content": "Let's talk later when we're less busy about how to do better.",
+    },
+    {
+        "role": "user",
+        "content": "This late pivot means we don't have time to boil the ocean for the client "
+        "deliverable.",
+    },
 ]
 
 
-@pytest.mark.parametrize(("model", "expected"), [("gpt-4", 129), ("gpt-3.5-turbo", 129), ("gpt-4o", 124), ("gpt-4o-mini", 124)])
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [("gpt-4", 129), ("gpt-3.5-turbo", 129), ("gpt-4o", 124), ("gpt-4o-mini", 124)],
+)
 def test_cookbook_counts(model: str, expected: int) -> None:
     count = ug.count_prompt({"model": model, "messages": COOKBOOK})
-    assert count == {"tokens": expected, "exact": True, "encoding": "cl100k_base" if expected == 129 else "o200k_base"}
+    assert count == {
+        "tokens": expected,
+        "exact": True,
+        "encoding": "cl100k_base" if expected == 129 else "o200k_base",
+    }
 
 
 def test_count_tokens() -> None:
@@ -54,29 +84,87 @@ def test_count_tokens() -> None:
 
 
 def test_count_prompt_estimates_for_unknown_tokenizers() -> None:
-    count = ug.count_prompt({"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}, provider="anthropic")
+    count = ug.count_prompt(
+        {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+        provider="anthropic",
+    )
     assert count["exact"] is False and count["tokens"] > 0
 
 
 def test_policy_declares_encoding() -> None:
-    policy = ug.Policy.from_dict({"models": {"house": {"provider": "other", "encoding": "cl100k_base", "counting": "exact"}}})
+    policy = ug.Policy.from_dict(
+        {"models": {"house": {"provider": "other", "encoding": "cl100k_base", "counting": "exact"}}}
+    )
     count = ug.count_prompt({"model": "house", "messages": COOKBOOK}, policy=policy)
     assert count == {"tokens": 129, "exact": True, "encoding": "cl100k_base"}
 
 
 CASES: list[tuple[str, dict[str, Any], Callable[[dict[str, Any]], Any]]] = [
-    ("openai", {"model": "gpt-4o", "max_completion_tokens": 4000, "messages": [{"role": "user", "content": "hello " * 50}]}, lambda r: r["max_completion_tokens"]),
-    ("openai", {"model": "gpt-4o", "max_tokens": 4000, "messages": [{"role": "user", "content": "hello " * 50}]}, lambda r: r["max_tokens"]),
-    ("openai.responses", {"model": "gpt-5", "max_output_tokens": 4000, "input": "hello " * 50}, lambda r: r["max_output_tokens"]),
-    ("anthropic", {"model": "claude-sonnet-4-5", "max_tokens": 4000, "messages": [{"role": "user", "content": "hello " * 50}]}, lambda r: r["max_tokens"]),
-    ("gemini", {"contents": [{"role": "user", "parts": [{"text": "hello " * 50}]}], "generationConfig": {"maxOutputTokens": 4000}}, lambda r: r["generationConfig"]["maxOutputTokens"]),
-    ("ollama", {"model": "llama3.1", "options": {"num_predict": 4000}, "messages": [{"role": "user", "content": "hello " * 50}]}, lambda r: r["options"]["num_predict"]),
-    ("ollama.generate", {"model": "llama3.1", "options": {"num_predict": 4000}, "prompt": "hello " * 50}, lambda r: r["options"]["num_predict"]),
+    (
+        "openai",
+        {
+            "model": "gpt-4o",
+            "max_completion_tokens": 4000,
+            "messages": [{"role": "user", "content": "hello " * 50}],
+        },
+        lambda r: r["max_completion_tokens"],
+    ),
+    (
+        "openai",
+        {
+            "model": "gpt-4o",
+            "max_tokens": 4000,
+            "messages": [{"role": "user", "content": "hello " * 50}],
+        },
+        lambda r: r["max_tokens"],
+    ),
+    (
+        "openai.responses",
+        {"model": "gpt-5", "max_output_tokens": 4000, "input": "hello " * 50},
+        lambda r: r["max_output_tokens"],
+    ),
+    (
+        "anthropic",
+        {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 4000,
+            "messages": [{"role": "user", "content": "hello " * 50}],
+        },
+        lambda r: r["max_tokens"],
+    ),
+    (
+        "gemini",
+        {
+            "contents": [{"role": "user", "parts": [{"text": "hello " * 50}]}],
+            "generationConfig": {"maxOutputTokens": 4000},
+        },
+        lambda r: r["generationConfig"]["maxOutputTokens"],
+    ),
+    (
+        "ollama",
+        {
+            "model": "llama3.1",
+            "options": {"num_predict": 4000},
+            "messages": [{"role": "user", "content": "hello " * 50}],
+        },
+        lambda r: r["options"]["num_predict"],
+    ),
+    (
+        "ollama.generate",
+        {"model": "llama3.1", "options": {"num_predict": 4000}, "prompt": "hello " * 50},
+        lambda r: r["options"]["num_predict"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("provider", "request_", "field"), CASES)
-def test_fit_per_provider(provider: str, request_: dict[str, Any], field: Callable[[dict[str, Any]], Any]) -> None:
+def test_fit_per_provider(
+    provider: str, request_: dict[str, Any], field: Callable[[dict[str, Any]], Any]
+) -> None:
     count = ug.count_prompt(request_, provider=provider)
     prompt = count["tokens"] if count["exact"] else count["tokens"] + -(-count["tokens"] * 5 // 100)
     # Fits untouched.
@@ -96,7 +184,12 @@ def test_fit_per_provider(provider: str, request_: dict[str, Any], field: Callab
 
 
 def test_anthropic_thinking() -> None:
-    req = {"model": "claude-sonnet-4-5", "max_tokens": 16000, "thinking": {"type": "enabled", "budget_tokens": 10000}, "messages": [{"role": "user", "content": "Prove it."}]}
+    req = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 16000,
+        "thinking": {"type": "enabled", "budget_tokens": 10000},
+        "messages": [{"role": "user", "content": "Prove it."}],
+    }
     count = ug.count_prompt(req, provider="anthropic")["tokens"]
     prompt = count + -(-count * 5 // 100)
     lowered = ug.fit(req, ceiling(prompt + 3000, 16000), provider="anthropic")
@@ -108,7 +201,11 @@ def test_anthropic_thinking() -> None:
 
 
 def test_cost_bound() -> None:
-    req = {"model": "gpt-4o", "max_completion_tokens": 4000, "messages": [{"role": "user", "content": "hi"}]}
+    req = {
+        "model": "gpt-4o",
+        "max_completion_tokens": 4000,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     prompt = ug.count_prompt(req)["tokens"]
     rates = {"input": 2.5, "cached_input": 1.25, "output": 10.0}
     prompt_cost = -(-prompt * 2_500_000 // 1_000_000)
@@ -123,14 +220,24 @@ def test_context_window_refusal_http_shape() -> None:
     status, _headers, body = info.value.to_http("openai")
     assert status == 400 and body["error"]["code"] == "context_length_exceeded"
     assert "8192" in str(info.value)
-    capped = {"model": "gpt-4", "max_completion_tokens": 8000, "messages": [{"role": "user", "content": "word " * 500}]}
-    assert ug.fit(capped, ceiling(None)).max_output_tokens == 8192 - ug.count_prompt(capped)["tokens"]
+    capped = {
+        "model": "gpt-4",
+        "max_completion_tokens": 8000,
+        "messages": [{"role": "user", "content": "word " * 500}],
+    }
+    assert (
+        ug.fit(capped, ceiling(None)).max_output_tokens == 8192 - ug.count_prompt(capped)["tokens"]
+    )
     with pytest.raises(ug.ContextWindowExceeded):
         ug.fit(capped, ceiling(None), require_full_output=True)
 
 
 def test_usage_capped() -> None:
-    req = {"model": "claude-sonnet-4-5", "max_tokens": 4000, "messages": [{"role": "user", "content": "hi"}]}
+    req = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 4000,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     capped = ug.fit(req, ceiling(1000), provider="anthropic")
     assert ug.usage_capped({"stop_reason": "max_tokens"}, capped)
     assert not ug.usage_capped({"stop_reason": "end_turn"}, capped)
@@ -139,10 +246,18 @@ def test_usage_capped() -> None:
 
 
 def test_intersect_ceilings() -> None:
-    a = ceiling(20_000, 8000, cost_micros=50_000, rates={"input": 1.0, "cached_input": 0.1, "output": 4.0})
-    b = ceiling(5_000, 16_000, cost_micros=80_000, rates={"input": 3.0, "cached_input": 0.3, "output": 15.0})
+    a = ceiling(
+        20_000, 8000, cost_micros=50_000, rates={"input": 1.0, "cached_input": 0.1, "output": 4.0}
+    )
+    b = ceiling(
+        5_000, 16_000, cost_micros=80_000, rates={"input": 3.0, "cached_input": 0.3, "output": 15.0}
+    )
     both = ug.intersect_ceilings(a, b)
-    assert both["tokens"] == 5_000 and both["cost_micros"] == 50_000 and both["max_output_tokens"] == 8000
+    assert (
+        both["tokens"] == 5_000
+        and both["cost_micros"] == 50_000
+        and both["max_output_tokens"] == 8000
+    )
     assert both["rates"] == {"input": 3.0, "cached_input": 0.3, "output": 15.0}
 
 
@@ -160,11 +275,25 @@ def test_bad_arguments_name_the_field() -> None:
 
 
 def test_ticket_ceiling_fits_the_call(make_guard: Callable[..., ug.Guard]) -> None:
-    guard = make_guard({
-        "models": {"gpt-5": GPT5},
-        "limits": {"direct": [{"user": "alice", "model": "gpt-5", "rules": [{"metric": "tokens", "amount": 3000, "window": "day"}]}]},
-    })
-    req = {"model": "gpt-5", "max_completion_tokens": 8000, "messages": [{"role": "user", "content": "hello " * 100}]}
+    guard = make_guard(
+        {
+            "models": {"gpt-5": GPT5},
+            "limits": {
+                "direct": [
+                    {
+                        "user": "alice",
+                        "model": "gpt-5",
+                        "rules": [{"metric": "tokens", "amount": 3000, "window": "day"}],
+                    }
+                ]
+            },
+        }
+    )
+    req = {
+        "model": "gpt-5",
+        "max_completion_tokens": 8000,
+        "messages": [{"role": "user", "content": "hello " * 100}],
+    }
     prompt = ug.count_prompt(req)["tokens"]
     ticket = guard.admit("alice", "gpt-5", prompt_tokens=prompt, max_tokens=8000)
     fitted = ug.fit(req, ticket.ceiling)

@@ -7,10 +7,9 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+import usage_guard as ug
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import usage_guard as ug
 
 MODELS = {
     "openai": ["gpt-4o", "gpt-4", "gpt-5", "o3"],
@@ -20,9 +19,19 @@ MODELS = {
     "ollama": ["llama3.1"],
     "ollama.generate": ["llama3.1"],
 }
-MODEL_MAX = {"gpt-4o": 16384, "gpt-4": 8192, "gpt-5": 128000, "o3": 100000, "gpt-4.1": 32768,
-             "claude-sonnet-4-5": 64000, "claude-opus-4-1": 32000, "claude-3-5-haiku": 8192,
-             "gemini-2.5-pro": 65536, "gemini-2.5-flash": 65536, "gemini-2.5-flash-lite": 65536}
+MODEL_MAX = {
+    "gpt-4o": 16384,
+    "gpt-4": 8192,
+    "gpt-5": 128000,
+    "o3": 100000,
+    "gpt-4.1": 32768,
+    "claude-sonnet-4-5": 64000,
+    "claude-opus-4-1": 32000,
+    "claude-3-5-haiku": 8192,
+    "gemini-2.5-pro": 65536,
+    "gemini-2.5-flash": 65536,
+    "gemini-2.5-flash-lite": 65536,
+}
 
 text = st.text(max_size=400)
 maybe_max = st.one_of(st.none(), st.integers(min_value=1, max_value=200_000))
@@ -32,7 +41,10 @@ maybe_max = st.one_of(st.none(), st.integers(min_value=1, max_value=200_000))
 def calls(draw: Any) -> tuple[str, dict[str, Any], Optional[int]]:
     provider = draw(st.sampled_from(sorted(MODELS)))
     model = draw(st.sampled_from(MODELS[provider]))
-    messages = [{"role": draw(st.sampled_from(["user", "assistant"])), "content": draw(text)} for _ in range(draw(st.integers(1, 4)))]
+    messages = [
+        {"role": draw(st.sampled_from(["user", "assistant"])), "content": draw(text)}
+        for _ in range(draw(st.integers(1, 4)))
+    ]
     cap = draw(maybe_max)
     req: dict[str, Any]
     if provider == "openai":
@@ -49,15 +61,29 @@ def calls(draw: Any) -> tuple[str, dict[str, Any], Optional[int]]:
         if draw(st.booleans()):
             req["thinking"] = {"type": "enabled", "budget_tokens": draw(st.integers(1024, 50_000))}
     elif provider == "gemini":
-        req = {"model": model, "contents": [{"role": "user", "parts": [{"text": m["content"]}]} for m in messages], "generationConfig": {}}
+        req = {
+            "model": model,
+            "contents": [{"role": "user", "parts": [{"text": m["content"]}]} for m in messages],
+            "generationConfig": {},
+        }
         if cap is not None:
             req["generationConfig"]["maxOutputTokens"] = cap
         if draw(st.booleans()):
-            req["generationConfig"]["thinkingConfig"] = {"thinkingBudget": draw(st.integers(1, 30_000))}
+            req["generationConfig"]["thinkingConfig"] = {
+                "thinkingBudget": draw(st.integers(1, 30_000))
+            }
     elif provider == "ollama":
-        req = {"model": model, "messages": messages, "options": {"num_predict": cap if cap is not None else -1}}
+        req = {
+            "model": model,
+            "messages": messages,
+            "options": {"num_predict": cap if cap is not None else -1},
+        }
     else:
-        req = {"model": model, "prompt": draw(text), "options": {} if cap is None else {"num_predict": cap}}
+        req = {
+            "model": model,
+            "prompt": draw(text),
+            "options": {} if cap is None else {"num_predict": cap},
+        }
     return provider, req, cap
 
 
@@ -67,7 +93,13 @@ def ceilings(draw: Any) -> dict[str, Any]:
     return {
         "tokens": draw(st.one_of(st.none(), st.integers(0, 300_000))),
         "cost_micros": draw(st.integers(0, 5_000_000)) if with_cost else None,
-        "rates": {"input": draw(st.floats(0, 20, allow_nan=False)), "cached_input": draw(st.floats(0, 20, allow_nan=False)), "output": draw(st.floats(0.01, 80, allow_nan=False))} if with_cost else None,
+        "rates": {
+            "input": draw(st.floats(0, 20, allow_nan=False)),
+            "cached_input": draw(st.floats(0, 20, allow_nan=False)),
+            "output": draw(st.floats(0.01, 80, allow_nan=False)),
+        }
+        if with_cost
+        else None,
         "max_output_tokens": draw(st.integers(1, 150_000)),
         "min_output_tokens": draw(st.integers(0, 2_000)),
         "margin": draw(st.sampled_from([0.0, 0.05, 0.2])),
@@ -76,7 +108,9 @@ def ceilings(draw: Any) -> dict[str, Any]:
 
 @settings(max_examples=400, deadline=None)
 @given(calls(), ceilings())
-def test_fitted_calls_stay_within_the_ceiling(call: tuple[str, dict[str, Any], Optional[int]], c: dict[str, Any]) -> None:
+def test_fitted_calls_stay_within_the_ceiling(
+    call: tuple[str, dict[str, Any], Optional[int]], c: dict[str, Any]
+) -> None:
     provider, req, cap = call
     try:
         r = ug.fit(req, c, provider=provider)
@@ -85,7 +119,11 @@ def test_fitted_calls_stay_within_the_ceiling(call: tuple[str, dict[str, Any], O
         return
     out = r.max_output_tokens
     assert out is not None and out >= 1
-    prompt = r.prompt_tokens if r.prompt_exact else r.prompt_tokens + math.ceil(r.prompt_tokens * c["margin"])
+    prompt = (
+        r.prompt_tokens
+        if r.prompt_exact
+        else r.prompt_tokens + math.ceil(r.prompt_tokens * c["margin"])
+    )
     if c["tokens"] is not None:
         assert prompt + out <= c["tokens"]
     if c["cost_micros"] is not None:

@@ -29,7 +29,7 @@ pub(crate) fn output_path(request: &Value, api: Api) -> Option<Vec<&'static str>
             let legacy = request.get("max_tokens").is_some_and(|v| !v.is_null())
                 && request
                     .get("max_completion_tokens")
-                    .map_or(true, Value::is_null);
+                    .is_none_or(Value::is_null);
             vec![if legacy {
                 "max_tokens"
             } else {

@@ -144,6 +144,13 @@ pub fn fit(
             "must be a finite number ≥ 0 (a fraction, 0.05 = 5%)",
         ));
     }
+    if ceiling.cost_micros.is_some() && ceiling.rates.is_none() {
+        return Err(Error::invalid(
+            "ceiling.rates",
+            "null",
+            "is required when cost_micros is set (dollars per million tokens: input, cached_input, output)",
+        ));
+    }
     let model = model.or_else(|| request.get("model").and_then(Value::as_str));
     let PromptCount {
         tokens: prompt,
@@ -261,6 +268,14 @@ pub fn fit(
         }
     }
     let out = min_opt(min_opt(Some(desired), usage_room), ctx_room).unwrap_or(desired);
+    if out == 0 {
+        return Err(refused(
+            Reason::DoesNotFit,
+            Some(Metric::OutputTokens),
+            Some(ceiling.max_output_tokens),
+            format!("This call may produce no output tokens (the output maximum is 0) on {name}."),
+        ));
+    }
     if options.require_full_output {
         if let Some(asked) =
             min_opt(caller, lim.max_output).filter(|&a| caller.is_some() && out < a)
