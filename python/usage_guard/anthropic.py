@@ -100,8 +100,11 @@ def _snapshot_state(stream: Any) -> tuple[StreamState, bool]:
     state = StreamState()
     try:
         message = stream._current_snapshot_or_none()
-    except AttributeError:
-        message = getattr(stream, "current_message_snapshot", None)
+    except AttributeError:  # an SDK without the private accessor: the public property asserts
+        try:
+            message = stream.current_message_snapshot
+        except Exception:
+            message = None
     if message is None:
         return state, False
     state.chunks = 1
