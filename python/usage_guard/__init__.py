@@ -7,12 +7,18 @@ ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
 ticket.bill(input_tokens=1100, output_tokens=800)
 """
 
+import atexit
+
 from ._core import (
+    BatchTicket,
     Guard,
+    LedgerError,
     ManualClock,
     MemoryStore,
     Policy,
+    PostgresLedger,
     Refusal,
+    SqliteLedger,
     Ticket,
     __version__,
 )
@@ -22,14 +28,22 @@ from .errors import (
     UsageLimitError,
     UsageLimitsUnavailable,
 )
+from ._core import _flush_ledgers
+
+# A clean interpreter exit writes every ledger row billed so far.
+atexit.register(_flush_ledgers)
 
 __all__ = [
+    "BatchTicket",
     "Guard",
+    "LedgerError",
     "ManualClock",
     "MemoryStore",
     "Policy",
     "PolicyError",
+    "PostgresLedger",
     "Refusal",
+    "SqliteLedger",
     "Ticket",
     "UsageLimitDoesNotFit",
     "UsageLimitError",

@@ -9,6 +9,8 @@ use parking_lot::{Mutex, RwLock};
 
 use super::clock::{Clock, Millis};
 use super::decide::{self, Decision, Demand, Plan, SlotRead, UsageCeiling};
+use super::fill::FillState;
+use super::ledger::Ledger;
 use super::path::{self, Path};
 use super::policy::Policy;
 use super::refusal::Refusal;
@@ -100,13 +102,16 @@ pub(crate) struct Shared {
     cache: Mutex<PathCache>,
     ticket_seq: AtomicU64,
     ticket_prefix: String,
+    /// Where billed calls are recorded, and counters filled from (set once).
+    pub ledger: std::sync::OnceLock<Arc<dyn Ledger>>,
+    pub fill: FillState,
 }
 
 /// Admits calls against a policy, on a counter store, by a clock. Cheap to clone: clones
 /// share the store, cache and stats.
 #[derive(Clone)]
 pub struct Guard {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -138,7 +143,38 @@ impl Guard {
                 cache: Mutex::new(HashMap::new()),
                 ticket_seq: AtomicU64::new(0),
                 ticket_prefix: prefix,
+                ledger: std::sync::OnceLock::new(),
+                fill: FillState::default(),
             }),
+        }
+    }
+
+    /// Records every billed call in `ledger` and fills long-window counters from it. A guard
+    /// takes one ledger: a second call keeps the first.
+    pub fn with_ledger(self, ledger: Arc<dyn Ledger>) -> Self {
+        let _ = self.shared.ledger.set(ledger);
+        self
+    }
+
+    /// The guard's ledger, if it has one.
+    pub fn ledger(&self) -> Option<&Arc<dyn Ledger>> {
+        self.shared.ledger.get()
+    }
+
+    /// Counters this guard filled from the ledger, and ledger reads that failed.
+    pub fn fill_counts(&self) -> (u64, u64) {
+        let f = &self.shared.fill;
+        (
+            f.filled.load(Ordering::Relaxed),
+            f.ledger_errors.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Writes every ledger row billed so far (the guard keeps working afterwards).
+    pub fn close(&self) -> std::result::Result<(), super::ledger::LedgerError> {
+        match self.shared.ledger.get() {
+            Some(ledger) => ledger.flush(),
+            None => Ok(()),
         }
     }
 
@@ -214,7 +250,11 @@ impl Guard {
         Ok(resolved)
     }
 
-    fn demand(path: &Path, request: &AdmitRequest, settings: &super::policy::Settings) -> Demand {
+    pub(crate) fn demand(
+        path: &Path,
+        request: &AdmitRequest,
+        settings: &super::policy::Settings,
+    ) -> Demand {
         let model_max = path.model_spec.as_ref().and_then(|m| m.max_output_tokens);
         let max_output_tokens = match (request.max_output_tokens, model_max) {
             (Some(caller), Some(model)) => caller.min(model),
@@ -254,13 +294,15 @@ impl Guard {
         (keys, previous_at)
     }
 
-    /// Reads every counter of the path at `now`.
+    /// Reads every counter of the path at `now` (filling long-window counters from the
+    /// ledger the first time).
     pub(crate) async fn read(
         &self,
         path: &Path,
         now: Millis,
     ) -> std::result::Result<Vec<SlotRead>, super::store::StoreError> {
         let (keys, previous_at) = Self::read_keys(path, now);
+        super::fill::fill_keys(&self.shared, &keys, now).await;
         let reads = self.shared.store.read(keys, now).await?;
         Ok((0..path.counters.len())
             .map(|slot| SlotRead {
@@ -270,7 +312,7 @@ impl Guard {
             .collect())
     }
 
-    fn ticket_id(&self) -> String {
+    pub(crate) fn ticket_id(&self) -> String {
         let n = self.shared.ticket_seq.fetch_add(1, Ordering::Relaxed);
         format!("t-{}-{n:x}", self.shared.ticket_prefix)
     }
@@ -398,7 +440,7 @@ impl Guard {
         Ok(view::usage_view(&path, &reads, now))
     }
 
-    fn refuse(&self, refusal: Refusal) -> Error {
+    pub(crate) fn refuse(&self, refusal: Refusal) -> Error {
         bump(&self.shared.stats.refused);
         Error::Refused(Box::new(refusal))
     }

@@ -5,6 +5,7 @@ mod clock;
 mod convert;
 mod errors;
 mod guard;
+mod ledger;
 mod policy;
 mod store;
 
@@ -20,5 +21,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     policy::register(m)?;
     store::register(m)?;
     guard::register(m)?;
+    ledger::register(m)?;
     Ok(())
 }
