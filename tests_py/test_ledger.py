@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import usage_guard as ug
 from conftest import GPT5
 
@@ -107,7 +106,9 @@ clock = ug.ManualClock(sys.argv[2])
 guard = ug.Guard(ug.Policy.from_dict(POLICY), clock=clock, ledger=ug.SqliteLedger(sys.argv[1]))
 """
 
-SPEND_AND_WAIT = CHILD_SETUP + """
+SPEND_AND_WAIT = (
+    CHILD_SETUP
+    + """
 for _ in range(9):
     t = guard.admit("alice", "gpt-5", prompt_tokens=1000, max_tokens=100)
     t.bill(input_tokens=1000, output_tokens=100)
@@ -115,16 +116,22 @@ guard.close()
 print("spent", flush=True)
 time.sleep(600)
 """
+)
 
-SPEND_AND_EXIT = CHILD_SETUP + """
+SPEND_AND_EXIT = (
+    CHILD_SETUP
+    + """
 for _ in range(9):
     t = guard.admit("alice", "gpt-5", prompt_tokens=1000, max_tokens=100)
     t.bill(input_tokens=1000, output_tokens=100)
 print("spent", flush=True)
 sys.exit(0)  # no close(): the atexit flush writes the rows
 """
+)
 
-TRY_ALICE = CHILD_SETUP + """
+TRY_ALICE = (
+    CHILD_SETUP
+    + """
 print(json.dumps(guard.usage("alice", "gpt-5")["rules"][0]["used"]))
 try:
     guard.admit("alice", "gpt-5", prompt_tokens=1500, max_tokens=100)
@@ -132,13 +139,15 @@ try:
 except ug.UsageLimitError as e:
     print("refused", e.reason)
 """
+)
 
 
 @pytest.mark.parametrize("ending", ["killed", "exited"])
 def test_a_restart_keeps_the_day(tmp_path: Path, ending: str) -> None:
     db = str(tmp_path / "ledger.db")
-    first = run_child(SPEND_AND_WAIT if ending == "killed" else SPEND_AND_EXIT, db,
-                      "2026-11-30T09:00:00Z")
+    first = run_child(
+        SPEND_AND_WAIT if ending == "killed" else SPEND_AND_EXIT, db, "2026-11-30T09:00:00Z"
+    )
     assert first.stdout is not None
     assert first.stdout.readline().strip() == "spent"
     if ending == "killed":
@@ -165,14 +174,22 @@ def test_cli_usage_prints_groups(tmp_path: Path, clock: ug.ManualClock) -> None:
     spend(guard, "bob", 1, 100, 10)
     guard.close()
     cmd = [sys.executable, "-m", "usage_guard.cli_usage", "usage", "--ledger", db]
-    out = subprocess.run([*cmd, "--user", "alice", "--since", "2026-11-30", "--json"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [*cmd, "--user", "alice", "--since", "2026-11-30", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = [json.loads(line) for line in out.splitlines()]
     assert len(rows) == 1
     assert rows[0]["user"] == "alice" and rows[0]["day"] == "2026-11-30"
     assert rows[0]["requests"] == 2 and rows[0]["tokens"] == 2400
-    table = subprocess.run([*cmd, "--group-by", "team", f"--ledger=sqlite:///{db}"],
-                           capture_output=True, text=True, check=True).stdout
+    table = subprocess.run(
+        [*cmd, "--group-by", "team", f"--ledger=sqlite:///{db}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     lines = table.splitlines()
     assert lines[0].split()[:3] == ["team", "requests", "tokens"]
     assert lines[1].split()[:3] == ["research", "1", "110"]
@@ -191,8 +208,11 @@ def test_batch_results_bill_once(clock: ug.ManualClock) -> None:
     batch = a.admit_batch("alice", "gpt-5", reqs)
     assert batch.reserved == {"tokens": 5000}
     other = b.resume_batch(batch.state)
-    billed = [batch.bill_part("r0", 500, 100), other.bill_part("r0", 500, 100),
-              other.bill_part("r1", 500, 50, request_id="q1")]
+    billed = [
+        batch.bill_part("r0", 500, 100),
+        other.bill_part("r0", 500, 100),
+        other.bill_part("r1", 500, 50, request_id="q1"),
+    ]
     assert [x is not None for x in billed] == [True, False, True]
     assert a.usage("alice", "gpt-5")["rules"][0]["reserved"] == 3000
     assert other.finish() == 3

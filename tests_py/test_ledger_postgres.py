@@ -4,6 +4,7 @@ in a temp directory, as the `postgres` user when run as root) or the machine's s
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import socket
@@ -12,13 +13,13 @@ import tempfile
 from typing import Any, Iterator, Optional
 
 import pytest
-
 import usage_guard as ug
 from test_ledger import POLICY, spend
 
 
 def _tool(name: str) -> Optional[str]:
-    for d in ("/usr/local/bin", "/usr/lib/postgresql/15/bin"):
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+    for d in ["/usr/local/bin", *versions]:
         if os.path.exists(os.path.join(d, name)):
             return os.path.join(d, name)
     return shutil.which(name)
@@ -71,16 +72,18 @@ def pg_url() -> Iterator[Any]:
 
     yield fresh
     if started:
-        _run([pg_ctl, "-D", os.path.join(tmp, "data"), "-m", "immediate", "-w", "stop"],
-             as_postgres)
+        _run(
+            [pg_ctl, "-D", os.path.join(tmp, "data"), "-m", "immediate", "-w", "stop"], as_postgres
+        )
     shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _create_database(admin_url: str, name: str) -> None:
     psql = _tool("psql")
     if psql:
-        subprocess.run([psql, admin_url, "-c", f"CREATE DATABASE {name}"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [psql, admin_url, "-c", f"CREATE DATABASE {name}"], check=True, capture_output=True
+        )
         return
     pytest.fail("psql is needed to create a test database")
 

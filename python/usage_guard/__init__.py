@@ -21,6 +21,7 @@ from ._core import (
     SqliteLedger,
     Ticket,
     __version__,
+    _flush_ledgers,
 )
 from .errors import (
     PolicyError,
@@ -28,7 +29,6 @@ from .errors import (
     UsageLimitError,
     UsageLimitsUnavailable,
 )
-from ._core import _flush_ledgers
 
 # A clean interpreter exit writes every ledger row billed so far.
 atexit.register(_flush_ledgers)

@@ -18,8 +18,16 @@ from typing import Any, Optional, Sequence, TextIO, Union
 from ._core import LedgerError, PostgresLedger, SqliteLedger
 
 GROUPINGS = ("user", "team", "model", "day")
-SUMS = ("requests", "tokens", "input_tokens", "cached_input_tokens", "output_tokens",
-        "reasoning_tokens", "cost", "compute_ms")
+SUMS = (
+    "requests",
+    "tokens",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost",
+    "compute_ms",
+)
 
 
 def open_ledger(url: str) -> Union[SqliteLedger, PostgresLedger]:
@@ -27,7 +35,7 @@ def open_ledger(url: str) -> Union[SqliteLedger, PostgresLedger]:
     if url.startswith(("postgres://", "postgresql://")):
         return PostgresLedger(url)
     if url.startswith("sqlite://"):
-        path = url[len("sqlite://"):]
+        path = url[len("sqlite://") :]
         return SqliteLedger(path[1:] if path.startswith("//") else path or ":memory:")
     return SqliteLedger(url)
 
@@ -63,15 +71,20 @@ def add_usage_command(subparsers: Any) -> argparse.ArgumentParser:
         help="print usage from a ledger, grouped by user, team, model and day",
         description="Print usage recorded in a usage ledger.",
     )
-    p.add_argument("--ledger", required=True,
-                   help="postgres://… URL, sqlite:///path, or a SQLite file path")
+    p.add_argument(
+        "--ledger", required=True, help="postgres://… URL, sqlite:///path, or a SQLite file path"
+    )
     p.add_argument("--user", help="only this user")
     p.add_argument("--team", help="only calls billed to this team")
     p.add_argument("--model", help="only this model")
     p.add_argument("--since", type=_instant, help="from this date or instant (UTC)")
     p.add_argument("--until", type=_instant, help="up to (not including) this date or instant")
-    p.add_argument("--group-by", type=_groupings, default=list(GROUPINGS),
-                   help="comma-separated: user,team,model,day (default: all four)")
+    p.add_argument(
+        "--group-by",
+        type=_groupings,
+        default=list(GROUPINGS),
+        help="comma-separated: user,team,model,day (default: all four)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     p.set_defaults(func=run_usage)
     return p
@@ -84,16 +97,20 @@ def _cost(micros: int) -> str:
 def _table(groups: list[dict[str, Any]], keys: list[str], out: TextIO) -> None:
     header = [*keys, *SUMS]
     rows = [
-        [*("-" if g.get(k) is None else str(g[k]) for k in keys),
-         *(_cost(g["cost_micros"]) if s == "cost" else f"{g[s]:,}" for s in SUMS)]
+        [
+            *("-" if g.get(k) is None else str(g[k]) for k in keys),
+            *(_cost(g["cost_micros"]) if s == "cost" else f"{g[s]:,}" for s in SUMS),
+        ]
         for g in groups
     ]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(header)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
     out.write("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip() + "\n")
     for r in rows:
-        cells = [c.ljust(w) if i < len(keys) else c.rjust(w)
-                 for i, (c, w) in enumerate(zip(r, widths))]
+        cells = [
+            c.ljust(w) if i < len(keys) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+        ]
         out.write("  ".join(cells).rstrip() + "\n")
     if not rows:
         out.write("(no usage)\n")
@@ -104,8 +121,14 @@ def run_usage(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     out = out or sys.stdout
     try:
         ledger = open_ledger(args.ledger)
-        groups = ledger.query(user=args.user, team=args.team, model=args.model,
-                              since=args.since, until=args.until, group_by=args.group_by)
+        groups = ledger.query(
+            user=args.user,
+            team=args.team,
+            model=args.model,
+            since=args.since,
+            until=args.until,
+            group_by=args.group_by,
+        )
     except LedgerError as e:
         print(f"usage-guard usage: {e}", file=sys.stderr)
         return 2

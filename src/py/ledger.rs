@@ -86,10 +86,12 @@ fn usage_query(
     })
 }
 
-macro_rules! ledger_methods {
-    ($ty:ident) => {
+macro_rules! ledger_class {
+    ($ty:ident, { $($ctor:tt)* }) => {
         #[pymethods]
         impl $ty {
+            $($ctor)*
+
             /// Usage grouped by `group_by` (default: user, team, model, day), filtered by user,
             /// billed team, model and `[since, until)` (ISO 8601 or datetime). Each group is a
             /// dict of its keys, requests, tokens, input/cached/output/reasoning tokens,
@@ -142,8 +144,7 @@ pub struct PySqliteLedger {
     where_: String,
 }
 
-#[pymethods]
-impl PySqliteLedger {
+ledger_class!(PySqliteLedger, {
     #[new]
     #[pyo3(signature = (path = ":memory:".to_string()))]
     fn new(py: Python<'_>, path: String) -> PyResult<Self> {
@@ -158,9 +159,7 @@ impl PySqliteLedger {
             where_: path,
         })
     }
-}
-
-ledger_methods!(PySqliteLedger);
+});
 
 /// A ledger in PostgreSQL (`postgres://user@host:port/db`); the table is created on first use.
 #[pyclass(name = "PostgresLedger", module = "usage_guard._core", frozen)]
@@ -169,8 +168,7 @@ pub struct PyPostgresLedger {
     where_: String,
 }
 
-#[pymethods]
-impl PyPostgresLedger {
+ledger_class!(PyPostgresLedger, {
     #[new]
     fn new(py: Python<'_>, url: String) -> PyResult<Self> {
         let u = url.clone();
@@ -182,9 +180,7 @@ impl PyPostgresLedger {
         register_open(&inner);
         Ok(Self { inner, where_ })
     }
-}
-
-ledger_methods!(PyPostgresLedger);
+});
 
 /// The ledger behind a Python ledger object.
 pub fn extract_ledger(ledger: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Arc<dyn Ledger>>> {

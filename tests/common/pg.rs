@@ -24,10 +24,15 @@ fn free_port() -> u16 {
 }
 
 fn find(tool: &str) -> Option<PathBuf> {
-    ["/usr/local/bin", "/usr/lib/postgresql/15/bin", "/usr/bin"]
-        .iter()
-        .map(|d| PathBuf::from(d).join(tool))
-        .find(|p| p.exists())
+    let mut dirs = vec![PathBuf::from("/usr/local/bin")];
+    // Debian keeps the server tools in /usr/lib/postgresql/<version>/bin, newest first.
+    if let Ok(versions) = std::fs::read_dir("/usr/lib/postgresql") {
+        let mut found: Vec<PathBuf> = versions.flatten().map(|v| v.path().join("bin")).collect();
+        found.sort();
+        dirs.extend(found.into_iter().rev());
+    }
+    dirs.push(PathBuf::from("/usr/bin"));
+    dirs.into_iter().map(|d| d.join(tool)).find(|p| p.exists())
 }
 
 fn is_root() -> bool {
@@ -97,6 +102,7 @@ impl Pg {
                 ],
             );
             if ok {
+                eprintln!("postgres: started in {dir_s} on port {port}");
                 return Some(Pg {
                     dir: Some(dir),
                     port,
@@ -106,6 +112,7 @@ impl Pg {
             let _ = std::fs::remove_dir_all(&dir);
         }
         let machine = std::net::TcpStream::connect("127.0.0.1:5432").is_ok();
+        eprintln!("postgres: using the machine's server on 127.0.0.1:5432: {machine}");
         machine.then_some(Pg {
             dir: None,
             port: 5432,
