@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 import usage_guard as ug
-from conftest import GPT5
+
+GPT5: dict[str, Any] = {
+    "display_name": "GPT-5",
+    "provider": "openai",
+    "max_output_tokens": 128000,
+    "prices": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
+}
 
 POLICY: dict[str, Any] = {
     "models": {"gpt-5": GPT5},
