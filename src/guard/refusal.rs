@@ -83,8 +83,7 @@ impl Refusal {
         match self.reason {
             Reason::Unavailable => "usage_limits_unavailable",
             _ if self.is_rate_limit() => "rate_limit_exceeded",
-            Reason::DoesNotFit => "usage_limit_does_not_fit",
-            Reason::LimitReached => "usage_limit_reached",
+            Reason::DoesNotFit | Reason::LimitReached => "usage_limit_reached",
         }
     }
 
