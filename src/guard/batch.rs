@@ -6,17 +6,14 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
-
 use super::clock::Millis;
 use super::decide::{self, rule_left, Decision};
 use super::guard::{bump, log_store_error, AdmitRequest, Guard, Shared, RESERVE_RETRIES};
-use super::path::{Path, SourceKind, SourceRef};
+use super::path::{Path, SourceRef};
 use super::refusal::Refusal;
-use super::rule::{CounterId, Metric, Scope};
-use super::store::{expiry_minute, CounterKey, HoldRef, ReserveOutcome};
+use super::rule::{CounterId, Metric};
+use super::store::{expiry_minute, HoldRef, ReserveOutcome};
 use super::ticket::{check_usage, ledger_row, usage_adds, BillInfo, Billed, Usage};
-use super::window::{CalendarUnit, Window};
 use crate::error::{Error, Result};
 
 /// How long a batch's holds live if it never finishes.
@@ -36,14 +33,14 @@ pub struct BatchRequest {
 /// A submitted batch: its holds, and what each result gives back.
 #[derive(Clone)]
 pub struct BatchTicket {
-    shared: Arc<Shared>,
-    id: String,
-    path: Arc<Path>,
-    source: SourceRef,
-    holds: Vec<HoldRef>,
-    expiry_minute: i64,
-    adds: Vec<Arc<CounterId>>,
-    request_ids: Vec<String>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) id: String,
+    pub(super) path: Arc<Path>,
+    pub(super) source: SourceRef,
+    pub(super) holds: Vec<HoldRef>,
+    pub(super) expiry_minute: i64,
+    pub(super) adds: Vec<Arc<CounterId>>,
+    pub(super) request_ids: Vec<String>,
 }
 
 impl std::fmt::Debug for BatchTicket {
@@ -407,96 +404,5 @@ impl BatchTicket {
                 false
             }
         }
-    }
-
-    /// The batch as JSON text, for `Guard::resume_batch` on another server.
-    pub fn state(&self) -> String {
-        let counter = |id: &CounterId| {
-            json!({
-                "scope": id.scope.key_token(),
-                "user": id.user.as_deref(),
-                "team": id.team.as_deref(),
-                "model": id.model.as_deref(),
-                "metric": id.metric.word(),
-                "window": id.window.key_token(),
-            })
-        };
-        json!({
-            "id": self.id,
-            "user": self.path.user.as_deref(),
-            "model": &*self.path.model,
-            "source": {"type": self.source.kind.word(), "id": &*self.source.id},
-            "expiry_minute": self.expiry_minute,
-            "requests": self.request_ids,
-            "holds": self.holds.iter().map(|h| json!({
-                "counter": counter(&h.key.id), "bucket": h.key.bucket, "amount": h.amount,
-            })).collect::<Vec<Value>>(),
-            "adds": self.adds.iter().map(|id| counter(id)).collect::<Vec<Value>>(),
-        })
-        .to_string()
-    }
-
-    pub(crate) fn from_parts(
-        guard: &Guard,
-        id: String,
-        path: Arc<Path>,
-        source: SourceRef,
-        holds: Vec<HoldRef>,
-        expiry_minute: i64,
-        adds: Vec<Arc<CounterId>>,
-        request_ids: Vec<String>,
-    ) -> Self {
-        guard.batch(
-            id,
-            path,
-            Some(source),
-            holds,
-            expiry_minute,
-            adds,
-            request_ids,
-        )
-    }
-}
-
-/// Parses the scope token of a counter key.
-pub(crate) fn parse_scope(token: &str) -> Option<Scope> {
-    [
-        Scope::PersonModel,
-        Scope::TeamShared,
-        Scope::TeamMember,
-        Scope::PublicShared,
-        Scope::TeamTotal,
-        Scope::ModelTotal,
-        Scope::PersonAllModels,
-    ]
-    .into_iter()
-    .find(|s| s.key_token() == token)
-}
-
-/// Parses the window token of a counter key.
-pub(crate) fn parse_window(token: &str) -> Option<Window> {
-    Some(match token {
-        "d" => Window::Calendar(CalendarUnit::Day),
-        "w" => Window::Calendar(CalendarUnit::Week),
-        "mo" => Window::Calendar(CalendarUnit::Month),
-        "y" => Window::Calendar(CalendarUnit::Year),
-        "run" => Window::WhileRunning,
-        s => Window::Sliding {
-            seconds: s.strip_prefix('s')?.parse().ok()?,
-        },
-    })
-}
-
-/// The source kind of a word.
-pub(crate) fn parse_source_kind(word: &str) -> Option<SourceKind> {
-    [SourceKind::Direct, SourceKind::Team, SourceKind::Public]
-        .into_iter()
-        .find(|k| k.word() == word)
-}
-
-pub(crate) fn counter_key(id: CounterId, bucket: Millis) -> CounterKey {
-    CounterKey {
-        id: Arc::new(id),
-        bucket,
     }
 }

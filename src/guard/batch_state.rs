@@ -4,11 +4,18 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::batch::{counter_key, parse_scope, parse_source_kind, parse_window, BatchTicket};
+use serde_json::json;
+
+use super::batch::BatchTicket;
+use super::clock::Millis;
 use super::guard::Guard;
+use super::path::SourceKind;
 use super::path::SourceRef;
+use super::rule::Scope;
 use super::rule::{CounterId, Metric};
+use super::store::CounterKey;
 use super::store::HoldRef;
+use super::window::{CalendarUnit, Window};
 use crate::error::{Error, Result};
 
 fn bad(field: &str, why: &str) -> Error {
@@ -88,14 +95,86 @@ pub(crate) fn resume(guard: &Guard, state: &str) -> Result<BatchTicket> {
         .flatten()
         .map(|a| counter(a).map(Arc::new))
         .collect::<Result<Vec<_>>>()?;
-    Ok(BatchTicket::from_parts(
-        guard,
-        text(&v, "id")?.to_string(),
+    Ok(BatchTicket {
+        shared: guard.shared.clone(),
+        id: text(&v, "id")?.to_string(),
         path,
         source,
         holds,
-        int(&v, "expiry_minute")?,
+        expiry_minute: int(&v, "expiry_minute")?,
         adds,
-        requests,
-    ))
+        request_ids: requests,
+    })
+}
+
+impl BatchTicket {
+    /// The batch as JSON text, for `Guard::resume_batch` on another server.
+    pub fn state(&self) -> String {
+        let counter = |id: &CounterId| {
+            json!({
+                "scope": id.scope.key_token(),
+                "user": id.user.as_deref(),
+                "team": id.team.as_deref(),
+                "model": id.model.as_deref(),
+                "metric": id.metric.word(),
+                "window": id.window.key_token(),
+            })
+        };
+        json!({
+            "id": self.id,
+            "user": self.path.user.as_deref(),
+            "model": &*self.path.model,
+            "source": {"type": self.source.kind.word(), "id": &*self.source.id},
+            "expiry_minute": self.expiry_minute,
+            "requests": self.request_ids,
+            "holds": self.holds.iter().map(|h| json!({
+                "counter": counter(&h.key.id), "bucket": h.key.bucket, "amount": h.amount,
+            })).collect::<Vec<Value>>(),
+            "adds": self.adds.iter().map(|id| counter(id)).collect::<Vec<Value>>(),
+        })
+        .to_string()
+    }
+}
+
+/// Parses the scope token of a counter key.
+fn parse_scope(token: &str) -> Option<Scope> {
+    [
+        Scope::PersonModel,
+        Scope::TeamShared,
+        Scope::TeamMember,
+        Scope::PublicShared,
+        Scope::TeamTotal,
+        Scope::ModelTotal,
+        Scope::PersonAllModels,
+    ]
+    .into_iter()
+    .find(|s| s.key_token() == token)
+}
+
+/// Parses the window token of a counter key.
+fn parse_window(token: &str) -> Option<Window> {
+    Some(match token {
+        "d" => Window::Calendar(CalendarUnit::Day),
+        "w" => Window::Calendar(CalendarUnit::Week),
+        "mo" => Window::Calendar(CalendarUnit::Month),
+        "y" => Window::Calendar(CalendarUnit::Year),
+        "run" => Window::WhileRunning,
+        s => Window::Sliding {
+            seconds: s.strip_prefix('s')?.parse().ok()?,
+        },
+    })
+}
+
+/// The source kind of a word.
+fn parse_source_kind(word: &str) -> Option<SourceKind> {
+    [SourceKind::Direct, SourceKind::Team, SourceKind::Public]
+        .into_iter()
+        .find(|k| k.word() == word)
+}
+
+fn counter_key(id: CounterId, bucket: Millis) -> CounterKey {
+    CounterKey {
+        id: Arc::new(id),
+        bucket,
+    }
 }
