@@ -314,3 +314,32 @@ fn postgres_unreachable_is_a_clear_error() {
     assert!(err.contains("cannot connect"), "{err}");
     assert!(!err.contains("secret"), "the password leaks: {err}");
 }
+
+#[test]
+fn a_ledger_that_is_down_never_blocks_admission_or_billing() {
+    let Some(pg) = Pg::start() else {
+        panic!("no PostgreSQL: initdb/pg_ctl not found and nothing on 127.0.0.1:5432");
+    };
+    if pg.is_machine_server() {
+        return; // the machine's server is not ours to stop
+    }
+    let ledger: Arc<dyn Ledger> = Arc::new(PostgresLedger::connect(&pg.fresh_url()).unwrap());
+    let (guard, _clock) = guard_on(ledger.clone(), "2026-11-30T10:00:00Z");
+    bill(&guard, "alice", 100, 10);
+    guard.close().unwrap();
+    pg.stop();
+    // Admission (whose fill cannot read the ledger) and billing go on; the rows wait.
+    for _ in 0..5 {
+        bill(&guard, "bob", 100, 10);
+    }
+    let fresh = Guard::new(
+        policy(&policy_text()),
+        Arc::new(MemoryStore::new()),
+        Arc::new(ManualClock::new(at("2026-11-30T11:00:00Z"))),
+    )
+    .with_ledger(ledger.clone());
+    bill(&fresh, "alice", 100, 10);
+    assert!(fresh.fill_counts().1 >= 1, "the fill saw the ledger down");
+    assert!(guard.close().is_err());
+    assert_eq!(ledger.pending(), (6, 0));
+}

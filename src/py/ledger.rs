@@ -146,9 +146,9 @@ pub struct PySqliteLedger {
 
 ledger_class!(PySqliteLedger, {
     #[new]
-    #[pyo3(signature = (path = ":memory:".to_string()))]
-    fn new(py: Python<'_>, path: String) -> PyResult<Self> {
-        let p = path.clone();
+    #[pyo3(signature = (path = ":memory:"))]
+    fn new(py: Python<'_>, path: &str) -> PyResult<Self> {
+        let p = path.to_string();
         let ledger = py
             .detach(move || SqliteLedger::open(&p))
             .map_err(ledger_err)?;
@@ -156,7 +156,7 @@ ledger_class!(PySqliteLedger, {
         register_open(&inner);
         Ok(Self {
             inner,
-            where_: path,
+            where_: path.to_string(),
         })
     }
 });

@@ -141,6 +141,11 @@ impl Pg {
         format!("postgres://{user}@127.0.0.1:{}/{db}", self.port)
     }
 
+    /// Whether this is the machine's server (not started by the test).
+    pub fn is_machine_server(&self) -> bool {
+        self.dir.is_none()
+    }
+
     /// Stops the server (tests of a ledger that cannot be reached).
     pub fn stop(&self) {
         if let Some(dir) = &self.dir {
