@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +131,12 @@ SPEND_AND_EXIT = (
 for _ in range(9):
     t = guard.admit("alice", "gpt-5", prompt_tokens=1000, max_tokens=100)
     t.bill(input_tokens=1000, output_tokens=100)
+# A daemon thread keeps the guard alive through interpreter shutdown, so its ledger is
+# never dropped: only the atexit hook can write the rows still queued.
+import threading
+threading.Thread(target=lambda g=guard: time.sleep(3600), daemon=True).start()
 print("spent", flush=True)
-sys.exit(0)  # no close(): the atexit flush writes the rows
+sys.exit(0)  # no close()
 """
 )
 
@@ -231,3 +236,23 @@ def test_batch_results_bill_once(clock: ug.ManualClock) -> None:
         a.admit_batch("alice", "gpt-5", [dict(r, id=f"x{i}") for i, r in enumerate(reqs * 3)])
     with pytest.raises(ValueError, match="unique"):
         a.admit_batch("alice", "gpt-5", reqs * 2)
+
+
+def test_interpreter_exit_writes_rows_still_queued(tmp_path: Path) -> None:
+    """The database is locked while the child bills and exits: its rows are still queued
+    when the interpreter ends, and the atexit flush (which waits for the lock) writes them."""
+    import sqlite3
+
+    db = str(tmp_path / "ledger.db")
+    ug.SqliteLedger(db).close()
+    lock = sqlite3.connect(db, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    child = run_child(SPEND_AND_EXIT, db, "2026-11-30T09:00:00Z")
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "spent"
+    time.sleep(0.5)
+    assert child.poll() is None, "the child must still be flushing"
+    lock.execute("COMMIT")
+    lock.close()
+    assert child.wait(timeout=30) == 0
+    assert ug.SqliteLedger(db).query(group_by=[])[0]["requests"] == 9

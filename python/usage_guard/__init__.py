@@ -8,6 +8,7 @@ ticket.bill(input_tokens=1100, output_tokens=800)
 """
 
 import atexit
+import sys
 
 from ._core import (
     BatchTicket,
@@ -30,8 +31,15 @@ from .errors import (
     UsageLimitsUnavailable,
 )
 
+
+def _flush_ledgers_at_exit() -> None:
+    """Writes every ledger row billed so far; says on stderr what could not be written."""
+    for error in _flush_ledgers():
+        print(f"usage_guard: at exit: {error}", file=sys.stderr)
+
+
 # A clean interpreter exit writes every ledger row billed so far.
-atexit.register(_flush_ledgers)
+atexit.register(_flush_ledgers_at_exit)
 
 __all__ = [
     "BatchTicket",
