@@ -6,13 +6,14 @@
 //! again a minute later (guard clock). Shorter windows start at 0.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use super::clock::Millis;
-use super::guard::Shared;
-use super::ledger::SumFilter;
+use super::guard::{Guard, Shared};
+use super::ledger::{Ledger, LedgerError, SumFilter};
 use super::rule::{Metric, Scope};
 use super::store::CounterKey;
 use super::window::Window;
@@ -56,6 +57,37 @@ impl FillState {
 
     fn lock_of(&self, key: &CounterKey) -> Arc<tokio::sync::Mutex<()>> {
         self.locks.lock().entry(key.clone()).or_default().clone()
+    }
+}
+
+impl Guard {
+    /// Records every billed call in `ledger` and fills long-window counters from it. A guard
+    /// takes one ledger: a second call keeps the first.
+    pub fn with_ledger(self, ledger: Arc<dyn Ledger>) -> Self {
+        let _ = self.shared.ledger.set(ledger);
+        self
+    }
+
+    /// The guard's ledger, if it has one.
+    pub fn ledger(&self) -> Option<&Arc<dyn Ledger>> {
+        self.shared.ledger.get()
+    }
+
+    /// Counters this guard filled from the ledger, and ledger reads that failed.
+    pub fn fill_counts(&self) -> (u64, u64) {
+        let f = &self.shared.fill;
+        (
+            f.filled.load(Ordering::Relaxed),
+            f.ledger_errors.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Writes every ledger row billed so far (the guard keeps working afterwards).
+    pub fn close(&self) -> Result<(), LedgerError> {
+        match self.shared.ledger.get() {
+            Some(ledger) => ledger.flush(),
+            None => Ok(()),
+        }
     }
 }
 

@@ -149,35 +149,6 @@ impl Guard {
         }
     }
 
-    /// Records every billed call in `ledger` and fills long-window counters from it. A guard
-    /// takes one ledger: a second call keeps the first.
-    pub fn with_ledger(self, ledger: Arc<dyn Ledger>) -> Self {
-        let _ = self.shared.ledger.set(ledger);
-        self
-    }
-
-    /// The guard's ledger, if it has one.
-    pub fn ledger(&self) -> Option<&Arc<dyn Ledger>> {
-        self.shared.ledger.get()
-    }
-
-    /// Counters this guard filled from the ledger, and ledger reads that failed.
-    pub fn fill_counts(&self) -> (u64, u64) {
-        let f = &self.shared.fill;
-        (
-            f.filled.load(Ordering::Relaxed),
-            f.ledger_errors.load(Ordering::Relaxed),
-        )
-    }
-
-    /// Writes every ledger row billed so far (the guard keeps working afterwards).
-    pub fn close(&self) -> std::result::Result<(), super::ledger::LedgerError> {
-        match self.shared.ledger.get() {
-            Some(ledger) => ledger.flush(),
-            None => Ok(()),
-        }
-    }
-
     /// The policy in force.
     pub fn policy(&self) -> Arc<Policy> {
         self.shared.policy.read().policy.clone()
