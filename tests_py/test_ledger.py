@@ -256,3 +256,18 @@ def test_interpreter_exit_writes_rows_still_queued(tmp_path: Path) -> None:
     lock.close()
     assert child.wait(timeout=30) == 0
     assert ug.SqliteLedger(db).query(group_by=[])[0]["requests"] == 9
+
+
+async def test_async_calls_fill_and_record(clock: ug.ManualClock) -> None:
+    ledger = ug.SqliteLedger()
+    first = ug.Guard(ug.Policy.from_dict(POLICY), clock=clock, ledger=ledger)
+    spend(first, "alice", 9, 1000, 0)
+    # A fresh guard on an empty store, used from asyncio: the fill runs inside admit_async.
+    fresh = ug.Guard(ug.Policy.from_dict(POLICY), clock=clock, ledger=ledger)
+    with pytest.raises(ug.UsageLimitError):
+        await fresh.admit_async("alice", "gpt-5", prompt_tokens=1500, max_tokens=10)
+    t = await fresh.admit_async("alice", "gpt-5", prompt_tokens=500, max_tokens=10)
+    await t.bill_async(input_tokens=500, output_tokens=10, request_id="r-async")
+    fresh.close()
+    rows = ledger.query(user="alice", group_by=["user"])
+    assert rows[0]["requests"] == 10 and rows[0]["tokens"] == 9510
