@@ -6,6 +6,7 @@ mod clock;
 mod convert;
 mod errors;
 mod guard;
+mod ledger;
 mod policy;
 mod store;
 
@@ -22,5 +23,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     store::register(m)?;
     guard::register(m)?;
     ceiling::register(m)?;
+    ledger::register(m)?;
     Ok(())
 }
