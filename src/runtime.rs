@@ -15,3 +15,15 @@ pub fn shared() -> &'static tokio::runtime::Runtime {
             .expect("the tokio runtime starts")
     })
 }
+
+/// Runs a future to completion on this thread. Futures that are ready at once (every
+/// in-memory store operation) return from one poll with a no-op waker, skipping the
+/// executor's thread parking; others are driven by `futures::executor::block_on`.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => futures::executor::block_on(future),
+    }
+}

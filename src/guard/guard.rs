@@ -396,7 +396,7 @@ impl Guard {
 
     /// Admits from synchronous code (blocks the calling thread until the store answers).
     pub fn admit_blocking(&self, request: AdmitRequest) -> Result<Ticket> {
-        futures::executor::block_on(self.admit(request))
+        crate::runtime::block_on(self.admit(request))
     }
 
     /// The usage view of a person on a model: the source that would be billed now, its

@@ -235,17 +235,17 @@ impl Ticket {
 
     /// `bill_with` from synchronous code.
     pub fn bill_with_blocking(&self, usage: Usage, info: BillInfo) -> Result<Option<Billed>> {
-        futures::executor::block_on(self.bill_with(usage, info))
+        crate::runtime::block_on(self.bill_with(usage, info))
     }
 
     /// `bill` from synchronous code.
     pub fn bill_blocking(&self, usage: Usage) -> Result<Option<Billed>> {
-        futures::executor::block_on(self.bill(usage))
+        crate::runtime::block_on(self.bill(usage))
     }
 
     /// `release` from synchronous code.
     pub fn release_blocking(&self) -> bool {
-        futures::executor::block_on(self.release())
+        crate::runtime::block_on(self.release())
     }
 }
 

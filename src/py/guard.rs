@@ -164,7 +164,7 @@ impl PyGuard {
     ) -> PyResult<Bound<'py, PyDict>> {
         let guard = self.inner.clone();
         let view =
-            py.detach(move || futures::executor::block_on(guard.usage(user.as_deref(), &model)))?;
+            py.detach(move || crate::runtime::block_on(guard.usage(user.as_deref(), &model)))?;
         view_to_py(py, &view)
     }
 

@@ -259,7 +259,7 @@ pub fn admit_batch(
     let requests = batch_requests(requests)?;
     let g = guard.clone();
     let inner =
-        py.detach(move || futures::executor::block_on(g.admit_batch(&user, &model, requests)))?;
+        py.detach(move || crate::runtime::block_on(g.admit_batch(&user, &model, requests)))?;
     Ok(PyBatchTicket { inner })
 }
 
@@ -340,9 +340,8 @@ impl PyBatchTicket {
         };
         let info = bill_info(request_id, metadata)?;
         let batch = self.inner.clone();
-        let billed = py.detach(move || {
-            futures::executor::block_on(batch.bill_part(&result_id, usage, info))
-        })?;
+        let billed =
+            py.detach(move || crate::runtime::block_on(batch.bill_part(&result_id, usage, info)))?;
         billed_dict(py, billed)
     }
 
@@ -350,7 +349,7 @@ impl PyBatchTicket {
     /// shares this call gave back.
     fn finish(&self, py: Python<'_>) -> PyResult<usize> {
         let batch = self.inner.clone();
-        Ok(py.detach(move || futures::executor::block_on(batch.finish()))?)
+        Ok(py.detach(move || crate::runtime::block_on(batch.finish()))?)
     }
 
     fn __repr__(&self) -> String {
