@@ -54,7 +54,7 @@ enum Target {
     /// A cluster: connected on first use (and again after a failed connect); the cluster
     /// connection multiplexes requests and follows slot moves.
     Cluster {
-        client: ClusterClient,
+        client: Box<ClusterClient>,
         connection: Mutex<Option<ClusterConnection>>,
     },
 }
@@ -140,7 +140,7 @@ impl RedisStore {
             .map_err(|e| store_error("cluster urls", e))?;
         Ok(Self::with_target(
             Target::Cluster {
-                client,
+                client: Box::new(client),
                 connection: Mutex::new(None),
             },
             prefix,
