@@ -1,8 +1,6 @@
 //! The decision: a pure function of (path, counter snapshot, demand, now). It refuses, or
 //! picks the billed source and computes what to hold on every counter. Stores never decide.
 
-use std::collections::HashMap;
-
 use super::clock::{iso8601, Millis};
 use super::message;
 use super::path::{Path, PathRule, SourceKind, SourceRef};
@@ -45,6 +43,16 @@ impl RuleState {
     pub fn exhausted(&self) -> bool {
         self.left == 0
     }
+}
+
+/// What is left of `rule` given the snapshot (the hot path: no reset computed).
+pub fn rule_left(rule: &PathRule, reads: &[SlotRead], now: Millis) -> u64 {
+    let read = reads[rule.slot];
+    let counted = rule
+        .rule
+        .window
+        .counted(read.current.total(), read.previous.total(), now);
+    rule.rule.amount.saturating_sub(counted)
 }
 
 /// The state of `rule` given the snapshot.
@@ -154,25 +162,24 @@ fn latest_exhausted<'p>(
     now: Millis,
 ) -> Option<(&'p PathRule, RuleState)> {
     rules
+        .filter(|r| rule_left(r, reads, now) == 0)
         .map(|r| (r, rule_state(r, reads, now)))
-        .filter(|(_, s)| s.exhausted())
         .max_by_key(|(_, s)| s.resets_at.unwrap_or(Millis::MAX))
 }
 
-/// The least left per metric across `rules`, with the rule that sets it.
+/// The least left per metric across `rules` (indexed by `Metric as usize`), with the rule
+/// that sets it.
 fn least_left<'p>(
     rules: impl Iterator<Item = &'p PathRule>,
     reads: &[SlotRead],
     now: Millis,
-) -> HashMap<Metric, (u64, &'p PathRule, RuleState)> {
-    let mut least: HashMap<Metric, (u64, &PathRule, RuleState)> = HashMap::new();
+) -> [Option<(u64, &'p PathRule)>; 7] {
+    let mut least: [Option<(u64, &PathRule)>; 7] = [None; 7];
     for rule in rules {
-        let state = rule_state(rule, reads, now);
-        let entry = least
-            .entry(rule.rule.metric)
-            .or_insert((state.left, rule, state));
-        if state.left < entry.0 {
-            *entry = (state.left, rule, state);
+        let left = rule_left(rule, reads, now);
+        let entry = &mut least[rule.rule.metric as usize];
+        if entry.is_none_or(|(l, _)| left < l) {
+            *entry = Some((left, rule));
         }
     }
     least
@@ -221,9 +228,11 @@ pub fn decide(
         .as_ref()
         .map(|m| m.prices)
         .unwrap_or_default();
+    let left_of = |metric: Metric| left[metric as usize].map(|(l, _)| l);
     let not_fit = |metric: Metric| {
-        let (l, rule, state) = left[&metric];
-        Decision::Refuse(does_not_fit(path, rule, l, state.resets_at, now))
+        let (l, rule) = left[metric as usize].expect("a rule of that metric");
+        let resets_at = rule_state(rule, reads, now).resets_at;
+        Decision::Refuse(does_not_fit(path, rule, l, resets_at, now))
     };
 
     let mut max_out = demand.max_output_tokens;
@@ -234,21 +243,21 @@ pub fn decide(
             bound_by = Some(metric);
         }
     };
-    if let Some(&(l, ..)) = left.get(&Metric::InputTokens) {
+    if let Some(l) = left_of(Metric::InputTokens) {
         if prompt > l {
             return not_fit(Metric::InputTokens);
         }
     }
-    if let Some(&(l, ..)) = left.get(&Metric::OutputTokens) {
+    if let Some(l) = left_of(Metric::OutputTokens) {
         lower(&mut max_out, l, Metric::OutputTokens);
     }
-    if let Some(&(l, ..)) = left.get(&Metric::Tokens) {
+    if let Some(l) = left_of(Metric::Tokens) {
         if prompt > l {
             return not_fit(Metric::Tokens);
         }
         lower(&mut max_out, l - prompt, Metric::Tokens);
     }
-    if let Some(&(l, ..)) = left.get(&Metric::Cost) {
+    if let Some(l) = left_of(Metric::Cost) {
         let prompt_cost = prices.dearest_cost_micros(prompt, 0);
         if prompt_cost > l {
             return not_fit(Metric::Cost);
@@ -276,18 +285,18 @@ pub fn decide(
     let tokens_hold = prompt.saturating_add(max_out);
     let cost_hold = prices.dearest_cost_micros(prompt, max_out);
     let ceiling = UsageCeiling {
-        tokens: left.get(&Metric::Tokens).map(|&(l, ..)| tokens_hold.min(l)),
-        cost_micros: left.get(&Metric::Cost).map(|&(l, ..)| cost_hold.min(l)),
-        rates: left.get(&Metric::Cost).map(|_| prices),
+        tokens: left_of(Metric::Tokens).map(|l| tokens_hold.min(l)),
+        cost_micros: left_of(Metric::Cost).map(|l| cost_hold.min(l)),
+        rates: left_of(Metric::Cost).map(|_| prices),
         max_output_tokens: max_out,
         min_output_tokens: settings.min_output_tokens,
         margin: settings.margin,
     };
 
-    let mut limits: HashMap<usize, u64> = HashMap::new();
+    let mut limits: Vec<Option<u64>> = vec![None; path.counters.len()];
     for rule in path.checked_rules(billed) {
-        let limit = limits.entry(rule.slot).or_insert(rule.rule.amount);
-        *limit = (*limit).min(rule.rule.amount);
+        let limit = &mut limits[rule.slot];
+        *limit = Some(limit.map_or(rule.rule.amount, |l| l.min(rule.rule.amount)));
     }
     let added_slots = path.added_slots(billed);
     let mut items = Vec::with_capacity(added_slots.len());
@@ -302,7 +311,7 @@ pub fn decide(
             Metric::Requests | Metric::Concurrency => 1,
             Metric::ComputeMs => 0,
         };
-        let limit = limits.get(&slot).copied();
+        let limit = limits[slot];
         if hold == 0 && limit.is_none() {
             continue;
         }

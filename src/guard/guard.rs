@@ -83,6 +83,9 @@ struct CachedPath {
     resolved_at: Millis,
 }
 
+/// Resolved paths: model → user → path.
+type PathCache = HashMap<Arc<str>, HashMap<Arc<str>, CachedPath>>;
+
 struct PolicyState {
     policy: Arc<Policy>,
     version: u64,
@@ -94,8 +97,7 @@ pub(crate) struct Shared {
     pub clock: Arc<dyn Clock>,
     pub stats: Stats,
     policy: RwLock<PolicyState>,
-    /// model → user → path.
-    cache: Mutex<HashMap<Arc<str>, HashMap<Arc<str>, CachedPath>>>,
+    cache: Mutex<PathCache>,
     ticket_seq: AtomicU64,
     ticket_prefix: String,
 }
@@ -212,14 +214,13 @@ impl Guard {
         Ok(resolved)
     }
 
-    fn demand(&self, path: &Path, request: &AdmitRequest) -> Demand {
-        let policy = self.policy();
+    fn demand(path: &Path, request: &AdmitRequest, settings: &super::policy::Settings) -> Demand {
         let model_max = path.model_spec.as_ref().and_then(|m| m.max_output_tokens);
         let max_output_tokens = match (request.max_output_tokens, model_max) {
             (Some(caller), Some(model)) => caller.min(model),
             (Some(caller), None) => caller,
             (None, Some(model)) => model,
-            (None, None) => policy.settings.default_max_output_tokens,
+            (None, None) => settings.default_max_output_tokens,
         };
         Demand {
             prompt_tokens: request.prompt_tokens.unwrap_or(0),
@@ -288,15 +289,16 @@ impl Guard {
             return Err(Error::invalid("model", "\"\"", "must not be empty"));
         }
         let path = self.path(request.user.as_deref(), &request.model)?;
-        let demand = self.demand(&path, &request);
-        let settings = self.policy().settings.clone();
+        let policy = self.policy();
+        let settings = &policy.settings;
+        let demand = Self::demand(&path, &request, settings);
         let admitted_at = self.shared.clock.now_ms();
         if path.is_unlimited() {
             bump(&self.shared.stats.admitted);
             return Ok(self.ticket(
                 path.clone(),
                 None,
-                unlimited_ceiling(&demand, &settings),
+                unlimited_ceiling(&demand, settings),
                 admitted_at,
                 Vec::new(),
                 0,
@@ -309,9 +311,9 @@ impl Guard {
             let now = self.shared.clock.now_ms();
             let reads = match self.read(&path, now).await {
                 Ok(reads) => reads,
-                Err(e) => return self.store_failed(&path, &demand, &settings, admitted_at, e),
+                Err(e) => return self.store_failed(&path, &demand, settings, admitted_at, e),
             };
-            let plan = match decide::decide(&path, &reads, &demand, &settings, now) {
+            let plan = match decide::decide(&path, &reads, &demand, settings, now) {
                 Decision::Refuse(refusal) => return Err(self.refuse(refusal)),
                 Decision::Admit(plan) => plan,
             };
@@ -353,7 +355,7 @@ impl Guard {
                     bump(&self.shared.stats.reserve_retries);
                     conflict = Some((plan, item, reads));
                 }
-                Err(e) => return self.store_failed(&path, &demand, &settings, admitted_at, e),
+                Err(e) => return self.store_failed(&path, &demand, settings, admitted_at, e),
             }
         }
         let (plan, item, reads) = conflict.expect("the loop ran at least once");

@@ -146,19 +146,19 @@ impl Builder {
             Scope::TeamMember | Scope::PersonModel | Scope::PersonAllModels
         );
         for rule in rules {
-            let id = CounterId {
+            let id = CounterId::new(
                 scope,
-                user: per_person.then(|| self.user.clone()).flatten(),
-                team: matches!(
+                per_person.then(|| self.user.clone()).flatten(),
+                matches!(
                     scope,
                     Scope::TeamShared | Scope::TeamMember | Scope::TeamTotal
                 )
                 .then(|| team.map(|t| t.id.clone()))
                 .flatten(),
-                model: (!scope.spans_models()).then(|| self.model.clone()),
-                metric: rule.metric,
-                window: rule.window,
-            };
+                (!scope.spans_models()).then(|| self.model.clone()),
+                rule.metric,
+                rule.window,
+            );
             let slot = self.slot(id);
             if matches!(scope, Scope::PersonModel) {
                 self.personal.push(slot);

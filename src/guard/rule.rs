@@ -2,6 +2,7 @@
 //! the counter it counts into (scope + subject ids + metric + window).
 
 use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use super::window::Window;
@@ -141,8 +142,9 @@ impl Scope {
 }
 
 /// One counter's identity, without its time bucket. Rules with the same scope, subject,
-/// metric and window share a counter.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// metric and window share a counter. The hash is computed once, at construction, so stores
+/// keyed by counters hash a `u64` rather than the ids.
+#[derive(Debug, Clone)]
 pub struct CounterId {
     pub scope: Scope,
     pub user: Option<Arc<str>>,
@@ -150,9 +152,59 @@ pub struct CounterId {
     pub model: Option<Arc<str>>,
     pub metric: Metric,
     pub window: Window,
+    hash: u64,
+}
+
+impl PartialEq for CounterId {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash
+            && self.scope == other.scope
+            && self.metric == other.metric
+            && self.window == other.window
+            && self.user == other.user
+            && self.team == other.team
+            && self.model == other.model
+    }
+}
+
+impl Eq for CounterId {}
+
+impl Hash for CounterId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
 }
 
 impl CounterId {
+    /// A counter id; absent ids are `None`.
+    pub fn new(
+        scope: Scope,
+        user: Option<Arc<str>>,
+        team: Option<Arc<str>>,
+        model: Option<Arc<str>>,
+        metric: Metric,
+        window: Window,
+    ) -> Self {
+        // SipHash with fixed keys: the same id hashes the same in every process.
+        #[allow(deprecated)]
+        let mut h = std::hash::SipHasher::new();
+        (scope, &user, &team, &model, metric, window).hash(&mut h);
+        CounterId {
+            scope,
+            user,
+            team,
+            model,
+            metric,
+            window,
+            hash: h.finish(),
+        }
+    }
+
+    /// The id's precomputed hash.
+    pub fn hash_value(&self) -> u64 {
+        self.hash
+    }
+
     /// A stable, collision-free text form: `scope:user:team:model:metric:window`, each id
     /// escaped so that no id can contain a separator, a brace or a byte outside
     /// `[A-Za-z0-9_.-]`. An absent id is written as `-` (an id `-` is escaped to `%2D`).

@@ -1,8 +1,6 @@
 //! Window math: which bucket holds an instant, what a rule counts in it, when it resets,
 //! and how long a bucket's counter is kept. Pure functions of (window, now).
 
-use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
-
 use super::clock::Millis;
 
 const SECOND_MS: i64 = 1_000;
@@ -53,16 +51,18 @@ impl Window {
                 now.div_euclid(w) * w
             }
             Window::Calendar(unit) => {
-                let date = utc(now).date_naive();
-                let start = match unit {
-                    CalendarUnit::Day => date,
-                    CalendarUnit::Week => {
-                        date - Duration::days(i64::from(date.weekday().num_days_from_monday()))
+                let day = now.div_euclid(DAY_MS);
+                let start_day = match unit {
+                    CalendarUnit::Day => day,
+                    // 1970-01-01 was a Thursday: Monday is 3 days before it.
+                    CalendarUnit::Week => day - (day + 3).rem_euclid(7),
+                    CalendarUnit::Month => {
+                        let (y, m, _) = civil_from_days(day);
+                        days_from_civil(y, m, 1)
                     }
-                    CalendarUnit::Month => first_of_month(date.year(), date.month()),
-                    CalendarUnit::Year => first_of_month(date.year(), 1),
+                    CalendarUnit::Year => days_from_civil(civil_from_days(day).0, 1, 1),
                 };
-                midnight_ms(start)
+                start_day * DAY_MS
             }
             Window::WhileRunning => 0,
         }
@@ -73,20 +73,21 @@ impl Window {
         match self {
             Window::Sliding { seconds } => start + Self::sliding_ms(seconds),
             Window::Calendar(unit) => {
-                let date = utc(start).date_naive();
-                let next = match unit {
-                    CalendarUnit::Day => date + Duration::days(1),
-                    CalendarUnit::Week => date + Duration::days(7),
+                let day = start.div_euclid(DAY_MS);
+                let next_day = match unit {
+                    CalendarUnit::Day => day + 1,
+                    CalendarUnit::Week => day + 7,
                     CalendarUnit::Month => {
-                        if date.month() == 12 {
-                            first_of_month(date.year() + 1, 1)
+                        let (y, m, _) = civil_from_days(day);
+                        if m == 12 {
+                            days_from_civil(y + 1, 1, 1)
                         } else {
-                            first_of_month(date.year(), date.month() + 1)
+                            days_from_civil(y, m + 1, 1)
                         }
                     }
-                    CalendarUnit::Year => first_of_month(date.year() + 1, 1),
+                    CalendarUnit::Year => days_from_civil(civil_from_days(day).0 + 1, 1, 1),
                 };
-                midnight_ms(next)
+                next_day * DAY_MS
             }
             Window::WhileRunning => Millis::MAX,
         }
@@ -263,17 +264,28 @@ fn ceil_to_second(ms: Millis) -> Millis {
         }
 }
 
-fn utc(ms: Millis) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(ms).unwrap_or_default()
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
-fn first_of_month(year: i32, month: u32) -> NaiveDate {
-    NaiveDate::from_ymd_opt(year, month, 1).expect("valid first of month")
-}
-
-fn midnight_ms(date: NaiveDate) -> Millis {
-    Utc.from_utc_datetime(&date.and_hms_opt(0, 0, 0).expect("midnight"))
-        .timestamp_millis()
+/// (year, month, day) → days since 1970-01-01.
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

@@ -1,3 +1,66 @@
-//! Shared by the integration tests.
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
 
 pub mod redis_server;
+
+use std::sync::Arc;
+
+use usage_guard::guard::clock::parse_iso8601;
+use usage_guard::{AdmitRequest, Error, Guard, ManualClock, MemoryStore, Policy, Reason, Refusal};
+
+pub fn at(text: &str) -> i64 {
+    parse_iso8601(text).unwrap()
+}
+
+pub fn policy(toml: &str) -> Policy {
+    Policy::from_toml(toml).unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub struct Setup {
+    pub guard: Guard,
+    pub clock: Arc<ManualClock>,
+    pub store: Arc<MemoryStore>,
+}
+
+pub fn setup(toml: &str, now: &str) -> Setup {
+    let clock = Arc::new(ManualClock::new(at(now)));
+    let store = Arc::new(MemoryStore::new());
+    let guard = Guard::new(policy(toml), store.clone(), clock.clone());
+    Setup {
+        guard,
+        clock,
+        store,
+    }
+}
+
+pub fn call(user: &str, model: &str, prompt: u64, max_out: u64) -> AdmitRequest {
+    AdmitRequest {
+        user: Some(user.to_string()),
+        model: model.to_string(),
+        prompt_tokens: Some(prompt),
+        prompt_is_estimate: false,
+        max_output_tokens: Some(max_out),
+    }
+}
+
+pub fn refusal(result: Result<usage_guard::Ticket, Error>) -> Refusal {
+    match result {
+        Err(Error::Refused(r)) => *r,
+        Err(other) => panic!("expected a refusal, got {other}"),
+        Ok(t) => panic!("expected a refusal, got a ticket from {:?}", t.source()),
+    }
+}
+
+pub fn reached(result: Result<usage_guard::Ticket, Error>) -> Refusal {
+    let r = refusal(result);
+    assert_eq!(r.reason, Reason::LimitReached, "{}", r.message);
+    r
+}
+
+pub const GPT5: &str = r#"
+[models.gpt-5]
+display_name = "GPT-5"
+provider = "openai"
+max_output_tokens = 128000
+prices = { input = 1.25, cached_input = 0.125, output = 10.0 }
+"#;

@@ -19,14 +19,14 @@ const HOLD_MS: i64 = 15 * 60_000;
 
 pub fn counter(user: &str, window: Window, bucket: Millis) -> CounterKey {
     CounterKey {
-        id: Arc::new(CounterId {
-            scope: Scope::PersonModel,
-            user: Some(Arc::from(user)),
-            team: None,
-            model: Some(Arc::from("gpt-5")),
-            metric: Metric::Tokens,
+        id: Arc::new(CounterId::new(
+            Scope::PersonModel,
+            Some(Arc::from(user)),
+            None,
+            Some(Arc::from("gpt-5")),
+            Metric::Tokens,
             window,
-        }),
+        )),
         bucket,
     }
 }
@@ -326,11 +326,14 @@ pub fn weird_ids_never_collide(kind: Kind) {
     let expected: Vec<CounterRead> = (0..ids.len()).map(|i| rd(i as u64 + 1, 0)).collect();
     assert_eq!(read(s, &keys, T0), expected);
     let team = CounterKey {
-        id: Arc::new(CounterId {
-            team: Some(Arc::from("a")),
-            user: None,
-            ..(*keys[2].id).clone()
-        }),
+        id: Arc::new(CounterId::new(
+            Scope::PersonModel,
+            None,
+            Some(Arc::from("a")),
+            Some(Arc::from("gpt-5")),
+            Metric::Tokens,
+            keys[2].id.window,
+        )),
         bucket: keys[2].bucket,
     };
     assert_eq!(

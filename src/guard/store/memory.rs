@@ -2,6 +2,7 @@
 //! one atomic step. Counters past their retention are swept as time passes.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use parking_lot::Mutex;
 
@@ -33,9 +34,33 @@ impl Cell {
     }
 }
 
+/// Counter keys hash as (precomputed id hash, bucket): mixing two words is enough.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_i64(&mut self, word: i64) {
+        self.write_u64(word as u64);
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    cells: HashMap<CounterKey, Cell>,
+    cells: HashMap<CounterKey, Cell, BuildHasherDefault<KeyHasher>>,
     next_sweep: Millis,
 }
 

@@ -1,0 +1,25 @@
+.DEFAULT_GOAL := help
+PY ?= python3
+
+help: ## Show this help
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
+
+demo: ## Install the package and run the simulated day on the in-memory store
+	$(PY) -m pip install . && usage-guard demo
+
+test: ## Run every test: fmt, clippy, cargo test, build, ruff, stubtest, pytest
+	bash scripts/test.sh
+
+dev: ## Build the extension into .venv for development
+	.venv/bin/maturin develop
+
+bench: ## Run the benchmarks (criterion, and the Python comparison)
+	cargo bench --bench admit_bill
+	.venv/bin/maturin develop --release --quiet
+	.venv/bin/python benches/admit_bill.py
+
+fmt: ## Format Rust and Python sources
+	cargo fmt --all
+	.venv/bin/ruff format python tests_py benches examples
+
+.PHONY: help demo test dev bench fmt

@@ -1,0 +1,117 @@
+"""admit + bill from Python on the in-memory store, next to the `limits` library.
+
+Run: .venv/bin/python benches/admit_bill.py   (installs `limits` for the comparison only)
+
+Our path has 6 rules (tokens, requests, cost over day/10 min/week/hour/month windows); every
+admit reserves on 5 counters at once, all or none, and every bill settles them. `limits` is
+shown doing what it can do: `hit` on 6 independent rate-limit items (moving window, memory
+storage) — check-then-increment per item, no reservation, no cost, no calendar windows.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import usage_guard as ug
+
+SIX_RULES = """
+[models.gpt-5]
+display_name = "GPT-5"
+max_output_tokens = 128000
+prices = { input = 1.25, cached_input = 0.125, output = 10.0 }
+
+[[limits.direct]]
+user = "alice"
+model = "gpt-5"
+rules = [
+  { metric = "tokens", amount = 9000000000000, window = "day" },
+  { metric = "requests", amount = 9000000000000, window = "10 minutes" },
+]
+
+[[limits.model_total]]
+model = "gpt-5"
+rules = [{ metric = "tokens", amount = 9000000000000, window = "day" }]
+
+[[limits.user_total]]
+user = "alice"
+rules = [{ metric = "cost", amount = 9000000.0, window = "week" }]
+
+[limits.platform]
+rules = [
+  { metric = "requests", amount = 9000000000000, window = "hour" },
+  { metric = "tokens", amount = 9000000000000, window = "month" },
+]
+"""
+
+N = 50_000
+
+
+def per_op_us(fn, n: int = N) -> float:
+    for _ in range(1000):
+        fn()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def bench_usage_guard() -> float:
+    guard = ug.Guard(
+        ug.Policy.from_toml(SIX_RULES), clock=ug.ManualClock("2026-11-30T14:20:00Z")
+    )
+
+    def once() -> None:
+        ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
+        ticket.bill(1100, 800)
+
+    return per_op_us(once)
+
+
+def bench_limits() -> float | None:
+    try:
+        import limits  # noqa: F401
+    except ImportError:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "limits"], check=False
+        )
+    try:
+        from limits import parse
+        from limits.storage import MemoryStorage
+        from limits.strategies import MovingWindowRateLimiter
+    except ImportError:
+        return None
+    limiter = MovingWindowRateLimiter(MemoryStorage())
+    items = [
+        parse(text)
+        for text in (
+            "1000000000/day",
+            "1000000000/10 minutes",
+            "1000000000/day",
+            "1000000000/7 days",
+            "1000000000/hour",
+            "1000000000/month",
+        )
+    ]
+
+    def once() -> None:
+        for i, item in enumerate(items):
+            limiter.hit(item, "alice", str(i))
+
+    return per_op_us(once, N // 5)
+
+
+def main() -> None:
+    ours = bench_usage_guard()
+    theirs = bench_limits()
+    print(f"usage_guard admit+bill, 6 rules, memory store: {ours:8.2f} µs per call")
+    if theirs is None:
+        print("limits (not installed): skipped")
+    else:
+        print(f"limits MovingWindow hit x6, memory storage:    {theirs:8.2f} µs per call")
+        print(f"ratio: usage_guard is {theirs / ours:.1f}x the speed of limits")
+
+
+if __name__ == "__main__":
+    main()

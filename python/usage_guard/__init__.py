@@ -1,0 +1,38 @@
+"""usage_guard: meter and enforce usage limits on LLM model calls.
+
+import usage_guard as ug
+guard = ug.Guard(ug.Policy.load("policy.toml"))
+ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
+...  # call the model within ticket.ceiling
+ticket.bill(input_tokens=1100, output_tokens=800)
+"""
+
+from ._core import (
+    Guard,
+    ManualClock,
+    MemoryStore,
+    Policy,
+    Refusal,
+    Ticket,
+    __version__,
+)
+from .errors import (
+    PolicyError,
+    UsageLimitDoesNotFit,
+    UsageLimitError,
+    UsageLimitsUnavailable,
+)
+
+__all__ = [
+    "Guard",
+    "ManualClock",
+    "MemoryStore",
+    "Policy",
+    "PolicyError",
+    "Refusal",
+    "Ticket",
+    "UsageLimitDoesNotFit",
+    "UsageLimitError",
+    "UsageLimitsUnavailable",
+    "__version__",
+]

@@ -1,0 +1,399 @@
+"""The `usage-guard` command.
+
+usage-guard demo                a simulated day on the in-memory store, with a manual clock
+usage-guard check POLICY_FILE   validate a policy file and print every error
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from . import Guard, ManualClock, MemoryStore, Policy, PolicyError, UsageLimitError, __version__
+
+# A copy of examples/policy.toml, so that `usage-guard demo` works from any directory after
+# `pip install .`.
+EXAMPLE_POLICY = """\
+# An example policy: two teams, a direct limit, public use, totals and a platform limit.
+
+[models.gpt-5]
+display_name = "GPT-5"
+provider = "openai"
+context_window = 400000
+max_output_tokens = 128000
+prices = { input = 1.25, cached_input = 0.125, output = 10.0 }   # dollars per million tokens
+
+[models.claude-sonnet]
+display_name = "Claude Sonnet"
+provider = "anthropic"
+context_window = 200000
+max_output_tokens = 64000
+prices = { input = 3.0, cached_input = 0.3, output = 15.0 }
+
+[models.auto]
+display_name = "Auto"
+router = true                        # a router's own call skips counters that span models
+
+[teams.research]
+display_name = "Research"
+members = ["alice", "bob"]
+
+[teams.support]
+display_name = "Support"
+members = ["bob", "carol"]
+
+[[limits.direct]]
+user = "alice"
+model = "gpt-5"
+rules = [{ metric = "tokens", amount = 100000, window = "day" }]
+
+[[limits.team]]                      # billing order: the order of these entries
+team = "research"
+model = "gpt-5"
+shared = [{ metric = "cost", amount = 50.0, window = "month" }]        # dollars
+each_member = [{ metric = "requests", amount = 60, window = "10 minutes" }]
+
+[[limits.team]]
+team = "support"
+model = "claude-sonnet"
+shared = [{ metric = "tokens", amount = 400000, window = "day" }]
+
+[[limits.public]]
+model = "gpt-5"
+shared = [{ metric = "tokens", amount = 5000000, window = "day" }]
+each_person = [{ metric = "tokens", amount = 20000, window = "day" }]
+
+[[limits.team_total]]
+team = "research"
+rules = [{ metric = "cost", amount = 500.0, window = "month" }]
+
+[[limits.model_total]]
+model = "gpt-5"
+rules = [{ metric = "tokens", amount = 50000000, window = "day" }]
+
+[[limits.user_total]]
+user = "alice"
+rules = [{ metric = "cost", amount = 20.0, window = "week" }]
+
+[limits.platform]                    # the General Platform Limit: per person, across all models
+rules = [{ metric = "requests", amount = 600, window = "hour" }]
+"""
+
+DEMO_START = "2026-11-30T08:00:00Z"
+DEMO_USERS = ("alice", "bob", "carol", "dave")
+DEMO_MODELS = ("gpt-5", "claude-sonnet", "auto")
+DEMO_SEED = 20261130
+
+
+# --- check ----------------------------------------------------------------------------------
+
+
+def format_error(error: dict[str, str]) -> str:
+    """`path: message (got value)`, on one line."""
+    message = "; ".join(part.strip() for part in error.get("message", "").splitlines())
+    path, value = error.get("path", ""), error.get("value", "")
+    text = f"{path}: {message}" if path else message
+    return f"{text} (got {value})" if value else text
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def check(path: str) -> int:
+    """Validates a policy file; prints a summary (exit 0) or every error (exit 1)."""
+    try:
+        policy = Policy.load(path)
+    except PolicyError as e:
+        errors = e.errors or [{"path": "", "value": "", "message": str(e)}]
+        print(f"{path}: {_count(len(errors), 'error')}")
+        for error in errors:
+            print(format_error(error))
+        return 1
+    models, teams = policy.models, policy.teams
+    print(
+        f"{path}: valid ({_count(len(models), 'model')}: {', '.join(models) or '-'}; "
+        f"{_count(len(teams), 'team')}: {', '.join(teams) or '-'})"
+    )
+    return 0
+
+
+# --- demo -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """One call of the simulated day."""
+
+    at: str  # HH:MM, UTC, on the demo day
+    user: str
+    model: str
+    prompt: int
+    max_tokens: int
+    repeat: int = 1  # the same call, this many times,
+    every: int = 8  # seconds apart
+
+
+# The day: alice runs through her direct limit (capped, then refused); bob bursts past his
+# team's 60 requests per 10 minutes and is passed on to public use; bob and carol share the
+# support team's daily tokens on Claude Sonnet until it refuses; dave uses public use and the
+# router; alice's weekly cost total caps her Claude Sonnet calls.
+DEMO_DAY: tuple[Call, ...] = (
+    Call("08:05", "alice", "gpt-5", 30_000, 20_000),
+    Call("08:40", "dave", "gpt-5", 2_000, 12_000),
+    Call("09:10", "alice", "gpt-5", 25_000, 16_000),
+    Call("09:30", "bob", "gpt-5", 800, 1_000, repeat=60),
+    Call("09:39", "bob", "gpt-5", 800, 4_000),
+    Call("09:41", "bob", "gpt-5", 6_000, 20_000),
+    Call("10:15", "carol", "claude-sonnet", 40_000, 64_000),
+    Call("10:50", "bob", "claude-sonnet", 60_000, 64_000),
+    Call("11:20", "alice", "gpt-5", 12_000, 16_000),
+    Call("11:45", "dave", "gpt-5", 2_000, 8_000),
+    Call("12:30", "carol", "claude-sonnet", 50_000, 64_000),
+    Call("13:10", "dave", "auto", 3_000, 4_000),
+    Call("13:40", "bob", "claude-sonnet", 70_000, 64_000),
+    Call("14:05", "carol", "claude-sonnet", 30_000, 32_000),
+    Call("14:30", "alice", "gpt-5", 1_000, 2_000),
+    Call("15:00", "dave", "gpt-5", 500, 4_000),
+    Call("15:20", "bob", "claude-sonnet", 10_000, 8_000),
+    Call("16:00", "alice", "claude-sonnet", 150_000, 64_000),
+    Call("17:15", "bob", "gpt-5", 1_000, 2_000),
+    Call("17:45", "alice", "auto", 500, 1_000),
+)
+
+
+@dataclass
+class Row:
+    first: str
+    last: str
+    user: str
+    model: str
+    asked: str
+    source: str
+    outcome: str
+    count: int = 1
+
+    def same_kind(self, other: Row) -> bool:
+        return (self.user, self.model, self.asked, self.source, self.outcome) == (
+            other.user,
+            other.model,
+            other.asked,
+            other.source,
+            other.outcome,
+        )
+
+
+def _n(value: Optional[int]) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _source(source: dict[str, str]) -> str:
+    return f"{source['type']}:{source['id']}"
+
+
+def _amount(metric: str, value: Optional[int]) -> str:
+    if value is None:
+        return "-"
+    if metric == "cost":
+        return f"${value / 1_000_000:,.2f}"
+    return f"{value:,}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        out = []
+        for i, cell in enumerate(cells):
+            last = i == len(cells) - 1
+            if i in right:
+                out.append(cell.rjust(widths[i]))
+            else:
+                out.append(cell if last else cell.ljust(widths[i]))
+        return "  ".join(out).rstrip()
+
+    return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def _clock_at(clock: ManualClock, hhmm: str) -> None:
+    clock.set(f"{DEMO_START[:10]}T{hhmm}:00Z")
+
+
+def run_day(out: Any = None) -> Guard:
+    """Runs the simulated day, printing the table of calls and the final usage; returns the
+    guard (for tests)."""
+    out = out or sys.stdout
+    rng = random.Random(DEMO_SEED)
+    clock = ManualClock(DEMO_START)
+    store = MemoryStore()
+    guard = Guard(Policy.from_toml(EXAMPLE_POLICY), store=store, clock=clock)
+    rows: list[Row] = []
+    last_source: dict[tuple[str, str], str] = {}
+    for call in DEMO_DAY:
+        for i in range(call.repeat):
+            _clock_at(clock, call.at)
+            clock.advance(i * call.every)
+            row = _one_call(guard, clock, rng, call, last_source)
+            if rows and rows[-1].same_kind(row):
+                rows[-1].count += 1
+                rows[-1].last = row.first
+            else:
+                rows.append(row)
+
+    p = lambda text="": print(text, file=out)  # noqa: E731
+    p(f"usage_guard {__version__}: a simulated day on the in-memory store, {DEMO_START[:10]} (UTC)")
+    p()
+    table_rows = []
+    for r in rows:
+        when = r.first if r.count == 1 else f"{r.first}-{r.last}"
+        user = r.user if r.count == 1 else f"{r.user} x{r.count}"
+        table_rows.append([when, user, r.model, r.asked, r.source, r.outcome])
+    header = ["time", "user", "model", "asked (prompt+max)", "source billed", "outcome"]
+    for line in _table(header, table_rows, right={3}):
+        p(line)
+
+    p()
+    p(f"Final usage at {clock.now()} (used = billed; resets_at in UTC)")
+    p()
+    usage_rows = []
+    seen: set[tuple[Any, ...]] = set()
+    for user in DEMO_USERS:
+        for model in DEMO_MODELS:
+            view = guard.usage(user, model)
+            for kind, rule in [("source", r) for r in view["rules"]] + [
+                ("ceiling", r) for r in view["ceilings"]
+            ]:
+                name = _rule_name(rule, user, model)
+                key = (name, rule["metric"], rule["window"])
+                if key in seen:
+                    continue
+                seen.add(key)
+                metric = rule["metric"]
+                usage_rows.append(
+                    [
+                        name,
+                        kind,
+                        f"{metric} / {rule['window']}",
+                        _amount(metric, rule["amount"]),
+                        _amount(metric, rule["used"]),
+                        _amount(metric, rule["left"]),
+                        rule["resets_at"] or "-",
+                    ]
+                )
+    header = ["rule", "checked as", "metric / window", "amount", "used", "left", "resets_at"]
+    for line in _table(header, usage_rows, right={3, 4, 5}):
+        p(line)
+    stats = guard.stats()
+    p()
+    p(
+        f"{stats['admitted']} admitted, {stats['refused']} refused, {stats['billed']} billed, "
+        f"{stats['released']} released; {len(store)} counters in the store."
+    )
+    return guard
+
+
+def _rule_name(rule: dict[str, Any], user: str, model: str) -> str:
+    kind = rule["limit_type"]
+    if kind == "direct":
+        return f"direct {user} on {model}"
+    if kind == "team":
+        scope = "each member" if rule["metric"] == "requests" else "shared"
+        if rule.get("window", "").endswith("minutes") and rule["metric"] == "requests":
+            return f"team {rule.get('team')} on {model} ({scope}: {user})"
+        return f"team {rule.get('team')} on {model} ({scope})"
+    if kind == "public":
+        return f"public use of {model}"
+    if kind == "team_total":
+        return f"team total {rule.get('team')}"
+    if kind == "model_total":
+        return f"model total {model}"
+    if kind == "user_total":
+        return f"user total {user}"
+    if kind == "platform":
+        return f"platform ({user})"
+    return kind
+
+
+def _one_call(
+    guard: Guard,
+    clock: ManualClock,
+    rng: random.Random,
+    call: Call,
+    last_source: dict[tuple[str, str], str],
+) -> Row:
+    when = clock.now()[11:16]
+    asked = f"{call.prompt:,}+{call.max_tokens:,}"
+    try:
+        ticket = guard.admit(
+            call.user, call.model, prompt_tokens=call.prompt, max_tokens=call.max_tokens
+        )
+    except UsageLimitError as refused:
+        return Row(
+            when,
+            when,
+            call.user,
+            call.model,
+            asked,
+            "-",
+            f"refused {refused.reason}: {refused}",
+        )
+    source = _source(ticket.source)
+    ceiling = ticket.ceiling
+    cap = ceiling["max_output_tokens"]
+    outcome = "admitted"
+    if cap < call.max_tokens:
+        outcome = f"capped to {cap:,} output tokens"
+    previous = last_source.get((call.user, call.model))
+    if previous and previous != source:
+        outcome += f" (passed on from {previous})"
+    last_source[(call.user, call.model)] = source
+    # The call runs: it answers with 60-100% of the output it was allowed; a capped call
+    # stops at its cap.
+    output = cap if cap < call.max_tokens else max(1, int(cap * rng.uniform(0.6, 1.0)))
+    clock.advance(rng.randint(2, 6))
+    ticket.bill(input_tokens=call.prompt, output_tokens=output)
+    return Row(when, when, call.user, call.model, asked, source, outcome)
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="usage-guard",
+        description="Meter and enforce usage limits on LLM model calls.",
+    )
+    parser.add_argument("--version", action="version", version=f"usage-guard {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    commands.add_parser(
+        "demo",
+        help="run a simulated day for a few users and teams on the in-memory store",
+        description=(
+            "Run a short simulated day (alice, bob, carol, dave; teams research and support) "
+            "against the example policy on the in-memory store with a manual clock, and "
+            "print every call and the final usage per rule."
+        ),
+    )
+    check_parser = commands.add_parser(
+        "check",
+        help="validate a policy file (.toml, else JSON) and print every error",
+        description="Validate a policy file. Exits 1 and prints every error when it is invalid.",
+    )
+    check_parser.add_argument("policy_file", metavar="POLICY_FILE")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "check":
+        return check(args.policy_file)
+    run_day()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs every test: Rust (fmt, clippy, cargo test), the Python extension build, Python lints,
+# the stub check, and pytest. Installs what it needs; starts its own services (the tests
+# launch redis-server / postgres processes on free ports and stop them by pid).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "tools"
+if ! command -v redis-server >/dev/null 2>&1; then
+  (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+VENV=${VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+"$PY" -m pip install -q --disable-pip-version-check -r requirements-test.txt
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --all-targets --all-features --quiet -- -D warnings
+
+step "cargo test"
+cargo test --quiet
+
+step "build the extension (maturin develop)"
+"$VENV/bin/maturin" develop --quiet 2>&1 | tail -n 2
+
+step "ruff"
+"$VENV/bin/ruff" check python tests_py benches examples
+"$VENV/bin/ruff" format --check python tests_py benches examples
+
+step "stubtest"
+"$PY" -m mypy.stubtest usage_guard._core --ignore-missing-stub --allowlist .stubtest-allowlist
+
+step "pytest"
+"$PY" -m pytest -q -p no:cacheprovider tests_py

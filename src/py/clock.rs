@@ -1,0 +1,98 @@
+//! `ManualClock`: a clock tests and simulations set and advance.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use crate::guard::clock::{iso8601, parse_iso8601, Clock, ManualClock, Millis, SystemClock};
+
+/// A clock that only moves when told to. Pass it to `Guard(..., clock=...)`.
+#[pyclass(name = "ManualClock", module = "usage_guard._core", frozen)]
+pub struct PyManualClock {
+    pub inner: Arc<ManualClock>,
+}
+
+/// An instant from an ISO 8601 string or a `datetime` (naive datetimes are UTC).
+pub fn instant(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Millis> {
+    if let Ok(text) = value.cast::<PyString>() {
+        let text: String = text.extract()?;
+        let text = text.as_str();
+        return parse_iso8601(text).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "{name}: {text:?} is not an ISO 8601 instant; accepted: e.g. \"2026-11-30T14:20:00Z\" or a datetime"
+            ))
+        });
+    }
+    if value.hasattr("timestamp")? && value.hasattr("tzinfo")? {
+        let py = value.py();
+        let aware = if value.getattr("tzinfo")?.is_none() {
+            let utc = py.import("datetime")?.getattr("timezone")?.getattr("utc")?;
+            let kwargs = pyo3::types::PyDict::new(py);
+            kwargs.set_item("tzinfo", utc)?;
+            value.call_method("replace", (), Some(&kwargs))?
+        } else {
+            value.clone()
+        };
+        let seconds: f64 = aware.call_method0("timestamp")?.extract()?;
+        return Ok((seconds * 1000.0).round() as Millis);
+    }
+    Err(PyTypeError::new_err(format!(
+        "{name} must be an ISO 8601 string or a datetime, not {}",
+        value.get_type()
+    )))
+}
+
+#[pymethods]
+impl PyManualClock {
+    /// A clock at `start` (ISO 8601 or datetime), or at the current time.
+    #[new]
+    #[pyo3(signature = (start = None))]
+    fn new(start: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let now = match start {
+            Some(s) => instant(s, "start")?,
+            None => SystemClock.now_ms(),
+        };
+        Ok(Self {
+            inner: Arc::new(ManualClock::new(now)),
+        })
+    }
+
+    /// The clock's time as ISO 8601 UTC (whole seconds).
+    fn now(&self) -> String {
+        iso8601(self.inner.now_ms())
+    }
+
+    /// The clock's time in milliseconds since the epoch.
+    fn now_ms(&self) -> i64 {
+        self.inner.now_ms()
+    }
+
+    /// Moves the clock to `when` (ISO 8601 or datetime).
+    fn set(&self, when: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.set(instant(when, "when")?);
+        Ok(())
+    }
+
+    /// Moves the clock forward (or back, with negative values).
+    #[pyo3(signature = (seconds = 0.0, *, minutes = 0.0, hours = 0.0, days = 0.0))]
+    fn advance(&self, seconds: f64, minutes: f64, hours: f64, days: f64) -> PyResult<()> {
+        let total = seconds + minutes * 60.0 + hours * 3600.0 + days * 86400.0;
+        if !total.is_finite() {
+            return Err(PyValueError::new_err(
+                "advance: the amount must be a finite number",
+            ));
+        }
+        self.inner.advance((total * 1000.0).round() as i64);
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("ManualClock({:?})", iso8601(self.inner.now_ms()))
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyManualClock>()
+}

@@ -1,0 +1,206 @@
+//! Conversions between Python objects and the core's types.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::Value;
+
+use crate::guard::clock::iso8601;
+use crate::guard::decide::UsageCeiling;
+use crate::guard::path::SourceRef;
+use crate::guard::policy::Prices;
+use crate::guard::view::{RuleView, UsageView};
+
+/// A Python value (dicts with string keys, lists, tuples, str, int, float, bool, None) as
+/// JSON. `path` names the value in errors.
+pub fn py_to_json(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
+    if value.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = value.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if value.is_instance_of::<PyInt>() {
+        if let Ok(n) = value.extract::<i64>() {
+            return Ok(Value::from(n));
+        }
+        if let Ok(n) = value.extract::<u64>() {
+            return Ok(Value::from(n));
+        }
+        return Err(PyValueError::new_err(format!(
+            "{path}: {value} is too large a number"
+        )));
+    }
+    if let Ok(f) = value.cast::<PyFloat>() {
+        let f = f.value();
+        return serde_json::Number::from_f64(f)
+            .map(Value::Number)
+            .ok_or_else(|| PyValueError::new_err(format!("{path}: {f} is not a finite number")));
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        return Ok(Value::String(s.extract::<String>()?));
+    }
+    if let Ok(d) = value.cast::<PyDict>() {
+        let mut map = serde_json::Map::with_capacity(d.len());
+        for (k, v) in d.iter() {
+            let key: String = k.extract().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{path}: keys must be strings, not {}",
+                    k.get_type()
+                ))
+            })?;
+            let child = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            map.insert(key, py_to_json(&v, &child)?);
+        }
+        return Ok(Value::Object(map));
+    }
+    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        let mut items = Vec::new();
+        for (i, item) in value.try_iter()?.enumerate() {
+            items.push(py_to_json(&item?, &format!("{path}[{i}]"))?);
+        }
+        return Ok(Value::Array(items));
+    }
+    // Mappings and objects with a `model_dump` / `to_dict` (SDK models) convert too.
+    for method in ["model_dump", "to_dict"] {
+        if value.hasattr(method)? {
+            return py_to_json(&value.call_method0(method)?, path);
+        }
+    }
+    Err(PyTypeError::new_err(format!(
+        "{path}: cannot use a {} here; accepted: dict, list, str, int, float, bool, None",
+        value.get_type()
+    )))
+}
+
+/// JSON as Python objects.
+pub fn json_to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => i.into_pyobject(py)?.into_any(),
+            (None, Some(u)) => u.into_pyobject(py)?.into_any(),
+            _ => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any(),
+        },
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(json_to_py(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(map) => {
+            let dict = PyDict::new(py);
+            for (k, v) in map {
+                dict.set_item(k, json_to_py(py, v)?)?;
+            }
+            dict.into_any()
+        }
+    })
+}
+
+fn dollars_per_million(micros_per_million: u64) -> f64 {
+    micros_per_million as f64 / 1_000_000.0
+}
+
+/// Prices as `{"input", "cached_input", "output"}` in dollars per million tokens.
+pub fn prices_to_py<'py>(py: Python<'py>, prices: &Prices) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("input", dollars_per_million(prices.input))?;
+    d.set_item("cached_input", dollars_per_million(prices.cached_input))?;
+    d.set_item("output", dollars_per_million(prices.output))?;
+    Ok(d)
+}
+
+/// The `usage_ceiling` dict, with exactly the keys of enforcement.md.
+pub fn ceiling_to_py<'py>(py: Python<'py>, c: &UsageCeiling) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("tokens", c.tokens)?;
+    d.set_item("cost_micros", c.cost_micros)?;
+    match &c.rates {
+        Some(rates) => d.set_item("rates", prices_to_py(py, rates)?)?,
+        None => d.set_item("rates", py.None())?,
+    }
+    d.set_item("max_output_tokens", c.max_output_tokens)?;
+    d.set_item("min_output_tokens", c.min_output_tokens)?;
+    d.set_item("margin", c.margin)?;
+    Ok(d)
+}
+
+/// `{"type": "team", "id": "research"}`.
+pub fn source_to_py<'py>(py: Python<'py>, s: &SourceRef) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("type", s.kind.word())?;
+    d.set_item("id", &*s.id)?;
+    Ok(d)
+}
+
+fn rule_view_to_py<'py>(py: Python<'py>, r: &RuleView) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("limit_type", r.limit_type.name())?;
+    if let Some(team) = &r.team {
+        d.set_item("team", team)?;
+    }
+    d.set_item("metric", r.metric.word())?;
+    d.set_item("window", r.window.word())?;
+    d.set_item("amount", r.amount)?;
+    d.set_item("used", r.used)?;
+    d.set_item("reserved", r.reserved)?;
+    d.set_item("left", r.left)?;
+    d.set_item("resets_at", r.resets_at.map(iso8601))?;
+    Ok(d)
+}
+
+/// The usage view: `{"source", "rules", "ceilings", "restriction"}`.
+pub fn view_to_py<'py>(py: Python<'py>, v: &UsageView) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("source", source_to_py(py, &v.source)?)?;
+    let rules = PyList::empty(py);
+    for r in &v.rules {
+        rules.append(rule_view_to_py(py, r)?)?;
+    }
+    d.set_item("rules", rules)?;
+    let ceilings = PyList::empty(py);
+    for r in &v.ceilings {
+        ceilings.append(rule_view_to_py(py, r)?)?;
+    }
+    d.set_item("ceilings", ceilings)?;
+    match &v.restriction {
+        Some(r) => {
+            let rd = PyDict::new(py);
+            rd.set_item("restricted_by", r.restricted_by.name())?;
+            rd.set_item("metric", r.metric.word())?;
+            rd.set_item("window", r.window.word())?;
+            rd.set_item("current_value", r.current_value)?;
+            rd.set_item("max_value", r.max_value)?;
+            d.set_item("restriction", rd)?;
+        }
+        None => d.set_item("restriction", py.None())?,
+    }
+    Ok(d)
+}
+
+/// A whole number ≥ 0 from an optional Python int, with an error naming the argument.
+pub fn whole(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be a whole number of 0 or more (got {})",
+            value.repr()?
+        )));
+    }
+    value.extract::<u64>().map(Some).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{name} must be a whole number of 0 or more (got {})",
+            value.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
+}

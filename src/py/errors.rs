@@ -1,0 +1,153 @@
+//! The one error mapping: `From<Error> for PyErr`, into the exception hierarchy of
+//! `usage_guard.errors` (`UsageLimitError` and its subclasses, `PolicyError`).
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyType};
+
+use super::convert::json_to_py;
+use crate::error::Error;
+use crate::guard::clock::iso8601;
+use crate::guard::refusal::{HttpShape, Reason, Refusal};
+
+/// Why a call was refused, as carried by `UsageLimitError.refusal`.
+#[pyclass(name = "Refusal", module = "usage_guard._core", frozen)]
+pub struct PyRefusal {
+    inner: Refusal,
+}
+
+#[pymethods]
+impl PyRefusal {
+    /// `USAGE_LIMIT_REACHED`, `USAGE_LIMIT_DOES_NOT_FIT` or `USAGE_LIMITS_UNAVAILABLE`.
+    #[getter]
+    fn reason(&self) -> &'static str {
+        self.inner.reason.code()
+    }
+
+    #[getter]
+    fn limit_type(&self) -> Option<&'static str> {
+        self.inner.limit_type.map(|l| l.name())
+    }
+
+    #[getter]
+    fn metric(&self) -> Option<&'static str> {
+        self.inner.metric.map(|m| m.word())
+    }
+
+    #[getter]
+    fn amount(&self) -> Option<u64> {
+        self.inner.amount
+    }
+
+    #[getter]
+    fn window(&self) -> Option<String> {
+        self.inner.window.map(|w| w.word())
+    }
+
+    #[getter]
+    fn is_rate_limit(&self) -> bool {
+        self.inner.is_rate_limit()
+    }
+
+    #[getter]
+    fn resets_at(&self) -> Option<String> {
+        self.inner.resets_at.map(iso8601)
+    }
+
+    #[getter]
+    fn retry_after(&self) -> Option<u64> {
+        self.inner.retry_after_seconds
+    }
+
+    #[getter]
+    fn unavailable(&self) -> bool {
+        self.inner.reason == Reason::Unavailable
+    }
+
+    #[getter]
+    fn message(&self) -> &str {
+        &self.inner.message
+    }
+
+    /// `(status, headers, body)` in the provider's error shape: `openai`, `anthropic` or
+    /// `ollama`.
+    #[pyo3(signature = (provider = "openai"))]
+    fn to_http<'py>(
+        &self,
+        py: Python<'py>,
+        provider: &str,
+    ) -> PyResult<(u16, Bound<'py, PyDict>, Bound<'py, PyAny>)> {
+        let shape = HttpShape::parse(provider).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "provider: {provider:?} has no error shape; accepted: openai, anthropic, ollama"
+            ))
+        })?;
+        let http = self.inner.to_http(shape);
+        let headers = PyDict::new(py);
+        for (k, v) in &http.headers {
+            headers.set_item(k, v)?;
+        }
+        Ok((http.status, headers, json_to_py(py, &http.body)?))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Refusal({}, {:?})",
+            self.inner.reason.code(),
+            self.inner.message
+        )
+    }
+}
+
+static USAGE_LIMIT_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static DOES_NOT_FIT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static UNAVAILABLE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static POLICY_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+const ERRORS_MODULE: &str = "usage_guard.errors";
+
+fn refusal_error(py: Python<'_>, refusal: Refusal) -> PyResult<PyErr> {
+    let class = match refusal.reason {
+        Reason::LimitReached => USAGE_LIMIT_ERROR.import(py, ERRORS_MODULE, "UsageLimitError")?,
+        Reason::DoesNotFit => DOES_NOT_FIT.import(py, ERRORS_MODULE, "UsageLimitDoesNotFit")?,
+        Reason::Unavailable => UNAVAILABLE.import(py, ERRORS_MODULE, "UsageLimitsUnavailable")?,
+    };
+    let message = refusal.message.clone();
+    let carried = Py::new(py, PyRefusal { inner: refusal })?;
+    Ok(PyErr::from_value(class.call1((message, carried))?))
+}
+
+fn policy_error(
+    py: Python<'_>,
+    error: &Error,
+    fields: &[crate::error::FieldError],
+) -> PyResult<PyErr> {
+    let class = POLICY_ERROR.import(py, ERRORS_MODULE, "PolicyError")?;
+    let list = PyList::empty(py);
+    for f in fields {
+        let d = PyDict::new(py);
+        d.set_item("path", &f.path)?;
+        d.set_item("value", &f.value)?;
+        d.set_item("message", &f.message)?;
+        list.append(d)?;
+    }
+    Ok(PyErr::from_value(class.call1((error.to_string(), list))?))
+}
+
+impl From<Error> for PyErr {
+    fn from(error: Error) -> PyErr {
+        Python::attach(|py| {
+            let built = match &error {
+                Error::Policy(fields) => policy_error(py, &error, fields),
+                Error::Refused(refusal) => refusal_error(py, (**refusal).clone()),
+                Error::InvalidArgument(_) => Ok(PyValueError::new_err(error.to_string())),
+            };
+            built.unwrap_or_else(|e| e)
+        })
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyRefusal>()
+}

@@ -1,0 +1,325 @@
+//! `Guard` and `Ticket`: admission, billing and release, sync and asyncio. Every blocking
+//! call releases the GIL; coroutines run on the crate's one tokio runtime.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::clock::PyManualClock;
+use super::convert::{ceiling_to_py, source_to_py, view_to_py, whole};
+use super::policy::PyPolicy;
+use super::store::extract_store;
+use crate::guard::clock::{Clock, SystemClock};
+use crate::guard::guard::{AdmitRequest, Guard};
+use crate::guard::ticket::{Billed, Ticket, Usage};
+
+/// Admits model calls against a policy, on a counter store.
+#[pyclass(name = "Guard", module = "usage_guard._core", frozen)]
+pub struct PyGuard {
+    inner: Guard,
+}
+
+/// An admitted call: bill it with what it used, or release it.
+#[pyclass(name = "Ticket", module = "usage_guard._core", frozen)]
+pub struct PyTicket {
+    inner: Ticket,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn admit_request(
+    user: Option<String>,
+    model: String,
+    request: Option<&Bound<'_, PyAny>>,
+    prompt_tokens: Option<&Bound<'_, PyAny>>,
+    max_tokens: Option<&Bound<'_, PyAny>>,
+    provider: Option<&str>,
+) -> PyResult<AdmitRequest> {
+    let _ = (request, provider);
+    Ok(AdmitRequest {
+        user,
+        model,
+        prompt_tokens: whole("prompt_tokens", prompt_tokens)?,
+        prompt_is_estimate: false,
+        max_output_tokens: whole("max_tokens", max_tokens)?,
+    })
+}
+
+#[pymethods]
+impl PyGuard {
+    /// A guard over `policy` on `store` (a new `MemoryStore` when omitted), reading time
+    /// from `clock` (the system clock when omitted).
+    #[new]
+    #[pyo3(signature = (policy, store = None, clock = None))]
+    fn new(
+        policy: &Bound<'_, PyPolicy>,
+        store: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyManualClock>>,
+    ) -> PyResult<Self> {
+        let clock: Arc<dyn Clock> = match clock {
+            Some(c) => c.get().inner.clone(),
+            None => Arc::new(SystemClock),
+        };
+        let policy = (*policy.get().inner).clone();
+        Ok(Self {
+            inner: Guard::new(policy, extract_store(store)?, clock),
+        })
+    }
+
+    /// Admits a call before it runs, or raises `UsageLimitError`.
+    #[pyo3(signature = (user, model, request = None, *, prompt_tokens = None, max_tokens = None, provider = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &self,
+        py: Python<'_>,
+        user: Option<String>,
+        model: String,
+        request: Option<&Bound<'_, PyAny>>,
+        prompt_tokens: Option<&Bound<'_, PyAny>>,
+        max_tokens: Option<&Bound<'_, PyAny>>,
+        provider: Option<&str>,
+    ) -> PyResult<PyTicket> {
+        let req = admit_request(user, model, request, prompt_tokens, max_tokens, provider)?;
+        let guard = self.inner.clone();
+        let ticket = py.detach(move || guard.admit_blocking(req))?;
+        Ok(PyTicket { inner: ticket })
+    }
+
+    /// `admit` as a coroutine.
+    #[pyo3(signature = (user, model, request = None, *, prompt_tokens = None, max_tokens = None, provider = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn admit_async<'py>(
+        &self,
+        py: Python<'py>,
+        user: Option<String>,
+        model: String,
+        request: Option<&Bound<'py, PyAny>>,
+        prompt_tokens: Option<&Bound<'py, PyAny>>,
+        max_tokens: Option<&Bound<'py, PyAny>>,
+        provider: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let req = admit_request(user, model, request, prompt_tokens, max_tokens, provider)?;
+        let guard = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let ticket = guard.admit(req).await?;
+            Ok(PyTicket { inner: ticket })
+        })
+    }
+
+    /// The usage view of `user` on `model`: the source billed now, its rules with used,
+    /// reserved, left and resets_at, the ceilings, and the rule closest to its amount.
+    #[pyo3(signature = (user, model))]
+    fn usage<'py>(
+        &self,
+        py: Python<'py>,
+        user: Option<String>,
+        model: String,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let guard = self.inner.clone();
+        let view =
+            py.detach(move || futures::executor::block_on(guard.usage(user.as_deref(), &model)))?;
+        view_to_py(py, &view)
+    }
+
+    /// `usage` as a coroutine.
+    #[pyo3(signature = (user, model))]
+    fn usage_async<'py>(
+        &self,
+        py: Python<'py>,
+        user: Option<String>,
+        model: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let guard = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let view = guard.usage(user.as_deref(), &model).await?;
+            Python::attach(|py| view_to_py(py, &view).map(Bound::unbind))
+        })
+    }
+
+    /// Replaces the policy; cached paths are resolved again at their next use.
+    fn set_policy(&self, policy: &Bound<'_, PyPolicy>) {
+        self.inner.set_policy((*policy.get().inner).clone());
+    }
+
+    /// The policy's version: 1 at start, +1 at each `set_policy`.
+    #[getter]
+    fn policy_version(&self) -> u64 {
+        self.inner.policy_version()
+    }
+
+    /// Counts an operator can watch: admitted, refused, uncounted, unavailable, store
+    /// errors, reserve retries, billed, released, settle failures.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (name, value) in self.inner.stats().snapshot() {
+            d.set_item(name, value)?;
+        }
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.inner)
+    }
+}
+
+fn billed_to_py<'py>(
+    py: Python<'py>,
+    billed: Option<Billed>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(b) = billed else { return Ok(None) };
+    let d = PyDict::new(py);
+    d.set_item("input_tokens", b.input_tokens)?;
+    d.set_item("cached_input_tokens", b.cached_input_tokens)?;
+    d.set_item("output_tokens", b.output_tokens)?;
+    d.set_item("reasoning_tokens", b.reasoning_tokens)?;
+    d.set_item("cost_micros", b.cost_micros)?;
+    d.set_item("compute_ms", b.compute_ms)?;
+    d.set_item("recorded", b.recorded)?;
+    Ok(Some(d))
+}
+
+fn usage(
+    input_tokens: &Bound<'_, PyAny>,
+    output_tokens: &Bound<'_, PyAny>,
+    cached_input_tokens: Option<&Bound<'_, PyAny>>,
+    reasoning_tokens: Option<&Bound<'_, PyAny>>,
+    cost_micros: Option<&Bound<'_, PyAny>>,
+    compute_ms: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Usage> {
+    Ok(Usage {
+        input_tokens: whole("input_tokens", Some(input_tokens))?.unwrap_or(0),
+        output_tokens: whole("output_tokens", Some(output_tokens))?.unwrap_or(0),
+        cached_input_tokens: whole("cached_input_tokens", cached_input_tokens)?.unwrap_or(0),
+        reasoning_tokens: whole("reasoning_tokens", reasoning_tokens)?.unwrap_or(0),
+        cost_micros: whole("cost_micros", cost_micros)?,
+        compute_ms: whole("compute_ms", compute_ms)?,
+    })
+}
+
+#[pymethods]
+impl PyTicket {
+    /// The ticket's id, unique within its guard.
+    #[getter]
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+
+    /// The source billed: `{"type": "direct" | "team" | "public", "id": ...}`.
+    #[getter]
+    fn source<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        source_to_py(py, self.inner.source())
+    }
+
+    /// The `usage_ceiling` dict: tokens, cost_micros, rates, max_output_tokens,
+    /// min_output_tokens, margin.
+    #[getter]
+    fn ceiling<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        ceiling_to_py(py, self.inner.ceiling())
+    }
+
+    /// What is held for the call, per metric.
+    #[getter]
+    fn reserved<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (metric, amount) in self.inner.reserved() {
+            d.set_item(metric.word(), amount)?;
+        }
+        Ok(d)
+    }
+
+    /// Whether the ticket was billed or released.
+    #[getter]
+    fn settled(&self) -> bool {
+        self.inner.is_settled()
+    }
+
+    /// Admitted uncounted (the counter store was down and no rule could refuse).
+    #[getter]
+    fn uncounted(&self) -> bool {
+        self.inner.is_uncounted()
+    }
+
+    /// Bills what the call used, replacing the whole reservation; returns what was billed,
+    /// or None if the ticket had already settled. Cost comes from the model's prices unless
+    /// given; compute time is measured from admission unless given.
+    #[pyo3(signature = (input_tokens, output_tokens, cached_input_tokens = None, cost_micros = None, compute_ms = None, *, reasoning_tokens = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn bill<'py>(
+        &self,
+        py: Python<'py>,
+        input_tokens: &Bound<'py, PyAny>,
+        output_tokens: &Bound<'py, PyAny>,
+        cached_input_tokens: Option<&Bound<'py, PyAny>>,
+        cost_micros: Option<&Bound<'py, PyAny>>,
+        compute_ms: Option<&Bound<'py, PyAny>>,
+        reasoning_tokens: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let usage = usage(
+            input_tokens,
+            output_tokens,
+            cached_input_tokens,
+            reasoning_tokens,
+            cost_micros,
+            compute_ms,
+        )?;
+        let ticket = self.inner.clone();
+        let billed = py.detach(move || ticket.bill_blocking(usage))?;
+        billed_to_py(py, billed)
+    }
+
+    /// `bill` as a coroutine.
+    #[pyo3(signature = (input_tokens, output_tokens, cached_input_tokens = None, cost_micros = None, compute_ms = None, *, reasoning_tokens = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn bill_async<'py>(
+        &self,
+        py: Python<'py>,
+        input_tokens: &Bound<'py, PyAny>,
+        output_tokens: &Bound<'py, PyAny>,
+        cached_input_tokens: Option<&Bound<'py, PyAny>>,
+        cost_micros: Option<&Bound<'py, PyAny>>,
+        compute_ms: Option<&Bound<'py, PyAny>>,
+        reasoning_tokens: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let usage = usage(
+            input_tokens,
+            output_tokens,
+            cached_input_tokens,
+            reasoning_tokens,
+            cost_micros,
+            compute_ms,
+        )?;
+        let ticket = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let billed = ticket.bill(usage).await?;
+            Python::attach(|py| billed_to_py(py, billed).map(|d| d.map(Bound::unbind)))
+        })
+    }
+
+    /// Gives the reservation back; returns False if the ticket had already settled.
+    fn release(&self, py: Python<'_>) -> bool {
+        let ticket = self.inner.clone();
+        py.detach(move || ticket.release_blocking())
+    }
+
+    /// `release` as a coroutine.
+    fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let ticket = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(ticket.release().await) })
+    }
+
+    fn __repr__(&self) -> String {
+        let s = self.inner.source();
+        format!(
+            "Ticket(id={:?}, source={}:{}, settled={})",
+            self.inner.id(),
+            s.kind.word(),
+            s.id,
+            self.inner.is_settled()
+        )
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyGuard>()?;
+    m.add_class::<PyTicket>()
+}

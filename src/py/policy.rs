@@ -1,0 +1,92 @@
+//! `Policy`: a validated policy document.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use super::convert::py_to_json;
+use crate::guard::policy::Policy;
+
+/// A validated policy. Every constructor reports all errors of a document at once
+/// (`PolicyError.errors`).
+#[pyclass(name = "Policy", module = "usage_guard._core", frozen)]
+pub struct PyPolicy {
+    pub inner: Arc<Policy>,
+}
+
+impl PyPolicy {
+    fn wrap(policy: Policy) -> Self {
+        Self {
+            inner: Arc::new(policy),
+        }
+    }
+}
+
+#[pymethods]
+impl PyPolicy {
+    /// A policy from a dict of the document's shape.
+    #[staticmethod]
+    fn from_dict(py: Python<'_>, document: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let value = py_to_json(document, "")?;
+        Ok(Self::wrap(py.detach(|| Policy::from_value(&value))?))
+    }
+
+    /// A policy from JSON text.
+    #[staticmethod]
+    fn from_json(py: Python<'_>, text: String) -> PyResult<Self> {
+        Ok(Self::wrap(py.detach(|| Policy::from_json(&text))?))
+    }
+
+    /// A policy from TOML text.
+    #[staticmethod]
+    fn from_toml(py: Python<'_>, text: String) -> PyResult<Self> {
+        Ok(Self::wrap(py.detach(|| Policy::from_toml(&text))?))
+    }
+
+    /// A policy file: `.toml` as TOML, anything else as JSON.
+    #[staticmethod]
+    fn load(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Self> {
+        Ok(Self::wrap(py.detach(|| Policy::load(&path))?))
+    }
+
+    /// The ids of the policy's models, in the document's order.
+    #[getter]
+    fn models<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.inner.models.iter().map(|m| m.id.to_string()))
+    }
+
+    /// The ids of the policy's teams.
+    #[getter]
+    fn teams<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.inner.teams.iter().map(|t| t.id.to_string()))
+    }
+
+    /// A model's display name (its id when the policy does not list it).
+    fn display_name(&self, model: &str) -> String {
+        self.inner
+            .model(model)
+            .map(|m| m.display_name.clone())
+            .unwrap_or_else(|| model.to_string())
+    }
+
+    fn __repr__(&self) -> String {
+        let p = &self.inner;
+        format!(
+            "Policy(models={}, teams={}, limits={})",
+            p.models.len(),
+            p.teams.len(),
+            p.direct.len()
+                + p.team.len()
+                + p.public.len()
+                + p.team_total.len()
+                + p.model_total.len()
+                + p.user_total.len()
+                + usize::from(!p.platform.is_empty())
+        )
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyPolicy>()
+}

@@ -1,0 +1,51 @@
+//! Counter stores as Python objects, and the one place `Guard(store=...)` is read.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+
+use crate::guard::store::{CounterStore, MemoryStore};
+
+/// Counters in this process's memory (the embedded default).
+#[pyclass(name = "MemoryStore", module = "usage_guard._core", frozen)]
+pub struct PyMemoryStore {
+    pub inner: Arc<MemoryStore>,
+}
+
+#[pymethods]
+impl PyMemoryStore {
+    #[new]
+    fn new() -> Self {
+        Self {
+            inner: Arc::new(MemoryStore::new()),
+        }
+    }
+
+    /// How many counters the store holds now.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("MemoryStore(counters={})", self.inner.len())
+    }
+}
+
+/// The store behind a Python store object (`None` means a new in-memory store).
+pub fn extract_store(store: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dyn CounterStore>> {
+    let Some(store) = store.filter(|s| !s.is_none()) else {
+        return Ok(Arc::new(MemoryStore::new()));
+    };
+    if let Ok(memory) = store.cast::<PyMemoryStore>() {
+        return Ok(memory.get().inner.clone());
+    }
+    Err(PyTypeError::new_err(format!(
+        "store must be a MemoryStore or a RedisStore, not {}",
+        store.get_type()
+    )))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyMemoryStore>()
+}

@@ -1,0 +1,35 @@
+"""Shared pytest fixtures: a manual clock at a known instant and a guard factory."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+import usage_guard as ug
+
+START = "2026-11-30T08:00:00Z"
+
+GPT5: dict[str, Any] = {
+    "display_name": "GPT-5",
+    "provider": "openai",
+    "context_window": 400000,
+    "max_output_tokens": 128000,
+    "prices": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
+}
+
+
+@pytest.fixture
+def clock() -> ug.ManualClock:
+    """A manual clock at Monday 2026-11-30 08:00 UTC."""
+    return ug.ManualClock(START)
+
+
+@pytest.fixture
+def make_guard(clock: ug.ManualClock) -> Callable[..., ug.Guard]:
+    """`make_guard(document, store=None)`: a guard on the fixture's clock."""
+
+    def make(document: dict[str, Any], store: Any = None) -> ug.Guard:
+        return ug.Guard(ug.Policy.from_dict(document), store=store, clock=clock)
+
+    return make
