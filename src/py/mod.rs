@@ -6,6 +6,7 @@ mod convert;
 mod errors;
 mod guard;
 mod policy;
+mod redis_store;
 mod store;
 
 use pyo3::prelude::*;
@@ -19,6 +20,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     clock::register(m)?;
     policy::register(m)?;
     store::register(m)?;
+    redis_store::register(m)?;
     guard::register(m)?;
     Ok(())
 }

@@ -151,9 +151,12 @@ pub fn holds_expire_by_minute(kind: Kind) {
     assert!(m2 > m1);
     block_on(s.reserve(vec![item(&a, 40, Some(100), 0)], m1, T0)).unwrap();
     block_on(s.reserve(vec![item(&a, 50, Some(100), 0)], m2, later)).unwrap();
-    assert_eq!(read(s, &[a.clone()], m1 * 60_000 - 1), vec![rd(0, 90)]);
     assert_eq!(
-        read(s, &[a.clone()], m1 * 60_000),
+        read(s, std::slice::from_ref(&a), m1 * 60_000 - 1),
+        vec![rd(0, 90)]
+    );
+    assert_eq!(
+        read(s, std::slice::from_ref(&a), m1 * 60_000),
         vec![rd(0, 50)],
         "first minute expired"
     );
@@ -163,7 +166,10 @@ pub fn holds_expire_by_minute(kind: Kind) {
         ReserveOutcome::Reserved,
         "expired holds do not count"
     );
-    assert_eq!(read(s, &[a.clone()], m2 * 60_000), vec![rd(0, 0)]);
+    assert_eq!(
+        read(s, std::slice::from_ref(&a), m2 * 60_000),
+        vec![rd(0, 0)]
+    );
 }
 
 pub fn settle_gives_back_and_never_goes_negative(kind: Kind) {
@@ -205,7 +211,7 @@ pub fn settle_gives_back_and_never_goes_negative(kind: Kind) {
         amount: 1_000,
     }];
     block_on(s.settle(big, m, vec![], T0 + 4)).unwrap();
-    assert_eq!(read(s, &[a.clone()], T0 + 4), vec![rd(30, 0)]);
+    assert_eq!(read(s, std::slice::from_ref(&a), T0 + 4), vec![rd(30, 0)]);
     // A hold in another minute is untouched by settling this one.
     block_on(s.reserve(vec![item(&a, 20, None, 0)], m + 1, T0 + 5)).unwrap();
     let other = vec![HoldRef {
@@ -249,7 +255,7 @@ pub fn counters_are_gone_after_retention(kind: Kind) {
         retain_until: keep,
     };
     block_on(s.settle(vec![], m, vec![usage], T0)).unwrap();
-    assert_eq!(read(s, &[a.clone()], keep - 1), vec![rd(7, 0)]);
+    assert_eq!(read(s, std::slice::from_ref(&a), keep - 1), vec![rd(7, 0)]);
     let after = keep + 120_000;
     // Any write lets a store sweep what it no longer keeps.
     block_on(s.settle(vec![], m, vec![add(&other, 1)], after)).unwrap();
@@ -259,7 +265,7 @@ pub fn counters_are_gone_after_retention(kind: Kind) {
         after,
     ))
     .unwrap();
-    assert_eq!(read(s, &[a.clone()], after), vec![rd(0, 0)]);
+    assert_eq!(read(s, std::slice::from_ref(&a), after), vec![rd(0, 0)]);
     if let Some(redis) = &fx.redis {
         // The key itself is gone from Redis, and the live one expires by itself.
         let port = match (&fx.server, &fx.cluster) {
