@@ -80,6 +80,7 @@ def main() -> None:
     server = RedisServer()
     try:
         ceiling = evalsha_ceiling(server)
+        server.cli("CONFIG", "RESETSTAT")
         guard = ug.Guard(ug.Policy.from_dict(POLICY), store=ug.RedisStore(server.url, "bench"))
         print(f"redis-benchmark EVALSHA (50 clients): {ceiling:,.0f} scripts/s")
         print("callers  admit+bill/s  scripts/s  ratio to EVALSHA ceiling")
@@ -87,6 +88,12 @@ def main() -> None:
             rate = asyncio.run(run_level(guard, callers, seconds))
             scripts = rate * 3
             print(f"{callers:>7}  {rate:>12,.0f}  {scripts:>9,.0f}  {scripts / ceiling:.2f}")
+        stats = server.cli("INFO", "commandstats")
+        for line in stats.splitlines():
+            if line.startswith("cmdstat_evalsha:"):
+                usec = re.search(r"usec_per_call=([\d.]+)", line)
+                if usec:
+                    print(f"server time per usage_guard script: {float(usec.group(1)):.1f} us")
     finally:
         server.stop()
 

@@ -213,3 +213,81 @@ fn guard_on_a_cluster_admits_and_bills() {
     let t = g.admit_blocking(ask("alice", 1000)).unwrap();
     assert_eq!(t.ceiling().tokens, Some(600));
 }
+
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|rest| rest.split(',').next())
+        .map(|n| n.parse().unwrap())
+        .unwrap_or(0)
+}
+
+#[test]
+fn two_round_trips_per_admission_and_one_per_bill() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), "ug").unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let g = guard(&store, &clock, policy(""));
+    // Warm up: the first call of each script loads it (NOSCRIPT, SCRIPT LOAD, EVALSHA).
+    g.admit_blocking(ask("alice", 10))
+        .unwrap()
+        .bill_blocking(used(1, 1))
+        .unwrap();
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]), "OK");
+    let t = g.admit_blocking(ask("alice", 10)).unwrap();
+    assert_eq!(evalsha_calls(&server), 2, "read + reserve");
+    t.bill_blocking(used(1, 1)).unwrap();
+    assert_eq!(evalsha_calls(&server), 3, "one settle");
+    let t = g.admit_blocking(ask("alice", 10)).unwrap();
+    assert!(t.release_blocking());
+    assert_eq!(evalsha_calls(&server), 6, "read + reserve + one settle");
+}
+
+#[test]
+fn scripts_are_loaded_again_after_script_flush() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), "ug").unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let g = guard(&store, &clock, policy(""));
+    g.admit_blocking(ask("alice", 100))
+        .unwrap()
+        .bill_blocking(used(100, 100))
+        .unwrap();
+    assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
+    let t = g.admit_blocking(ask("alice", 1000)).unwrap();
+    assert_eq!(t.ceiling().tokens, Some(800));
+    assert_eq!(
+        g.stats()
+            .store_errors
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+#[test]
+fn cluster_store_recovers_when_its_master_comes_back() {
+    let mut cluster = RedisCluster::start();
+    let store = RedisStore::cluster(&cluster.urls(), "ug-fail").unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let g = guard(&store, &clock, policy(""));
+    g.admit_blocking(ask("alice", 100)).unwrap();
+    let owner = cluster
+        .nodes
+        .iter()
+        .position(|n| !n.cli(&["KEYS", "*"]).is_empty())
+        .expect("some master holds the store's slot");
+    cluster.nodes[owner].kill();
+    assert_eq!(
+        refusal(g.admit_blocking(ask("alice", 100))).reason,
+        Reason::Unavailable
+    );
+    cluster.nodes[owner].restart();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while let Err(e) = g.admit_blocking(ask("alice", 100)) {
+        assert!(Instant::now() < deadline, "no recovery within 15 s: {e}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

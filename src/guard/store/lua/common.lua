@@ -7,11 +7,11 @@
 -- scripts exactly like the memory store. Amounts stay below 2^53, so Lua numbers are exact.
 
 -- Loads a counter at `now`: deletes holds that have expired (and the whole counter when it
--- is past its retention with no live hold). Returns used, live held.
+-- is past its retention with no live hold). Returns used, live held, retain-until (0 if none).
 local function load_counter(key, now)
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then
-    return 0, 0
+    return 0, 0, 0
   end
   local used, held, until_ms = 0, 0, nil
   local dead = {}
@@ -33,28 +33,27 @@ local function load_counter(key, now)
   end
   if held == 0 and until_ms ~= nil and until_ms <= now then
     redis.call('DEL', key)
-    return 0, 0
+    return 0, 0, 0
   end
   if #dead > 0 then
     redis.call('HDEL', key, unpack(dead))
   end
-  return used, held
+  return used, held, until_ms or 0
 end
 
--- Keeps a counter until at least `until_ms` (guard clock): records it in `e` and sets the
--- key's time to live from the caller's `now`, never shortening either.
-local function keep_until(key, until_ms, now)
-  local current = tonumber(redis.call('HGET', key, 'e') or '0')
-  if until_ms > current then
-    redis.call('HSET', key, 'e', string.format('%d', until_ms))
-    current = until_ms
+-- Keeps a counter until at least `until_ms` (guard clock), given its current retain-until
+-- `current` (from load_counter): when that moves later, records it in `e` and sets the key's
+-- time to live from the caller's `now`. Neither is ever shortened.
+local function keep_until(key, until_ms, current, now)
+  if until_ms <= current then
+    return
   end
-  local ttl = current - now
+  redis.call('HSET', key, 'e', string.format('%d', until_ms))
+  local ttl = until_ms - now
   if ttl < 1000 then
     ttl = 1000
   end
-  local pttl = redis.call('PTTL', key)
-  if pttl < ttl then
+  if redis.call('PTTL', key) < ttl then
     redis.call('PEXPIRE', key, string.format('%d', ttl))
   end
 end

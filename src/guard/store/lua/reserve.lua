@@ -6,10 +6,12 @@
 local now = tonumber(ARGV[1])
 local minute = ARGV[2]
 local hold_until = tonumber(minute) * 60000
+local kept = {}
 for i = 1, #KEYS do
   local base = 2 + (i - 1) * 4
   local limit = ARGV[base + 2]
-  local used, held = load_counter(KEYS[i], now)
+  local used, held, until_ms = load_counter(KEYS[i], now)
+  kept[KEYS[i]] = until_ms
   if limit ~= '' then
     local counted = used + held + tonumber(ARGV[base + 3])
     local cap = tonumber(limit)
@@ -28,6 +30,10 @@ for i = 1, #KEYS do
   if hold_until > retain then
     retain = hold_until
   end
-  keep_until(KEYS[i], retain, now)
+  local key = KEYS[i]
+  keep_until(key, retain, kept[key], now)
+  if retain > kept[key] then
+    kept[key] = retain
+  end
 end
 return -1

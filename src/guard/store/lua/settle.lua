@@ -22,8 +22,8 @@ local base = 3 + holds
 for i = holds + 1, #KEYS do
   local j = base + (i - holds - 1) * 2
   local key = KEYS[i]
-  load_counter(key, now)
+  local _, _, current = load_counter(key, now)
   redis.call('HINCRBY', key, 'u', ARGV[j + 1])
-  keep_until(key, tonumber(ARGV[j + 2]), now)
+  keep_until(key, tonumber(ARGV[j + 2]), current, now)
 end
 return 0
