@@ -58,9 +58,7 @@ def per_op_us(fn, n: int = N) -> float:
 
 
 def bench_usage_guard() -> float:
-    guard = ug.Guard(
-        ug.Policy.from_toml(SIX_RULES), clock=ug.ManualClock("2026-11-30T14:20:00Z")
-    )
+    guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), clock=ug.ManualClock("2026-11-30T14:20:00Z"))
 
     def once() -> None:
         ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
@@ -73,9 +71,7 @@ def bench_limits() -> float | None:
     try:
         import limits  # noqa: F401
     except ImportError:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "limits"], check=False
-        )
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "limits"], check=False)
     try:
         from limits import parse
         from limits.storage import MemoryStorage

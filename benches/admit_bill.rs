@@ -50,6 +50,7 @@ fn admit_bill(c: &mut Criterion) {
         prompt_tokens: Some(1200),
         prompt_is_estimate: false,
         max_output_tokens: Some(4000),
+        request: None,
     };
     let usage = Usage {
         input_tokens: 1100,

@@ -42,6 +42,7 @@ fn ask(user: &str, max_tokens: u64) -> AdmitRequest {
         prompt_tokens: Some(100),
         prompt_is_estimate: false,
         max_output_tokens: Some(max_tokens),
+        ..AdmitRequest::default()
     }
 }
 

@@ -5,18 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-
 import usage_guard as ug
 
 START = "2026-11-30T08:00:00Z"
-
-GPT5: dict[str, Any] = {
-    "display_name": "GPT-5",
-    "provider": "openai",
-    "context_window": 400000,
-    "max_output_tokens": 128000,
-    "prices": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
-}
 
 
 @pytest.fixture

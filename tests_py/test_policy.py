@@ -11,10 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import usage_guard as ug
 
-from conftest import GPT5
+GPT5: dict[str, Any] = {
+    "display_name": "GPT-5",
+    "provider": "openai",
+    "context_window": 400000,
+    "max_output_tokens": 128000,
+    "prices": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
+}
 
 WINDOWS = "minute, hour, N seconds, N minutes, N hours, day, week, month, year"
 METRICS = "tokens, input_tokens, output_tokens, cost, requests, compute_ms, concurrency"
@@ -206,7 +211,9 @@ MALFORMED: list[tuple[str, dict[str, Any], list[tuple[str, str, str]]]] = [
     ),
     (
         "concurrency-with-window",
-        doc(limits={"direct": [direct({"metric": "concurrency", "amount": 2, "window": "minute"})]}),
+        doc(
+            limits={"direct": [direct({"metric": "concurrency", "amount": 2, "window": "minute"})]}
+        ),
         [
             (
                 "limits.direct[0].rules[0].window",
@@ -339,8 +346,14 @@ def test_malformed_documents_are_distinct() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[models\nx = 1\n", "not valid TOML: invalid table header\nexpected `.`, `]`"),
-        ("models = {\n", "not valid TOML: invalid inline table\nexpected `}`"),
+        (
+            "[models\nx = 1\n",
+            "not valid TOML: invalid table header; expected `.`, `]` at line 1 column 8",
+        ),
+        (
+            "models = {\n",
+            "not valid TOML: invalid inline table; expected `}` at line 1 column 11",
+        ),
     ],
 )
 def test_bad_toml_syntax(text: str, message: str) -> None:
@@ -353,7 +366,8 @@ def test_bad_toml_syntax_says_where() -> None:
     [(path, _, message)] = errors_of(ug.Policy.from_toml, text)
     assert path == ""
     assert message.startswith("not valid TOML: ")
-    assert "line 45" in message, message
+    line = text.split("\n").index("[[limits.direct]") + 1  # line 30
+    assert f"line {line}" in message, message
 
 
 @pytest.mark.parametrize(
@@ -434,6 +448,28 @@ def test_constructors_agree_on_a_valid_document(tmp_path: Path) -> None:
     assert all(s == seen[0] for s in seen[1:])
 
 
+def test_a_non_finite_number_is_one_policy_error_among_all() -> None:
+    # NaN in a dict is a bad value like any other: a PolicyError naming the field, reported
+    # with the document's other errors.
+    document = doc(
+        limits={"direct": [direct(rule(amount=float("nan")))]},
+        settings={"margin": 7},
+    )
+    with pytest.raises(ug.PolicyError) as info:
+        ug.Policy.from_dict(document)
+    paths = {e["path"] for e in info.value.errors}
+    assert paths == {"settings.margin", "limits.direct[0].rules[0].amount"}
+
+
+def test_models_and_teams_are_listed_in_the_documents_order() -> None:
+    # Policy.models is documented as "the ids of the policy's models, in the document's order".
+    policy = ug.Policy.from_toml(
+        "[models.zeta]\n[models.alpha]\n[teams.ops]\nmembers = []\n[teams.dev]\nmembers = []\n"
+    )
+    assert policy.models == ["zeta", "alpha"]
+    assert policy.teams == ["ops", "dev"]
+
+
 def test_load_a_missing_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.toml"
     [(path, value, message)] = errors_of(ug.Policy.load, missing)
@@ -493,9 +529,9 @@ def test_cli_check_prints_every_error_one_per_line(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines == [
         f"{bad}: 3 errors",
+        "settings.margin: must be a fraction from 0 up to (not including) 1 (got 2)",
         'limits.direct[0].model: is not a model of the policy; defined models: gpt-5 (got "gpt-4")',
         f'limits.direct[0].rules[0].metric: is not a metric; accepted: {METRICS} (got "words")',
-        "settings.margin: must be a fraction from 0 up to (not including) 1 (got 2)",
     ]
 
 
@@ -506,7 +542,7 @@ def test_cli_check_bad_syntax_and_missing_file(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stdout.splitlines() == [
         f"{bad}: 1 error",
-        "not valid TOML: invalid inline table; expected `}`",
+        "not valid TOML: invalid inline table; expected `}` at line 1 column 11",
     ]
     done = run_cli("check", str(tmp_path / "missing.toml"))
     assert done.returncode == 1
@@ -519,3 +555,32 @@ def test_cli_help() -> None:
     assert "demo" in done.stdout and "check" in done.stdout
     done = run_cli()
     assert done.returncode == 2
+
+
+def test_cli_demo_runs_a_deterministic_day() -> None:
+    done = run_cli("demo")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out == run_cli("demo").stdout  # seeded: the same day every time
+    calls, usage = out.split("Final usage per rule at ")
+    assert "capped to " in calls
+    assert "(team:research passed it on)" in calls
+    assert (
+        "refused USAGE_LIMIT_REACHED: You have used your 100,000 tokens a day on GPT-5. "
+        "It resets at 2026-12-01T00:00:00Z." in calls
+    )
+    assert "Team Support has used its 400,000 tokens a day on Claude Sonnet." in calls
+    for user in ("alice", "bob", "carol", "dave"):
+        assert f"\n{user} " in usage
+    support = [line.split() for line in usage.splitlines() if "team support" in line]
+    assert len(support) == 2  # bob's and carol's view of the team's shared rule
+    assert all(
+        cells[-4:] == ["400,000", "400,000", "0", "2026-12-01T00:00:00Z"] for cells in support
+    )
+
+
+def test_cli_example_policy_is_the_shipped_example() -> None:
+    from usage_guard.cli import EXAMPLE_POLICY
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "policy.toml"
+    assert EXAMPLE_POLICY == example.read_text()

@@ -8,6 +8,7 @@ ticket.bill(input_tokens=1100, output_tokens=800)
 """
 
 from ._core import (
+    FitResult,
     Guard,
     ManualClock,
     MemoryStore,
@@ -16,8 +17,14 @@ from ._core import (
     Refusal,
     Ticket,
     __version__,
+    count_prompt,
+    count_tokens,
+    fit,
+    intersect_ceilings,
+    usage_capped,
 )
 from .errors import (
+    ContextWindowExceeded,
     PolicyError,
     UsageLimitDoesNotFit,
     UsageLimitError,
@@ -25,6 +32,8 @@ from .errors import (
 )
 
 __all__ = [
+    "ContextWindowExceeded",
+    "FitResult",
     "Guard",
     "ManualClock",
     "MemoryStore",
@@ -37,4 +46,9 @@ __all__ = [
     "UsageLimitError",
     "UsageLimitsUnavailable",
     "__version__",
+    "count_prompt",
+    "count_tokens",
+    "fit",
+    "intersect_ceilings",
+    "usage_capped",
 ]

@@ -7,6 +7,7 @@ usage-guard check POLICY_FILE   validate a policy file and print every error
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 from dataclasses import dataclass
@@ -137,20 +138,21 @@ class Call:
     every: int = 8  # seconds apart
 
 
-# The day: alice runs through her direct limit (capped, then refused); bob bursts past his
-# team's 60 requests per 10 minutes and is passed on to public use; bob and carol share the
-# support team's daily tokens on Claude Sonnet until it refuses; dave uses public use and the
-# router; alice's weekly cost total caps her Claude Sonnet calls.
+# The day: alice runs through her direct limit on GPT-5 (capped, then refused); bob bursts
+# past his team's 60 requests per 10 minutes and is passed on to public use, then back to the
+# team as the window slides; bob and carol share the support team's daily tokens on Claude
+# Sonnet until it refuses them both; dave runs through his public each-person tokens (capped,
+# then refused); calls to the router `auto` skip the all-models counters.
 DEMO_DAY: tuple[Call, ...] = (
     Call("08:05", "alice", "gpt-5", 30_000, 20_000),
     Call("08:40", "dave", "gpt-5", 2_000, 12_000),
     Call("09:10", "alice", "gpt-5", 25_000, 16_000),
-    Call("09:30", "bob", "gpt-5", 800, 1_000, repeat=60),
-    Call("09:39", "bob", "gpt-5", 800, 4_000),
-    Call("09:41", "bob", "gpt-5", 6_000, 20_000),
+    Call("09:30", "bob", "gpt-5", 100, 150, repeat=60),
+    Call("09:39", "bob", "gpt-5", 300, 2_000),
+    Call("09:42", "bob", "gpt-5", 1_000, 8_000),
     Call("10:15", "carol", "claude-sonnet", 40_000, 64_000),
     Call("10:50", "bob", "claude-sonnet", 60_000, 64_000),
-    Call("11:20", "alice", "gpt-5", 12_000, 16_000),
+    Call("11:20", "alice", "gpt-5", 8_000, 16_000),
     Call("11:45", "dave", "gpt-5", 2_000, 8_000),
     Call("12:30", "carol", "claude-sonnet", 50_000, 64_000),
     Call("13:10", "dave", "auto", 3_000, 4_000),
@@ -184,10 +186,6 @@ class Row:
             other.source,
             other.outcome,
         )
-
-
-def _n(value: Optional[int]) -> str:
-    return "-" if value is None else f"{value:,}"
 
 
 def _source(source: dict[str, str]) -> str:
@@ -243,7 +241,9 @@ def run_day(out: Any = None) -> Guard:
             else:
                 rows.append(row)
 
-    p = lambda text="": print(text, file=out)  # noqa: E731
+    def p(text: str = "") -> None:
+        print(text, file=out)
+
     p(f"usage_guard {__version__}: a simulated day on the in-memory store, {DEMO_START[:10]} (UTC)")
     p()
     table_rows = []
@@ -256,35 +256,47 @@ def run_day(out: Any = None) -> Guard:
         p(line)
 
     p()
-    p(f"Final usage at {clock.now()} (used = billed; resets_at in UTC)")
+    p(f"Final usage per rule at {clock.now()} (used = billed; resets_at in UTC)")
     p()
     usage_rows = []
-    seen: set[tuple[Any, ...]] = set()
-    for user in DEMO_USERS:
-        for model in DEMO_MODELS:
-            view = guard.usage(user, model)
-            for kind, rule in [("source", r) for r in view["rules"]] + [
-                ("ceiling", r) for r in view["ceilings"]
-            ]:
-                name = _rule_name(rule, user, model)
-                key = (name, rule["metric"], rule["window"])
-                if key in seen:
-                    continue
-                seen.add(key)
-                metric = rule["metric"]
-                usage_rows.append(
-                    [
-                        name,
-                        kind,
-                        f"{metric} / {rule['window']}",
-                        _amount(metric, rule["amount"]),
-                        _amount(metric, rule["used"]),
-                        _amount(metric, rule["left"]),
-                        rule["resets_at"] or "-",
-                    ]
-                )
-    header = ["rule", "checked as", "metric / window", "amount", "used", "left", "resets_at"]
-    for line in _table(header, usage_rows, right={3, 4, 5}):
+    pairs = list(dict.fromkeys((c.user, c.model) for c in DEMO_DAY))
+    for user, model in sorted(
+        pairs, key=lambda um: (DEMO_USERS.index(um[0]), DEMO_MODELS.index(um[1]))
+    ):
+        view = guard.usage(user, model)
+        source = _source(view["source"])
+        checked = [("source", r) for r in view["rules"]] + [
+            ("ceiling", r) for r in view["ceilings"]
+        ]
+        if not checked:
+            usage_rows.append([user, model, source, "no limits", "", "", "", "", ""])
+        for kind, rule in checked:
+            metric = rule["metric"]
+            usage_rows.append(
+                [
+                    user,
+                    model,
+                    source if kind == "source" else "(ceiling)",
+                    _rule_name(rule),
+                    f"{metric} / {rule['window']}",
+                    _amount(metric, rule["amount"]),
+                    _amount(metric, rule["used"]),
+                    _amount(metric, rule["left"]),
+                    rule["resets_at"] or "-",
+                ]
+            )
+    header = [
+        "user",
+        "model",
+        "source now",
+        "rule",
+        "metric / window",
+        "amount",
+        "used",
+        "left",
+        "resets_at",
+    ]
+    for line in _table(header, usage_rows, right={5, 6, 7}):
         p(line)
     stats = guard.stats()
     p()
@@ -295,26 +307,10 @@ def run_day(out: Any = None) -> Guard:
     return guard
 
 
-def _rule_name(rule: dict[str, Any], user: str, model: str) -> str:
+def _rule_name(rule: dict[str, Any]) -> str:
     kind = rule["limit_type"]
-    if kind == "direct":
-        return f"direct {user} on {model}"
-    if kind == "team":
-        scope = "each member" if rule["metric"] == "requests" else "shared"
-        if rule.get("window", "").endswith("minutes") and rule["metric"] == "requests":
-            return f"team {rule.get('team')} on {model} ({scope}: {user})"
-        return f"team {rule.get('team')} on {model} ({scope})"
-    if kind == "public":
-        return f"public use of {model}"
-    if kind == "team_total":
-        return f"team total {rule.get('team')}"
-    if kind == "model_total":
-        return f"model total {model}"
-    if kind == "user_total":
-        return f"user total {user}"
-    if kind == "platform":
-        return f"platform ({user})"
-    return kind
+    team = rule.get("team")
+    return f"{kind} {team}" if team else kind
 
 
 def _one_call(
@@ -347,8 +343,8 @@ def _one_call(
     if cap < call.max_tokens:
         outcome = f"capped to {cap:,} output tokens"
     previous = last_source.get((call.user, call.model))
-    if previous and previous != source:
-        outcome += f" (passed on from {previous})"
+    if previous and previous != source and previous.startswith("team:"):
+        outcome += f" ({previous} passed it on)"
     last_source[(call.user, call.model)] = source
     # The call runs: it answers with 60-100% of the output it was allowed; a capped call
     # stops at its cap.
@@ -389,10 +385,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "check":
-        return check(args.policy_file)
-    run_day()
-    return 0
+    try:
+        if args.command == "check":
+            return check(args.policy_file)
+        run_day()
+        return 0
+    except BrokenPipeError:  # e.g. `usage-guard demo | head`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 __all__ = [
+    "ContextWindowExceeded",
     "PolicyError",
     "UsageLimitDoesNotFit",
     "UsageLimitError",
@@ -92,3 +93,9 @@ class UsageLimitDoesNotFit(UsageLimitError):
 
 class UsageLimitsUnavailable(UsageLimitError):
     """The counters cannot be checked right now (HTTP 503 usage_limits_unavailable)."""
+
+
+class ContextWindowExceeded(UsageLimitError):
+    """The prompt does not fit in the model's context window or input limit
+    (CONTEXT_WINDOW_EXCEEDED, HTTP 400 context_length_exceeded); refused before any provider
+    saw the call."""

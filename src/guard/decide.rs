@@ -222,7 +222,13 @@ pub fn decide(
     }
 
     let left = least_left(path.checked_rules(billed), reads, now);
-    let prompt = demand.prompt_tokens;
+    // An estimated prompt is held with the margin the client keeps free when it fits the call.
+    let prompt = if demand.prompt_is_estimate {
+        let margin = (demand.prompt_tokens as f64 * settings.margin).ceil() as u64;
+        demand.prompt_tokens.saturating_add(margin)
+    } else {
+        demand.prompt_tokens
+    };
     let prices = path
         .model_spec
         .as_ref()
@@ -269,15 +275,10 @@ pub fn decide(
         }
     }
     // Refuse what cannot produce at least the smaller of min_output_tokens and what the
-    // caller asked for (the prompt taken with margin when it is an estimate).
+    // caller asked for.
     if let Some(metric) = bound_by {
-        let margin = if demand.prompt_is_estimate {
-            (prompt as f64 * settings.margin).ceil() as u64
-        } else {
-            0
-        };
         let need = settings.min_output_tokens.min(demand.max_output_tokens);
-        if max_out < need.saturating_add(margin) {
+        if max_out < need {
             return not_fit(metric);
         }
     }

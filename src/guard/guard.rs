@@ -37,6 +37,10 @@ pub struct AdmitRequest {
     pub prompt_is_estimate: bool,
     /// The caller's output maximum (`max_tokens`).
     pub max_output_tokens: Option<u64>,
+    /// The provider request as it will be sent, and its API shape: when `prompt_tokens` is
+    /// not given the guard counts the prompt from it, and when `max_output_tokens` is not
+    /// given it reads the request's output maximum.
+    pub request: Option<(serde_json::Value, crate::ceiling::Api)>,
 }
 
 /// Counts an operator can watch.
@@ -291,6 +295,7 @@ impl Guard {
         let path = self.path(request.user.as_deref(), &request.model)?;
         let policy = self.policy();
         let settings = &policy.settings;
+        let request = counted(request, &path)?;
         let demand = Self::demand(&path, &request, settings);
         let admitted_at = self.shared.clock.now_ms();
         if path.is_unlimited() {
@@ -465,6 +470,27 @@ impl Guard {
             uncounted,
         })
     }
+}
+
+/// Fills in the prompt count and output maximum from the provider request, when given.
+fn counted(mut request: AdmitRequest, path: &Path) -> Result<AdmitRequest> {
+    let Some((body, api)) = request.request.take() else {
+        return Ok(request);
+    };
+    if request.prompt_tokens.is_none() {
+        let spec = path.model_spec.as_deref();
+        let count = crate::ceiling::count_request(&body, api, Some(&path.model), spec)?;
+        request.prompt_tokens = Some(count.tokens);
+        request.prompt_is_estimate = !count.exact;
+    }
+    if request.max_output_tokens.is_none() {
+        request.max_output_tokens = if api.is_embeddings() {
+            Some(0)
+        } else {
+            crate::ceiling::requested_max_output(&body, api)?
+        };
+    }
+    Ok(request)
 }
 
 fn unlimited_ceiling(demand: &Demand, settings: &super::policy::Settings) -> UsageCeiling {

@@ -15,6 +15,9 @@ pub enum Reason {
     DoesNotFit,
     /// The counters could not be read or written.
     Unavailable,
+    /// The prompt (or a required output) does not fit in the model's context window or
+    /// input limit; refused before the provider sees it (HTTP 400).
+    ContextWindowExceeded,
 }
 
 impl Reason {
@@ -24,9 +27,13 @@ impl Reason {
             Reason::LimitReached => "USAGE_LIMIT_REACHED",
             Reason::DoesNotFit => "USAGE_LIMIT_DOES_NOT_FIT",
             Reason::Unavailable => "USAGE_LIMITS_UNAVAILABLE",
+            Reason::ContextWindowExceeded => "CONTEXT_WINDOW_EXCEEDED",
         }
     }
 }
+
+/// A rate-limit refusal that frees up later than this also says `x-should-retry: false`.
+pub const MAX_CLIENT_RETRY_WAIT_SECONDS: u64 = 60;
 
 /// The message of every refusal for unavailable counters.
 pub const UNAVAILABLE_MESSAGE: &str = "Usage limits cannot be checked right now";
@@ -82,14 +89,17 @@ impl Refusal {
     pub fn http_code(&self) -> &'static str {
         match self.reason {
             Reason::Unavailable => "usage_limits_unavailable",
+            Reason::ContextWindowExceeded => "context_length_exceeded",
             _ if self.is_rate_limit() => "rate_limit_exceeded",
-            Reason::DoesNotFit => "usage_limit_does_not_fit",
-            Reason::LimitReached => "usage_limit_reached",
+            Reason::DoesNotFit | Reason::LimitReached => "usage_limit_reached",
         }
     }
 
     /// The refusal as an HTTP answer in a provider's error shape.
     pub fn to_http(&self, provider: HttpShape) -> HttpRefusal {
+        if self.reason == Reason::ContextWindowExceeded {
+            return self.context_window_http(provider);
+        }
         let unavailable = self.reason == Reason::Unavailable;
         let status = if unavailable { 503 } else { 429 };
         let code = self.http_code();
@@ -98,6 +108,10 @@ impl Refusal {
             if self.is_rate_limit() {
                 if let Some(seconds) = self.retry_after_seconds {
                     headers.push(("retry-after".to_string(), seconds.max(1).to_string()));
+                    // SDKs that honour any Retry-After would hold the request that long.
+                    if seconds > MAX_CLIENT_RETRY_WAIT_SECONDS {
+                        headers.push(("x-should-retry".to_string(), "false".to_string()));
+                    }
                 }
             } else {
                 // A limit that lasts until tomorrow: tell SDK clients not to retry.
@@ -126,6 +140,33 @@ impl Refusal {
         HttpRefusal {
             status,
             headers,
+            body,
+        }
+    }
+}
+
+impl Refusal {
+    /// A context-window refusal as an invalid request: 400, `context_length_exceeded`.
+    fn context_window_http(&self, provider: HttpShape) -> HttpRefusal {
+        let code = self.http_code();
+        let body = match provider {
+            HttpShape::OpenAi => json!({
+                "error": {
+                    "message": self.message,
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": code,
+                }
+            }),
+            HttpShape::Anthropic => json!({
+                "type": "error",
+                "error": { "type": "invalid_request_error", "message": self.message, "code": code }
+            }),
+            HttpShape::Ollama => json!({ "error": self.message }),
+        };
+        HttpRefusal {
+            status: 400,
+            headers: vec![("content-type".to_string(), "application/json".to_string())],
             body,
         }
     }

@@ -2,8 +2,8 @@
 //! with use and resets, the ceilings, and the rule closest to its amount.
 
 use super::clock::Millis;
-use super::decide::{rule_state, SlotRead};
-use super::path::{Path, PathRule, SourceRef};
+use super::decide::{rule_left, rule_state, SlotRead};
+use super::path::{Path, PathRule, SourceKind, SourceRef};
 use super::rule::{LimitType, Metric};
 use super::window::Window;
 
@@ -12,6 +12,8 @@ use super::window::Window;
 pub struct RuleView {
     pub limit_type: LimitType,
     pub team: Option<String>,
+    /// An each-member / each-person rule (the caller's own use), not a shared one.
+    pub per_person: bool,
     pub metric: Metric,
     pub window: Window,
     pub amount: u64,
@@ -47,6 +49,7 @@ fn rule_view(rule: &PathRule, reads: &[SlotRead], now: Millis) -> RuleView {
     RuleView {
         limit_type: rule.limit_type,
         team: rule.team.as_deref().map(str::to_string),
+        per_person: rule.per_person,
         metric: rule.rule.metric,
         window: rule.rule.window,
         amount: rule.rule.amount,
@@ -59,14 +62,15 @@ fn rule_view(rule: &PathRule, reads: &[SlotRead], now: Millis) -> RuleView {
 
 /// Builds the view from a snapshot of the path's counters.
 pub fn usage_view(path: &Path, reads: &[SlotRead], now: Millis) -> UsageView {
-    // The source billed now: the first with room; if none has room, the first (it refuses).
+    // The source admission would bill now: the first with room; a team with nothing left
+    // passes on, any other source with nothing left is the one that refuses; if every team
+    // passed, the first team refuses.
     let billed = path
         .sources
         .iter()
         .position(|s| {
-            s.rules
-                .iter()
-                .all(|r| !rule_state(r, reads, now).exhausted())
+            s.source.kind != SourceKind::Team
+                || s.rules.iter().all(|r| rule_left(r, reads, now) > 0)
         })
         .or(if path.sources.is_empty() {
             None
@@ -95,7 +99,7 @@ pub fn usage_view(path: &Path, reads: &[SlotRead], now: Millis) -> UsageView {
         .chain(&ceilings)
         .max_by(|a, b| {
             let share = |v: &RuleView| {
-                let counted = v.amount.saturating_sub(v.left) as f64;
+                let counted = v.used.saturating_add(v.reserved) as f64;
                 if v.amount == 0 {
                     f64::INFINITY
                 } else {
@@ -108,7 +112,7 @@ pub fn usage_view(path: &Path, reads: &[SlotRead], now: Millis) -> UsageView {
             restricted_by: v.limit_type,
             metric: v.metric,
             window: v.window,
-            current_value: v.amount.saturating_sub(v.left),
+            current_value: v.used.saturating_add(v.reserved),
             max_value: v.amount,
         });
     UsageView {

@@ -14,6 +14,16 @@ use crate::guard::view::{RuleView, UsageView};
 /// A Python value (dicts with string keys, lists, tuples, str, int, float, bool, None) as
 /// JSON. `path` names the value in errors.
 pub fn py_to_json(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
+    to_json(value, path, false)
+}
+
+/// Like [`py_to_json`], but a NaN or infinite float becomes its text ("nan", "inf"), so that
+/// a document validator reports it with the document's other errors.
+pub fn py_to_json_document(value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    to_json(value, "", true)
+}
+
+fn to_json(value: &Bound<'_, PyAny>, path: &str, non_finite_as_text: bool) -> PyResult<Value> {
     if value.is_none() {
         return Ok(Value::Null);
     }
@@ -33,6 +43,9 @@ pub fn py_to_json(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
     }
     if let Ok(f) = value.cast::<PyFloat>() {
         let f = f.value();
+        if non_finite_as_text && !f.is_finite() {
+            return Ok(Value::String(f.to_string()));
+        }
         return serde_json::Number::from_f64(f)
             .map(Value::Number)
             .ok_or_else(|| PyValueError::new_err(format!("{path}: {f} is not a finite number")));
@@ -54,21 +67,25 @@ pub fn py_to_json(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
             } else {
                 format!("{path}.{key}")
             };
-            map.insert(key, py_to_json(&v, &child)?);
+            map.insert(key, to_json(&v, &child, non_finite_as_text)?);
         }
         return Ok(Value::Object(map));
     }
     if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
         let mut items = Vec::new();
         for (i, item) in value.try_iter()?.enumerate() {
-            items.push(py_to_json(&item?, &format!("{path}[{i}]"))?);
+            items.push(to_json(
+                &item?,
+                &format!("{path}[{i}]"),
+                non_finite_as_text,
+            )?);
         }
         return Ok(Value::Array(items));
     }
     // Mappings and objects with a `model_dump` / `to_dict` (SDK models) convert too.
     for method in ["model_dump", "to_dict"] {
         if value.hasattr(method)? {
-            return py_to_json(&value.call_method0(method)?, path);
+            return to_json(&value.call_method0(method)?, path, non_finite_as_text);
         }
     }
     Err(PyTypeError::new_err(format!(
@@ -147,6 +164,7 @@ fn rule_view_to_py<'py>(py: Python<'py>, r: &RuleView) -> PyResult<Bound<'py, Py
     if let Some(team) = &r.team {
         d.set_item("team", team)?;
     }
+    d.set_item("per_person", r.per_person)?;
     d.set_item("metric", r.metric.word())?;
     d.set_item("window", r.window.word())?;
     d.set_item("amount", r.amount)?;

@@ -103,6 +103,7 @@ impl PyRefusal {
 static USAGE_LIMIT_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static DOES_NOT_FIT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNAVAILABLE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static CONTEXT_WINDOW: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static POLICY_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 const ERRORS_MODULE: &str = "usage_guard.errors";
@@ -112,6 +113,9 @@ fn refusal_error(py: Python<'_>, refusal: Refusal) -> PyResult<PyErr> {
         Reason::LimitReached => USAGE_LIMIT_ERROR.import(py, ERRORS_MODULE, "UsageLimitError")?,
         Reason::DoesNotFit => DOES_NOT_FIT.import(py, ERRORS_MODULE, "UsageLimitDoesNotFit")?,
         Reason::Unavailable => UNAVAILABLE.import(py, ERRORS_MODULE, "UsageLimitsUnavailable")?,
+        Reason::ContextWindowExceeded => {
+            CONTEXT_WINDOW.import(py, ERRORS_MODULE, "ContextWindowExceeded")?
+        }
     };
     let message = refusal.message.clone();
     let carried = Py::new(py, PyRefusal { inner: refusal })?;

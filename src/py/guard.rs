@@ -7,9 +7,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::clock::PyManualClock;
-use super::convert::{ceiling_to_py, source_to_py, view_to_py, whole};
+use super::convert::{ceiling_to_py, py_to_json, source_to_py, view_to_py, whole};
 use super::policy::PyPolicy;
 use super::store::extract_store;
+use crate::ceiling::Api;
 use crate::guard::clock::{Clock, SystemClock};
 use crate::guard::guard::{AdmitRequest, Guard};
 use crate::guard::ticket::{Billed, Ticket, Usage};
@@ -35,13 +36,20 @@ fn admit_request(
     max_tokens: Option<&Bound<'_, PyAny>>,
     provider: Option<&str>,
 ) -> PyResult<AdmitRequest> {
-    let _ = (request, provider);
+    let request = match request.filter(|r| !r.is_none()) {
+        Some(body) => {
+            let api = Api::parse(provider.unwrap_or("openai"), "provider")?;
+            Some((py_to_json(body, "request")?, api))
+        }
+        None => None,
+    };
     Ok(AdmitRequest {
         user,
         model,
         prompt_tokens: whole("prompt_tokens", prompt_tokens)?,
         prompt_is_estimate: false,
         max_output_tokens: whole("max_tokens", max_tokens)?,
+        request,
     })
 }
 

@@ -1,6 +1,7 @@
 //! The PyO3 layer: `usage_guard._core`. It only converts types and maps errors; every
 //! decision lives in the plain Rust core.
 
+mod ceiling;
 mod clock;
 mod convert;
 mod errors;
@@ -22,5 +23,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     store::register(m)?;
     redis_store::register(m)?;
     guard::register(m)?;
+    ceiling::register(m)?;
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use super::convert::py_to_json;
+use super::convert::py_to_json_document;
 use crate::guard::policy::Policy;
 
 /// A validated policy. Every constructor reports all errors of a document at once
@@ -28,7 +28,7 @@ impl PyPolicy {
     /// A policy from a dict of the document's shape.
     #[staticmethod]
     fn from_dict(py: Python<'_>, document: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let value = py_to_json(document, "")?;
+        let value = py_to_json_document(document)?;
         Ok(Self::wrap(py.detach(|| Policy::from_value(&value))?))
     }
 

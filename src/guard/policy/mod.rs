@@ -240,10 +240,20 @@ impl Policy {
     /// Validates a TOML policy document.
     pub fn from_toml(text: &str) -> Result<Policy, Error> {
         let value: toml::Value = toml::from_str(text).map_err(|e| {
+            let place = e
+                .span()
+                .map(|span| {
+                    let before = &text[..span.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                    format!(" at line {line} column {column}")
+                })
+                .unwrap_or_default();
+            let message = e.message().trim().replace('\n', "; ");
             Error::Policy(vec![FieldError::new(
                 "",
                 "",
-                format!("not valid TOML: {}", e.message()),
+                format!("not valid TOML: {message}{place}"),
             )])
         })?;
         let json = serde_json::to_value(value).map_err(|e| {

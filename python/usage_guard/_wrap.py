@@ -1,0 +1,291 @@
+"""The one guarded-call flow behind every provider wrapper: admit → fit → call → bill.
+
+A provider wrapper (openai.py, anthropic.py, ollama.py) only describes its API with an `Api`:
+where the output maximum lives, how usage reads from a response, how a stream chunk adds up.
+Everything else — counting the prompt, admitting, fitting into `ticket.ceiling`, releasing on
+a provider error, billing once from the reported usage, billing what a broken or abandoned
+stream produced, attaching `usage_limits` / `usage_restriction` — lives once: the steps in
+`_call`, driven here by a sync and an async driver (and stream wrappers) that share every
+step that does not wait.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ._call import (
+    Api,
+    Call,
+    StreamState,
+    Usage,
+    begin_async,
+    begin_sync,
+    g,
+    settle_async,
+    settle_sync,
+)
+
+__all__ = [
+    "Api",
+    "AsyncGuardedStream",
+    "Call",
+    "GuardedClient",
+    "GuardedStream",
+    "Proxy",
+    "StreamState",
+    "Usage",
+    "begin_async",
+    "begin_sync",
+    "g",
+    "settle_async",
+    "settle_sync",
+]
+
+
+# -- the sync driver ---------------------------------------------------------------------------
+
+
+def run_sync(
+    owner: GuardedClient, api: Api, fn: Callable[..., Any], args: tuple, kwargs: dict
+) -> Any:
+    call = begin_sync(owner, api, args, kwargs)
+    try:
+        result = fn(**call.kwargs)
+    except BaseException:
+        call.ticket.release()
+        raise
+    if call.stream:
+        return GuardedStream(call, result)
+    settle_sync(call, call.response_usage(result), result, call.capped(api.outcome(result)))
+    return result
+
+
+class GuardedStream:
+    """A provider stream that bills when it ends, breaks, is closed or is dropped."""
+
+    def __init__(self, call: Call, inner: Any):
+        self._call = call
+        self._inner = inner
+        self._iter: Any = None
+        self._state = StreamState()
+        self._settled = False
+        self.usage_limits: Optional[dict[str, Any]] = None
+        self.usage_restriction: Optional[dict[str, Any]] = None
+        self.usage_billed: Optional[dict[str, Any]] = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __iter__(self) -> GuardedStream:
+        return self
+
+    def __next__(self) -> Any:
+        if self._iter is None:
+            self._iter = iter(self._inner)
+        while True:
+            try:
+                chunk = next(self._iter)
+            except StopIteration:
+                self._settle(completed=True)
+                raise
+            except BaseException:
+                self._settle(completed=False)
+                raise
+            if self._call.shown(self._state, chunk):
+                return chunk
+
+    def _settle(self, completed: bool) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        call, state = self._call, self._state
+        settle_sync(call, call.stream_usage(state, completed), self, call.stream_capped(state))
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._inner, "close", None)
+            if callable(close):
+                close()
+        finally:
+            self._settle(completed=False)
+
+    def __enter__(self) -> GuardedStream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not getattr(self, "_settled", True):
+                self._settle(completed=False)
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+# -- the async driver --------------------------------------------------------------------------
+
+
+async def run_async(
+    owner: GuardedClient, api: Api, fn: Callable[..., Any], args: tuple, kwargs: dict
+) -> Any:
+    call = await begin_async(owner, api, args, kwargs)
+    try:
+        result = await fn(**call.kwargs)
+    except BaseException:
+        await call.ticket.release_async()
+        raise
+    if call.stream:
+        return AsyncGuardedStream(call, result)
+    await settle_async(call, call.response_usage(result), result, call.capped(api.outcome(result)))
+    return result
+
+
+class AsyncGuardedStream:
+    """An async provider stream that bills when it ends, breaks, is closed or is dropped."""
+
+    def __init__(self, call: Call, inner: Any):
+        self._call = call
+        self._inner = inner
+        self._iter: Any = None
+        self._state = StreamState()
+        self._settled = False
+        self.usage_limits: Optional[dict[str, Any]] = None
+        self.usage_restriction: Optional[dict[str, Any]] = None
+        self.usage_billed: Optional[dict[str, Any]] = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __aiter__(self) -> AsyncGuardedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._iter is None:
+            self._iter = self._inner.__aiter__()
+        while True:
+            try:
+                chunk = await self._iter.__anext__()
+            except StopAsyncIteration:
+                await self._settle(completed=True)
+                raise
+            except BaseException:
+                await self._settle(completed=False)
+                raise
+            if self._call.shown(self._state, chunk):
+                return chunk
+
+    async def _settle(self, completed: bool) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        call, state = self._call, self._state
+        await settle_async(
+            call, call.stream_usage(state, completed), self, call.stream_capped(state)
+        )
+
+    async def close(self) -> None:
+        try:
+            close = getattr(self._inner, "aclose", None) or getattr(self._inner, "close", None)
+            if callable(close):
+                await close()
+        finally:
+            await self._settle(completed=False)
+
+    aclose = close
+
+    async def __aenter__(self) -> AsyncGuardedStream:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def __del__(self) -> None:
+        # No loop to await on here: bill with the blocking call (it releases the GIL).
+        try:
+            if not getattr(self, "_settled", True):
+                self._settled = True
+                call, state = self._call, self._state
+                settle_sync(call, call.stream_usage(state, False), self, call.stream_capped(state))
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+# -- the client proxies ------------------------------------------------------------------------
+
+
+class Proxy:
+    """Passes every attribute through to `target`, except the ones given."""
+
+    def __init__(self, target: Any, **overrides: Any):
+        self._target = target
+        self.__dict__.update(overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_target":
+            raise AttributeError(name)
+        return getattr(self._target, name)
+
+    def __repr__(self) -> str:
+        return f"<guarded {self._target!r}>"
+
+
+class GuardedClient:
+    """Base of the guarded clients: holds the guard and the default user; everything not
+    guarded passes through to the wrapped client."""
+
+    _is_async = False
+
+    def __init__(self, client: Any, guard: Any, user: Optional[str] = None):
+        self._client = client
+        self._guard = guard
+        self._guard_user = user
+
+    @property
+    def client(self) -> Any:
+        """The wrapped client (unguarded)."""
+        return self._client
+
+    @property
+    def guard(self) -> Any:
+        return self._guard
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_client", "_guard", "_guard_user"):
+            raise AttributeError(name)
+        return getattr(self._client, name)
+
+    def with_options(self, **options: Any) -> Any:
+        """The wrapped client's `with_options(...)`, guarded the same way."""
+        return type(self)(self._client.with_options(**options), self._guard, self._guard_user)
+
+    def copy(self, **options: Any) -> Any:
+        """The wrapped client's `copy(...)`, guarded the same way."""
+        return type(self)(self._client.copy(**options), self._guard, self._guard_user)
+
+    def for_user(self, user: Optional[str]) -> Any:
+        """The same client and guard, with another default user."""
+        return type(self)(self._client, self._guard, user)
+
+    def _guarded(self, api: Api, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn` as a guarded call (a coroutine function on async clients)."""
+        if self._is_async:
+
+            async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+                return await run_async(self, api, fn, args, kwargs)
+
+            guarded_async.__doc__ = fn.__doc__
+            return guarded_async
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            return run_sync(self, api, fn, args, kwargs)
+
+        guarded.__doc__ = fn.__doc__
+        return guarded
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} user={self._guard_user!r} client={self._client!r}>"

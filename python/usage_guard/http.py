@@ -1,0 +1,87 @@
+"""HTTP shapes for a gateway in front of a model: rate-limit headers on successful answers, and
+refusals in each provider's error shape.
+
+    try:
+        ticket = guard.admit(user, model, prompt_tokens=n)
+    except UsageLimitError as e:
+        status, hdrs, body = refusal(e, "openai")        # or e.to_http("openai")
+    ...
+    response.headers.update(headers(ticket, guard.usage(user, model)))
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .errors import UsageLimitError
+
+__all__ = ["headers", "refusal", "PROVIDERS"]
+
+# The error shapes `to_http` answers in.
+PROVIDERS = ("openai", "anthropic", "ollama")
+
+_TOKEN_METRICS = ("tokens",)
+
+
+def _view_of(source: Any) -> Optional[dict[str, Any]]:
+    """The usage view in `source`: a view dict, or an object carrying `usage_limits`."""
+    if isinstance(source, dict) and "rules" in source:
+        return source
+    view = getattr(source, "usage_limits", None)
+    return view if isinstance(view, dict) else None
+
+
+def _least_left(view: dict[str, Any], metrics: tuple[str, ...]) -> Optional[int]:
+    lefts = [
+        r["left"]
+        for r in list(view.get("rules") or []) + list(view.get("ceilings") or [])
+        if r.get("metric") in metrics and r.get("left") is not None
+    ]
+    return min(lefts) if lefts else None
+
+
+def headers(ticket: Any = None, usage: Any = None) -> dict[str, str]:
+    """`x-ratelimit-remaining-requests` / `x-ratelimit-remaining-tokens` for a successful answer.
+
+    `ticket` is a `Ticket` (its ceiling's `tokens` is what was left at admission), and/or
+    `usage` is the usage view (`guard.usage(...)`, or a guarded response carrying
+    `usage_limits`), which gives the least left over every requests and tokens rule now. A
+    header is left out when no rule limits that measure. A ticket may itself be a usage view or
+    a guarded response.
+    """
+    view = _view_of(usage) if usage is not None else None
+    if view is None and ticket is not None:
+        view = _view_of(ticket)
+    out: dict[str, str] = {}
+    requests = _least_left(view, ("requests",)) if view else None
+    tokens = _least_left(view, _TOKEN_METRICS) if view else None
+    ceiling = getattr(ticket, "ceiling", None) if ticket is not None else None
+    if tokens is None and isinstance(ceiling, dict) and ceiling.get("tokens") is not None:
+        tokens = ceiling["tokens"]
+    if requests is not None:
+        out["x-ratelimit-remaining-requests"] = str(max(0, requests))
+    if tokens is not None:
+        out["x-ratelimit-remaining-tokens"] = str(max(0, tokens))
+    return out
+
+
+def refusal(
+    error: UsageLimitError, provider: str = "openai", *, max_retry_wait: Optional[int] = 60
+) -> tuple[int, dict[str, str], Any]:
+    """`(status, headers, body)` of a refusal in `provider`'s error shape (openai, anthropic,
+    ollama): `error.to_http(provider)`, plus `x-should-retry: false` when its Retry-After is
+    longer than `max_retry_wait` seconds (None: never added).
+
+    SDK clients sleep through a Retry-After before retrying — the Anthropic SDK however long it
+    is — so an hour rule would hold the caller's request for up to an hour; past
+    `max_retry_wait` the refusal goes straight back to the caller, Retry-After included.
+    """
+    if provider not in PROVIDERS:
+        raise ValueError(f"provider: {provider!r} is not one of {', '.join(PROVIDERS)}")
+    status, headers, body = error.to_http(provider)
+    headers = dict(headers)
+    wait = headers.get("retry-after")
+    if max_retry_wait is not None and wait is not None and wait.isdigit():
+        if int(wait) > max_retry_wait:
+            headers["x-should-retry"] = "false"
+    return status, headers, body

@@ -1,0 +1,374 @@
+//! Counting a request's prompt as it will be sent, per API shape.
+
+use serde_json::Value;
+
+use super::api::Api;
+use super::image::{anthropic_image_tokens, data_dimensions, data_len, gemini_image_tokens};
+use super::openai;
+use super::tokenizer::{tokenizer_for, Encoding};
+use crate::error::{Error, Result};
+use crate::guard::policy::ModelSpec;
+
+/// A prompt's token count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptCount {
+    /// Tokens the provider will count as input.
+    pub tokens: u64,
+    /// True when the count is exact: the model's own encoding, and only parts whose framing
+    /// the provider documents. Otherwise an estimate (the ceiling keeps `margin` free).
+    pub exact: bool,
+    /// The encoding the text was counted with.
+    pub encoding: Encoding,
+}
+
+/// Accumulates a count; anything not counted exactly marks the whole count an estimate.
+pub(crate) struct Counter {
+    pub encoding: Encoding,
+    pub tokens: u64,
+    pub exact: bool,
+    /// The model id, for model-specific rules (image tokens).
+    pub model: Option<String>,
+}
+
+impl Counter {
+    pub fn text(&mut self, text: &str) {
+        self.tokens += self.encoding.count(text);
+    }
+    pub fn add(&mut self, n: u64) {
+        self.tokens += n;
+    }
+    /// Adds an estimate and marks the count as one.
+    pub fn estimate(&mut self, n: u64) {
+        self.tokens += n;
+        self.exact = false;
+    }
+    /// Counts any JSON value's text (strings as themselves, the rest as compact JSON) as an
+    /// estimate.
+    pub fn json(&mut self, value: &Value) {
+        let n = match value {
+            Value::String(s) => self.encoding.count(s),
+            Value::Null => 0,
+            v => self.encoding.count(&v.to_string()),
+        };
+        self.estimate(n);
+    }
+}
+
+pub(crate) fn field_error(path: &str, value: &Value, accepted: &str) -> Error {
+    let mut shown = value.to_string();
+    if shown.len() > 80 {
+        let cut = (0..=80)
+            .rev()
+            .find(|&i| shown.is_char_boundary(i))
+            .unwrap_or(0);
+        shown.truncate(cut);
+        shown.push('…');
+    }
+    Error::invalid(path, shown, accepted)
+}
+
+/// Counts the prompt of `request` as `api` sends it, for `model` (a model id; the policy's
+/// `spec` overrides the built-in registry's encoding and exactness). Errors name the field of
+/// the request that has the wrong shape.
+pub fn count_request(
+    request: &Value,
+    api: Api,
+    model: Option<&str>,
+    spec: Option<&ModelSpec>,
+) -> Result<PromptCount> {
+    if !request.is_object() {
+        return Err(field_error(
+            "request",
+            request,
+            "must be a JSON object (a dict)",
+        ));
+    }
+    let model = model.map(str::to_string).or_else(|| {
+        request
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    });
+    let tokenizer = tokenizer_for(model.as_deref(), spec)?;
+    let mut c = Counter {
+        encoding: tokenizer.encoding,
+        tokens: 0,
+        exact: tokenizer.exact,
+        model,
+    };
+    match api {
+        Api::OpenAiChat => openai::chat(&mut c, request)?,
+        Api::OpenAiResponses => openai::responses(&mut c, request)?,
+        Api::OpenAiEmbeddings => embeddings(&mut c, request, "input")?,
+        Api::Anthropic => anthropic(&mut c, request)?,
+        Api::Gemini => gemini(&mut c, request)?,
+        Api::OllamaChat => ollama_chat(&mut c, request)?,
+        Api::OllamaGenerate => ollama_generate(&mut c, request)?,
+        Api::OllamaEmbed => {
+            let field = if request.get("input").is_some() {
+                "input"
+            } else {
+                "prompt"
+            };
+            embeddings(&mut c, request, field)?
+        }
+    }
+    Ok(PromptCount {
+        tokens: c.tokens,
+        exact: c.exact,
+        encoding: c.encoding,
+    })
+}
+
+/// Embeddings input: a string, a list of strings, a list of token ids, or a list of lists of
+/// token ids. No framing.
+fn embeddings(c: &mut Counter, request: &Value, field: &str) -> Result<()> {
+    let path = format!("request.{field}");
+    let accepted = "must be a string, a list of strings, or a list of token-id lists";
+    let input = request
+        .get(field)
+        .ok_or_else(|| Error::invalid(&path, "", format!("is required; {accepted}")))?;
+    match input {
+        Value::String(s) => c.text(s),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                match item {
+                    Value::String(s) => c.text(s),
+                    Value::Number(_) => c.add(1),
+                    Value::Array(ids) if ids.iter().all(Value::is_number) => {
+                        c.add(ids.len() as u64)
+                    }
+                    v => return Err(field_error(&format!("{path}[{i}]"), v, accepted)),
+                }
+            }
+        }
+        v => return Err(field_error(&path, v, accepted)),
+    }
+    Ok(())
+}
+
+/// Framing tokens assumed per message where the provider does not document its template.
+const MESSAGE_FRAMING: u64 = 3;
+
+fn messages<'a>(request: &'a Value, field: &str) -> Result<&'a [Value]> {
+    match request.get(field) {
+        Some(Value::Array(items)) => Ok(items),
+        Some(v) => Err(field_error(
+            &format!("request.{field}"),
+            v,
+            "must be a list of messages",
+        )),
+        None => Err(Error::invalid(
+            &format!("request.{field}"),
+            "",
+            "is required; a list of messages",
+        )),
+    }
+}
+
+/// Anthropic messages: `system`, `messages` (string or content blocks), `tools`. Claude's
+/// tokenizer is not public, so this is an estimate unless the policy says otherwise.
+fn anthropic(c: &mut Counter, request: &Value) -> Result<()> {
+    match request.get("system") {
+        Some(Value::String(s)) => c.text(s),
+        Some(Value::Array(blocks)) => anthropic_blocks(c, blocks),
+        _ => {}
+    }
+    for m in messages(request, "messages")? {
+        c.add(MESSAGE_FRAMING);
+        match m.get("content") {
+            Some(Value::String(s)) => c.text(s),
+            Some(Value::Array(blocks)) => anthropic_blocks(c, blocks),
+            _ => {}
+        }
+    }
+    c.add(MESSAGE_FRAMING);
+    if let Some(Value::Array(tools)) = request.get("tools") {
+        if !tools.is_empty() {
+            // The tool-use system prompt Anthropic adds (346 tokens on current models).
+            c.estimate(346);
+        }
+        for t in tools {
+            for key in ["name", "description"] {
+                if let Some(Value::String(s)) = t.get(key) {
+                    c.text(s);
+                }
+            }
+            if let Some(schema) = t.get("input_schema") {
+                c.json(schema);
+            }
+        }
+    }
+    c.exact = false;
+    Ok(())
+}
+
+fn anthropic_blocks(c: &mut Counter, blocks: &[Value]) {
+    for b in blocks {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => c.text(b.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("thinking") => c.text(b.get("thinking").and_then(Value::as_str).unwrap_or("")),
+            Some("image") => {
+                let data = b.pointer("/source/data").and_then(Value::as_str);
+                c.estimate(anthropic_image_tokens(data.and_then(data_dimensions)));
+            }
+            Some("document") => match b.pointer("/source/data") {
+                Some(Value::String(d)) if b.pointer("/source/type") == Some(&"text".into()) => {
+                    c.text(d)
+                }
+                // A PDF: about its text plus a page image per page; bytes / 4 as the estimate.
+                Some(Value::String(d)) => c.estimate(data_len(d) / 4),
+                _ => c.estimate(1600),
+            },
+            Some("tool_use") => {
+                c.text(b.get("name").and_then(Value::as_str).unwrap_or(""));
+                c.json(b.get("input").unwrap_or(&Value::Null));
+            }
+            Some("tool_result") => match b.get("content") {
+                Some(Value::String(s)) => c.text(s),
+                Some(Value::Array(inner)) => anthropic_blocks(c, inner),
+                _ => {}
+            },
+            _ => c.json(b),
+        }
+    }
+}
+
+/// Gemini `generateContent`: `systemInstruction`, `contents`, `tools` (camelCase or
+/// snake_case). An estimate unless the policy says otherwise.
+fn gemini(c: &mut Counter, request: &Value) -> Result<()> {
+    let get = |a: &str, b: &str| request.get(a).or_else(|| request.get(b));
+    if let Some(sys) = get("systemInstruction", "system_instruction") {
+        gemini_content(c, sys);
+    }
+    match get("contents", "contents") {
+        Some(Value::Array(items)) => {
+            for item in items {
+                c.add(MESSAGE_FRAMING);
+                gemini_content(c, item);
+            }
+        }
+        Some(Value::String(s)) => c.text(s),
+        Some(v) => {
+            return Err(field_error(
+                "request.contents",
+                v,
+                "must be a list of contents",
+            ))
+        }
+        None => {
+            return Err(Error::invalid(
+                "request.contents",
+                "",
+                "is required; a list of {role, parts}",
+            ))
+        }
+    }
+    if let Some(tools) = get("tools", "tools") {
+        c.json(tools);
+    }
+    c.exact = false;
+    Ok(())
+}
+
+fn gemini_content(c: &mut Counter, content: &Value) {
+    let parts = match content {
+        Value::String(s) => return c.text(s),
+        Value::Object(_) => content.get("parts"),
+        _ => return c.json(content),
+    };
+    let Some(Value::Array(parts)) = parts else {
+        return;
+    };
+    for p in parts {
+        if let Some(Value::String(t)) = p.get("text") {
+            c.text(t);
+        } else if let Some(d) = p.get("inlineData").or_else(|| p.get("inline_data")) {
+            let mime = d
+                .get("mimeType")
+                .or_else(|| d.get("mime_type"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let data = d.get("data").and_then(Value::as_str).unwrap_or("");
+            if mime.starts_with("image/") {
+                c.estimate(gemini_image_tokens(data_dimensions(data)));
+            } else {
+                c.estimate(data_len(data) / 4);
+            }
+        } else if p.get("fileData").or_else(|| p.get("file_data")).is_some() {
+            c.estimate(gemini_image_tokens(None));
+        } else {
+            c.json(p);
+        }
+    }
+}
+
+/// Ollama images: a model-dependent number of tokens; 768 as the estimate.
+const OLLAMA_IMAGE: u64 = 768;
+
+fn ollama_chat(c: &mut Counter, request: &Value) -> Result<()> {
+    for m in messages(request, "messages")? {
+        c.add(MESSAGE_FRAMING);
+        for key in ["role", "content", "thinking"] {
+            if let Some(Value::String(s)) = m.get(key) {
+                c.text(s);
+            }
+        }
+        if let Some(Value::Array(images)) = m.get("images") {
+            c.estimate(OLLAMA_IMAGE * images.len() as u64);
+        }
+        if let Some(calls) = m.get("tool_calls") {
+            c.json(calls);
+        }
+    }
+    c.add(MESSAGE_FRAMING);
+    if let Some(tools) = request.get("tools") {
+        c.json(tools);
+    }
+    c.exact = false;
+    Ok(())
+}
+
+fn ollama_generate(c: &mut Counter, request: &Value) -> Result<()> {
+    match request.get("prompt") {
+        Some(Value::String(s)) => c.text(s),
+        Some(v) => return Err(field_error("request.prompt", v, "must be a string")),
+        None => {}
+    }
+    for key in ["system", "suffix"] {
+        if let Some(Value::String(s)) = request.get(key) {
+            c.text(s);
+        }
+    }
+    if let Some(Value::Array(images)) = request.get("images") {
+        c.estimate(OLLAMA_IMAGE * images.len() as u64);
+    }
+    // The model's template wraps the prompt unless `raw` is set.
+    if request.get("raw") != Some(&Value::Bool(true)) {
+        c.add(2 * MESSAGE_FRAMING);
+    }
+    c.exact = false;
+    Ok(())
+}
+
+/// Counts the prompt for a routing group: with each candidate's encoding, taking the largest
+/// count (exact only when every candidate's count is). `candidates` are model ids with their
+/// policy entries; an empty group is an error naming `model`.
+pub fn count_request_for_group(
+    request: &Value,
+    api: Api,
+    candidates: &[(&str, Option<&ModelSpec>)],
+) -> Result<PromptCount> {
+    let mut largest: Option<PromptCount> = None;
+    for (model, spec) in candidates {
+        let c = count_request(request, api, Some(model), *spec)?;
+        largest = Some(match largest {
+            None => c,
+            Some(l) => PromptCount {
+                exact: l.exact && c.exact,
+                ..if c.tokens > l.tokens { c } else { l }
+            },
+        });
+    }
+    largest.ok_or_else(|| Error::invalid("model", "[]", "must name at least one candidate model"))
+}
