@@ -10,7 +10,6 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -121,26 +120,6 @@ class RedisCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
-
-
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    """A fresh redis-server for one test."""
-    server = RedisServer()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisCluster]:
-    """One 3-master cluster for the session (tests use prefixes of their own)."""
-    cluster = RedisCluster()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 # Policy shared by the many-servers test and its workers: one small daily budget.

@@ -6,12 +6,31 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 import usage_guard as ug
 from redis_harness import BUDGET, BUDGET_POLICY, RedisCluster, RedisServer, budget_worker
 
-pytest_plugins = ["redis_harness"]
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A fresh redis-server for one test, stopped by pid afterwards."""
+    server = RedisServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """One 3-master cluster for this module (tests use prefixes of their own)."""
+    cluster = RedisCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def test_store_is_passed_to_guard_and_shared(
