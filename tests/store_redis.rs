@@ -83,4 +83,5 @@ suite!(
     weird_ids_never_collide,
     concurrent_reservations_never_exceed_the_limit,
     empty_operations_are_no_ops,
+    large_amounts_stay_exact,
 );

@@ -391,3 +391,23 @@ pub fn empty_operations_are_no_ops(kind: Kind) {
     block_on(s.settle(vec![], 1, vec![], T0)).unwrap();
     assert_eq!(read(s, &[day("none")], T0), vec![rd(0, 0)]);
 }
+
+pub fn large_amounts_stay_exact(kind: Kind) {
+    let fx = fixture(kind, "large");
+    let s = fx.store.as_ref();
+    let a = day("big");
+    let max = 1u64 << 53;
+    let m = expiry_minute(T0, HOLD_MS);
+    block_on(s.settle(vec![], m, vec![add(&a, max - 3)], T0)).unwrap();
+    assert_eq!(read(s, std::slice::from_ref(&a), T0), vec![rd(max - 3, 0)]);
+    let r = |hold| block_on(s.reserve(vec![item(&a, hold, Some(max), 0)], m, T0)).unwrap();
+    assert_eq!(r(4), ReserveOutcome::Conflict { item: 0 });
+    assert_eq!(r(2), ReserveOutcome::Reserved);
+    assert_eq!(
+        r(1),
+        ReserveOutcome::Reserved,
+        "counted + hold == 2^53 fits"
+    );
+    assert_eq!(r(0), ReserveOutcome::Conflict { item: 0 });
+    assert_eq!(read(s, &[a], T0), vec![rd(max - 3, 3)]);
+}

@@ -15,7 +15,9 @@ for i = 1, #KEYS do
   if limit ~= '' then
     local counted = used + held + tonumber(ARGV[base + 3])
     local cap = tonumber(limit)
-    if counted >= cap or counted + tonumber(ARGV[base + 1]) > cap then
+    -- hold > cap - counted rather than counted + hold > cap: the difference is exact in
+    -- doubles up to 2^53, the sum may round.
+    if counted >= cap or tonumber(ARGV[base + 1]) > cap - counted then
       return i - 1
     end
   end
