@@ -138,9 +138,12 @@ BUDGET_POLICY = {
 }
 
 
-def budget_worker(url: str, prefix: str, tasks: int, calls: int, seed: int) -> dict[str, int]:
-    """One guard instance (run in its own OS process): `tasks` asyncio tasks each admit and
-    bill `calls` times on the shared budget. Returns the tokens its tickets reported."""
+def budget_worker(
+    url: str, prefix: str, tasks: int, calls: int, seed: int, start_at: float
+) -> dict[str, int]:
+    """One guard instance (run in its own OS process): from `start_at` (wall clock, so every
+    process starts together), `tasks` asyncio tasks each admit and bill `calls` times on the
+    shared budget. Returns the tokens its tickets reported."""
     import asyncio
     import random
 
@@ -162,7 +165,7 @@ def budget_worker(url: str, prefix: str, tasks: int, calls: int, seed: int) -> d
                 await asyncio.sleep(0.001)
                 continue
             totals["admitted"] += 1
-            await asyncio.sleep(rng.random() * 0.005)
+            await asyncio.sleep(rng.random() * 0.02)
             output = rng.randint(0, ticket.ceiling["tokens"] - prompt)
             billed = await ticket.bill_async(input_tokens=prompt, output_tokens=output)
             if billed is None:
@@ -171,6 +174,7 @@ def budget_worker(url: str, prefix: str, tasks: int, calls: int, seed: int) -> d
                 totals["reported"] += prompt + output
 
     async def main() -> None:
+        await asyncio.sleep(max(0.0, start_at - time.time()))
         await asyncio.gather(*(task() for _ in range(tasks)))
 
     asyncio.run(main())

@@ -101,13 +101,15 @@ def test_many_guard_processes_share_one_budget(redis_server: RedisServer) -> Non
     ctx = multiprocessing.get_context("spawn")
     try:
         with ctx.Pool(4) as pool:
-            args = [(redis_server.url, prefix, 16, 12, seed) for seed in range(4)]
+            start_at = time.time() + 3.0  # every process has started by then
+            args = [(redis_server.url, prefix, 16, 12, seed, start_at) for seed in range(4)]
             results = pool.starmap(budget_worker, args)
     finally:
         done.set()
         sampler.join()
     reported = sum(r["reported"] for r in results)
     assert all(r["bill_none"] == 0 for r in results)
+    assert all(r["admitted"] > 0 for r in results), f"every process took part: {results}"
     assert sum(r["admitted"] for r in results) > 40
     assert sum(r["refused"] for r in results) > 0, "the budget ran out during the run"
     rule = watcher.usage("alice", "gpt-5")["rules"][0]
