@@ -11,6 +11,9 @@ step "tools"
 if ! command -v redis-server >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null
 fi
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null
+fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 VENV=${VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then

@@ -13,14 +13,19 @@ pub mod runtime;
 mod py;
 
 pub use error::{Error, FieldError, Result};
+pub use guard::batch::{BatchRequest, BatchTicket};
 pub use guard::clock::{Clock, ManualClock, Millis, SystemClock};
 pub use guard::decide::UsageCeiling;
 pub use guard::guard::{AdmitRequest, Guard, Stats};
+pub use guard::ledger::{
+    GroupBy, Ledger, LedgerError, LedgerRow, PostgresLedger, SqliteLedger, SumFilter, UsageGroup,
+    UsageQuery,
+};
 pub use guard::path::{SourceKind, SourceRef};
 pub use guard::policy::{Policy, Prices};
 pub use guard::refusal::{HttpRefusal, HttpShape, Reason, Refusal};
 pub use guard::rule::{LimitType, Metric};
 pub use guard::store::{CounterStore, MemoryStore, RedisStore};
-pub use guard::ticket::{Billed, Ticket, Usage};
+pub use guard::ticket::{BillInfo, Billed, Ticket, Usage};
 pub use guard::view::UsageView;
 pub use guard::window::Window;

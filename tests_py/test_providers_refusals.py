@@ -226,8 +226,8 @@ def test_prompt_over_the_context_window_is_refused_before_the_server(fake, make_
 
 
 def test_long_retry_after_is_handed_to_the_caller(fake, make_guard, clock):
-    """An hour rule's Retry-After is long: to_http leaves SDKs to sleep through it (the Anthropic
-    SDK would); http.refusal tells them not to retry."""
+    """An hour rule's Retry-After is long: the refusal tells SDKs not to sleep through it (the
+    Anthropic SDK would) and hands it straight back, Retry-After included."""
     guard = make_guard(policy(rules=[{"metric": "requests", "amount": 1, "window": "hour"}]))
     guard.admit("alice", "gpt-4o", prompt_tokens=1, max_tokens=1).bill(1, 1)
     e = refusal_of(guard)
@@ -244,5 +244,4 @@ def test_long_retry_after_is_handed_to_the_caller(fake, make_guard, clock):
     assert time.monotonic() - started < 5
     assert raised.value.response.headers["retry-after"] == str(e.retry_after)
     assert len(fake.requests) == 1
-    _, kept, _ = http.refusal(e, "anthropic", max_retry_wait=None)
-    assert "x-should-retry" not in kept
+    assert e.to_http("anthropic")[1] == headers

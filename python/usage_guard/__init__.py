@@ -7,16 +7,24 @@ ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
 ticket.bill(input_tokens=1100, output_tokens=800)
 """
 
+import atexit
+import sys
+
 from ._core import (
+    BatchTicket,
     FitResult,
     Guard,
+    LedgerError,
     ManualClock,
     MemoryStore,
     Policy,
+    PostgresLedger,
     RedisStore,
     Refusal,
+    SqliteLedger,
     Ticket,
     __version__,
+    _flush_ledgers,
     count_prompt,
     count_tokens,
     fit,
@@ -31,16 +39,30 @@ from .errors import (
     UsageLimitsUnavailable,
 )
 
+
+def _flush_ledgers_at_exit() -> None:
+    """Writes every ledger row billed so far; says on stderr what could not be written."""
+    for error in _flush_ledgers():
+        print(f"usage_guard: at exit: {error}", file=sys.stderr)
+
+
+# A clean interpreter exit writes every ledger row billed so far.
+atexit.register(_flush_ledgers_at_exit)
+
 __all__ = [
     "ContextWindowExceeded",
     "FitResult",
+    "BatchTicket",
     "Guard",
+    "LedgerError",
     "ManualClock",
     "MemoryStore",
     "Policy",
     "PolicyError",
+    "PostgresLedger",
     "RedisStore",
     "Refusal",
+    "SqliteLedger",
     "Ticket",
     "UsageLimitDoesNotFit",
     "UsageLimitError",

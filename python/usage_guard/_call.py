@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -114,27 +113,17 @@ class Api:
 
 # -- the prompt count: one place to change when Guard.admit counts the request itself ----------
 
+
 # The ceiling's default `margin`: what `fit` keeps free when the prompt count is an estimate.
-ESTIMATE_MARGIN = 0.05
-
-
-def admission(
-    api: Api, model: str, request: dict[str, Any], max_tokens: Optional[int]
-) -> tuple[dict[str, Any], str]:
-    """The keyword arguments of `Guard.admit` for this call, and the prompt's encoding
-    (used to count the output of a stream that is cut off)."""
-    count = _core.count_prompt(request, provider=api.word, model=model)
-    tokens = int(count["tokens"])
-    if not count["exact"]:
-        # Reserve the margin `fit` keeps free for an estimate, so that it comes off what is
-        # left, not off the caller's output maximum.
-        tokens += math.ceil(tokens * ESTIMATE_MARGIN)
-    kwargs = {
-        "prompt_tokens": tokens,
-        "max_tokens": 0 if api.embeddings else max_tokens,
+def admission(api: Api, request: dict[str, Any], max_tokens: Optional[int]) -> dict[str, Any]:
+    """The keyword arguments of `Guard.admit` for this call: the guard counts the prompt
+    from the request itself (with the policy's encoding, and the margin kept free for an
+    estimate)."""
+    return {
+        "request": request,
         "provider": api.word,
+        "max_tokens": 0 if api.embeddings else max_tokens,
     }
-    return kwargs, count["encoding"]
 
 
 # -- one call ----------------------------------------------------------------------------------
@@ -164,7 +153,7 @@ class Call:
         }
         self.ticket: Any = None
         self.fitted: Any = None
-        self.encoding = "o200k_base"
+        self._encoding: Optional[str] = None
         self.started = 0.0
         self.hide_extra_chunks = False
 
@@ -176,10 +165,7 @@ class Call:
         return not (self.hide_extra_chunks and self.api.extra_chunk(chunk))
 
     def admit_kwargs(self) -> dict[str, Any]:
-        kwargs, self.encoding = admission(
-            self.api, self.model, self.request, self.api.output_max(self.request)
-        )
-        return kwargs
+        return admission(self.api, self.request, self.api.output_max(self.request))
 
     def fit(self, ticket: Any) -> None:
         """Fits the request into the ticket's ceiling (raises before the provider sees it)."""
@@ -219,6 +205,15 @@ class Call:
         if self.fitted is None or self.api.embeddings:
             return False
         return bool(_core.usage_capped(response, self.fitted, provider=self.api.word))
+
+    @property
+    def encoding(self) -> str:
+        """The prompt's encoding, to count output text (only needed when a stream is cut off
+        or a provider does not report thinking tokens)."""
+        if self._encoding is None:
+            count = _core.count_prompt(self.request, provider=self.api.word, model=self.model)
+            self._encoding = str(count["encoding"])
+        return self._encoding
 
     def count(self, parts: list[str]) -> int:
         text = "".join(parts)

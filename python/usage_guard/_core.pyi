@@ -95,6 +95,8 @@ class Ticket:
         compute_ms: Optional[int] = None,
         *,
         reasoning_tokens: Optional[int] = None,
+        request_id: Optional[str] = None,
+        metadata: Optional[Any] = None,
     ) -> Optional[dict[str, Any]]: ...
     def bill_async(
         self,
@@ -105,6 +107,8 @@ class Ticket:
         compute_ms: Optional[int] = None,
         *,
         reasoning_tokens: Optional[int] = None,
+        request_id: Optional[str] = None,
+        metadata: Optional[Any] = None,
     ) -> Awaitable[Optional[dict[str, Any]]]: ...
     def release(self) -> bool: ...
     def release_async(self) -> Awaitable[bool]: ...
@@ -112,8 +116,17 @@ class Ticket:
 @final
 class Guard:
     def __new__(
-        cls, policy: Policy, store: Optional[Any] = None, clock: Optional[ManualClock] = None
+        cls,
+        policy: Policy,
+        store: Optional[Any] = None,
+        clock: Optional[ManualClock] = None,
+        ledger: Optional[Union[SqliteLedger, PostgresLedger]] = None,
     ) -> Guard: ...
+    @property
+    def ledger(self) -> Optional[Union[SqliteLedger, PostgresLedger]]: ...
+    def close(self) -> None: ...
+    def admit_batch(self, user: str, model: str, requests: Any) -> BatchTicket: ...
+    def resume_batch(self, state: str) -> BatchTicket: ...
     def admit(
         self,
         user: Optional[str],
@@ -183,3 +196,66 @@ def fit(
 ) -> FitResult: ...
 def usage_capped(response: Any, fit_result: FitResult, provider: Optional[str] = None) -> bool: ...
 def intersect_ceilings(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]: ...
+
+class LedgerError(RuntimeError): ...
+
+@final
+class SqliteLedger:
+    def __new__(cls, path: str = ":memory:") -> SqliteLedger: ...
+    def query(
+        self,
+        user: Optional[str] = None,
+        team: Optional[str] = None,
+        model: Optional[str] = None,
+        since: Optional[_Instant] = None,
+        until: Optional[_Instant] = None,
+        group_by: Optional[list[str]] = None,
+    ) -> list[dict[str, Any]]: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def pending(self) -> tuple[int, int]: ...
+
+@final
+class PostgresLedger:
+    def __new__(cls, url: str) -> PostgresLedger: ...
+    def query(
+        self,
+        user: Optional[str] = None,
+        team: Optional[str] = None,
+        model: Optional[str] = None,
+        since: Optional[_Instant] = None,
+        until: Optional[_Instant] = None,
+        group_by: Optional[list[str]] = None,
+    ) -> list[dict[str, Any]]: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def pending(self) -> tuple[int, int]: ...
+
+@final
+class BatchTicket:
+    @property
+    def id(self) -> str: ...
+    @property
+    def source(self) -> dict[str, str]: ...
+    @property
+    def reserved(self) -> dict[str, int]: ...
+    @property
+    def state(self) -> str: ...
+    def bill_part(
+        self,
+        result_id: str,
+        input_tokens: int,
+        output_tokens: int,
+        cached_input_tokens: Optional[int] = None,
+        cost_micros: Optional[int] = None,
+        compute_ms: Optional[int] = None,
+        *,
+        reasoning_tokens: Optional[int] = None,
+        request_id: Optional[str] = None,
+        metadata: Optional[Any] = None,
+    ) -> Optional[dict[str, Any]]: ...
+    def finish(self) -> int: ...
+
+def _flush_ledgers() -> list[str]: ...

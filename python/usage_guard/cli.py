@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from . import Guard, ManualClock, MemoryStore, Policy, PolicyError, UsageLimitError, __version__
+from .cli_usage import add_usage_command
 
 # A copy of examples/policy.toml, so that `usage-guard demo` works from any directory after
 # `pip install .`.
@@ -380,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Validate a policy file. Exits 1 and prints every error when it is invalid.",
     )
     check_parser.add_argument("policy_file", metavar="POLICY_FILE")
+    add_usage_command(commands)
     return parser
 
 
@@ -388,6 +390,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "check":
             return check(args.policy_file)
+        if args.command == "usage":
+            return int(args.func(args))
         run_day()
         return 0
     except BrokenPipeError:  # e.g. `usage-guard demo | head`

@@ -65,23 +65,12 @@ def headers(ticket: Any = None, usage: Any = None) -> dict[str, str]:
     return out
 
 
-def refusal(
-    error: UsageLimitError, provider: str = "openai", *, max_retry_wait: Optional[int] = 60
-) -> tuple[int, dict[str, str], Any]:
+def refusal(error: UsageLimitError, provider: str = "openai") -> tuple[int, dict[str, str], Any]:
     """`(status, headers, body)` of a refusal in `provider`'s error shape (openai, anthropic,
-    ollama): `error.to_http(provider)`, plus `x-should-retry: false` when its Retry-After is
-    longer than `max_retry_wait` seconds (None: never added).
-
-    SDK clients sleep through a Retry-After before retrying — the Anthropic SDK however long it
-    is — so an hour rule would hold the caller's request for up to an hour; past
-    `max_retry_wait` the refusal goes straight back to the caller, Retry-After included.
-    """
+    ollama): `error.to_http(provider)`. A rate-limit refusal whose Retry-After is over a
+    minute also says `x-should-retry: false`, so SDK clients hand it straight back instead
+    of sleeping through it (the Anthropic SDK would, however long it is)."""
     if provider not in PROVIDERS:
         raise ValueError(f"provider: {provider!r} is not one of {', '.join(PROVIDERS)}")
     status, headers, body = error.to_http(provider)
-    headers = dict(headers)
-    wait = headers.get("retry-after")
-    if max_retry_wait is not None and wait is not None and wait.isdigit():
-        if int(wait) > max_retry_wait:
-            headers["x-should-retry"] = "false"
-    return status, headers, body
+    return status, dict(headers), body

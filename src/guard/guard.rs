@@ -9,6 +9,8 @@ use parking_lot::{Mutex, RwLock};
 
 use super::clock::{Clock, Millis};
 use super::decide::{self, Decision, Demand, Plan, SlotRead, UsageCeiling};
+use super::fill::FillState;
+use super::ledger::Ledger;
 use super::path::{self, Path};
 use super::policy::Policy;
 use super::refusal::Refusal;
@@ -104,13 +106,16 @@ pub(crate) struct Shared {
     cache: Mutex<PathCache>,
     ticket_seq: AtomicU64,
     ticket_prefix: String,
+    /// Where billed calls are recorded, and counters filled from (set once).
+    pub ledger: std::sync::OnceLock<Arc<dyn Ledger>>,
+    pub fill: FillState,
 }
 
 /// Admits calls against a policy, on a counter store, by a clock. Cheap to clone: clones
 /// share the store, cache and stats.
 #[derive(Clone)]
 pub struct Guard {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -142,6 +147,8 @@ impl Guard {
                 cache: Mutex::new(HashMap::new()),
                 ticket_seq: AtomicU64::new(0),
                 ticket_prefix: prefix,
+                ledger: std::sync::OnceLock::new(),
+                fill: FillState::default(),
             }),
         }
     }
@@ -218,7 +225,11 @@ impl Guard {
         Ok(resolved)
     }
 
-    fn demand(path: &Path, request: &AdmitRequest, settings: &super::policy::Settings) -> Demand {
+    pub(crate) fn demand(
+        path: &Path,
+        request: &AdmitRequest,
+        settings: &super::policy::Settings,
+    ) -> Demand {
         let model_max = path.model_spec.as_ref().and_then(|m| m.max_output_tokens);
         let max_output_tokens = match (request.max_output_tokens, model_max) {
             (Some(caller), Some(model)) => caller.min(model),
@@ -258,13 +269,15 @@ impl Guard {
         (keys, previous_at)
     }
 
-    /// Reads every counter of the path at `now`.
+    /// Reads every counter of the path at `now` (filling long-window counters from the
+    /// ledger the first time).
     pub(crate) async fn read(
         &self,
         path: &Path,
         now: Millis,
     ) -> std::result::Result<Vec<SlotRead>, super::store::StoreError> {
         let (keys, previous_at) = Self::read_keys(path, now);
+        super::fill::fill_keys(&self.shared, &keys, now).await;
         let reads = self.shared.store.read(keys, now).await?;
         Ok((0..path.counters.len())
             .map(|slot| SlotRead {
@@ -274,7 +287,7 @@ impl Guard {
             .collect())
     }
 
-    fn ticket_id(&self) -> String {
+    pub(crate) fn ticket_id(&self) -> String {
         let n = self.shared.ticket_seq.fetch_add(1, Ordering::Relaxed);
         format!("t-{}-{n:x}", self.shared.ticket_prefix)
     }
@@ -403,7 +416,7 @@ impl Guard {
         Ok(view::usage_view(&path, &reads, now))
     }
 
-    fn refuse(&self, refusal: Refusal) -> Error {
+    pub(crate) fn refuse(&self, refusal: Refusal) -> Error {
         bump(&self.shared.stats.refused);
         Error::Refused(Box::new(refusal))
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::clock::Millis;
 use super::decide::UsageCeiling;
 use super::guard::{bump, log_store_error, Shared};
+use super::ledger::LedgerRow;
 use super::path::{Path, SourceRef};
 use super::rule::{CounterId, Metric};
 use super::store::{HoldRef, UsageAdd};
@@ -39,6 +40,15 @@ pub struct Billed {
     pub compute_ms: u64,
     /// False when the store did not take the bill (logged; the holds expire on their own).
     pub recorded: bool,
+}
+
+/// What a bill records in the ledger beside the usage.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BillInfo {
+    /// The provider's (or caller's) request id.
+    pub request_id: Option<String>,
+    /// Free JSON kept with the row.
+    pub metadata: Option<serde_json::Value>,
 }
 
 pub(crate) struct TicketParts {
@@ -137,20 +147,12 @@ impl Ticket {
     /// goes into the buckets of the moment of billing, even past an amount (real use is never
     /// dropped). Returns `None` if the ticket had already settled.
     pub async fn bill(&self, usage: Usage) -> Result<Option<Billed>> {
-        if usage.cached_input_tokens > usage.input_tokens {
-            return Err(Error::invalid(
-                "cached_input_tokens",
-                usage.cached_input_tokens,
-                format!("must not exceed input_tokens ({})", usage.input_tokens),
-            ));
-        }
-        if usage.reasoning_tokens > usage.output_tokens {
-            return Err(Error::invalid(
-                "reasoning_tokens",
-                usage.reasoning_tokens,
-                format!("must not exceed output_tokens ({})", usage.output_tokens),
-            ));
-        }
+        self.bill_with(usage, BillInfo::default()).await
+    }
+
+    /// `bill`, recording `info` in the ledger row (when the guard has a ledger).
+    pub async fn bill_with(&self, usage: Usage, info: BillInfo) -> Result<Option<Billed>> {
+        check_usage(&usage)?;
         if !self.claim() {
             return Ok(None);
         }
@@ -173,34 +175,10 @@ impl Ticket {
         let compute_ms = usage
             .compute_ms
             .unwrap_or_else(|| (now - self.parts.admitted_at).max(0) as u64);
-        let adds = self
-            .parts
-            .adds
-            .iter()
-            .filter_map(|id| {
-                let amount = match id.metric {
-                    Metric::Tokens => usage.input_tokens.saturating_add(usage.output_tokens),
-                    Metric::InputTokens => usage.input_tokens,
-                    Metric::OutputTokens => usage.output_tokens,
-                    Metric::Cost => cost_micros,
-                    Metric::Requests => 1,
-                    Metric::ComputeMs => compute_ms,
-                    Metric::Concurrency => 0,
-                };
-                let bucket = id.window.bucket_start(now);
-                (amount > 0).then(|| UsageAdd {
-                    key: super::store::CounterKey {
-                        id: id.clone(),
-                        bucket,
-                    },
-                    amount,
-                    retain_until: id.window.retain_until(bucket),
-                })
-            })
-            .collect();
+        let adds = usage_adds(&self.parts.adds, &usage, cost_micros, compute_ms, now);
         let recorded = self.settle(adds, now, "bill").await;
         bump(&shared.stats.billed);
-        Ok(Some(Billed {
+        let billed = Billed {
             input_tokens: usage.input_tokens,
             cached_input_tokens: usage.cached_input_tokens,
             output_tokens: usage.output_tokens,
@@ -208,7 +186,18 @@ impl Ticket {
             cost_micros,
             compute_ms,
             recorded,
-        }))
+        };
+        if let Some(ledger) = shared.ledger.get() {
+            ledger.record(ledger_row(
+                &self.parts.path,
+                &self.parts.source,
+                self.parts.id.clone(),
+                now,
+                &billed,
+                info,
+            ));
+        }
+        Ok(Some(billed))
     }
 
     /// Gives the reservation back (the call failed and used nothing). Returns false if the
@@ -244,6 +233,11 @@ impl Ticket {
         }
     }
 
+    /// `bill_with` from synchronous code.
+    pub fn bill_with_blocking(&self, usage: Usage, info: BillInfo) -> Result<Option<Billed>> {
+        futures::executor::block_on(self.bill_with(usage, info))
+    }
+
     /// `bill` from synchronous code.
     pub fn bill_blocking(&self, usage: Usage) -> Result<Option<Billed>> {
         futures::executor::block_on(self.bill(usage))
@@ -253,4 +247,92 @@ impl Ticket {
     pub fn release_blocking(&self) -> bool {
         futures::executor::block_on(self.release())
     }
+}
+
+/// The ledger row of a bill.
+pub(crate) fn ledger_row(
+    path: &Path,
+    source: &SourceRef,
+    ticket_id: String,
+    now: Millis,
+    billed: &Billed,
+    info: BillInfo,
+) -> LedgerRow {
+    let mut teams: Vec<String> = path
+        .sources
+        .iter()
+        .flat_map(|s| s.rules.iter())
+        .chain(path.ceilings.iter())
+        .filter_map(|r| r.team.as_deref().map(str::to_string))
+        .collect();
+    teams.sort();
+    teams.dedup();
+    LedgerRow {
+        ticket_id,
+        at_ms: now,
+        user: path.user.as_deref().map(str::to_string),
+        teams,
+        source_type: source.kind.word().to_string(),
+        source_id: source.id.to_string(),
+        model: path.model.to_string(),
+        input_tokens: billed.input_tokens,
+        cached_input_tokens: billed.cached_input_tokens,
+        output_tokens: billed.output_tokens,
+        reasoning_tokens: billed.reasoning_tokens,
+        cost_micros: billed.cost_micros,
+        compute_ms: billed.compute_ms,
+        request_id: info.request_id,
+        metadata: info.metadata,
+    }
+}
+
+/// What a bill adds to each counter of `ids`, in the buckets of `now`.
+pub(crate) fn usage_adds(
+    ids: &[Arc<CounterId>],
+    usage: &Usage,
+    cost_micros: u64,
+    compute_ms: u64,
+    now: Millis,
+) -> Vec<UsageAdd> {
+    ids.iter()
+        .filter_map(|id| {
+            let amount = match id.metric {
+                Metric::Tokens => usage.input_tokens.saturating_add(usage.output_tokens),
+                Metric::InputTokens => usage.input_tokens,
+                Metric::OutputTokens => usage.output_tokens,
+                Metric::Cost => cost_micros,
+                Metric::Requests => 1,
+                Metric::ComputeMs => compute_ms,
+                Metric::Concurrency => 0,
+            };
+            let bucket = id.window.bucket_start(now);
+            (amount > 0).then(|| UsageAdd {
+                key: super::store::CounterKey {
+                    id: id.clone(),
+                    bucket,
+                },
+                amount,
+                retain_until: id.window.retain_until(bucket),
+            })
+        })
+        .collect()
+}
+
+/// Refuses usage whose parts exceed their wholes.
+pub(crate) fn check_usage(usage: &Usage) -> Result<()> {
+    if usage.cached_input_tokens > usage.input_tokens {
+        return Err(Error::invalid(
+            "cached_input_tokens",
+            usage.cached_input_tokens,
+            format!("must not exceed input_tokens ({})", usage.input_tokens),
+        ));
+    }
+    if usage.reasoning_tokens > usage.output_tokens {
+        return Err(Error::invalid(
+            "reasoning_tokens",
+            usage.reasoning_tokens,
+            format!("must not exceed output_tokens ({})", usage.output_tokens),
+        ));
+    }
+    Ok(())
 }

@@ -8,17 +8,22 @@ use pyo3::types::PyDict;
 
 use super::clock::PyManualClock;
 use super::convert::{ceiling_to_py, py_to_json, source_to_py, view_to_py, whole};
+use super::ledger::{
+    admit_batch, bill_info, close_guard, extract_ledger, resume_batch, PyBatchTicket,
+};
 use super::policy::PyPolicy;
 use super::store::extract_store;
 use crate::ceiling::Api;
 use crate::guard::clock::{Clock, SystemClock};
 use crate::guard::guard::{AdmitRequest, Guard};
-use crate::guard::ticket::{Billed, Ticket, Usage};
+use crate::guard::ticket::{BillInfo, Billed, Ticket, Usage};
 
 /// Admits model calls against a policy, on a counter store.
 #[pyclass(name = "Guard", module = "usage_guard._core", frozen)]
 pub struct PyGuard {
     inner: Guard,
+    /// The Python ledger object given (returned by `guard.ledger`).
+    ledger: Option<Py<PyAny>>,
 }
 
 /// An admitted call: bill it with what it used, or release it.
@@ -56,22 +61,56 @@ fn admit_request(
 #[pymethods]
 impl PyGuard {
     /// A guard over `policy` on `store` (a new `MemoryStore` when omitted), reading time
-    /// from `clock` (the system clock when omitted).
+    /// from `clock` (the system clock when omitted), recording billed calls in `ledger`.
     #[new]
-    #[pyo3(signature = (policy, store = None, clock = None))]
+    #[pyo3(signature = (policy, store = None, clock = None, ledger = None))]
     fn new(
         policy: &Bound<'_, PyPolicy>,
         store: Option<&Bound<'_, PyAny>>,
         clock: Option<&Bound<'_, PyManualClock>>,
+        ledger: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let clock: Arc<dyn Clock> = match clock {
             Some(c) => c.get().inner.clone(),
             None => Arc::new(SystemClock),
         };
         let policy = (*policy.get().inner).clone();
+        let mut inner = Guard::new(policy, extract_store(store)?, clock);
+        if let Some(l) = extract_ledger(ledger)? {
+            inner = inner.with_ledger(l);
+        }
         Ok(Self {
-            inner: Guard::new(policy, extract_store(store)?, clock),
+            inner,
+            ledger: ledger.filter(|l| !l.is_none()).map(|l| l.clone().unbind()),
         })
+    }
+
+    /// The ledger given to the guard, or None.
+    #[getter]
+    fn ledger(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.ledger.as_ref().map(|l| l.clone_ref(py))
+    }
+
+    /// Writes every ledger row billed so far (the guard keeps working).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        close_guard(py, &self.inner)
+    }
+
+    /// Reserves for every request of a batch (dicts with `id` or `custom_id`,
+    /// `prompt_tokens`, `max_tokens`) for 25 hours; raises `UsageLimitError` unless all fit.
+    fn admit_batch(
+        &self,
+        py: Python<'_>,
+        user: String,
+        model: String,
+        requests: &Bound<'_, PyAny>,
+    ) -> PyResult<PyBatchTicket> {
+        admit_batch(py, &self.inner, user, model, requests)
+    }
+
+    /// A batch admitted by any guard on the same store, from its `state`.
+    fn resume_batch(&self, state: &str) -> PyResult<PyBatchTicket> {
+        resume_batch(&self.inner, state)
     }
 
     /// Admits a call before it runs, or raises `UsageLimitError`.
@@ -249,8 +288,9 @@ impl PyTicket {
 
     /// Bills what the call used, replacing the whole reservation; returns what was billed,
     /// or None if the ticket had already settled. Cost comes from the model's prices unless
-    /// given; compute time is measured from admission unless given.
-    #[pyo3(signature = (input_tokens, output_tokens, cached_input_tokens = None, cost_micros = None, compute_ms = None, *, reasoning_tokens = None))]
+    /// given; compute time is measured from admission unless given. `request_id` and
+    /// `metadata` (JSON-able) go into the ledger row.
+    #[pyo3(signature = (input_tokens, output_tokens, cached_input_tokens = None, cost_micros = None, compute_ms = None, *, reasoning_tokens = None, request_id = None, metadata = None))]
     #[allow(clippy::too_many_arguments)]
     fn bill<'py>(
         &self,
@@ -261,6 +301,8 @@ impl PyTicket {
         cost_micros: Option<&Bound<'py, PyAny>>,
         compute_ms: Option<&Bound<'py, PyAny>>,
         reasoning_tokens: Option<&Bound<'py, PyAny>>,
+        request_id: Option<String>,
+        metadata: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
         let usage = usage(
             input_tokens,
@@ -270,13 +312,14 @@ impl PyTicket {
             cost_micros,
             compute_ms,
         )?;
+        let info: BillInfo = bill_info(request_id, metadata)?;
         let ticket = self.inner.clone();
-        let billed = py.detach(move || ticket.bill_blocking(usage))?;
+        let billed = py.detach(move || ticket.bill_with_blocking(usage, info))?;
         billed_to_py(py, billed)
     }
 
     /// `bill` as a coroutine.
-    #[pyo3(signature = (input_tokens, output_tokens, cached_input_tokens = None, cost_micros = None, compute_ms = None, *, reasoning_tokens = None))]
+    #[pyo3(signature = (input_tokens, output_tokens, cached_input_tokens = None, cost_micros = None, compute_ms = None, *, reasoning_tokens = None, request_id = None, metadata = None))]
     #[allow(clippy::too_many_arguments)]
     fn bill_async<'py>(
         &self,
@@ -287,6 +330,8 @@ impl PyTicket {
         cost_micros: Option<&Bound<'py, PyAny>>,
         compute_ms: Option<&Bound<'py, PyAny>>,
         reasoning_tokens: Option<&Bound<'py, PyAny>>,
+        request_id: Option<String>,
+        metadata: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let usage = usage(
             input_tokens,
@@ -296,9 +341,10 @@ impl PyTicket {
             cost_micros,
             compute_ms,
         )?;
+        let info = bill_info(request_id, metadata)?;
         let ticket = self.inner.clone();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let billed = ticket.bill(usage).await?;
+            let billed = ticket.bill_with(usage, info).await?;
             Python::attach(|py| billed_to_py(py, billed).map(|d| d.map(Bound::unbind)))
         })
     }

@@ -6,6 +6,7 @@ mod clock;
 mod convert;
 mod errors;
 mod guard;
+mod ledger;
 mod policy;
 mod redis_store;
 mod store;
@@ -24,5 +25,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     redis_store::register(m)?;
     guard::register(m)?;
     ceiling::register(m)?;
+    ledger::register(m)?;
     Ok(())
 }

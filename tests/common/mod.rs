@@ -65,3 +65,19 @@ provider = "openai"
 max_output_tokens = 128000
 prices = { input = 1.25, cached_input = 0.125, output = 10.0 }
 "#;
+
+pub mod pg;
+
+/// A fresh temp directory for one test.
+pub fn tempdir(name: &str) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "ug-{name}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

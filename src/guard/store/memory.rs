@@ -17,6 +17,8 @@ const SWEEP_EVERY_MS: i64 = 60_000;
 #[derive(Debug, Default)]
 struct Cell {
     used: u64,
+    /// Filled from the ledger.
+    filled: bool,
     /// (expiry minute, amount held), few entries: one per minute with calls in flight.
     holds: Vec<(i64, u64)>,
     retain_until: Millis,
@@ -61,6 +63,8 @@ impl Hasher for KeyHasher {
 #[derive(Debug, Default)]
 struct Inner {
     cells: HashMap<CounterKey, Cell, BuildHasherDefault<KeyHasher>>,
+    /// `mark_once` marks and when they may go.
+    marks: HashMap<String, Millis>,
     next_sweep: Millis,
 }
 
@@ -72,6 +76,14 @@ impl Inner {
         self.next_sweep = now + SWEEP_EVERY_MS;
         self.cells
             .retain(|_, cell| cell.retain_until > now || cell.held(now) > 0);
+        self.marks.retain(|_, until| *until > now);
+    }
+
+    /// The cell of `key` if it is still kept at `now`.
+    fn live_cell(&mut self, key: &CounterKey, now: Millis) -> Option<&mut Cell> {
+        let cell = self.cells.get_mut(key)?;
+        let live = cell.retain_until > now || cell.held(now) > 0;
+        live.then_some(cell)
     }
 }
 
@@ -168,6 +180,52 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// `filled`, synchronously.
+    pub fn filled_now(&self, keys: &[CounterKey], now: Millis) -> Vec<bool> {
+        let mut inner = self.inner.lock();
+        keys.iter()
+            .map(|k| inner.live_cell(k, now).is_some_and(|c| c.filled))
+            .collect()
+    }
+
+    /// `fill`, synchronously.
+    pub fn fill_now(
+        &self,
+        key: &CounterKey,
+        ledger_used: u64,
+        retain_until: Millis,
+        now: Millis,
+    ) -> bool {
+        let mut inner = self.inner.lock();
+        inner.sweep(now);
+        if inner.live_cell(key, now).is_none() {
+            inner.cells.remove(key);
+        }
+        let cell = inner.cells.entry(key.clone()).or_default();
+        if cell.filled {
+            return false;
+        }
+        cell.filled = true;
+        cell.used = cell.used.max(ledger_used);
+        cell.keep_until(retain_until);
+        true
+    }
+
+    /// `mark_once`, synchronously.
+    pub fn mark_once_now(&self, mark: &str, keep_until: Millis, now: Millis) -> bool {
+        let mut inner = self.inner.lock();
+        inner.sweep(now);
+        match inner.marks.get_mut(mark) {
+            Some(until) if *until > now => false,
+            _ => {
+                inner.marks.insert(mark.to_string(), keep_until);
+                true
+            }
+        }
+    }
+}
+
 impl CounterStore for MemoryStore {
     fn read(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<CounterRead>> {
         Box::pin(std::future::ready(Ok(self.read_now(&keys, now))))
@@ -192,5 +250,25 @@ impl CounterStore for MemoryStore {
     ) -> StoreFuture<'_, ()> {
         self.settle_now(&holds, expiry_minute, &adds, now);
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {
+        Box::pin(std::future::ready(Ok(self.filled_now(&keys, now))))
+    }
+
+    fn fill(
+        &self,
+        key: CounterKey,
+        ledger_used: u64,
+        retain_until: Millis,
+        now: Millis,
+    ) -> StoreFuture<'_, bool> {
+        let filled = self.fill_now(&key, ledger_used, retain_until, now);
+        Box::pin(std::future::ready(Ok(filled)))
+    }
+
+    fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {
+        let set = self.mark_once_now(&mark, keep_until, now);
+        Box::pin(std::future::ready(Ok(set)))
     }
 }

@@ -126,4 +126,36 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
         adds: Vec<UsageAdd>,
         now: Millis,
     ) -> StoreFuture<'_, ()>;
+
+    /// Whether each key is marked filled from the ledger (a counter past its retention, or
+    /// never written, is not). The default, for stores that cannot fill, reports every
+    /// counter as filled, so none is ever filled (counters then start at 0 after a restart).
+    fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {
+        let _ = now;
+        Box::pin(std::future::ready(Ok(vec![true; keys.len()])))
+    }
+
+    /// Fills a counter from the ledger, in one step: unless it is already marked filled,
+    /// sets `used = max(used, ledger_used)`, marks it filled and keeps it until at least
+    /// `retain_until`. Returns whether this call filled it. The default fills nothing.
+    fn fill(
+        &self,
+        key: CounterKey,
+        ledger_used: u64,
+        retain_until: Millis,
+        now: Millis,
+    ) -> StoreFuture<'_, bool> {
+        let _ = (key, ledger_used, retain_until, now);
+        Box::pin(std::future::ready(Ok(false)))
+    }
+
+    /// Sets the mark `mark` (any text; stores escape it) if it is not set, keeping it until
+    /// `keep_until`. Returns true for the one call that set it. The default fails: a store
+    /// without marks cannot bill batch results exactly once, so batches are refused on it.
+    fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {
+        let _ = (mark, keep_until, now);
+        Box::pin(std::future::ready(Err(StoreError(
+            "this counter store has no marks (batches need them)".into(),
+        ))))
+    }
 }

@@ -1,0 +1,409 @@
+//! Batches: reserve for every request at submission (holds live 25 hours), bill each result
+//! once as it comes in (giving back its share of the reservation), release the rest at the
+//! end. Results can be read many times and on any server: a mark in the counter store makes
+//! each result billed once and each share given back once, and the ledger row of a result
+//! (`<batch id>/<result id>`) is unique.
+
+use std::sync::Arc;
+
+use super::clock::Millis;
+use super::decide::{self, rule_left, Decision};
+use super::guard::{bump, log_store_error, AdmitRequest, Guard, Shared, RESERVE_RETRIES};
+use super::path::{Path, SourceRef};
+use super::refusal::Refusal;
+use super::rule::{CounterId, Metric};
+use super::store::{expiry_minute, HoldRef, ReserveOutcome};
+use super::ticket::{check_usage, ledger_row, usage_adds, BillInfo, Billed, Usage};
+use crate::error::{Error, Result};
+
+/// How long a batch's holds live if it never finishes.
+pub const BATCH_HOLD_MS: i64 = 25 * 3_600_000;
+const DAY_MS: i64 = 86_400_000;
+
+/// One request of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchRequest {
+    /// The result id its result will carry (unique in the batch).
+    pub id: String,
+    pub prompt_tokens: u64,
+    /// The request's output maximum (the model's when `None`).
+    pub max_output_tokens: Option<u64>,
+}
+
+/// A submitted batch: its holds, and what each result gives back.
+#[derive(Clone)]
+pub struct BatchTicket {
+    pub(super) shared: Arc<Shared>,
+    pub(super) id: String,
+    pub(super) path: Arc<Path>,
+    pub(super) source: SourceRef,
+    pub(super) holds: Vec<HoldRef>,
+    pub(super) expiry_minute: i64,
+    pub(super) adds: Vec<Arc<CounterId>>,
+    pub(super) request_ids: Vec<String>,
+}
+
+impl std::fmt::Debug for BatchTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchTicket")
+            .field("id", &self.id)
+            .field("source", &self.source)
+            .field("requests", &self.request_ids.len())
+            .finish()
+    }
+}
+
+fn unavailable() -> Error {
+    Error::Refused(Box::new(Refusal::unavailable()))
+}
+
+impl Guard {
+    /// Admits a batch for `user` on `model`: every request must fit in full (a batch is not
+    /// shrunk), and its whole use is held for 25 hours.
+    pub async fn admit_batch(
+        &self,
+        user: &str,
+        model: &str,
+        requests: Vec<BatchRequest>,
+    ) -> Result<BatchTicket> {
+        if requests.is_empty() {
+            return Err(Error::invalid("requests", "[]", "a batch needs a request"));
+        }
+        let mut ids: Vec<&str> = requests.iter().map(|r| r.id.as_str()).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::invalid("requests.id", w[0], "ids must be unique"));
+        }
+        let path = self.path(Some(user), model)?;
+        let policy = self.policy();
+        let (mut prompt, mut max_out) = (0u64, 0u64);
+        for r in &requests {
+            let one = AdmitRequest {
+                user: Some(user.to_string()),
+                model: model.to_string(),
+                prompt_tokens: Some(r.prompt_tokens),
+                prompt_is_estimate: false,
+                max_output_tokens: r.max_output_tokens,
+                request: None,
+            };
+            let d = Guard::demand(&path, &one, &policy.settings);
+            prompt = prompt.saturating_add(d.prompt_tokens);
+            max_out = max_out.saturating_add(d.max_output_tokens);
+        }
+        let demand = decide::Demand {
+            prompt_tokens: prompt,
+            prompt_is_estimate: false,
+            max_output_tokens: max_out,
+        };
+        let prices = path
+            .model_spec
+            .as_ref()
+            .map(|m| m.prices)
+            .unwrap_or_default();
+        let n = requests.len() as u64;
+        let need = |metric: Metric| match metric {
+            Metric::Tokens => prompt.saturating_add(max_out),
+            Metric::InputTokens => prompt,
+            Metric::OutputTokens => max_out,
+            Metric::Cost => prices.dearest_cost_micros(prompt, max_out),
+            Metric::Requests => n,
+            Metric::ComputeMs | Metric::Concurrency => 0,
+        };
+        let request_ids: Vec<String> = requests.into_iter().map(|r| r.id).collect();
+        let id = format!("b{}", self.ticket_id());
+        if path.is_unlimited() {
+            bump(&self.shared.stats.admitted);
+            return Ok(self.batch(
+                id,
+                path.clone(),
+                None,
+                Vec::new(),
+                0,
+                Vec::new(),
+                request_ids,
+            ));
+        }
+        for _attempt in 0..=RESERVE_RETRIES {
+            let now = self.shared.clock.now_ms();
+            let reads = self.read(&path, now).await.map_err(|e| {
+                log_store_error("admit_batch", &e);
+                unavailable()
+            })?;
+            let mut plan = match decide::decide(&path, &reads, &demand, &policy.settings, now) {
+                Decision::Refuse(r) => return Err(self.refuse(r)),
+                Decision::Admit(plan) => plan,
+            };
+            if let Some(rule) = path
+                .checked_rules(plan.source_index)
+                .find(|r| rule_left(r, &reads, now) < need(r.rule.metric))
+            {
+                let state = decide::rule_state(rule, &reads, now);
+                return Err(self.refuse(decide::does_not_fit(
+                    &path,
+                    rule,
+                    state.left,
+                    state.resets_at,
+                    now,
+                )));
+            }
+            for item in &mut plan.items {
+                item.hold = need(item.key.id.metric);
+            }
+            let minute = expiry_minute(now, BATCH_HOLD_MS);
+            match self
+                .shared
+                .store
+                .reserve(plan.items.clone(), minute, now)
+                .await
+            {
+                Ok(ReserveOutcome::Reserved) => {
+                    bump(&self.shared.stats.admitted);
+                    let holds = plan
+                        .items
+                        .iter()
+                        .filter(|i| i.hold > 0)
+                        .map(|i| HoldRef {
+                            key: i.key.clone(),
+                            amount: i.hold,
+                        })
+                        .collect();
+                    let adds = plan
+                        .added_slots
+                        .iter()
+                        .map(|&s| path.counters[s].clone())
+                        .collect();
+                    let source = Some(plan.source.clone());
+                    return Ok(self.batch(
+                        id,
+                        path.clone(),
+                        source,
+                        holds,
+                        minute,
+                        adds,
+                        request_ids,
+                    ));
+                }
+                Ok(ReserveOutcome::Conflict { .. }) => bump(&self.shared.stats.reserve_retries),
+                Err(e) => {
+                    log_store_error("admit_batch", &e);
+                    return Err(unavailable());
+                }
+            }
+        }
+        Err(unavailable())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn batch(
+        &self,
+        id: String,
+        path: Arc<Path>,
+        source: Option<SourceRef>,
+        holds: Vec<HoldRef>,
+        expiry_minute: i64,
+        adds: Vec<Arc<CounterId>>,
+        request_ids: Vec<String>,
+    ) -> BatchTicket {
+        BatchTicket {
+            shared: self.shared.clone(),
+            id,
+            source: source.unwrap_or_else(|| path.default_source.clone()),
+            path,
+            holds,
+            expiry_minute,
+            adds,
+            request_ids,
+        }
+    }
+
+    /// A batch admitted by any guard on the same store, from its `BatchTicket::state`.
+    pub fn resume_batch(&self, state: &str) -> Result<BatchTicket> {
+        super::batch_state::resume(self, state)
+    }
+}
+
+impl BatchTicket {
+    /// The batch's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The source billed.
+    pub fn source(&self) -> &SourceRef {
+        &self.source
+    }
+
+    /// The result ids, in submission order.
+    pub fn request_ids(&self) -> &[String] {
+        &self.request_ids
+    }
+
+    /// What the whole batch holds, per metric.
+    pub fn reserved(&self) -> Vec<(Metric, u64)> {
+        let mut out: Vec<(Metric, u64)> = Vec::new();
+        for h in &self.holds {
+            if !out.iter().any(|(m, _)| *m == h.key.id.metric) {
+                out.push((h.key.id.metric, h.amount));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn mark(&self, kind: &str, result_id: &str) -> String {
+        format!("batch:{}:{kind}:{result_id}", self.id)
+    }
+
+    fn marks_until(&self) -> Millis {
+        self.expiry_minute * 60_000 + DAY_MS
+    }
+
+    /// Result `index`'s share of every hold (the holds split evenly, remainders first).
+    fn share(&self, index: usize) -> Vec<HoldRef> {
+        let n = self.request_ids.len() as u64;
+        self.holds
+            .iter()
+            .map(|h| HoldRef {
+                key: h.key.clone(),
+                amount: h.amount / n + u64::from((index as u64) < h.amount % n),
+            })
+            .filter(|h| h.amount > 0)
+            .collect()
+    }
+
+    /// Gives back result `index`'s share once across every server; false if it was given.
+    async fn give_back(&self, index: usize, now: Millis) -> Result<Vec<HoldRef>> {
+        let mark = self.mark("h", &self.request_ids[index]);
+        match self
+            .shared
+            .store
+            .mark_once(mark, self.marks_until(), now)
+            .await
+        {
+            Ok(true) => Ok(self.share(index)),
+            Ok(false) => Ok(Vec::new()),
+            Err(e) => {
+                log_store_error("batch", &e);
+                Err(unavailable())
+            }
+        }
+    }
+
+    /// Bills one result: the first read of `result_id` on any server bills `usage` and gives
+    /// back the result's share of the reservation; later reads return `None`. Cost comes
+    /// from the model's prices unless given.
+    pub async fn bill_part(
+        &self,
+        result_id: &str,
+        usage: Usage,
+        info: BillInfo,
+    ) -> Result<Option<Billed>> {
+        check_usage(&usage)?;
+        let index = self
+            .request_ids
+            .iter()
+            .position(|r| r == result_id)
+            .ok_or_else(|| {
+                Error::invalid("result_id", result_id, "is not a request of the batch")
+            })?;
+        let now = self.shared.clock.now_ms();
+        let first = self
+            .shared
+            .store
+            .mark_once(self.mark("b", result_id), self.marks_until(), now)
+            .await
+            .map_err(|e| {
+                log_store_error("bill_part", &e);
+                unavailable()
+            })?;
+        if !first {
+            return Ok(None);
+        }
+        let holds = self.give_back(index, now).await.unwrap_or_default();
+        let prices = self
+            .path
+            .model_spec
+            .as_ref()
+            .map(|m| m.prices)
+            .unwrap_or_default();
+        let cost_micros = usage.cost_micros.unwrap_or_else(|| {
+            prices.cost_micros(
+                usage.input_tokens,
+                usage.cached_input_tokens,
+                usage.output_tokens,
+            )
+        });
+        let compute_ms = usage.compute_ms.unwrap_or(0);
+        let adds = usage_adds(&self.adds, &usage, cost_micros, compute_ms, now);
+        let recorded = self.settle(holds, adds, now).await;
+        bump(&self.shared.stats.billed);
+        let billed = Billed {
+            input_tokens: usage.input_tokens,
+            cached_input_tokens: usage.cached_input_tokens,
+            output_tokens: usage.output_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
+            cost_micros,
+            compute_ms,
+            recorded,
+        };
+        if let Some(ledger) = self.shared.ledger.get() {
+            let ticket_id = format!("{}/{result_id}", self.id);
+            ledger.record(ledger_row(
+                &self.path,
+                &self.source,
+                ticket_id,
+                now,
+                &billed,
+                info,
+            ));
+        }
+        Ok(Some(billed))
+    }
+
+    /// Ends the batch: gives back the share of every result not billed (on any server).
+    /// Returns how many shares this call gave back.
+    pub async fn finish(&self) -> Result<usize> {
+        let now = self.shared.clock.now_ms();
+        let mut holds: Vec<HoldRef> = Vec::new();
+        let mut given = 0;
+        for index in 0..self.request_ids.len() {
+            let share = self.give_back(index, now).await?;
+            if !share.is_empty() {
+                given += 1;
+            }
+            for h in share {
+                match holds.iter_mut().find(|x| x.key == h.key) {
+                    Some(x) => x.amount += h.amount,
+                    None => holds.push(h),
+                }
+            }
+        }
+        self.settle(holds, Vec::new(), now).await;
+        bump(&self.shared.stats.released);
+        Ok(given)
+    }
+
+    async fn settle(
+        &self,
+        holds: Vec<HoldRef>,
+        adds: Vec<super::store::UsageAdd>,
+        now: Millis,
+    ) -> bool {
+        if holds.is_empty() && adds.is_empty() {
+            return true;
+        }
+        match self
+            .shared
+            .store
+            .settle(holds, self.expiry_minute, adds, now)
+            .await
+        {
+            Ok(()) => true,
+            Err(e) => {
+                bump(&self.shared.stats.settle_failures);
+                log_store_error("batch settle", &e);
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Reading a batch's state (`BatchTicket::state`) back on any guard over the same store.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use serde_json::json;
+
+use super::batch::BatchTicket;
+use super::clock::Millis;
+use super::guard::Guard;
+use super::path::SourceKind;
+use super::path::SourceRef;
+use super::rule::Scope;
+use super::rule::{CounterId, Metric};
+use super::store::CounterKey;
+use super::store::HoldRef;
+use super::window::{CalendarUnit, Window};
+use crate::error::{Error, Result};
+
+fn bad(field: &str, why: &str) -> Error {
+    Error::invalid(&format!("state.{field}"), "", why.to_string())
+}
+
+fn text<'a>(v: &'a Value, field: &str) -> Result<&'a str> {
+    v.get(field)
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad(field, "must be a string"))
+}
+
+fn opt_id(v: &Value, field: &str) -> Option<Arc<str>> {
+    v.get(field).and_then(Value::as_str).map(Arc::from)
+}
+
+fn counter(v: &Value) -> Result<CounterId> {
+    let scope = parse_scope(text(v, "scope")?).ok_or_else(|| bad("scope", "is unknown"))?;
+    let metric = Metric::parse(text(v, "metric")?).ok_or_else(|| bad("metric", "is unknown"))?;
+    let window = parse_window(text(v, "window")?).ok_or_else(|| bad("window", "is unknown"))?;
+    Ok(CounterId::new(
+        scope,
+        opt_id(v, "user"),
+        opt_id(v, "team"),
+        opt_id(v, "model"),
+        metric,
+        window,
+    ))
+}
+
+fn int(v: &Value, field: &str) -> Result<i64> {
+    v.get(field)
+        .and_then(Value::as_i64)
+        .ok_or_else(|| bad(field, "must be a whole number"))
+}
+
+/// Rebuilds a batch ticket on `guard` from its state text.
+pub(crate) fn resume(guard: &Guard, state: &str) -> Result<BatchTicket> {
+    let v: Value = serde_json::from_str(state).map_err(|e| bad("", &e.to_string()))?;
+    let user = text(&v, "user")?;
+    let model = text(&v, "model")?;
+    let path = guard.path(Some(user), model)?;
+    let source = v.get("source").ok_or_else(|| bad("source", "is missing"))?;
+    let source = SourceRef {
+        kind: parse_source_kind(text(source, "type")?)
+            .ok_or_else(|| bad("source.type", "is unknown"))?,
+        id: Arc::from(text(source, "id")?),
+    };
+    let requests = v
+        .get("requests")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("requests", "must be a list"))?
+        .iter()
+        .map(|r| r.as_str().map(str::to_string))
+        .collect::<Option<Vec<String>>>()
+        .ok_or_else(|| bad("requests", "must be strings"))?;
+    let mut holds = Vec::new();
+    for h in v
+        .get("holds")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let id = counter(
+            h.get("counter")
+                .ok_or_else(|| bad("holds", "need a counter"))?,
+        )?;
+        holds.push(HoldRef {
+            key: counter_key(id, int(h, "bucket")?),
+            amount: int(h, "amount")?.max(0) as u64,
+        });
+    }
+    let adds = v
+        .get("adds")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|a| counter(a).map(Arc::new))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(BatchTicket {
+        shared: guard.shared.clone(),
+        id: text(&v, "id")?.to_string(),
+        path,
+        source,
+        holds,
+        expiry_minute: int(&v, "expiry_minute")?,
+        adds,
+        request_ids: requests,
+    })
+}
+
+impl BatchTicket {
+    /// The batch as JSON text, for `Guard::resume_batch` on another server.
+    pub fn state(&self) -> String {
+        let counter = |id: &CounterId| {
+            json!({
+                "scope": id.scope.key_token(),
+                "user": id.user.as_deref(),
+                "team": id.team.as_deref(),
+                "model": id.model.as_deref(),
+                "metric": id.metric.word(),
+                "window": id.window.key_token(),
+            })
+        };
+        json!({
+            "id": self.id,
+            "user": self.path.user.as_deref(),
+            "model": &*self.path.model,
+            "source": {"type": self.source.kind.word(), "id": &*self.source.id},
+            "expiry_minute": self.expiry_minute,
+            "requests": self.request_ids,
+            "holds": self.holds.iter().map(|h| json!({
+                "counter": counter(&h.key.id), "bucket": h.key.bucket, "amount": h.amount,
+            })).collect::<Vec<Value>>(),
+            "adds": self.adds.iter().map(|id| counter(id)).collect::<Vec<Value>>(),
+        })
+        .to_string()
+    }
+}
+
+/// Parses the scope token of a counter key.
+fn parse_scope(token: &str) -> Option<Scope> {
+    [
+        Scope::PersonModel,
+        Scope::TeamShared,
+        Scope::TeamMember,
+        Scope::PublicShared,
+        Scope::TeamTotal,
+        Scope::ModelTotal,
+        Scope::PersonAllModels,
+    ]
+    .into_iter()
+    .find(|s| s.key_token() == token)
+}
+
+/// Parses the window token of a counter key.
+fn parse_window(token: &str) -> Option<Window> {
+    Some(match token {
+        "d" => Window::Calendar(CalendarUnit::Day),
+        "w" => Window::Calendar(CalendarUnit::Week),
+        "mo" => Window::Calendar(CalendarUnit::Month),
+        "y" => Window::Calendar(CalendarUnit::Year),
+        "run" => Window::WhileRunning,
+        s => Window::Sliding {
+            seconds: s.strip_prefix('s')?.parse().ok()?,
+        },
+    })
+}
+
+/// The source kind of a word.
+fn parse_source_kind(word: &str) -> Option<SourceKind> {
+    [SourceKind::Direct, SourceKind::Team, SourceKind::Public]
+        .into_iter()
+        .find(|k| k.word() == word)
+}
+
+fn counter_key(id: CounterId, bucket: Millis) -> CounterKey {
+    CounterKey {
+        id: Arc::new(id),
+        bucket,
+    }
+}

@@ -1,0 +1,193 @@
+//! Filling counters from the ledger: the first time a counter of a day-or-longer window, or a
+//! sliding window of an hour or more, is read, it takes the ledger's sum for its scope and
+//! bucket (the larger of that and its own count) and is marked filled in the store, so no
+//! other guard fills it again. One fill runs at a time per counter in a process; when the
+//! ledger cannot be read the call goes on with what the counter holds, and the fill is tried
+//! again a minute later (guard clock). Shorter windows start at 0.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::clock::Millis;
+use super::guard::{Guard, Shared};
+use super::ledger::{Ledger, LedgerError, SumFilter};
+use super::rule::{Metric, Scope};
+use super::store::CounterKey;
+use super::window::Window;
+
+/// How long a fill waits after the ledger could not be read.
+pub const FILL_RETRY_MS: i64 = 60_000;
+/// Sliding windows at least this long are filled.
+pub const FILL_MIN_SLIDING_SECONDS: u32 = 3_600;
+const KNOWN_MAX: usize = 100_000;
+
+/// A guard's memory of fills: keys known filled, keys waiting to retry, one lock per key.
+#[derive(Debug, Default)]
+pub struct FillState {
+    known: Mutex<HashSet<CounterKey>>,
+    retry_at: Mutex<HashMap<CounterKey, Millis>>,
+    locks: Mutex<HashMap<CounterKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// Counters filled by this guard, and ledger reads that failed.
+    pub filled: std::sync::atomic::AtomicU64,
+    pub ledger_errors: std::sync::atomic::AtomicU64,
+}
+
+impl FillState {
+    fn is_known(&self, key: &CounterKey) -> bool {
+        self.known.lock().contains(key)
+    }
+
+    fn know(&self, key: &CounterKey) {
+        let mut known = self.known.lock();
+        if known.len() >= KNOWN_MAX {
+            known.clear();
+        }
+        known.insert(key.clone());
+        drop(known);
+        self.locks.lock().remove(key);
+        self.retry_at.lock().remove(key);
+    }
+
+    fn waiting(&self, key: &CounterKey, now: Millis) -> bool {
+        self.retry_at.lock().get(key).is_some_and(|&at| now < at)
+    }
+
+    fn lock_of(&self, key: &CounterKey) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks.lock().entry(key.clone()).or_default().clone()
+    }
+}
+
+impl Guard {
+    /// Records every billed call in `ledger` and fills long-window counters from it. A guard
+    /// takes one ledger: a second call keeps the first.
+    pub fn with_ledger(self, ledger: Arc<dyn Ledger>) -> Self {
+        let _ = self.shared.ledger.set(ledger);
+        self
+    }
+
+    /// The guard's ledger, if it has one.
+    pub fn ledger(&self) -> Option<&Arc<dyn Ledger>> {
+        self.shared.ledger.get()
+    }
+
+    /// Counters this guard filled from the ledger, and ledger reads that failed.
+    pub fn fill_counts(&self) -> (u64, u64) {
+        let f = &self.shared.fill;
+        (
+            f.filled.load(Ordering::Relaxed),
+            f.ledger_errors.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Writes every ledger row billed so far (the guard keeps working afterwards).
+    pub fn close(&self) -> Result<(), LedgerError> {
+        match self.shared.ledger.get() {
+            Some(ledger) => ledger.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Whether a counter of this window and metric is filled from the ledger.
+pub fn is_filled_window(window: Window, metric: Metric) -> bool {
+    metric != Metric::Concurrency
+        && match window {
+            Window::Calendar(_) => true,
+            Window::Sliding { seconds } => seconds >= FILL_MIN_SLIDING_SECONDS,
+            Window::WhileRunning => false,
+        }
+}
+
+/// The ledger rows a counter's bucket counts.
+pub fn sum_filter(key: &CounterKey) -> SumFilter {
+    let id = &key.id;
+    let text = |v: &Option<Arc<str>>| v.as_deref().map(str::to_string);
+    let mut f = SumFilter {
+        since: key.bucket,
+        until: id.window.bucket_end(key.bucket),
+        ..SumFilter::default()
+    };
+    match id.scope {
+        Scope::PersonModel => {
+            f.user = text(&id.user);
+            f.model = text(&id.model);
+        }
+        Scope::TeamShared => {
+            f.team = text(&id.team);
+            f.model = text(&id.model);
+        }
+        Scope::TeamMember => {
+            f.team = text(&id.team);
+            f.user = text(&id.user);
+            f.model = text(&id.model);
+        }
+        Scope::PublicShared => {
+            f.source_type = Some("public".into());
+            f.model = text(&id.model);
+        }
+        Scope::TeamTotal => f.team = text(&id.team),
+        Scope::ModelTotal => f.model = text(&id.model),
+        Scope::PersonAllModels => f.user = text(&id.user),
+    }
+    f
+}
+
+/// Fills every key that needs it (no ledger: nothing to do). Never fails: a store or
+/// ledger error leaves the counter as it is.
+pub(crate) async fn fill_keys(shared: &Shared, keys: &[CounterKey], now: Millis) {
+    let Some(ledger) = shared.ledger.get() else {
+        return;
+    };
+    let state = &shared.fill;
+    let candidates: Vec<CounterKey> = keys
+        .iter()
+        .filter(|k| is_filled_window(k.id.window, k.id.metric))
+        .filter(|k| !state.is_known(k) && !state.waiting(k, now))
+        .cloned()
+        .collect();
+    if candidates.is_empty() {
+        return;
+    }
+    let Ok(marks) = shared.store.filled(candidates.clone(), now).await else {
+        return;
+    };
+    for (key, marked) in candidates.into_iter().zip(marks) {
+        if marked {
+            state.know(&key);
+            continue;
+        }
+        let lock = state.lock_of(&key);
+        let _one_at_a_time = lock.lock().await;
+        if state.is_known(&key) || state.waiting(&key, now) {
+            continue;
+        }
+        let used = match ledger.sum(&sum_filter(&key), key.id.metric) {
+            Ok(used) => used,
+            Err(e) => {
+                super::guard::bump(&state.ledger_errors);
+                eprintln!(
+                    "usage_guard: fill {}: {e}; trying again in a minute",
+                    key.render()
+                );
+                state
+                    .retry_at
+                    .lock()
+                    .insert(key.clone(), now + FILL_RETRY_MS);
+                continue;
+            }
+        };
+        let retain = key.id.window.retain_until(key.bucket);
+        match shared.store.fill(key.clone(), used, retain, now).await {
+            Ok(did) => {
+                if did {
+                    super::guard::bump(&state.filled);
+                }
+                state.know(&key);
+            }
+            Err(e) => super::guard::log_store_error("fill", &e),
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The usage ledger: one append-only row per billed call, written off the admission path by a
+//! background writer thread in batches, idempotent by ticket id. It answers usage queries
+//! (grouped by user, team, model and day) and the sums that fill counters after a restart.
+//!
+//! Every backend operation runs on the writer thread, in the order it was asked: a sum or a
+//! query therefore sees every row recorded before it, and a blocking database client never
+//! runs inside an async runtime.
+
+mod postgres;
+mod sql;
+mod sqlite;
+mod writer;
+
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+pub use self::postgres::PostgresLedger;
+pub use self::sqlite::SqliteLedger;
+pub use sql::{Dialect, Param};
+
+use super::clock::Millis;
+use super::rule::Metric;
+
+/// One billed call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerRow {
+    /// The ticket's id (or `<batch id>/<result id>` for a batch result): the primary key.
+    pub ticket_id: String,
+    /// When the call was billed (ms since the epoch, guard clock).
+    pub at_ms: Millis,
+    pub user: Option<String>,
+    /// Every team on the call's path.
+    pub teams: Vec<String>,
+    /// The source billed: `direct`, `team` or `public`.
+    pub source_type: String,
+    pub source_id: String,
+    pub model: String,
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub cost_micros: u64,
+    pub compute_ms: u64,
+    pub request_id: Option<String>,
+    /// Free JSON the caller attached.
+    pub metadata: Option<serde_json::Value>,
+}
+
+impl LedgerRow {
+    /// The billed team (when the source is a team).
+    pub fn team(&self) -> Option<&str> {
+        (self.source_type == "team").then_some(self.source_id.as_str())
+    }
+}
+
+/// Which rows a counter sum counts: every set field must match; the time range is
+/// `[since, until)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SumFilter {
+    pub user: Option<String>,
+    /// The billed team (`source_type = 'team' AND source_id = team`).
+    pub team: Option<String>,
+    /// The billed source type (`public` for a model's public use).
+    pub source_type: Option<String>,
+    pub model: Option<String>,
+    pub since: Millis,
+    pub until: Millis,
+}
+
+/// What to group usage by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupBy {
+    User,
+    Team,
+    Model,
+    Day,
+}
+
+impl GroupBy {
+    /// Parses `user`, `team`, `model` or `day`.
+    pub fn parse(word: &str) -> Option<GroupBy> {
+        match word {
+            "user" => Some(GroupBy::User),
+            "team" => Some(GroupBy::Team),
+            "model" => Some(GroupBy::Model),
+            "day" => Some(GroupBy::Day),
+            _ => None,
+        }
+    }
+
+    /// The word for the key.
+    pub fn word(self) -> &'static str {
+        match self {
+            GroupBy::User => "user",
+            GroupBy::Team => "team",
+            GroupBy::Model => "model",
+            GroupBy::Day => "day",
+        }
+    }
+}
+
+/// A usage query: filters (`None` matches everything; `team` is the billed team) and the keys
+/// to group by, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsageQuery {
+    pub user: Option<String>,
+    pub team: Option<String>,
+    pub model: Option<String>,
+    pub since: Option<Millis>,
+    pub until: Option<Millis>,
+    pub group_by: Vec<GroupBy>,
+}
+
+/// Usage of one group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsageGroup {
+    /// The group's keys, in `group_by` order (`None` e.g. for the team of a non-team call).
+    pub keys: Vec<(GroupBy, Option<String>)>,
+    pub requests: u64,
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub cost_micros: u64,
+    pub compute_ms: u64,
+}
+
+impl UsageGroup {
+    /// Input plus output tokens.
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
+}
+
+/// The ledger could not be opened, written or read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("usage ledger error: {0}")]
+pub struct LedgerError(pub String);
+
+/// Where billed calls are recorded. `record` never blocks on the database; everything else
+/// waits for the writer thread.
+pub trait Ledger: Send + Sync + std::fmt::Debug {
+    /// Queues a row for writing (a row with a ticket id already written is ignored).
+    fn record(&self, row: LedgerRow);
+    /// Waits until every row queued before the call is written.
+    fn flush(&self) -> Result<(), LedgerError>;
+    /// Flushes and stops the writer; later records are dropped (and counted).
+    fn close(&self) -> Result<(), LedgerError>;
+    /// The sum of `metric` over the rows matching `filter` (`requests` counts rows).
+    fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError>;
+    /// Usage grouped as asked.
+    fn query(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>, LedgerError>;
+    /// Rows waiting to be written, and rows dropped because the ledger was closed.
+    fn pending(&self) -> (usize, u64);
+}
+
+static OPEN_LEDGERS: Mutex<Vec<Weak<dyn Ledger>>> = Mutex::new(Vec::new());
+
+/// Remembers a ledger so `flush_all` reaches it (at interpreter exit).
+pub fn register_open(ledger: &Arc<dyn Ledger>) {
+    let mut open = OPEN_LEDGERS.lock();
+    open.retain(|w| w.strong_count() > 0);
+    open.push(Arc::downgrade(ledger));
+}
+
+/// Flushes every ledger still alive; returns the errors' texts.
+pub fn flush_all() -> Vec<String> {
+    let live: Vec<Arc<dyn Ledger>> = OPEN_LEDGERS
+        .lock()
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    live.iter()
+        .filter_map(|l| l.flush().err().map(|e| e.to_string()))
+        .collect()
+}
+
+/// The day (`YYYY-MM-DD`, UTC) of an instant.
+pub fn day_of(at_ms: Millis) -> String {
+    match chrono::DateTime::from_timestamp_millis(at_ms) {
+        Some(t) => t.format("%Y-%m-%d").to_string(),
+        None => "invalid".into(),
+    }
+}

@@ -1,0 +1,203 @@
+//! The PostgreSQL ledger: a URL; the table is created on first use, and a lost connection is
+//! opened again at the next operation.
+
+use postgres::types::ToSql;
+use postgres::{Client, NoTls};
+
+use super::sql::{self, Dialect, Param};
+use super::writer::{Backend, Writer};
+use super::{Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
+use crate::guard::rule::Metric;
+
+struct PostgresBackend {
+    url: String,
+    client: Option<Client>,
+}
+
+type Boxed = Box<dyn ToSql + Sync>;
+
+fn boxed(params: Vec<Param>) -> Vec<Boxed> {
+    params
+        .into_iter()
+        .map(|p| -> Boxed {
+            match p {
+                Param::Text(s) => Box::new(s),
+                Param::OptText(s) => Box::new(s),
+                Param::Int(i) => Box::new(i),
+            }
+        })
+        .collect()
+}
+
+fn refs(params: &[Boxed]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|b| b.as_ref()).collect()
+}
+
+fn whole(row: &postgres::Row, i: usize) -> Result<u64, String> {
+    row.try_get::<_, i64>(i)
+        .map(|v| v.max(0) as u64)
+        .map_err(|e| e.to_string())
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl PostgresBackend {
+    fn connect(url: &str) -> Result<Client, String> {
+        let mut client = Client::connect(url, NoTls).map_err(|e| {
+            format!(
+                "cannot connect to the PostgreSQL ledger {}: {e}",
+                redact(url)
+            )
+        })?;
+        // Two processes creating the table at once can collide; the second try sees it.
+        if client.batch_execute(sql::SCHEMA).is_err() {
+            client
+                .batch_execute(sql::SCHEMA)
+                .map_err(|e| format!("cannot create the ledger table: {e}"))?;
+        }
+        Ok(client)
+    }
+
+    fn client(&mut self) -> Result<&mut Client, String> {
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            self.client = Some(Self::connect(&self.url)?);
+        }
+        Ok(self.client.as_mut().expect("connected above"))
+    }
+
+    /// Runs `op`; a failure drops the connection when it was lost, so the next call reconnects.
+    fn with<T>(&mut self, op: impl FnOnce(&mut Client) -> Result<T, String>) -> Result<T, String> {
+        let result = op(self.client()?);
+        if result.is_err() && self.client.as_ref().is_some_and(Client::is_closed) {
+            self.client = None;
+        }
+        result
+    }
+}
+
+impl Backend for PostgresBackend {
+    fn write(&mut self, rows: &[LedgerRow]) -> Result<(), String> {
+        self.with(|client| {
+            let mut tx = client.transaction().map_err(|e| e.to_string())?;
+            let insert = tx
+                .prepare(&sql::insert_sql(Dialect::Postgres))
+                .map_err(|e| e.to_string())?;
+            for row in rows {
+                let params = boxed(sql::insert_params(row));
+                tx.execute(&insert, &refs(&params))
+                    .map_err(|e| e.to_string())?;
+            }
+            tx.commit().map_err(|e| e.to_string())
+        })
+    }
+
+    fn sum(&mut self, filter: &SumFilter, metric: Metric) -> Result<u64, String> {
+        let (q, params) = sql::sum_sql(Dialect::Postgres, filter, metric);
+        let params = boxed(params);
+        self.with(|client| {
+            let row = client
+                .query_one(&q, &refs(&params))
+                .map_err(|e| e.to_string())?;
+            whole(&row, 0)
+        })
+    }
+
+    fn query(&mut self, query: &UsageQuery) -> Result<Vec<UsageGroup>, String> {
+        let (q, params) = sql::query_sql(Dialect::Postgres, query);
+        let params = boxed(params);
+        let groups = query.group_by.clone();
+        self.with(|client| {
+            let rows = client
+                .query(&q, &refs(&params))
+                .map_err(|e| e.to_string())?;
+            let n = groups.len();
+            rows.iter()
+                .map(|r| {
+                    let mut keys = Vec::with_capacity(n);
+                    for (i, g) in groups.iter().enumerate() {
+                        let key: Option<String> = r.try_get(i).map_err(|e| e.to_string())?;
+                        keys.push((*g, key));
+                    }
+                    Ok(UsageGroup {
+                        keys,
+                        requests: whole(r, n)?,
+                        input_tokens: whole(r, n + 1)?,
+                        cached_input_tokens: whole(r, n + 2)?,
+                        output_tokens: whole(r, n + 3)?,
+                        reasoning_tokens: whole(r, n + 4)?,
+                        cost_micros: whole(r, n + 5)?,
+                        compute_ms: whole(r, n + 6)?,
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+/// A ledger in PostgreSQL at `url` (`postgres://user@host:port/db`); no TLS.
+#[derive(Debug)]
+pub struct PostgresLedger {
+    url: String,
+    writer: Writer,
+}
+
+impl PostgresLedger {
+    /// Connects and creates the table if needed; fails when the server cannot be reached.
+    pub fn connect(url: &str) -> Result<Self, LedgerError> {
+        let owned = url.to_string();
+        let writer = Writer::start("postgres", move || {
+            let client = PostgresBackend::connect(&owned)?;
+            Ok(PostgresBackend {
+                url: owned,
+                client: Some(client),
+            })
+        })?;
+        Ok(PostgresLedger {
+            url: redact(url),
+            writer,
+        })
+    }
+
+    /// The URL, password hidden.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Ledger for PostgresLedger {
+    fn record(&self, row: LedgerRow) {
+        self.writer.record(row)
+    }
+
+    fn flush(&self) -> Result<(), LedgerError> {
+        self.writer.flush()
+    }
+
+    fn close(&self) -> Result<(), LedgerError> {
+        self.writer.close()
+    }
+
+    fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError> {
+        self.writer.sum(filter, metric)
+    }
+
+    fn query(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>, LedgerError> {
+        self.writer.query(query)
+    }
+
+    fn pending(&self) -> (usize, u64) {
+        self.writer.pending()
+    }
+}

@@ -1,0 +1,225 @@
+//! The SQL both backends share: the table, the idempotent insert, the sums and the grouped
+//! query. Only placeholders differ between SQLite (`?N`) and PostgreSQL (`$N`).
+
+use super::{GroupBy, LedgerRow, SumFilter, UsageQuery};
+use crate::guard::rule::Metric;
+
+/// Which database the SQL is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    fn placeholder(self, n: usize) -> String {
+        match self {
+            Dialect::Sqlite => format!("?{n}"),
+            Dialect::Postgres => format!("${n}"),
+        }
+    }
+}
+
+/// A bound parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Param {
+    Text(String),
+    OptText(Option<String>),
+    Int(i64),
+}
+
+/// The table and its indexes (created on first use).
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS usage_ledger (
+    ticket_id TEXT PRIMARY KEY,
+    at_ms BIGINT NOT NULL,
+    day TEXT NOT NULL,
+    user_id TEXT,
+    teams TEXT NOT NULL,
+    source_type TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    team_id TEXT,
+    model TEXT NOT NULL,
+    input_tokens BIGINT NOT NULL,
+    cached_input_tokens BIGINT NOT NULL,
+    output_tokens BIGINT NOT NULL,
+    reasoning_tokens BIGINT NOT NULL,
+    cost_micros BIGINT NOT NULL,
+    compute_ms BIGINT NOT NULL,
+    request_id TEXT,
+    metadata TEXT
+);
+CREATE INDEX IF NOT EXISTS usage_ledger_user_at ON usage_ledger (user_id, at_ms);
+CREATE INDEX IF NOT EXISTS usage_ledger_model_at ON usage_ledger (model, at_ms);
+CREATE INDEX IF NOT EXISTS usage_ledger_team_at ON usage_ledger (team_id, at_ms);
+";
+
+const COLUMNS: [&str; 17] = [
+    "ticket_id",
+    "at_ms",
+    "day",
+    "user_id",
+    "teams",
+    "source_type",
+    "source_id",
+    "team_id",
+    "model",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost_micros",
+    "compute_ms",
+    "request_id",
+    "metadata",
+];
+
+fn int(v: u64) -> Param {
+    Param::Int(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// The insert: a row whose ticket id is already there is skipped.
+pub fn insert_sql(dialect: Dialect) -> String {
+    let values: Vec<String> = (1..=COLUMNS.len())
+        .map(|n| dialect.placeholder(n))
+        .collect();
+    format!(
+        "INSERT INTO usage_ledger ({}) VALUES ({}) ON CONFLICT (ticket_id) DO NOTHING",
+        COLUMNS.join(", "),
+        values.join(", ")
+    )
+}
+
+/// A row's parameters for `insert_sql`, in column order.
+pub fn insert_params(row: &LedgerRow) -> Vec<Param> {
+    vec![
+        Param::Text(row.ticket_id.clone()),
+        Param::Int(row.at_ms),
+        Param::Text(super::day_of(row.at_ms)),
+        Param::OptText(row.user.clone()),
+        Param::Text(serde_json::to_string(&row.teams).unwrap_or_else(|_| "[]".into())),
+        Param::Text(row.source_type.clone()),
+        Param::Text(row.source_id.clone()),
+        Param::OptText(row.team().map(str::to_string)),
+        Param::Text(row.model.clone()),
+        int(row.input_tokens),
+        int(row.cached_input_tokens),
+        int(row.output_tokens),
+        int(row.reasoning_tokens),
+        int(row.cost_micros),
+        int(row.compute_ms),
+        Param::OptText(row.request_id.clone()),
+        Param::OptText(row.metadata.as_ref().map(|m| m.to_string())),
+    ]
+}
+
+fn metric_expr(metric: Metric) -> &'static str {
+    match metric {
+        Metric::Tokens => "input_tokens + output_tokens",
+        Metric::InputTokens => "input_tokens",
+        Metric::OutputTokens => "output_tokens",
+        Metric::Cost => "cost_micros",
+        Metric::ComputeMs => "compute_ms",
+        Metric::Requests | Metric::Concurrency => "1",
+    }
+}
+
+struct Where {
+    dialect: Dialect,
+    clauses: Vec<String>,
+    params: Vec<Param>,
+}
+
+impl Where {
+    fn new(dialect: Dialect) -> Self {
+        Where {
+            dialect,
+            clauses: Vec::new(),
+            params: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, column_op: &str, param: Param) {
+        self.params.push(param);
+        let ph = self.dialect.placeholder(self.params.len());
+        self.clauses.push(format!("{column_op} {ph}"));
+    }
+
+    fn text(&mut self, column: &str, value: &Option<String>) {
+        if let Some(v) = value {
+            self.add(&format!("{column} ="), Param::Text(v.clone()));
+        }
+    }
+
+    fn sql(&self) -> String {
+        if self.clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", self.clauses.join(" AND "))
+        }
+    }
+}
+
+/// `SELECT CAST(COALESCE(SUM(...), 0) AS BIGINT)` over the filter.
+pub fn sum_sql(dialect: Dialect, filter: &SumFilter, metric: Metric) -> (String, Vec<Param>) {
+    let mut w = Where::new(dialect);
+    w.text("user_id", &filter.user);
+    w.text("team_id", &filter.team);
+    w.text("source_type", &filter.source_type);
+    w.text("model", &filter.model);
+    w.add("at_ms >=", Param::Int(filter.since));
+    w.add("at_ms <", Param::Int(filter.until));
+    (
+        format!(
+            "SELECT CAST(COALESCE(SUM({}), 0) AS BIGINT) FROM usage_ledger{}",
+            metric_expr(metric),
+            w.sql()
+        ),
+        w.params,
+    )
+}
+
+fn group_column(g: GroupBy) -> &'static str {
+    match g {
+        GroupBy::User => "user_id",
+        GroupBy::Team => "team_id",
+        GroupBy::Model => "model",
+        GroupBy::Day => "day",
+    }
+}
+
+/// The grouped usage query: the group columns first, then requests and the seven sums.
+pub fn query_sql(dialect: Dialect, q: &UsageQuery) -> (String, Vec<Param>) {
+    let mut w = Where::new(dialect);
+    w.text("user_id", &q.user);
+    w.text("team_id", &q.team);
+    w.text("model", &q.model);
+    if let Some(since) = q.since {
+        w.add("at_ms >=", Param::Int(since));
+    }
+    if let Some(until) = q.until {
+        w.add("at_ms <", Param::Int(until));
+    }
+    let groups: Vec<&str> = q.group_by.iter().map(|g| group_column(*g)).collect();
+    let sums = [
+        "input_tokens",
+        "cached_input_tokens",
+        "output_tokens",
+        "reasoning_tokens",
+        "cost_micros",
+        "compute_ms",
+    ]
+    .map(|c| format!("CAST(COALESCE(SUM({c}), 0) AS BIGINT)"))
+    .join(", ");
+    let mut select: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+    select.push("CAST(COUNT(*) AS BIGINT)".into());
+    select.push(sums);
+    let mut sql = format!("SELECT {} FROM usage_ledger{}", select.join(", "), w.sql());
+    if !groups.is_empty() {
+        let cols = groups.join(", ");
+        // NULL keys last on both databases.
+        let order: Vec<String> = groups.iter().map(|g| format!("{g} IS NULL, {g}")).collect();
+        sql.push_str(&format!(" GROUP BY {cols} ORDER BY {}", order.join(", ")));
+    }
+    (sql, w.params)
+}

@@ -1,0 +1,155 @@
+//! The SQLite ledger: the embedded default, in a file or in memory.
+
+use rusqlite::types::{ToSqlOutput, Value};
+use rusqlite::{params_from_iter, Connection, ToSql};
+
+use super::sql::{self, Dialect, Param};
+use super::writer::{Backend, Writer};
+use super::{GroupBy, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
+use crate::guard::rule::Metric;
+
+impl ToSql for Param {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Owned(match self {
+            Param::Text(s) => Value::Text(s.clone()),
+            Param::OptText(Some(s)) => Value::Text(s.clone()),
+            Param::OptText(None) => Value::Null,
+            Param::Int(i) => Value::Integer(*i),
+        }))
+    }
+}
+
+struct SqliteBackend {
+    conn: Connection,
+}
+
+fn text(e: rusqlite::Error) -> String {
+    e.to_string()
+}
+
+impl SqliteBackend {
+    fn open(path: &str) -> Result<Self, String> {
+        let conn = if path == ":memory:" {
+            Connection::open_in_memory()
+        } else {
+            Connection::open(path)
+        }
+        .map_err(|e| format!("cannot open the SQLite ledger {path:?}: {e}"))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(text)?;
+        if path != ":memory:" {
+            // WAL lets readers in other processes work while this one writes.
+            let _: String = conn
+                .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+                .map_err(text)?;
+        }
+        conn.execute_batch(sql::SCHEMA)
+            .map_err(|e| format!("cannot create the ledger table in {path:?}: {e}"))?;
+        Ok(SqliteBackend { conn })
+    }
+}
+
+/// A whole number from a BIGINT column (negative never happens; read as 0).
+fn whole(row: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<u64> {
+    Ok(row.get::<_, i64>(i)?.max(0) as u64)
+}
+
+impl Backend for SqliteBackend {
+    fn write(&mut self, rows: &[LedgerRow]) -> Result<(), String> {
+        let tx = self.conn.transaction().map_err(text)?;
+        {
+            let mut insert = tx
+                .prepare_cached(&sql::insert_sql(Dialect::Sqlite))
+                .map_err(text)?;
+            for row in rows {
+                insert
+                    .execute(params_from_iter(sql::insert_params(row)))
+                    .map_err(text)?;
+            }
+        }
+        tx.commit().map_err(text)
+    }
+
+    fn sum(&mut self, filter: &SumFilter, metric: Metric) -> Result<u64, String> {
+        let (q, params) = sql::sum_sql(Dialect::Sqlite, filter, metric);
+        self.conn
+            .query_row(&q, params_from_iter(params), |r| whole(r, 0))
+            .map_err(text)
+    }
+
+    fn query(&mut self, query: &UsageQuery) -> Result<Vec<UsageGroup>, String> {
+        let (q, params) = sql::query_sql(Dialect::Sqlite, query);
+        let mut stmt = self.conn.prepare(&q).map_err(text)?;
+        let groups: &[GroupBy] = &query.group_by;
+        let rows = stmt
+            .query_map(params_from_iter(params), |r| {
+                let n = groups.len();
+                let mut keys = Vec::with_capacity(n);
+                for (i, g) in groups.iter().enumerate() {
+                    keys.push((*g, r.get::<_, Option<String>>(i)?));
+                }
+                Ok(UsageGroup {
+                    keys,
+                    requests: whole(r, n)?,
+                    input_tokens: whole(r, n + 1)?,
+                    cached_input_tokens: whole(r, n + 2)?,
+                    output_tokens: whole(r, n + 3)?,
+                    reasoning_tokens: whole(r, n + 4)?,
+                    cost_micros: whole(r, n + 5)?,
+                    compute_ms: whole(r, n + 6)?,
+                })
+            })
+            .map_err(text)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(text)
+    }
+}
+
+/// A ledger in a SQLite file (or in memory with `":memory:"`); the table is created on open.
+#[derive(Debug)]
+pub struct SqliteLedger {
+    path: String,
+    writer: Writer,
+}
+
+impl SqliteLedger {
+    /// Opens (creating if needed) the ledger at `path`, or an in-memory one for `":memory:"`.
+    pub fn open(path: &str) -> Result<Self, LedgerError> {
+        let owned = path.to_string();
+        let writer = Writer::start("sqlite", move || SqliteBackend::open(&owned))?;
+        Ok(SqliteLedger {
+            path: path.to_string(),
+            writer,
+        })
+    }
+
+    /// The file path (or `":memory:"`).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl Ledger for SqliteLedger {
+    fn record(&self, row: LedgerRow) {
+        self.writer.record(row)
+    }
+
+    fn flush(&self) -> Result<(), LedgerError> {
+        self.writer.flush()
+    }
+
+    fn close(&self) -> Result<(), LedgerError> {
+        self.writer.close()
+    }
+
+    fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError> {
+        self.writer.sum(filter, metric)
+    }
+
+    fn query(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>, LedgerError> {
+        self.writer.query(query)
+    }
+
+    fn pending(&self) -> (usize, u64) {
+        self.writer.pending()
+    }
+}

@@ -1,0 +1,281 @@
+//! The writer thread every ledger runs: it owns the database connection, writes queued rows
+//! in batches (up to `BATCH_ROWS` a transaction), keeps rows a failed write left and tries
+//! them again, and answers sums and queries in order with the writes.
+
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::{LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
+use crate::guard::rule::Metric;
+
+/// The most rows written in one transaction.
+pub const BATCH_ROWS: usize = 500;
+/// How long rows a failed write left wait before the next try (when nothing else comes).
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Rows kept for retry at most; beyond it the oldest are dropped (and counted).
+const MAX_PENDING: usize = 1_000_000;
+
+/// A database the writer thread talks to.
+pub trait Backend: Send + 'static {
+    /// Writes rows in one transaction, skipping ticket ids already present.
+    fn write(&mut self, rows: &[LedgerRow]) -> Result<(), String>;
+    /// The sum of a metric over matching rows.
+    fn sum(&mut self, filter: &SumFilter, metric: Metric) -> Result<u64, String>;
+    /// Grouped usage.
+    fn query(&mut self, query: &UsageQuery) -> Result<Vec<UsageGroup>, String>;
+}
+
+type Reply<T> = Sender<Result<T, LedgerError>>;
+
+enum Msg {
+    Row(Box<LedgerRow>),
+    Flush(Reply<()>),
+    Sum(SumFilter, Metric, Reply<u64>),
+    Query(UsageQuery, Reply<Vec<UsageGroup>>),
+    Stop(Reply<()>),
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    pending: usize,
+    dropped: u64,
+}
+
+/// The handle to a writer thread.
+#[derive(Debug)]
+pub struct Writer {
+    tx: Mutex<Option<Sender<Msg>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    counts: Arc<Mutex<Counts>>,
+}
+
+fn gone() -> LedgerError {
+    LedgerError("the ledger is closed".into())
+}
+
+impl Writer {
+    /// Starts a writer thread on the backend `open` makes (in the thread); fails when it
+    /// cannot be opened.
+    pub fn start<B, F>(name: &str, open: F) -> Result<Writer, LedgerError>
+    where
+        B: Backend,
+        F: FnOnce() -> Result<B, String> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel::<Msg>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let counts = Arc::new(Mutex::new(Counts::default()));
+        let thread_counts = counts.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("usage-guard-ledger-{name}"))
+            .spawn(move || match open() {
+                Ok(backend) => {
+                    let _ = ready_tx.send(Ok(()));
+                    run(backend, rx, thread_counts);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .map_err(|e| LedgerError(format!("cannot start the writer thread: {e}")))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Writer {
+                tx: Mutex::new(Some(tx)),
+                thread: Mutex::new(Some(thread)),
+                counts,
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(LedgerError(e))
+            }
+            Err(_) => Err(LedgerError("the writer thread failed to start".into())),
+        }
+    }
+
+    fn send(&self, msg: Msg) -> bool {
+        match self.tx.lock().as_ref() {
+            Some(tx) => tx.send(msg).is_ok(),
+            None => false,
+        }
+    }
+
+    fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Msg) -> Result<T, LedgerError> {
+        let (tx, rx) = mpsc::channel();
+        if !self.send(make(tx)) {
+            return Err(gone());
+        }
+        rx.recv().map_err(|_| gone())?
+    }
+
+    /// Queues a row.
+    pub fn record(&self, row: LedgerRow) {
+        self.counts.lock().pending += 1;
+        if !self.send(Msg::Row(Box::new(row))) {
+            let mut c = self.counts.lock();
+            c.pending -= 1;
+            c.dropped += 1;
+        }
+    }
+
+    /// Waits for every row queued so far to be written.
+    pub fn flush(&self) -> Result<(), LedgerError> {
+        self.ask(Msg::Flush)
+    }
+
+    /// A sum, after every row queued so far.
+    pub fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError> {
+        self.ask(|r| Msg::Sum(filter.clone(), metric, r))
+    }
+
+    /// A grouped query, after every row queued so far.
+    pub fn query(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>, LedgerError> {
+        self.ask(|r| Msg::Query(query.clone(), r))
+    }
+
+    /// Flushes and stops the thread; later calls answer "closed".
+    pub fn close(&self) -> Result<(), LedgerError> {
+        let result = match self.ask(Msg::Stop) {
+            Err(e) if e == gone() && self.tx.lock().is_none() => Ok(()),
+            other => other,
+        };
+        self.tx.lock().take();
+        if let Some(thread) = self.thread.lock().take() {
+            let _ = thread.join();
+        }
+        result
+    }
+
+    /// Rows not yet written, and rows dropped.
+    pub fn pending(&self) -> (usize, u64) {
+        let c = self.counts.lock();
+        (c.pending, c.dropped)
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+struct Loop<B> {
+    backend: B,
+    pending: Vec<LedgerRow>,
+    counts: Arc<Mutex<Counts>>,
+}
+
+impl<B: Backend> Loop<B> {
+    /// Writes what is pending, a batch at a time; stops at the first failure.
+    fn write_pending(&mut self) -> Result<(), LedgerError> {
+        while !self.pending.is_empty() {
+            let n = self.pending.len().min(BATCH_ROWS);
+            if let Err(e) = self.backend.write(&self.pending[..n]) {
+                eprintln!(
+                    "usage_guard: ledger write failed ({} rows kept): {e}",
+                    self.pending.len()
+                );
+                return Err(LedgerError(e));
+            }
+            self.pending.drain(..n);
+            self.counts.lock().pending -= n;
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, row: LedgerRow) {
+        if self.pending.len() >= MAX_PENDING {
+            self.pending.remove(0);
+            let mut c = self.counts.lock();
+            c.pending -= 1;
+            c.dropped += 1;
+        }
+        self.pending.push(row);
+    }
+}
+
+fn run<B: Backend>(backend: B, rx: Receiver<Msg>, counts: Arc<Mutex<Counts>>) {
+    let mut l = Loop {
+        backend,
+        pending: Vec::new(),
+        counts,
+    };
+    loop {
+        let msg = if l.pending.is_empty() {
+            match rx.recv() {
+                Ok(m) => m,
+                Err(_) => break,
+            }
+        } else {
+            match rx.recv_timeout(RETRY_AFTER) {
+                Ok(m) => m,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = l.write_pending();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        };
+        match msg {
+            Msg::Row(row) => {
+                l.take(*row);
+                // Take whatever else is queued, then write it together.
+                let mut other = None;
+                while l.pending.len() < BATCH_ROWS {
+                    match rx.try_recv() {
+                        Ok(Msg::Row(row)) => l.take(*row),
+                        Ok(m) => {
+                            other = Some(m);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let _ = l.write_pending();
+                if let Some(m) = other {
+                    if !answer(&mut l, m) {
+                        return;
+                    }
+                }
+            }
+            m => {
+                if !answer(&mut l, m) {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = l.write_pending();
+}
+
+/// Answers a non-row message; false when the loop must stop.
+fn answer<B: Backend>(l: &mut Loop<B>, msg: Msg) -> bool {
+    match msg {
+        Msg::Row(row) => {
+            l.take(*row);
+            let _ = l.write_pending();
+        }
+        Msg::Flush(reply) => {
+            let _ = reply.send(l.write_pending());
+        }
+        Msg::Sum(filter, metric, reply) => {
+            let _ = reply.send(
+                l.write_pending()
+                    .and_then(|_| l.backend.sum(&filter, metric).map_err(LedgerError)),
+            );
+        }
+        Msg::Query(query, reply) => {
+            let _ = reply.send(
+                l.write_pending()
+                    .and_then(|_| l.backend.query(&query).map_err(LedgerError)),
+            );
+        }
+        Msg::Stop(reply) => {
+            let _ = reply.send(l.write_pending());
+            return false;
+        }
+    }
+    true
+}

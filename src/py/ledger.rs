@@ -1,0 +1,374 @@
+//! Ledgers and batches as Python objects: `SqliteLedger`, `PostgresLedger` (query, flush,
+//! close), `BatchTicket`, and the flush of every ledger at interpreter exit.
+
+use std::sync::Arc;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use super::clock::instant;
+use super::convert::{py_to_json, source_to_py, whole};
+use crate::guard::batch::{BatchRequest, BatchTicket};
+use crate::guard::guard::Guard;
+use crate::guard::ledger::{
+    flush_all, register_open, GroupBy, Ledger, LedgerError as CoreLedgerError, PostgresLedger,
+    SqliteLedger, UsageQuery,
+};
+use crate::guard::ticket::{BillInfo, Billed, Usage};
+
+create_exception!(
+    usage_guard._core,
+    LedgerError,
+    PyRuntimeError,
+    "The usage ledger could not be opened, written or read."
+);
+
+fn ledger_err(e: CoreLedgerError) -> PyErr {
+    LedgerError::new_err(e.0)
+}
+
+fn query(py: Python<'_>, ledger: &Arc<dyn Ledger>, q: UsageQuery) -> PyResult<Py<PyList>> {
+    let l = ledger.clone();
+    let groups = py.detach(move || l.query(&q)).map_err(ledger_err)?;
+    let list = PyList::empty(py);
+    for g in groups {
+        let d = PyDict::new(py);
+        for (key, value) in &g.keys {
+            d.set_item(key.word(), value.as_deref())?;
+        }
+        d.set_item("requests", g.requests)?;
+        d.set_item("tokens", g.tokens())?;
+        d.set_item("input_tokens", g.input_tokens)?;
+        d.set_item("cached_input_tokens", g.cached_input_tokens)?;
+        d.set_item("output_tokens", g.output_tokens)?;
+        d.set_item("reasoning_tokens", g.reasoning_tokens)?;
+        d.set_item("cost_micros", g.cost_micros)?;
+        d.set_item("compute_ms", g.compute_ms)?;
+        list.append(d)?;
+    }
+    Ok(list.unbind())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn usage_query(
+    user: Option<String>,
+    team: Option<String>,
+    model: Option<String>,
+    since: Option<&Bound<'_, PyAny>>,
+    until: Option<&Bound<'_, PyAny>>,
+    group_by: Option<Vec<String>>,
+) -> PyResult<UsageQuery> {
+    let group_by = group_by
+        .unwrap_or_else(|| vec!["user".into(), "team".into(), "model".into(), "day".into()])
+        .iter()
+        .map(|w| {
+            GroupBy::parse(w).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "group_by: {w:?} is not a grouping; accepted: user, team, model, day"
+                ))
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let at = |v: Option<&Bound<'_, PyAny>>, name: &str| -> PyResult<Option<i64>> {
+        v.filter(|v| !v.is_none())
+            .map(|v| instant(v, name))
+            .transpose()
+    };
+    Ok(UsageQuery {
+        user,
+        team,
+        model,
+        since: at(since, "since")?,
+        until: at(until, "until")?,
+        group_by,
+    })
+}
+
+macro_rules! ledger_class {
+    ($ty:ident, { $($ctor:tt)* }) => {
+        #[pymethods]
+        impl $ty {
+            $($ctor)*
+
+            /// Usage grouped by `group_by` (default: user, team, model, day), filtered by user,
+            /// billed team, model and `[since, until)` (ISO 8601 or datetime). Each group is a
+            /// dict of its keys, requests, tokens, input/cached/output/reasoning tokens,
+            /// cost_micros and compute_ms.
+            #[pyo3(signature = (user = None, team = None, model = None, since = None, until = None, group_by = None))]
+            #[allow(clippy::too_many_arguments)]
+            fn query(
+                &self,
+                py: Python<'_>,
+                user: Option<String>,
+                team: Option<String>,
+                model: Option<String>,
+                since: Option<&Bound<'_, PyAny>>,
+                until: Option<&Bound<'_, PyAny>>,
+                group_by: Option<Vec<String>>,
+            ) -> PyResult<Py<PyList>> {
+                let q = usage_query(user, team, model, since, until, group_by)?;
+                query(py, &self.inner, q)
+            }
+
+            /// Waits until every row billed so far is written.
+            fn flush(&self, py: Python<'_>) -> PyResult<()> {
+                let l = self.inner.clone();
+                py.detach(move || l.flush()).map_err(ledger_err)
+            }
+
+            /// Flushes and stops the writer; later rows are dropped and counted.
+            fn close(&self, py: Python<'_>) -> PyResult<()> {
+                let l = self.inner.clone();
+                py.detach(move || l.close()).map_err(ledger_err)
+            }
+
+            /// `(rows waiting to be written, rows dropped)`.
+            #[getter]
+            fn pending(&self) -> (usize, u64) {
+                self.inner.pending()
+            }
+
+            fn __repr__(&self) -> String {
+                format!("{}({:?})", stringify!($ty).trim_start_matches("Py"), self.where_)
+            }
+        }
+    };
+}
+
+/// A ledger in a SQLite file, or in memory (`":memory:"`, the default).
+#[pyclass(name = "SqliteLedger", module = "usage_guard._core", frozen)]
+pub struct PySqliteLedger {
+    inner: Arc<dyn Ledger>,
+    where_: String,
+}
+
+ledger_class!(PySqliteLedger, {
+    #[new]
+    #[pyo3(signature = (path = ":memory:"))]
+    fn new(py: Python<'_>, path: &str) -> PyResult<Self> {
+        let p = path.to_string();
+        let ledger = py
+            .detach(move || SqliteLedger::open(&p))
+            .map_err(ledger_err)?;
+        let inner: Arc<dyn Ledger> = Arc::new(ledger);
+        register_open(&inner);
+        Ok(Self {
+            inner,
+            where_: path.to_string(),
+        })
+    }
+});
+
+/// A ledger in PostgreSQL (`postgres://user@host:port/db`); the table is created on first use.
+#[pyclass(name = "PostgresLedger", module = "usage_guard._core", frozen)]
+pub struct PyPostgresLedger {
+    inner: Arc<dyn Ledger>,
+    where_: String,
+}
+
+ledger_class!(PyPostgresLedger, {
+    #[new]
+    fn new(py: Python<'_>, url: String) -> PyResult<Self> {
+        let u = url.clone();
+        let ledger = py
+            .detach(move || PostgresLedger::connect(&u))
+            .map_err(ledger_err)?;
+        let where_ = ledger.url().to_string();
+        let inner: Arc<dyn Ledger> = Arc::new(ledger);
+        register_open(&inner);
+        Ok(Self { inner, where_ })
+    }
+});
+
+/// The ledger behind a Python ledger object.
+pub fn extract_ledger(ledger: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Arc<dyn Ledger>>> {
+    let Some(ledger) = ledger.filter(|l| !l.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(l) = ledger.cast::<PySqliteLedger>() {
+        return Ok(Some(l.get().inner.clone()));
+    }
+    if let Ok(l) = ledger.cast::<PyPostgresLedger>() {
+        return Ok(Some(l.get().inner.clone()));
+    }
+    Err(PyTypeError::new_err(format!(
+        "ledger must be a SqliteLedger or a PostgresLedger, not {}",
+        ledger.get_type()
+    )))
+}
+
+/// Flushes the guard's ledger.
+pub fn close_guard(py: Python<'_>, guard: &Guard) -> PyResult<()> {
+    let g = guard.clone();
+    py.detach(move || g.close()).map_err(ledger_err)
+}
+
+/// `request_id` / `metadata` of a bill.
+pub fn bill_info(
+    request_id: Option<String>,
+    metadata: Option<&Bound<'_, PyAny>>,
+) -> PyResult<BillInfo> {
+    Ok(BillInfo {
+        request_id,
+        metadata: metadata
+            .filter(|m| !m.is_none())
+            .map(|m| py_to_json(m, "metadata"))
+            .transpose()?,
+    })
+}
+
+/// A submitted batch: bill each result once with `bill_part`, then `finish`.
+#[pyclass(name = "BatchTicket", module = "usage_guard._core", frozen)]
+pub struct PyBatchTicket {
+    inner: BatchTicket,
+}
+
+fn batch_requests(requests: &Bound<'_, PyAny>) -> PyResult<Vec<BatchRequest>> {
+    let mut out = Vec::new();
+    for (i, item) in requests.try_iter()?.enumerate() {
+        let item = item?;
+        let d = item.cast::<PyDict>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "requests[{i}] must be a dict with id (or custom_id), prompt_tokens, max_tokens"
+            ))
+        })?;
+        let id = match d.get_item("id")?.or(d.get_item("custom_id")?) {
+            Some(id) => id.str()?.to_string(),
+            None => i.to_string(),
+        };
+        out.push(BatchRequest {
+            id,
+            prompt_tokens: whole("prompt_tokens", d.get_item("prompt_tokens")?.as_ref())?
+                .unwrap_or(0),
+            max_output_tokens: whole("max_tokens", d.get_item("max_tokens")?.as_ref())?,
+        });
+    }
+    Ok(out)
+}
+
+/// `guard.admit_batch(user, model, requests)`.
+pub fn admit_batch(
+    py: Python<'_>,
+    guard: &Guard,
+    user: String,
+    model: String,
+    requests: &Bound<'_, PyAny>,
+) -> PyResult<PyBatchTicket> {
+    let requests = batch_requests(requests)?;
+    let g = guard.clone();
+    let inner =
+        py.detach(move || futures::executor::block_on(g.admit_batch(&user, &model, requests)))?;
+    Ok(PyBatchTicket { inner })
+}
+
+/// `guard.resume_batch(state)`.
+pub fn resume_batch(guard: &Guard, state: &str) -> PyResult<PyBatchTicket> {
+    Ok(PyBatchTicket {
+        inner: guard.resume_batch(state)?,
+    })
+}
+
+fn billed_dict(py: Python<'_>, b: Option<Billed>) -> PyResult<Option<Py<PyDict>>> {
+    let Some(b) = b else { return Ok(None) };
+    let d = PyDict::new(py);
+    d.set_item("input_tokens", b.input_tokens)?;
+    d.set_item("cached_input_tokens", b.cached_input_tokens)?;
+    d.set_item("output_tokens", b.output_tokens)?;
+    d.set_item("reasoning_tokens", b.reasoning_tokens)?;
+    d.set_item("cost_micros", b.cost_micros)?;
+    d.set_item("compute_ms", b.compute_ms)?;
+    d.set_item("recorded", b.recorded)?;
+    Ok(Some(d.unbind()))
+}
+
+#[pymethods]
+impl PyBatchTicket {
+    /// The batch's id.
+    #[getter]
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+
+    /// The source billed.
+    #[getter]
+    fn source<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        source_to_py(py, self.inner.source())
+    }
+
+    /// What the whole batch holds, per metric.
+    #[getter]
+    fn reserved<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (metric, amount) in self.inner.reserved() {
+            d.set_item(metric.word(), amount)?;
+        }
+        Ok(d)
+    }
+
+    /// The batch as JSON text, for `guard.resume_batch(state)` on any server.
+    #[getter]
+    fn state(&self) -> String {
+        self.inner.state()
+    }
+
+    /// Bills one result the first time it is read on any server (returns what was billed),
+    /// and gives back its share of the reservation; later reads return None.
+    #[pyo3(signature = (result_id, input_tokens, output_tokens, cached_input_tokens = None, cost_micros = None, compute_ms = None, *, reasoning_tokens = None, request_id = None, metadata = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn bill_part(
+        &self,
+        py: Python<'_>,
+        result_id: String,
+        input_tokens: &Bound<'_, PyAny>,
+        output_tokens: &Bound<'_, PyAny>,
+        cached_input_tokens: Option<&Bound<'_, PyAny>>,
+        cost_micros: Option<&Bound<'_, PyAny>>,
+        compute_ms: Option<&Bound<'_, PyAny>>,
+        reasoning_tokens: Option<&Bound<'_, PyAny>>,
+        request_id: Option<String>,
+        metadata: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyDict>>> {
+        let usage = Usage {
+            input_tokens: whole("input_tokens", Some(input_tokens))?.unwrap_or(0),
+            output_tokens: whole("output_tokens", Some(output_tokens))?.unwrap_or(0),
+            cached_input_tokens: whole("cached_input_tokens", cached_input_tokens)?.unwrap_or(0),
+            reasoning_tokens: whole("reasoning_tokens", reasoning_tokens)?.unwrap_or(0),
+            cost_micros: whole("cost_micros", cost_micros)?,
+            compute_ms: whole("compute_ms", compute_ms)?,
+        };
+        let info = bill_info(request_id, metadata)?;
+        let batch = self.inner.clone();
+        let billed = py.detach(move || {
+            futures::executor::block_on(batch.bill_part(&result_id, usage, info))
+        })?;
+        billed_dict(py, billed)
+    }
+
+    /// Ends the batch: gives back the share of every result not billed. Returns how many
+    /// shares this call gave back.
+    fn finish(&self, py: Python<'_>) -> PyResult<usize> {
+        let batch = self.inner.clone();
+        Ok(py.detach(move || futures::executor::block_on(batch.finish()))?)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("BatchTicket(id={:?})", self.inner.id())
+    }
+}
+
+/// Flushes every open ledger (registered with `atexit` by the package).
+#[pyfunction]
+fn _flush_ledgers(py: Python<'_>) -> Vec<String> {
+    py.detach(flush_all)
+}
+
+/// Adds the ledger classes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("LedgerError", m.py().get_type::<LedgerError>())?;
+    m.add_class::<PySqliteLedger>()?;
+    m.add_class::<PyPostgresLedger>()?;
+    m.add_class::<PyBatchTicket>()?;
+    m.add_function(wrap_pyfunction!(_flush_ledgers, m)?)
+}
