@@ -84,4 +84,6 @@ suite!(
     concurrent_reservations_never_exceed_the_limit,
     empty_operations_are_no_ops,
     large_amounts_stay_exact,
+    fill_happens_once_and_keeps_the_larger,
+    marks_are_set_once_until_they_expire,
 );

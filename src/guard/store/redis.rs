@@ -25,6 +25,9 @@ const COMMON_LUA: &str = include_str!("lua/common.lua");
 const READ_LUA: &str = include_str!("lua/read.lua");
 const RESERVE_LUA: &str = include_str!("lua/reserve.lua");
 const SETTLE_LUA: &str = include_str!("lua/settle.lua");
+const FILLED_LUA: &str = include_str!("lua/filled.lua");
+const FILL_LUA: &str = include_str!("lua/fill.lua");
+const MARK_ONCE_LUA: &str = include_str!("lua/mark_once.lua");
 
 /// How long connecting, and each answer, may take before the store reports an error.
 pub const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
@@ -35,6 +38,9 @@ struct Scripts {
     read: Script,
     reserve: Script,
     settle: Script,
+    filled: Script,
+    fill: Script,
+    mark_once: Script,
 }
 
 impl Scripts {
@@ -44,6 +50,9 @@ impl Scripts {
             read: with_common(READ_LUA),
             reserve: with_common(RESERVE_LUA),
             settle: with_common(SETTLE_LUA),
+            filled: with_common(FILLED_LUA),
+            fill: with_common(FILL_LUA),
+            mark_once: Script::new(MARK_ONCE_LUA),
         }
     }
 }
@@ -64,6 +73,8 @@ struct Inner {
     scripts: Scripts,
     /// `{<escaped prefix>}:c:`
     key_head: String,
+    /// `{<escaped prefix>}:m:`
+    mark_head: String,
     description: String,
 }
 
@@ -93,11 +104,13 @@ fn store_error(context: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError(format!("redis {context}: {e}"))
 }
 
-fn key_head(prefix: &str) -> String {
+fn key_head(prefix: &str, kind: &str) -> String {
     let mut head = String::with_capacity(prefix.len() + 6);
     head.push('{');
     escape_id(prefix, &mut head);
-    head.push_str("}:c:");
+    head.push_str("}:");
+    head.push_str(kind);
+    head.push(':');
     head
 }
 
@@ -153,7 +166,8 @@ impl RedisStore {
             inner: Arc::new(Inner {
                 target,
                 scripts: Scripts::new(),
-                key_head: key_head(prefix),
+                key_head: key_head(prefix, "c"),
+                mark_head: key_head(prefix, "m"),
                 description,
             }),
         }
@@ -164,6 +178,13 @@ impl RedisStore {
     pub fn redis_key(&self, key: &CounterKey) -> String {
         let mut out = self.inner.key_head.clone();
         out.push_str(&key.render());
+        out
+    }
+
+    /// The Redis key of a `mark_once` mark: `{<prefix>}:m:<escaped mark>`.
+    pub fn mark_key(&self, mark: &str) -> String {
+        let mut out = self.inner.mark_head.clone();
+        escape_id(mark, &mut out);
         out
     }
 
@@ -346,6 +367,48 @@ impl CounterStore for RedisStore {
             call.key(redis_keys).arg(args);
             let _: i64 = call.invoke_async(&mut conn).await?;
             Ok(())
+        })
+    }
+
+    fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {
+        if keys.is_empty() {
+            return Box::pin(std::future::ready(Ok(Vec::new())));
+        }
+        let redis_keys: Vec<String> = keys.iter().map(|k| self.redis_key(k)).collect();
+        self.run("filled", move |inner, mut conn| async move {
+            let mut call = inner.scripts.filled.prepare_invoke();
+            call.key(redis_keys).arg(now);
+            let marks: Vec<i64> = call.invoke_async(&mut conn).await?;
+            Ok(marks.into_iter().map(|m| m == 1).collect())
+        })
+    }
+
+    fn fill(
+        &self,
+        key: CounterKey,
+        ledger_used: u64,
+        retain_until: Millis,
+        now: Millis,
+    ) -> StoreFuture<'_, bool> {
+        let redis_key = self.redis_key(&key);
+        self.run("fill", move |inner, mut conn| async move {
+            let mut call = inner.scripts.fill.prepare_invoke();
+            call.key(redis_key)
+                .arg(now)
+                .arg(ledger_used)
+                .arg(retain_until);
+            let filled: i64 = call.invoke_async(&mut conn).await?;
+            Ok(filled == 1)
+        })
+    }
+
+    fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {
+        let redis_key = self.mark_key(&mark);
+        self.run("mark_once", move |inner, mut conn| async move {
+            let mut call = inner.scripts.mark_once.prepare_invoke();
+            call.key(redis_key).arg(now).arg(keep_until);
+            let set: i64 = call.invoke_async(&mut conn).await?;
+            Ok(set == 1)
         })
     }
 }
