@@ -292,3 +292,55 @@ fn cluster_store_recovers_when_its_master_comes_back() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn batch_results_are_billed_once_across_guards_on_redis() {
+    use usage_guard::{BatchRequest, BillInfo, Metric};
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let extra = r#"
+[[limits.direct]]
+user = "dora"
+model = "gpt-5"
+rules = [{ metric = "tokens", amount = 1000000, window = "day" }]
+"#;
+    let guards: Vec<Guard> = (0..3)
+        .map(|_| {
+            let store = RedisStore::connect(&server.url(), "ug").unwrap();
+            guard(&store, &clock, policy(extra))
+        })
+        .collect();
+    let requests = (0..20)
+        .map(|i| BatchRequest {
+            id: format!("r{i}"),
+            prompt_tokens: 100,
+            max_output_tokens: Some(100),
+        })
+        .collect();
+    let batch =
+        futures::executor::block_on(guards[0].admit_batch("dora", "gpt-5", requests)).unwrap();
+    assert_eq!(batch.reserved(), vec![(Metric::Tokens, 4_000)]);
+    let state = batch.state();
+    let billed: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = guards
+            .iter()
+            .map(|g| {
+                let state = &state;
+                s.spawn(move || {
+                    let mine = g.resume_batch(state).unwrap();
+                    (0..20)
+                        .filter(|i| {
+                            let rid = format!("r{i}");
+                            let part = mine.bill_part(&rid, used(100, 30), BillInfo::default());
+                            futures::executor::block_on(part).unwrap().is_some()
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(billed, 20, "each result billed once across three guards");
+    let view = futures::executor::block_on(guards[1].usage(Some("dora"), "gpt-5")).unwrap();
+    assert_eq!((view.rules[0].used, view.rules[0].reserved), (20 * 130, 0));
+}
