@@ -3,7 +3,14 @@
 
 mod common;
 #[path = "common/store_cases.rs"]
-mod store_cases;
+mod store_cases_core;
+#[path = "common/store_cases_fill.rs"]
+mod store_cases_fill;
+
+mod store_cases {
+    pub use crate::store_cases_core::*;
+    pub use crate::store_cases_fill::*;
+}
 
 use std::sync::Arc;
 

@@ -15,7 +15,7 @@ use crate::{fixture, Kind};
 
 /// 2026-01-01T00:00:30Z.
 pub const T0: Millis = 1_767_225_630_000;
-const HOLD_MS: i64 = 15 * 60_000;
+pub const HOLD_MS: i64 = 15 * 60_000;
 
 pub fn counter(user: &str, window: Window, bucket: Millis) -> CounterKey {
     CounterKey {
@@ -31,11 +31,11 @@ pub fn counter(user: &str, window: Window, bucket: Millis) -> CounterKey {
     }
 }
 
-fn day(user: &str) -> CounterKey {
+pub fn day(user: &str) -> CounterKey {
     counter(user, Window::parse("day").unwrap(), T0 - 30_000)
 }
 
-fn item(key: &CounterKey, hold: u64, limit: Option<u64>, carried: u64) -> ReserveItem {
+pub fn item(key: &CounterKey, hold: u64, limit: Option<u64>, carried: u64) -> ReserveItem {
     ReserveItem {
         key: key.clone(),
         hold,
@@ -45,7 +45,7 @@ fn item(key: &CounterKey, hold: u64, limit: Option<u64>, carried: u64) -> Reserv
     }
 }
 
-fn add(key: &CounterKey, amount: u64) -> UsageAdd {
+pub fn add(key: &CounterKey, amount: u64) -> UsageAdd {
     UsageAdd {
         key: key.clone(),
         amount,
@@ -53,7 +53,7 @@ fn add(key: &CounterKey, amount: u64) -> UsageAdd {
     }
 }
 
-fn read(
+pub fn read(
     store: &dyn usage_guard::CounterStore,
     keys: &[CounterKey],
     now: Millis,
@@ -61,7 +61,7 @@ fn read(
     block_on(store.read(keys.to_vec(), now)).expect("read")
 }
 
-fn rd(used: u64, held: u64) -> CounterRead {
+pub fn rd(used: u64, held: u64) -> CounterRead {
     CounterRead { used, held }
 }
 
@@ -390,80 +390,4 @@ pub fn empty_operations_are_no_ops(kind: Kind) {
     );
     block_on(s.settle(vec![], 1, vec![], T0)).unwrap();
     assert_eq!(read(s, &[day("none")], T0), vec![rd(0, 0)]);
-}
-
-pub fn large_amounts_stay_exact(kind: Kind) {
-    let fx = fixture(kind, "large");
-    let s = fx.store.as_ref();
-    let a = day("big");
-    let max = 1u64 << 53;
-    let m = expiry_minute(T0, HOLD_MS);
-    block_on(s.settle(vec![], m, vec![add(&a, max - 3)], T0)).unwrap();
-    assert_eq!(read(s, std::slice::from_ref(&a), T0), vec![rd(max - 3, 0)]);
-    let r = |hold| block_on(s.reserve(vec![item(&a, hold, Some(max), 0)], m, T0)).unwrap();
-    assert_eq!(r(4), ReserveOutcome::Conflict { item: 0 });
-    assert_eq!(r(2), ReserveOutcome::Reserved);
-    assert_eq!(
-        r(1),
-        ReserveOutcome::Reserved,
-        "counted + hold == 2^53 fits"
-    );
-    assert_eq!(r(0), ReserveOutcome::Conflict { item: 0 });
-    assert_eq!(read(s, &[a], T0), vec![rd(max - 3, 3)]);
-}
-
-pub fn fill_happens_once_and_keeps_the_larger(kind: Kind) {
-    let fx = fixture(kind, "fill");
-    let s = fx.store.as_ref();
-    let (a, b) = (day("fa"), day("fb"));
-    let m = expiry_minute(T0, HOLD_MS);
-    let keep = T0 + 86_400_000;
-    block_on(s.settle(vec![], m, vec![add(&a, 50)], T0)).unwrap();
-    assert_eq!(
-        block_on(s.filled(vec![a.clone(), b.clone()], T0)).unwrap(),
-        vec![false, false]
-    );
-    assert!(
-        block_on(s.fill(a.clone(), 30, keep, T0)).unwrap(),
-        "first fill"
-    );
-    assert!(
-        !block_on(s.fill(a.clone(), 99, keep, T0)).unwrap(),
-        "second fill does nothing"
-    );
-    assert!(block_on(s.fill(b.clone(), 70, keep, T0)).unwrap());
-    assert_eq!(
-        read(s, &[a.clone(), b.clone()], T0),
-        vec![rd(50, 0), rd(70, 0)]
-    );
-    assert_eq!(
-        block_on(s.filled(vec![a.clone(), b.clone()], T0)).unwrap(),
-        vec![true, true]
-    );
-    // Past its retention a counter is gone, mark included.
-    let after = keep + 120_000;
-    block_on(s.settle(vec![], m, vec![add(&day("other"), 1)], after)).unwrap();
-    assert_eq!(
-        block_on(s.filled(vec![b.clone()], after)).unwrap(),
-        vec![false]
-    );
-    assert!(block_on(s.fill(b.clone(), 5, after + 60_000, after)).unwrap());
-    assert_eq!(read(s, &[b], after), vec![rd(5, 0)]);
-}
-
-pub fn marks_are_set_once_until_they_expire(kind: Kind) {
-    let fx = fixture(kind, "marks");
-    let s = fx.store.as_ref();
-    let until = T0 + 3_600_000;
-    let weird = "b:{batch}:r 1".to_string();
-    assert!(block_on(s.mark_once(weird.clone(), until, T0)).unwrap());
-    assert!(!block_on(s.mark_once(weird.clone(), until, T0 + 1)).unwrap());
-    assert!(
-        block_on(s.mark_once("b:{batch}:r%201".into(), until, T0)).unwrap(),
-        "distinct"
-    );
-    assert!(
-        block_on(s.mark_once(weird, until + 60_000, until)).unwrap(),
-        "expired mark"
-    );
 }
