@@ -25,7 +25,7 @@ pub use guard::path::{SourceKind, SourceRef};
 pub use guard::policy::{Policy, Prices};
 pub use guard::refusal::{HttpRefusal, HttpShape, Reason, Refusal};
 pub use guard::rule::{LimitType, Metric};
-pub use guard::store::{CounterStore, MemoryStore};
+pub use guard::store::{CounterStore, MemoryStore, RedisStore};
 pub use guard::ticket::{BillInfo, Billed, Ticket, Usage};
 pub use guard::view::UsageView;
 pub use guard::window::Window;

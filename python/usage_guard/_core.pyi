@@ -2,7 +2,7 @@
 
 import datetime
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any, Optional, Union, final
 
 __version__: str
@@ -63,6 +63,14 @@ class Policy:
 class MemoryStore:
     def __new__(cls) -> MemoryStore: ...
     def __len__(self) -> int: ...
+
+@final
+class RedisStore:
+    def __new__(cls, url: str, prefix: str = "ug") -> RedisStore: ...
+    @classmethod
+    def cluster(cls, urls: Sequence[str], prefix: str = "ug") -> RedisStore: ...
+    @property
+    def prefix(self) -> str: ...
 
 @final
 class Ticket:

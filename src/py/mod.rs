@@ -8,6 +8,7 @@ mod errors;
 mod guard;
 mod ledger;
 mod policy;
+mod redis_store;
 mod store;
 
 use pyo3::prelude::*;
@@ -21,6 +22,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     clock::register(m)?;
     policy::register(m)?;
     store::register(m)?;
+    redis_store::register(m)?;
     guard::register(m)?;
     ceiling::register(m)?;
     ledger::register(m)?;

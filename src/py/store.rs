@@ -40,6 +40,9 @@ pub fn extract_store(store: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dyn Count
     if let Ok(memory) = store.cast::<PyMemoryStore>() {
         return Ok(memory.get().inner.clone());
     }
+    if let Ok(redis) = store.cast::<super::redis_store::PyRedisStore>() {
+        return Ok(Arc::new(redis.get().inner.clone()));
+    }
     Err(PyTypeError::new_err(format!(
         "store must be a MemoryStore or a RedisStore, not {}",
         store.get_type()

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod redis_server;
+
 use std::sync::Arc;
 
 use usage_guard::guard::clock::parse_iso8601;

@@ -2,12 +2,14 @@
 //! usage atomically; it never decides. The same decision code serves every store.
 
 mod memory;
+mod redis;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 pub use memory::MemoryStore;
+pub use redis::{RedisStore, REDIS_TIMEOUT};
 
 use super::clock::Millis;
 use super::rule::CounterId;

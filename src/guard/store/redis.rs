@@ -1,0 +1,414 @@
+//! The Redis store: counters shared by every guard that points at one Redis or Redis Cluster.
+//!
+//! Each counter is a hash (`u` used, `s` filled mark, `e` retain-until, `r<minute>` holds by
+//! expiry minute) at `{<prefix>}:c:<counter>:<bucket>`. Every key of a store shares the hash tag
+//! `{<prefix>}`, so one Lua script can read, reserve or settle several counters atomically,
+//! on one node or a cluster. Times are the caller's, never the server's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, RedisError, Script};
+
+use super::{
+    CounterKey, CounterRead, CounterStore, HoldRef, ReserveItem, ReserveOutcome, StoreError,
+    StoreFuture, UsageAdd,
+};
+use crate::guard::clock::Millis;
+use crate::guard::rule::escape_id;
+
+const COMMON_LUA: &str = include_str!("lua/common.lua");
+const READ_LUA: &str = include_str!("lua/read.lua");
+const RESERVE_LUA: &str = include_str!("lua/reserve.lua");
+const SETTLE_LUA: &str = include_str!("lua/settle.lua");
+const FILLED_LUA: &str = include_str!("lua/filled.lua");
+const FILL_LUA: &str = include_str!("lua/fill.lua");
+const MARK_ONCE_LUA: &str = include_str!("lua/mark_once.lua");
+
+/// How long connecting, and each answer, may take before the store reports an error.
+pub const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
+/// The hard bound on one store operation, reconnecting included.
+const OPERATION_TIMEOUT: Duration = Duration::from_millis(2_500);
+
+struct Scripts {
+    read: Script,
+    reserve: Script,
+    settle: Script,
+    filled: Script,
+    fill: Script,
+    mark_once: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        let with_common = |body: &str| Script::new(&format!("{COMMON_LUA}\n{body}"));
+        Scripts {
+            read: with_common(READ_LUA),
+            reserve: with_common(RESERVE_LUA),
+            settle: with_common(SETTLE_LUA),
+            filled: with_common(FILLED_LUA),
+            fill: with_common(FILL_LUA),
+            mark_once: Script::new(MARK_ONCE_LUA),
+        }
+    }
+}
+
+enum Target {
+    /// One node: a connection manager multiplexes requests and reconnects by itself.
+    Single(ConnectionManager),
+    /// A cluster: connected on first use (and again after a failed connect); the cluster
+    /// connection multiplexes requests and follows slot moves.
+    Cluster {
+        client: Box<ClusterClient>,
+        connection: Mutex<Option<ClusterConnection>>,
+    },
+}
+
+struct Inner {
+    target: Target,
+    scripts: Scripts,
+    /// `{<escaped prefix>}:c:`
+    key_head: String,
+    /// `{<escaped prefix>}:m:`
+    mark_head: String,
+    description: String,
+}
+
+/// Counters in Redis or Redis Cluster, shared by every guard (in any process) that uses the
+/// same server and prefix. Cheap to clone; clones share one multiplexed connection.
+///
+/// Guarantees: `reserve` checks and places all holds in one Lua script (all or none);
+/// `settle` takes holds back and adds use in one script, never taking a hold below zero;
+/// expired holds are ignored and deleted; every operation is one round trip (plus one
+/// `SCRIPT LOAD` the first time a server sees a script) and fails with `StoreError` within
+/// about 2.5 s when Redis cannot answer; the store reconnects by itself when Redis is back.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("target", &self.inner.description)
+            .field("key_head", &self.inner.key_head)
+            .finish()
+    }
+}
+
+fn store_error(context: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError(format!("redis {context}: {e}"))
+}
+
+fn key_head(prefix: &str, kind: &str) -> String {
+    let mut head = String::with_capacity(prefix.len() + 6);
+    head.push('{');
+    escape_id(prefix, &mut head);
+    head.push_str("}:");
+    head.push_str(kind);
+    head.push(':');
+    head
+}
+
+impl RedisStore {
+    /// A store on one Redis node at `url` (`redis://host:port/db`), with every key under the
+    /// hash tag `{prefix}`. Only the URL is checked here: the connection is made on first use
+    /// and remade after failures, so a guard can start while Redis is down.
+    pub fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
+        let client = Client::open(url).map_err(|e| store_error("url", e))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(REDIS_TIMEOUT))
+            .set_response_timeout(Some(REDIS_TIMEOUT))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500));
+        let manager = {
+            let _entered = crate::runtime::shared().enter();
+            ConnectionManager::new_lazy_with_config(client, config)
+                .map_err(|e| store_error("connect", e))?
+        };
+        Ok(Self::with_target(
+            Target::Single(manager),
+            prefix,
+            url.to_string(),
+        ))
+    }
+
+    /// A store on the Redis Cluster reachable through any of `urls`, with every key under the
+    /// hash tag `{prefix}` (so all of this store's counters live in one slot). Only the URLs
+    /// are checked here; the cluster is connected on first use.
+    pub fn cluster(urls: &[String], prefix: &str) -> Result<Self, StoreError> {
+        if urls.is_empty() {
+            return Err(StoreError("redis cluster: no node URL given".into()));
+        }
+        let client = ClusterClient::builder(urls.iter().map(String::as_str))
+            .connection_timeout(REDIS_TIMEOUT)
+            .response_timeout(REDIS_TIMEOUT)
+            .retries(2)
+            .build()
+            .map_err(|e| store_error("cluster urls", e))?;
+        Ok(Self::with_target(
+            Target::Cluster {
+                client: Box::new(client),
+                connection: Mutex::new(None),
+            },
+            prefix,
+            format!("cluster {}", urls.join(",")),
+        ))
+    }
+
+    fn with_target(target: Target, prefix: &str, description: String) -> Self {
+        RedisStore {
+            inner: Arc::new(Inner {
+                target,
+                scripts: Scripts::new(),
+                key_head: key_head(prefix, "c"),
+                mark_head: key_head(prefix, "m"),
+                description,
+            }),
+        }
+    }
+
+    /// The Redis key of a counter: `{<prefix>}:c:<counter>:<bucket seconds>`. Ids are escaped
+    /// (see `CounterId::render`), so no id can reach another counter's key or the hash tag.
+    pub fn redis_key(&self, key: &CounterKey) -> String {
+        let mut out = self.inner.key_head.clone();
+        out.push_str(&key.render());
+        out
+    }
+
+    /// The Redis key of a `mark_once` mark: `{<prefix>}:m:<escaped mark>`.
+    pub fn mark_key(&self, mark: &str) -> String {
+        let mut out = self.inner.mark_head.clone();
+        escape_id(mark, &mut out);
+        out
+    }
+
+    /// Runs `op` with a connection on the shared runtime, bounded by `OPERATION_TIMEOUT`, so
+    /// it works from any thread and any executor (including `block_on`).
+    fn run<T, F, Fut>(&self, what: &'static str, op: F) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>, Conn) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, RedisError>> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let handle = crate::runtime::shared().spawn(async move {
+            let work = async {
+                let conn = inner.connection().await?;
+                op(inner.clone(), conn).await
+            };
+            match tokio::time::timeout(OPERATION_TIMEOUT, work).await {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(e)) => {
+                    inner.forget_connection(&e);
+                    Err(store_error(what, e))
+                }
+                Err(_) => Err(store_error(what, "timed out")),
+            }
+        });
+        Box::pin(async move {
+            handle
+                .await
+                .map_err(|e| store_error(what, format!("task failed: {e}")))?
+        })
+    }
+}
+
+/// A connection to either kind of target; both multiplex requests from concurrent tasks.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl Inner {
+    async fn connection(&self) -> Result<Conn, RedisError> {
+        match &self.target {
+            Target::Single(manager) => Ok(Conn::Single(manager.clone())),
+            Target::Cluster { client, connection } => {
+                if let Some(conn) = connection.lock().clone() {
+                    return Ok(Conn::Cluster(conn));
+                }
+                let conn = client.get_async_connection().await?;
+                *connection.lock() = Some(conn.clone());
+                Ok(Conn::Cluster(conn))
+            }
+        }
+    }
+
+    /// After a connection-level failure on a cluster, connects afresh next time (the single
+    /// node's connection manager reconnects by itself).
+    fn forget_connection(&self, error: &RedisError) {
+        if let Target::Cluster { connection, .. } = &self.target {
+            if error.is_unrecoverable_error() || error.is_io_error() || error.is_timeout() {
+                *connection.lock() = None;
+            }
+        }
+    }
+}
+
+impl CounterStore for RedisStore {
+    fn read(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<CounterRead>> {
+        if keys.is_empty() {
+            return Box::pin(std::future::ready(Ok(Vec::new())));
+        }
+        let redis_keys: Vec<String> = keys.iter().map(|k| self.redis_key(k)).collect();
+        self.run("read", move |inner, mut conn| async move {
+            let mut call = inner.scripts.read.prepare_invoke();
+            call.key(redis_keys).arg(now);
+            let flat: Vec<u64> = call.invoke_async(&mut conn).await?;
+            Ok(flat
+                .chunks_exact(2)
+                .map(|pair| CounterRead {
+                    used: pair[0],
+                    held: pair[1],
+                })
+                .collect())
+        })
+    }
+
+    fn reserve(
+        &self,
+        items: Vec<ReserveItem>,
+        expiry_minute: i64,
+        now: Millis,
+    ) -> StoreFuture<'_, ReserveOutcome> {
+        if items.is_empty() {
+            return Box::pin(std::future::ready(Ok(ReserveOutcome::Reserved)));
+        }
+        let redis_keys: Vec<String> = items.iter().map(|i| self.redis_key(&i.key)).collect();
+        let mut args: Vec<String> = Vec::with_capacity(2 + items.len() * 4);
+        args.push(now.to_string());
+        args.push(expiry_minute.to_string());
+        for item in &items {
+            args.push(item.hold.to_string());
+            args.push(item.limit.map(|l| l.to_string()).unwrap_or_default());
+            args.push(item.carried.to_string());
+            args.push(item.retain_until.to_string());
+        }
+        self.run("reserve", move |inner, mut conn| async move {
+            let mut call = inner.scripts.reserve.prepare_invoke();
+            call.key(redis_keys).arg(args);
+            let answer: i64 = call.invoke_async(&mut conn).await?;
+            Ok(if answer < 0 {
+                ReserveOutcome::Reserved
+            } else {
+                ReserveOutcome::Conflict {
+                    item: answer as usize,
+                }
+            })
+        })
+    }
+
+    fn settle(
+        &self,
+        holds: Vec<HoldRef>,
+        expiry_minute: i64,
+        adds: Vec<UsageAdd>,
+        now: Millis,
+    ) -> StoreFuture<'_, ()> {
+        let holds: Vec<HoldRef> = holds.into_iter().filter(|h| h.amount > 0).collect();
+        let adds: Vec<UsageAdd> = adds.into_iter().filter(|a| a.amount > 0).collect();
+        if holds.is_empty() && adds.is_empty() {
+            return Box::pin(std::future::ready(Ok(())));
+        }
+        let mut redis_keys: Vec<String> = Vec::with_capacity(holds.len() + adds.len());
+        let mut args: Vec<String> = Vec::with_capacity(3 + holds.len() + adds.len() * 2);
+        args.push(now.to_string());
+        args.push(expiry_minute.to_string());
+        args.push(holds.len().to_string());
+        for hold in &holds {
+            redis_keys.push(self.redis_key(&hold.key));
+            args.push(hold.amount.to_string());
+        }
+        for add in &adds {
+            redis_keys.push(self.redis_key(&add.key));
+            args.push(add.amount.to_string());
+            args.push(add.retain_until.to_string());
+        }
+        self.run("settle", move |inner, mut conn| async move {
+            let mut call = inner.scripts.settle.prepare_invoke();
+            call.key(redis_keys).arg(args);
+            let _: i64 = call.invoke_async(&mut conn).await?;
+            Ok(())
+        })
+    }
+
+    fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {
+        if keys.is_empty() {
+            return Box::pin(std::future::ready(Ok(Vec::new())));
+        }
+        let redis_keys: Vec<String> = keys.iter().map(|k| self.redis_key(k)).collect();
+        self.run("filled", move |inner, mut conn| async move {
+            let mut call = inner.scripts.filled.prepare_invoke();
+            call.key(redis_keys).arg(now);
+            let marks: Vec<i64> = call.invoke_async(&mut conn).await?;
+            Ok(marks.into_iter().map(|m| m == 1).collect())
+        })
+    }
+
+    fn fill(
+        &self,
+        key: CounterKey,
+        ledger_used: u64,
+        retain_until: Millis,
+        now: Millis,
+    ) -> StoreFuture<'_, bool> {
+        let redis_key = self.redis_key(&key);
+        self.run("fill", move |inner, mut conn| async move {
+            let mut call = inner.scripts.fill.prepare_invoke();
+            call.key(redis_key)
+                .arg(now)
+                .arg(ledger_used)
+                .arg(retain_until);
+            let filled: i64 = call.invoke_async(&mut conn).await?;
+            Ok(filled == 1)
+        })
+    }
+
+    fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {
+        let redis_key = self.mark_key(&mark);
+        self.run("mark_once", move |inner, mut conn| async move {
+            let mut call = inner.scripts.mark_once.prepare_invoke();
+            call.key(redis_key).arg(now).arg(keep_until);
+            let set: i64 = call.invoke_async(&mut conn).await?;
+            Ok(set == 1)
+        })
+    }
+}

@@ -1,0 +1,393 @@
+//! The cases of the store suite (see store_redis.rs); each takes the store kind to run on.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use futures::executor::block_on;
+use usage_guard::guard::rule::{CounterId, Scope};
+use usage_guard::guard::store::{
+    expiry_minute, CounterKey, CounterRead, HoldRef, ReserveItem, ReserveOutcome, UsageAdd,
+};
+use usage_guard::{Metric, Millis, Window};
+
+use crate::{fixture, Kind};
+
+/// 2026-01-01T00:00:30Z.
+pub const T0: Millis = 1_767_225_630_000;
+pub const HOLD_MS: i64 = 15 * 60_000;
+
+pub fn counter(user: &str, window: Window, bucket: Millis) -> CounterKey {
+    CounterKey {
+        id: Arc::new(CounterId::new(
+            Scope::PersonModel,
+            Some(Arc::from(user)),
+            None,
+            Some(Arc::from("gpt-5")),
+            Metric::Tokens,
+            window,
+        )),
+        bucket,
+    }
+}
+
+pub fn day(user: &str) -> CounterKey {
+    counter(user, Window::parse("day").unwrap(), T0 - 30_000)
+}
+
+pub fn item(key: &CounterKey, hold: u64, limit: Option<u64>, carried: u64) -> ReserveItem {
+    ReserveItem {
+        key: key.clone(),
+        hold,
+        limit,
+        carried,
+        retain_until: T0 + 2 * 86_400_000,
+    }
+}
+
+pub fn add(key: &CounterKey, amount: u64) -> UsageAdd {
+    UsageAdd {
+        key: key.clone(),
+        amount,
+        retain_until: T0 + 2 * 86_400_000,
+    }
+}
+
+pub fn read(
+    store: &dyn usage_guard::CounterStore,
+    keys: &[CounterKey],
+    now: Millis,
+) -> Vec<CounterRead> {
+    block_on(store.read(keys.to_vec(), now)).expect("read")
+}
+
+pub fn rd(used: u64, held: u64) -> CounterRead {
+    CounterRead { used, held }
+}
+
+pub fn reserve_is_all_or_none(kind: Kind) {
+    let fx = fixture(kind, "all-or-none");
+    let (a, b) = (day("a"), day("b"));
+    let m = expiry_minute(T0, HOLD_MS);
+    let s = fx.store.as_ref();
+    let out = block_on(s.reserve(
+        vec![item(&a, 60, Some(100), 0), item(&b, 60, Some(50), 0)],
+        m,
+        T0,
+    ));
+    assert_eq!(out.unwrap(), ReserveOutcome::Conflict { item: 1 });
+    assert_eq!(
+        read(s, &[a.clone(), b.clone()], T0),
+        vec![rd(0, 0), rd(0, 0)]
+    );
+    let out = block_on(s.reserve(
+        vec![item(&a, 60, Some(100), 0), item(&b, 40, None, 0)],
+        m,
+        T0,
+    ));
+    assert_eq!(out.unwrap(), ReserveOutcome::Reserved);
+    assert_eq!(
+        read(s, &[a.clone(), b.clone()], T0),
+        vec![rd(0, 60), rd(0, 40)]
+    );
+    // The first item now conflicts; the second (which fits) is not placed either.
+    let out = block_on(s.reserve(
+        vec![item(&a, 41, Some(100), 0), item(&b, 1, Some(50), 0)],
+        m,
+        T0,
+    ));
+    assert_eq!(out.unwrap(), ReserveOutcome::Conflict { item: 0 });
+    assert_eq!(read(s, &[a, b], T0), vec![rd(0, 60), rd(0, 40)]);
+}
+
+pub fn limits_are_checked_at_their_edges(kind: Kind) {
+    let fx = fixture(kind, "edges");
+    let a = day("edge");
+    let m = expiry_minute(T0, HOLD_MS);
+    let s = fx.store.as_ref();
+    block_on(s.settle(vec![], m, vec![add(&a, 30)], T0)).unwrap();
+    let r = |hold| block_on(s.reserve(vec![item(&a, hold, Some(100), 0)], m, T0)).unwrap();
+    assert_eq!(r(71), ReserveOutcome::Conflict { item: 0 });
+    assert_eq!(
+        r(70),
+        ReserveOutcome::Reserved,
+        "counted + hold == limit fits"
+    );
+    assert_eq!(
+        r(0),
+        ReserveOutcome::Conflict { item: 0 },
+        "nothing left refuses even 0"
+    );
+    assert_eq!(read(s, &[a], T0), vec![rd(30, 70)]);
+}
+
+pub fn carried_counts_against_the_limit(kind: Kind) {
+    let fx = fixture(kind, "carried");
+    let minute = Window::parse("hour").unwrap();
+    let cur = counter("slide", minute, T0 - 30_000);
+    let m = expiry_minute(T0, HOLD_MS);
+    let s = fx.store.as_ref();
+    block_on(s.settle(vec![], m, vec![add(&cur, 10)], T0)).unwrap();
+    let r = |hold, carried| {
+        block_on(s.reserve(vec![item(&cur, hold, Some(100), carried)], m, T0)).unwrap()
+    };
+    assert_eq!(r(31, 60), ReserveOutcome::Conflict { item: 0 });
+    assert_eq!(r(1, 90), ReserveOutcome::Conflict { item: 0 });
+    assert_eq!(r(30, 60), ReserveOutcome::Reserved);
+    assert_eq!(
+        read(s, &[cur], T0),
+        vec![rd(10, 30)],
+        "carried is never stored"
+    );
+}
+
+pub fn holds_expire_by_minute(kind: Kind) {
+    let fx = fixture(kind, "expiry");
+    let a = day("exp");
+    let s = fx.store.as_ref();
+    let m1 = expiry_minute(T0, HOLD_MS);
+    let later = T0 + 5 * 60_000;
+    let m2 = expiry_minute(later, HOLD_MS);
+    assert!(m2 > m1);
+    block_on(s.reserve(vec![item(&a, 40, Some(100), 0)], m1, T0)).unwrap();
+    block_on(s.reserve(vec![item(&a, 50, Some(100), 0)], m2, later)).unwrap();
+    assert_eq!(
+        read(s, std::slice::from_ref(&a), m1 * 60_000 - 1),
+        vec![rd(0, 90)]
+    );
+    assert_eq!(
+        read(s, std::slice::from_ref(&a), m1 * 60_000),
+        vec![rd(0, 50)],
+        "first minute expired"
+    );
+    let out = block_on(s.reserve(vec![item(&a, 50, Some(100), 0)], m2, m1 * 60_000));
+    assert_eq!(
+        out.unwrap(),
+        ReserveOutcome::Reserved,
+        "expired holds do not count"
+    );
+    assert_eq!(
+        read(s, std::slice::from_ref(&a), m2 * 60_000),
+        vec![rd(0, 0)]
+    );
+}
+
+pub fn settle_gives_back_and_never_goes_negative(kind: Kind) {
+    let fx = fixture(kind, "settle");
+    let (a, b) = (day("s1"), day("s2"));
+    let s = fx.store.as_ref();
+    let m = expiry_minute(T0, HOLD_MS);
+    block_on(s.reserve(
+        vec![item(&a, 50, Some(100), 0), item(&b, 50, None, 0)],
+        m,
+        T0,
+    ))
+    .unwrap();
+    let holds = vec![
+        HoldRef {
+            key: a.clone(),
+            amount: 50,
+        },
+        HoldRef {
+            key: b.clone(),
+            amount: 50,
+        },
+    ];
+    block_on(s.settle(holds.clone(), m, vec![add(&a, 30), add(&b, 30)], T0 + 1)).unwrap();
+    assert_eq!(
+        read(s, &[a.clone(), b.clone()], T0 + 1),
+        vec![rd(30, 0), rd(30, 0)]
+    );
+    // Settling the same holds again takes nothing below zero.
+    block_on(s.settle(holds, m, vec![], T0 + 2)).unwrap();
+    assert_eq!(
+        read(s, &[a.clone(), b.clone()], T0 + 2),
+        vec![rd(30, 0), rd(30, 0)]
+    );
+    // A hold bigger than what is held in its minute empties it, no further.
+    block_on(s.reserve(vec![item(&a, 20, None, 0)], m, T0 + 3)).unwrap();
+    let big = vec![HoldRef {
+        key: a.clone(),
+        amount: 1_000,
+    }];
+    block_on(s.settle(big, m, vec![], T0 + 4)).unwrap();
+    assert_eq!(read(s, std::slice::from_ref(&a), T0 + 4), vec![rd(30, 0)]);
+    // A hold in another minute is untouched by settling this one.
+    block_on(s.reserve(vec![item(&a, 20, None, 0)], m + 1, T0 + 5)).unwrap();
+    let other = vec![HoldRef {
+        key: a.clone(),
+        amount: 20,
+    }];
+    block_on(s.settle(other, m, vec![], T0 + 6)).unwrap();
+    assert_eq!(read(s, &[a], T0 + 6), vec![rd(30, 20)]);
+}
+
+pub fn settle_after_expiry_only_adds(kind: Kind) {
+    let fx = fixture(kind, "late-settle");
+    let a = day("late");
+    let s = fx.store.as_ref();
+    let m = expiry_minute(T0, HOLD_MS);
+    block_on(s.reserve(vec![item(&a, 50, Some(100), 0)], m, T0)).unwrap();
+    let late = m * 60_000 + 5_000;
+    let m_late = expiry_minute(late, HOLD_MS);
+    block_on(s.reserve(vec![item(&a, 25, None, 0)], m_late, late)).unwrap();
+    let hold = vec![HoldRef {
+        key: a.clone(),
+        amount: 50,
+    }];
+    block_on(s.settle(hold, m, vec![add(&a, 45)], late)).unwrap();
+    assert_eq!(
+        read(s, &[a], late),
+        vec![rd(45, 25)],
+        "a newer minute's hold is kept"
+    );
+}
+
+pub fn counters_are_gone_after_retention(kind: Kind) {
+    let fx = fixture(kind, "retention");
+    let (a, other) = (day("ret"), day("other"));
+    let s = fx.store.as_ref();
+    let m = expiry_minute(T0, HOLD_MS);
+    let keep = T0 + 3_600_000;
+    let usage = UsageAdd {
+        key: a.clone(),
+        amount: 7,
+        retain_until: keep,
+    };
+    block_on(s.settle(vec![], m, vec![usage], T0)).unwrap();
+    assert_eq!(read(s, std::slice::from_ref(&a), keep - 1), vec![rd(7, 0)]);
+    let after = keep + 120_000;
+    // Any write lets a store sweep what it no longer keeps.
+    block_on(s.settle(vec![], m, vec![add(&other, 1)], after)).unwrap();
+    block_on(s.reserve(
+        vec![item(&other, 1, None, 0)],
+        expiry_minute(after, HOLD_MS),
+        after,
+    ))
+    .unwrap();
+    assert_eq!(read(s, std::slice::from_ref(&a), after), vec![rd(0, 0)]);
+    if let Some(redis) = &fx.redis {
+        // The key itself is gone from Redis, and the live one expires by itself.
+        let port = match (&fx.server, &fx.cluster) {
+            (Some(server), _) => server.port,
+            (None, Some(cluster)) => cluster_port_of(cluster, &redis.redis_key(&other)),
+            _ => unreachable!(),
+        };
+        let exists = crate::common::redis_server::cli(port, &["EXISTS", &redis.redis_key(&a)]);
+        assert_eq!(exists, "0");
+        let pttl: i64 = crate::common::redis_server::cli(port, &["PTTL", &redis.redis_key(&other)])
+            .parse()
+            .unwrap();
+        let expected = 2 * 86_400_000 + T0 - after;
+        assert!(
+            pttl > expected - 60_000 && pttl <= expected,
+            "pttl {pttl} vs {expected}"
+        );
+    }
+}
+
+fn cluster_port_of(cluster: &crate::common::redis_server::RedisCluster, key: &str) -> u16 {
+    cluster
+        .nodes
+        .iter()
+        .find(|n| crate::common::redis_server::cli(n.port, &["EXISTS", key]) == "1")
+        .map(|n| n.port)
+        .expect("some node holds the key")
+}
+
+pub fn weird_ids_never_collide(kind: Kind) {
+    let fx = fixture(kind, "weird");
+    let s = fx.store.as_ref();
+    let long = "x".repeat(10_000);
+    let ids = [
+        "a:b",
+        "a%3Ab",
+        "a",
+        "b",
+        "{x}",
+        "}",
+        "{",
+        "a b",
+        "a_b",
+        "ü",
+        "%C3%BC",
+        "",
+        "-",
+        "%",
+        "%2D",
+        "ug}:c:pm",
+        "{t-weird}:c:pm",
+        "\n",
+        "\u{1F600}",
+        long.as_str(),
+    ];
+    let keys: Vec<CounterKey> = ids.iter().map(|id| day(id)).collect();
+    let m = expiry_minute(T0, HOLD_MS);
+    let adds = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| add(k, i as u64 + 1))
+        .collect();
+    block_on(s.settle(vec![], m, adds, T0)).unwrap();
+    let expected: Vec<CounterRead> = (0..ids.len()).map(|i| rd(i as u64 + 1, 0)).collect();
+    assert_eq!(read(s, &keys, T0), expected);
+    let team = CounterKey {
+        id: Arc::new(CounterId::new(
+            Scope::PersonModel,
+            None,
+            Some(Arc::from("a")),
+            Some(Arc::from("gpt-5")),
+            Metric::Tokens,
+            keys[2].id.window,
+        )),
+        bucket: keys[2].bucket,
+    };
+    assert_eq!(
+        read(s, &[team], T0),
+        vec![rd(0, 0)],
+        "user a and team a differ"
+    );
+    if let Some(redis) = &fx.redis {
+        for key in &keys {
+            let k = redis.redis_key(key);
+            assert!(k.starts_with("{t-weird}:c:"), "{k}");
+            assert!(!k[1..].contains('{') && k.matches('}').count() == 1, "{k}");
+        }
+    }
+}
+
+pub fn concurrent_reservations_never_exceed_the_limit(kind: Kind) {
+    let fx = fixture(kind, "concurrent");
+    let a = day("race");
+    let m = expiry_minute(T0, HOLD_MS);
+    let store = fx.store.clone();
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            let a = a.clone();
+            std::thread::spawn(move || {
+                (0..40)
+                    .filter(|_| {
+                        let out = block_on(store.reserve(vec![item(&a, 3, Some(100), 0)], m, T0));
+                        out.unwrap() == ReserveOutcome::Reserved
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    let won: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(won, 33, "exactly floor(100 / 3) holds fit");
+    assert_eq!(read(store.as_ref(), &[a], T0), vec![rd(0, 99)]);
+}
+
+pub fn empty_operations_are_no_ops(kind: Kind) {
+    let fx = fixture(kind, "empty");
+    let s = fx.store.as_ref();
+    assert_eq!(read(s, &[], T0), vec![]);
+    assert_eq!(
+        block_on(s.reserve(vec![], 1, T0)).unwrap(),
+        ReserveOutcome::Reserved
+    );
+    block_on(s.settle(vec![], 1, vec![], T0)).unwrap();
+    assert_eq!(read(s, &[day("none")], T0), vec![rd(0, 0)]);
+}

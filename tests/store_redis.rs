@@ -1,0 +1,96 @@
+//! One store test-suite, run against the memory store, a real redis-server and a real
+//! 3-master Redis Cluster, so the three provably agree.
+
+mod common;
+#[path = "common/store_cases.rs"]
+mod store_cases_core;
+#[path = "common/store_cases_fill.rs"]
+mod store_cases_fill;
+
+mod store_cases {
+    pub use crate::store_cases_core::*;
+    pub use crate::store_cases_fill::*;
+}
+
+use std::sync::Arc;
+
+use common::redis_server::{RedisCluster, RedisServer};
+use usage_guard::{CounterStore, MemoryStore, RedisStore};
+
+/// A store under test and the servers it needs (kept alive as long as the store).
+pub struct Fixture {
+    pub store: Arc<dyn CounterStore>,
+    pub redis: Option<RedisStore>,
+    pub server: Option<RedisServer>,
+    pub cluster: Option<Arc<RedisCluster>>,
+}
+
+/// Which store a case runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Memory,
+    Redis,
+    Cluster,
+}
+
+/// A fresh store of `kind`; Redis stores get a prefix of their own.
+pub fn fixture(kind: Kind, case: &str) -> Fixture {
+    match kind {
+        Kind::Memory => Fixture {
+            store: Arc::new(MemoryStore::new()),
+            redis: None,
+            server: None,
+            cluster: None,
+        },
+        Kind::Redis => {
+            let server = RedisServer::start();
+            let store = RedisStore::connect(&server.url(), &format!("t-{case}")).unwrap();
+            Fixture {
+                store: Arc::new(store.clone()),
+                redis: Some(store),
+                server: Some(server),
+                cluster: None,
+            }
+        }
+        Kind::Cluster => {
+            let cluster = RedisCluster::shared();
+            let store = RedisStore::cluster(&cluster.urls(), &format!("t-{case}")).unwrap();
+            Fixture {
+                store: Arc::new(store.clone()),
+                redis: Some(store),
+                server: None,
+                cluster: Some(cluster),
+            }
+        }
+    }
+}
+
+macro_rules! suite {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(#[test] fn $case() { crate::store_cases::$case(crate::Kind::Memory) })*
+        }
+        mod redis {
+            $(#[test] fn $case() { crate::store_cases::$case(crate::Kind::Redis) })*
+        }
+        mod cluster {
+            $(#[test] fn $case() { crate::store_cases::$case(crate::Kind::Cluster) })*
+        }
+    };
+}
+
+suite!(
+    reserve_is_all_or_none,
+    limits_are_checked_at_their_edges,
+    carried_counts_against_the_limit,
+    holds_expire_by_minute,
+    settle_gives_back_and_never_goes_negative,
+    settle_after_expiry_only_adds,
+    counters_are_gone_after_retention,
+    weird_ids_never_collide,
+    concurrent_reservations_never_exceed_the_limit,
+    empty_operations_are_no_ops,
+    large_amounts_stay_exact,
+    fill_happens_once_and_keeps_the_larger,
+    marks_are_set_once_until_they_expire,
+);

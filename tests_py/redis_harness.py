@@ -1,0 +1,181 @@
+"""Real redis-server processes for the Redis tests: a single server or a 3-master cluster on
+free ports, in temp dirs, stopped by pid. Never touches a Redis the machine runs on 6379."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+
+def _free_port() -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 55000:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
+def _cli(port: int, *args: str) -> str:
+    out = subprocess.run(
+        ["redis-cli", "-p", str(port), *args], capture_output=True, text=True, check=False
+    )
+    return out.stdout.strip()
+
+
+class RedisServer:
+    """One `redis-server` (no persistence) on a free port; `kill()` and `restart()` by pid."""
+
+    def __init__(self, port: int | None = None, extra: tuple[str, ...] = ()) -> None:
+        if shutil.which("redis-server") is None:
+            pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        self.port = port or _free_port()
+        self.dir = tempfile.mkdtemp(prefix=f"ug-redis-{self.port}-")
+        self.extra = extra
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        args += ["--appendonly", "no", "--dir", self.dir, *self.extra]
+        self.proc = subprocess.Popen(
+            ["redis-server", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10
+        while _cli(self.port, "ping") != "PONG":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on {self.port} did not start")
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        """SIGKILL by pid; returns once the port no longer answers."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+            except OSError:
+                return
+            time.sleep(0.01)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def cli(self, *args: str) -> str:
+        return _cli(self.port, *args)
+
+    def stop(self) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisCluster:
+    """A real 3-master Redis Cluster (`redis-cli --cluster create`)."""
+
+    def __init__(self) -> None:
+        extra = ("--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
+        self.nodes = [RedisServer(extra=extra) for _ in range(3)]
+        addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0"]
+            + ["--cluster-yes"],
+            capture_output=True,
+            check=True,
+        )
+        deadline = time.monotonic() + 20
+        for node in self.nodes:
+            while "cluster_state:ok" not in node.cli("cluster", "info"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the cluster did not become ok")
+                time.sleep(0.05)
+
+    @property
+    def urls(self) -> list[str]:
+        return [n.url for n in self.nodes]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+# Policy shared by the many-servers test and its workers: one small daily budget.
+BUDGET = 20_000
+BUDGET_POLICY = {
+    "models": {"gpt-5": {"provider": "openai", "max_output_tokens": 400}},
+    "limits": {
+        "direct": [
+            {
+                "user": "alice",
+                "model": "gpt-5",
+                "rules": [{"metric": "tokens", "amount": BUDGET, "window": "day"}],
+            }
+        ]
+    },
+}
+
+
+def budget_worker(
+    url: str, prefix: str, tasks: int, calls: int, seed: int, start_at: float
+) -> dict[str, int]:
+    """One guard instance (run in its own OS process): from `start_at` (wall clock, so every
+    process starts together), `tasks` asyncio tasks each admit and bill `calls` times on the
+    shared budget. Returns the tokens its tickets reported."""
+    import asyncio
+    import random
+
+    import usage_guard as ug
+
+    rng = random.Random(seed)
+    guard = ug.Guard(ug.Policy.from_dict(BUDGET_POLICY), store=ug.RedisStore(url, prefix))
+    totals = {"reported": 0, "admitted": 0, "refused": 0, "bill_none": 0}
+
+    async def task() -> None:
+        for _ in range(calls):
+            prompt = rng.randint(10, 100)
+            try:
+                ticket = await guard.admit_async(
+                    "alice", "gpt-5", prompt_tokens=prompt, max_tokens=rng.randint(50, 400)
+                )
+            except ug.UsageLimitError:
+                totals["refused"] += 1
+                await asyncio.sleep(0.001)
+                continue
+            totals["admitted"] += 1
+            await asyncio.sleep(rng.random() * 0.02)
+            output = rng.randint(0, ticket.ceiling["tokens"] - prompt)
+            billed = await ticket.bill_async(input_tokens=prompt, output_tokens=output)
+            if billed is None:
+                totals["bill_none"] += 1
+            else:
+                totals["reported"] += prompt + output
+
+    async def main() -> None:
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        await asyncio.gather(*(task() for _ in range(tasks)))
+
+    asyncio.run(main())
+    return totals
