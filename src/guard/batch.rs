@@ -158,20 +158,8 @@ impl Guard {
             {
                 Ok(ReserveOutcome::Reserved) => {
                     bump(&self.shared.stats.admitted);
-                    let holds = plan
-                        .items
-                        .iter()
-                        .filter(|i| i.hold > 0)
-                        .map(|i| HoldRef {
-                            key: i.key.clone(),
-                            amount: i.hold,
-                        })
-                        .collect();
-                    let adds = plan
-                        .added_slots
-                        .iter()
-                        .map(|&s| path.counters[s].clone())
-                        .collect();
+                    let holds = plan.holds();
+                    let adds = plan.added_counters(&path);
                     let source = Some(plan.source.clone());
                     return Ok(self.batch(
                         id,

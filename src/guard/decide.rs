@@ -6,8 +6,10 @@ use super::message;
 use super::path::{Path, PathRule, SourceKind, SourceRef};
 use super::policy::{Prices, Settings};
 use super::refusal::{Reason, Refusal};
+use super::rule::CounterId;
 use super::rule::Metric;
-use super::store::{CounterKey, CounterRead, ReserveItem};
+use super::store::{CounterKey, CounterRead, HoldRef, ReserveItem};
+use std::sync::Arc;
 
 /// A counter's current and previous bucket as read at one instant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -102,6 +104,28 @@ pub struct Plan {
     /// The counters the call adds its use to at bill.
     pub added_slots: Vec<usize>,
     pub ceiling: UsageCeiling,
+}
+
+impl Plan {
+    /// The holds a ticket gives back when it settles: every item with a hold.
+    pub fn holds(&self) -> Vec<HoldRef> {
+        self.items
+            .iter()
+            .filter(|i| i.hold > 0)
+            .map(|i| HoldRef {
+                key: i.key.clone(),
+                amount: i.hold,
+            })
+            .collect()
+    }
+
+    /// The counters the call adds its use to at bill.
+    pub fn added_counters(&self, path: &Path) -> Vec<Arc<CounterId>> {
+        self.added_slots
+            .iter()
+            .map(|&s| path.counters[s].clone())
+            .collect()
+    }
 }
 
 /// Refuse, or admit with a plan.
