@@ -13,10 +13,12 @@ test: ## Run every test: fmt, clippy, cargo test, build, ruff, stubtest, pytest
 dev: ## Build the extension into .venv for development
 	.venv/bin/maturin develop
 
-bench: ## Run the benchmarks (criterion, and the Python comparison)
+bench: ## Run the benchmarks: criterion, Python vs limits, Redis, token counting vs tiktoken
 	cargo bench --bench admit_bill
 	.venv/bin/maturin develop --release --quiet
 	.venv/bin/python benches/admit_bill.py
+	.venv/bin/python benches/redis_bench.py
+	.venv/bin/python benches/count_tokens.py
 
 fmt: ## Format Rust and Python sources
 	cargo fmt --all
