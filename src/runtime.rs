@@ -27,3 +27,13 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
         std::task::Poll::Pending => futures::executor::block_on(future),
     }
 }
+
+/// Runs a future that needs no answer: to completion here if it is ready at once (in-memory
+/// stores), else on the shared runtime in the background. Safe to call from `Drop`.
+pub fn run_or_spawn<F: std::future::Future<Output = ()> + Send + 'static>(future: F) {
+    let mut future = Box::pin(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if future.as_mut().poll(&mut cx).is_pending() {
+        shared().spawn(future);
+    }
+}

@@ -522,3 +522,90 @@ fn paths_are_cached_for_thirty_seconds_and_dropped_at_a_new_policy() {
     let third = s.guard.path(Some("alice"), "gpt-5").unwrap();
     assert!(third.sources.is_empty(), "the new policy applies at once");
 }
+
+#[test]
+fn a_ticket_dropped_without_bill_or_release_gives_its_holds_back() {
+    let s = setup(&format!("{GPT5}{DIRECT}"), "2026-11-30T10:00:00Z");
+    let t = s
+        .guard
+        .admit_blocking(call("alice", "gpt-5", 50_000, 50_000))
+        .unwrap();
+    let clone = t.clone();
+    drop(t);
+    let held = |s: &Setup| {
+        futures::executor::block_on(s.guard.usage(Some("alice"), "gpt-5"))
+            .unwrap()
+            .rules[0]
+            .reserved
+    };
+    assert_eq!(held(&s), 100_000, "a clone still holds the ticket");
+    drop(clone);
+    assert_eq!(held(&s), 0);
+    assert_eq!(
+        s.guard
+            .stats()
+            .dropped
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    // A settled ticket dropped does nothing more.
+    let t = s
+        .guard
+        .admit_blocking(call("alice", "gpt-5", 10, 10))
+        .unwrap();
+    t.bill_blocking(usage(5, 5)).unwrap();
+    drop(t);
+    let view = futures::executor::block_on(s.guard.usage(Some("alice"), "gpt-5")).unwrap();
+    assert_eq!((view.rules[0].used, view.rules[0].reserved), (10, 0));
+    assert_eq!(
+        s.guard
+            .stats()
+            .dropped
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+}
+
+#[test]
+fn holds_from_the_previous_bucket_still_count_in_the_next() {
+    // A call admitted just before midnight bills into the new day: its hold counts there.
+    let s = setup(&format!("{GPT5}{DIRECT}"), "2026-11-30T23:59:59Z");
+    let late = s
+        .guard
+        .admit_blocking(call("alice", "gpt-5", 50_000, 50_000))
+        .unwrap();
+    s.clock.set(at("2026-12-01T00:00:01Z"));
+    let r = reached(s.guard.admit_blocking(call("alice", "gpt-5", 1, 1)));
+    assert_eq!(r.limit_type, Some(LimitType::Direct));
+    late.bill_blocking(usage(60_000, 40_000)).unwrap();
+    reached(s.guard.admit_blocking(call("alice", "gpt-5", 1, 1)));
+    // Sliding: a hold of the previous minute counts in full, not weighted.
+    let toml = format!("{GPT5}[[limits.direct]]\nuser = \"alice\"\nmodel = \"gpt-5\"\nrules = [{{ metric = \"tokens\", amount = 1000, window = \"minute\" }}]\n");
+    let s = setup(&toml, "2026-11-30T12:00:59Z");
+    let a = s
+        .guard
+        .admit_blocking(call("alice", "gpt-5", 500, 500))
+        .unwrap();
+    s.clock.set(at("2026-11-30T12:01:30Z"));
+    reached(s.guard.admit_blocking(call("alice", "gpt-5", 1, 1)));
+    a.bill_blocking(usage(500, 500)).unwrap();
+    let view = futures::executor::block_on(s.guard.usage(Some("alice"), "gpt-5")).unwrap();
+    assert_eq!((view.rules[0].used, view.rules[0].left), (1000, 0));
+}
+
+#[test]
+fn huge_numbers_are_clamped_or_refused_never_overflowing() {
+    let toml = format!("{GPT5}[[limits.public]]\nmodel = \"gpt-5\"\neach_person = [{{ metric = \"tokens\", amount = 1000, window = \"day\" }}]\n[models.bare]\n[limits.platform]\nrules = [{{ metric = \"requests\", amount = 100, window = \"day\" }}]\n");
+    let s = setup(&toml, "2026-11-30T10:00:00Z");
+    let mut req = call("alice", "bare", u64::MAX, u64::MAX);
+    req.model = "bare".into();
+    let a = s.guard.admit_blocking(req.clone()).unwrap();
+    let b = s.guard.admit_blocking(req).unwrap();
+    let limit = usage_guard::guard::policy::MAX_AMOUNT;
+    assert!(a.ceiling().max_output_tokens <= limit && b.ceiling().max_output_tokens <= limit);
+    assert!(
+        a.bill_blocking(usage(u64::MAX, 1)).is_err(),
+        "usage past 2^53 is refused"
+    );
+    assert!(!a.is_settled());
+}

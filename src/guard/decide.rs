@@ -9,6 +9,7 @@ use super::refusal::{Reason, Refusal};
 use super::rule::CounterId;
 use super::rule::Metric;
 use super::store::{CounterKey, CounterRead, HoldRef, ReserveItem};
+use super::window::Window;
 use std::sync::Arc;
 
 /// A counter's current and previous bucket as read at one instant.
@@ -47,13 +48,27 @@ impl RuleState {
     }
 }
 
+impl SlotRead {
+    /// What the previous bucket adds at `now`: its billed use weighted by how much of the
+    /// current bucket is left (sliding windows only), plus its live holds in full — a call
+    /// admitted in the previous bucket bills into the current one.
+    pub fn carried(&self, window: Window, now: Millis) -> u64 {
+        window
+            .carried(self.previous.used, now)
+            .saturating_add(self.previous.held)
+    }
+
+    /// Billed use + live holds + what the previous bucket carries.
+    pub fn counted(&self, window: Window, now: Millis) -> u64 {
+        self.current
+            .total()
+            .saturating_add(self.carried(window, now))
+    }
+}
+
 /// What is left of `rule` given the snapshot (the hot path: no reset computed).
 pub fn rule_left(rule: &PathRule, reads: &[SlotRead], now: Millis) -> u64 {
-    let read = reads[rule.slot];
-    let counted = rule
-        .rule
-        .window
-        .counted(read.current.total(), read.previous.total(), now);
+    let counted = reads[rule.slot].counted(rule.rule.window, now);
     rule.rule.amount.saturating_sub(counted)
 }
 
@@ -61,17 +76,22 @@ pub fn rule_left(rule: &PathRule, reads: &[SlotRead], now: Millis) -> u64 {
 pub fn rule_state(rule: &PathRule, reads: &[SlotRead], now: Millis) -> RuleState {
     let read = reads[rule.slot];
     let window = rule.rule.window;
-    let (current, previous) = (read.current.total(), read.previous.total());
-    let counted = window.counted(current, previous, now);
+    let counted = read.counted(window, now);
+    let held = read.current.held.saturating_add(read.previous.held);
     RuleState {
         counted,
         used: read
             .current
             .used
             .saturating_add(window.carried(read.previous.used, now)),
-        held: read.current.held,
+        held,
         left: rule.rule.amount.saturating_sub(counted),
-        resets_at: window.resets_at(rule.rule.amount, current, previous, now),
+        resets_at: window.resets_at(
+            rule.rule.amount,
+            read.current.total().saturating_add(read.previous.held),
+            read.previous.used,
+            now,
+        ),
     }
 }
 
@@ -348,7 +368,7 @@ pub fn decide(
             },
             hold,
             limit,
-            carried: id.window.carried(reads[slot].previous.total(), now),
+            carried: reads[slot].carried(id.window, now),
             retain_until: id.window.retain_until(bucket),
         });
         item_slots.push(slot);

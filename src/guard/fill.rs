@@ -145,6 +145,8 @@ pub(crate) async fn fill_keys(shared: &Shared, keys: &[CounterKey], now: Millis)
     let candidates: Vec<CounterKey> = keys
         .iter()
         .filter(|k| is_filled_window(k.id.window, k.id.metric))
+        // A calendar window's previous bucket is read only for its live holds.
+        .filter(|k| k.id.window.is_sliding() || k.bucket == k.id.window.bucket_start(now))
         .filter(|k| !state.is_known(k) && !state.waiting(k, now))
         .cloned()
         .collect();

@@ -59,6 +59,8 @@ pub struct Stats {
     pub released: AtomicU64,
     /// Bills or releases the store did not take (their holds expire on their own).
     pub settle_failures: AtomicU64,
+    /// Tickets dropped without bill or release (released when dropped).
+    pub dropped: AtomicU64,
 }
 
 impl Stats {
@@ -75,6 +77,7 @@ impl Stats {
             ("billed", read(&self.billed)),
             ("released", read(&self.released)),
             ("settle_failures", read(&self.settle_failures)),
+            ("dropped", read(&self.dropped)),
         ]
     }
 }
@@ -237,10 +240,12 @@ impl Guard {
             (None, Some(model)) => model,
             (None, None) => settings.default_max_output_tokens,
         };
+        // Amounts stay exact in every store (Redis computes in doubles) and never overflow.
+        let max = super::policy::MAX_AMOUNT;
         Demand {
-            prompt_tokens: request.prompt_tokens.unwrap_or(0),
+            prompt_tokens: request.prompt_tokens.unwrap_or(0).min(max),
             prompt_is_estimate: request.prompt_is_estimate,
-            max_output_tokens,
+            max_output_tokens: max_output_tokens.min(max),
         }
     }
 

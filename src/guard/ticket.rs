@@ -64,18 +64,46 @@ pub(crate) struct TicketParts {
     pub uncounted: bool,
 }
 
-/// An admitted call. Cheap to clone; clones are the same ticket.
+/// A ticket's parts and whether it settled, shared by its clones.
+struct TicketState {
+    parts: TicketParts,
+    settled: AtomicBool,
+}
+
+/// A ticket dropped without bill or release (an abandoned or cancelled call) gives its
+/// holds back at once instead of leaving them to expire 15 minutes later.
+impl Drop for TicketState {
+    fn drop(&mut self) {
+        if self.settled.load(Ordering::SeqCst) || self.parts.holds.is_empty() {
+            return;
+        }
+        let shared = &self.parts.shared;
+        bump(&shared.stats.dropped);
+        let store = shared.store.clone();
+        let stats = shared.clone();
+        let holds = std::mem::take(&mut self.parts.holds);
+        let (minute, now) = (self.parts.expiry_minute, shared.clock.now_ms());
+        crate::runtime::run_or_spawn(async move {
+            if let Err(e) = store.settle(holds, minute, Vec::new(), now).await {
+                bump(&stats.stats.settle_failures);
+                log_store_error("release of a dropped ticket", &e);
+            }
+        });
+    }
+}
+
+/// An admitted call. Cheap to clone; clones are the same ticket. Dropping the last clone of
+/// a ticket that never settled releases it.
 #[derive(Clone)]
 pub struct Ticket {
-    parts: Arc<TicketParts>,
-    settled: Arc<AtomicBool>,
+    state: Arc<TicketState>,
 }
 
 impl std::fmt::Debug for Ticket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ticket")
-            .field("id", &self.parts.id)
-            .field("source", &self.parts.source)
+            .field("id", &self.state.parts.id)
+            .field("source", &self.state.parts.source)
             .field("settled", &self.is_settled())
             .finish()
     }
@@ -84,40 +112,42 @@ impl std::fmt::Debug for Ticket {
 impl Ticket {
     pub(crate) fn new(parts: TicketParts) -> Self {
         Ticket {
-            parts: Arc::new(parts),
-            settled: Arc::new(AtomicBool::new(false)),
+            state: Arc::new(TicketState {
+                parts,
+                settled: AtomicBool::new(false),
+            }),
         }
     }
 
     /// The ticket's id, unique within its guard.
     pub fn id(&self) -> &str {
-        &self.parts.id
+        &self.state.parts.id
     }
 
     /// The source billed.
     pub fn source(&self) -> &SourceRef {
-        &self.parts.source
+        &self.state.parts.source
     }
 
     /// What the call may use.
     pub fn ceiling(&self) -> &UsageCeiling {
-        &self.parts.ceiling
+        &self.state.parts.ceiling
     }
 
     /// The path the call was admitted on.
     pub fn path(&self) -> &Arc<Path> {
-        &self.parts.path
+        &self.state.parts.path
     }
 
     /// When the call was admitted.
     pub fn admitted_at(&self) -> Millis {
-        self.parts.admitted_at
+        self.state.parts.admitted_at
     }
 
     /// What is held for the call, per metric (each counter of a metric holds the same).
     pub fn reserved(&self) -> Vec<(Metric, u64)> {
         let mut out: Vec<(Metric, u64)> = Vec::new();
-        for hold in &self.parts.holds {
+        for hold in &self.state.parts.holds {
             let metric = hold.key.id.metric;
             if !out.iter().any(|(m, _)| *m == metric) {
                 out.push((metric, hold.amount));
@@ -129,16 +159,17 @@ impl Ticket {
 
     /// Admitted without being counted (the store failed and no rule could refuse).
     pub fn is_uncounted(&self) -> bool {
-        self.parts.uncounted
+        self.state.parts.uncounted
     }
 
     /// Whether the ticket was billed or released.
     pub fn is_settled(&self) -> bool {
-        self.settled.load(Ordering::SeqCst)
+        self.state.settled.load(Ordering::SeqCst)
     }
 
     fn claim(&self) -> bool {
-        self.settled
+        self.state
+            .settled
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
     }
@@ -156,9 +187,10 @@ impl Ticket {
         if !self.claim() {
             return Ok(None);
         }
-        let shared = &self.parts.shared;
+        let shared = &self.state.parts.shared;
         let now = shared.clock.now_ms();
         let prices = self
+            .state
             .parts
             .path
             .model_spec
@@ -174,8 +206,8 @@ impl Ticket {
         });
         let compute_ms = usage
             .compute_ms
-            .unwrap_or_else(|| (now - self.parts.admitted_at).max(0) as u64);
-        let adds = usage_adds(&self.parts.adds, &usage, cost_micros, compute_ms, now);
+            .unwrap_or_else(|| (now - self.state.parts.admitted_at).max(0) as u64);
+        let adds = usage_adds(&self.state.parts.adds, &usage, cost_micros, compute_ms, now);
         let recorded = self.settle(adds, now, "bill").await;
         bump(&shared.stats.billed);
         let billed = Billed {
@@ -189,9 +221,9 @@ impl Ticket {
         };
         if let Some(ledger) = shared.ledger.get() {
             ledger.record(ledger_row(
-                &self.parts.path,
-                &self.parts.source,
-                self.parts.id.clone(),
+                &self.state.parts.path,
+                &self.state.parts.source,
+                self.state.parts.id.clone(),
                 now,
                 &billed,
                 info,
@@ -206,14 +238,14 @@ impl Ticket {
         if !self.claim() {
             return false;
         }
-        let now = self.parts.shared.clock.now_ms();
+        let now = self.state.parts.shared.clock.now_ms();
         self.settle(Vec::new(), now, "release").await;
-        bump(&self.parts.shared.stats.released);
+        bump(&self.state.parts.shared.stats.released);
         true
     }
 
     async fn settle(&self, adds: Vec<UsageAdd>, now: Millis, operation: &str) -> bool {
-        let parts = &self.parts;
+        let parts = &self.state.parts;
         if parts.holds.is_empty() && adds.is_empty() {
             return true;
         }
@@ -320,6 +352,21 @@ pub(crate) fn usage_adds(
 
 /// Refuses usage whose parts exceed their wholes.
 pub(crate) fn check_usage(usage: &Usage) -> Result<()> {
+    let max = crate::guard::policy::MAX_AMOUNT;
+    for (field, value) in [
+        ("input_tokens", Some(usage.input_tokens)),
+        ("output_tokens", Some(usage.output_tokens)),
+        ("cost_micros", usage.cost_micros),
+        ("compute_ms", usage.compute_ms),
+    ] {
+        if let Some(value) = value.filter(|v| *v > max) {
+            return Err(Error::invalid(
+                field,
+                value,
+                format!("must be at most {max} (2^53)"),
+            ));
+        }
+    }
     if usage.cached_input_tokens > usage.input_tokens {
         return Err(Error::invalid(
             "cached_input_tokens",

@@ -93,11 +93,14 @@ impl Window {
         }
     }
 
-    /// The start of the bucket before the one starting at `start` (sliding windows only).
+    /// The start of the bucket before the one starting at `start`: sliding windows carry
+    /// part of its use; for every window its live holds still count (those calls bill into
+    /// the current bucket). `None` for concurrency.
     pub fn previous_bucket_start(self, start: Millis) -> Option<Millis> {
         match self {
             Window::Sliding { seconds } => Some(start - Self::sliding_ms(seconds)),
-            _ => None,
+            Window::Calendar(_) => Some(self.bucket_start(start - 1)),
+            Window::WhileRunning => None,
         }
     }
 

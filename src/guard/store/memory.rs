@@ -28,7 +28,9 @@ impl Cell {
     fn held(&mut self, now: Millis) -> u64 {
         self.holds
             .retain(|&(minute, amount)| amount > 0 && hold_is_live(minute, now));
-        self.holds.iter().map(|&(_, amount)| amount).sum()
+        self.holds
+            .iter()
+            .fold(0u64, |sum, &(_, amount)| sum.saturating_add(amount))
     }
 
     fn keep_until(&mut self, until: Millis) {
@@ -151,7 +153,7 @@ impl MemoryStore {
                 continue;
             }
             match cell.holds.iter_mut().find(|(m, _)| *m == expiry_minute) {
-                Some((_, amount)) => *amount += item.hold,
+                Some((_, amount)) => *amount = amount.saturating_add(item.hold),
                 None => cell.holds.push((expiry_minute, item.hold)),
             }
         }
