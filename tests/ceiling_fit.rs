@@ -629,3 +629,34 @@ fn several_answers_share_what_is_left() {
         json!(1500)
     );
 }
+
+#[test]
+fn an_output_maximum_is_shared_among_the_answers_asked_for() {
+    use usage_guard::ceiling::{fit, Api, FitOptions};
+    let ceiling = usage_guard::UsageCeiling {
+        tokens: None,
+        cost_micros: None,
+        rates: None,
+        max_output_tokens: 1000,
+        min_output_tokens: 1,
+        margin: 0.05,
+    };
+    let request = serde_json::json!({
+        "model": "gpt-4o", "max_tokens": 1000, "n": 4,
+        "messages": [{"role": "user", "content": "hi"}],
+    });
+    let fitted = fit(
+        &request,
+        &ceiling,
+        Api::OpenAiChat,
+        Some("gpt-4o"),
+        None,
+        &FitOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        fitted.max_output_tokens,
+        Some(250),
+        "4 answers × 250 ≤ the 1,000 reserved"
+    );
+}

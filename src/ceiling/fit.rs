@@ -239,8 +239,11 @@ pub fn fit(
     let caller = requested_max_output(request, api)?;
     // What the call would have without the ceiling, and what the ceiling allows.
     let natural = min_opt(caller, lim.max_output);
-    let desired =
-        min_opt(natural, Some(ceiling.max_output_tokens)).unwrap_or(ceiling.max_output_tokens);
+    // Every answer asked for (`n`, `candidateCount`) may use the whole output maximum, so
+    // the ceiling's output maximum (what is reserved for output) is shared among them.
+    let answers = choices(request, api)?;
+    let per_answer = ceiling.max_output_tokens / answers;
+    let desired = min_opt(natural, Some(per_answer)).unwrap_or(per_answer);
     let token_room = ceiling.tokens.map(|t| t - prompt_eff);
     let cost_room = match (ceiling.cost_micros, ceiling.rates, prompt_cost) {
         (Some(cost), Some(rates), Some(pc)) if rates.output > 0 => Some(
@@ -251,8 +254,6 @@ pub fn fit(
     let ctx_room = lim
         .context_window
         .map(|w| w.saturating_sub(prompt_eff).max(1));
-    // Every answer asked for (`n`, `candidateCount`) may use the whole output maximum.
-    let answers = choices(request, api)?;
     let usage_room = min_opt(token_room, cost_room).map(|room| room / answers);
     let need = ceiling.min_output_tokens.min(desired).max(1);
     if let Some(room) = usage_room {
