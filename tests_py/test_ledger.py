@@ -271,3 +271,18 @@ async def test_async_calls_fill_and_record(clock: ug.ManualClock) -> None:
     fresh.close()
     rows = ledger.query(user="alice", group_by=["user"])
     assert rows[0]["requests"] == 10 and rows[0]["tokens"] == 9510
+
+
+def test_cli_usage_on_a_missing_ledger_file_is_an_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    missing = tmp_path / "typo.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "usage_guard.cli", "usage", "--ledger", str(missing)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "no ledger at" in done.stderr
+    assert not missing.exists(), "reading usage must not create a ledger"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 from typing import Any, Optional, Sequence, TextIO, Union
 
@@ -36,8 +37,13 @@ def open_ledger(url: str) -> Union[SqliteLedger, PostgresLedger]:
         return PostgresLedger(url)
     if url.startswith("sqlite://"):
         path = url[len("sqlite://") :]
-        return SqliteLedger(path[1:] if path.startswith("//") else path or ":memory:")
-    return SqliteLedger(url)
+        path = path[1:] if path.startswith("//") else path or ":memory:"
+    else:
+        path = url
+    # Reading usage must not create an empty ledger where a path was mistyped.
+    if path != ":memory:" and not os.path.exists(path):
+        raise FileNotFoundError(f"no ledger at {path!r}")
+    return SqliteLedger(path)
 
 
 def _instant(text: str) -> str:
@@ -129,7 +135,7 @@ def run_usage(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
             until=args.until,
             group_by=args.group_by,
         )
-    except LedgerError as e:
+    except (LedgerError, FileNotFoundError) as e:
         print(f"usage-guard usage: {e}", file=sys.stderr)
         return 2
     if args.json:
