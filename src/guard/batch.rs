@@ -123,6 +123,7 @@ impl Guard {
                 request_ids,
             ));
         }
+        let mut lost = None;
         for _attempt in 0..=RESERVE_RETRIES {
             let now = self.shared.clock.now_ms();
             let reads = self.read(&path, now).await.map_err(|e| {
@@ -171,14 +172,18 @@ impl Guard {
                         request_ids,
                     ));
                 }
-                Ok(ReserveOutcome::Conflict { .. }) => bump(&self.shared.stats.reserve_retries),
+                Ok(ReserveOutcome::Conflict { item }) => {
+                    bump(&self.shared.stats.reserve_retries);
+                    lost = Some((plan, item, reads));
+                }
                 Err(e) => {
                     log_store_error("admit_batch", &e);
                     return Err(unavailable());
                 }
             }
         }
-        Err(unavailable())
+        let (plan, item, reads) = lost.expect("the loop ran at least once");
+        Err(self.lost_race(&path, &plan, item, &reads))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -370,6 +370,18 @@ impl Guard {
             }
         }
         let (plan, item, reads) = conflict.expect("the loop ran at least once");
+        Err(self.lost_race(&path, &plan, item, &reads))
+    }
+
+    /// The refusal after every retry lost the race for what was left: the call does not fit
+    /// in the rule checked on the conflicting item.
+    pub(crate) fn lost_race(
+        &self,
+        path: &Path,
+        plan: &Plan,
+        item: usize,
+        reads: &[SlotRead],
+    ) -> Error {
         let now = self.shared.clock.now_ms();
         let slot = plan.item_slots[item];
         let rule = path
@@ -377,14 +389,14 @@ impl Guard {
             .filter(|r| r.slot == slot)
             .min_by_key(|r| r.rule.amount)
             .expect("a conflicting item has a checked rule");
-        let state = decide::rule_state(rule, &reads, now);
-        Err(self.refuse(decide::does_not_fit(
-            &path,
+        let state = decide::rule_state(rule, reads, now);
+        self.refuse(decide::does_not_fit(
+            path,
             rule,
             state.left,
             state.resets_at,
             now,
-        )))
+        ))
     }
 
     /// Admits from synchronous code (blocks the calling thread until the store answers).
