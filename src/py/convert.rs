@@ -9,6 +9,7 @@ use crate::guard::clock::iso8601;
 use crate::guard::decide::UsageCeiling;
 use crate::guard::path::SourceRef;
 use crate::guard::policy::Prices;
+use crate::guard::ticket::{Billed, Usage};
 use crate::guard::view::{RuleView, UsageView};
 
 /// A Python value (dicts with string keys, lists, tuples, str, int, float, bool, None) as
@@ -220,5 +221,53 @@ pub fn whole(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u6
             "{name} must be a whole number of 0 or more (got {})",
             value.repr().map(|r| r.to_string()).unwrap_or_default()
         ))
+    })
+}
+
+/// What a bill recorded, as a dict (`None` when the ticket had already settled).
+pub fn billed_to_py<'py>(
+    py: Python<'py>,
+    billed: Option<Billed>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(b) = billed else { return Ok(None) };
+    let d = PyDict::new(py);
+    d.set_item("input_tokens", b.input_tokens)?;
+    d.set_item("cached_input_tokens", b.cached_input_tokens)?;
+    d.set_item("output_tokens", b.output_tokens)?;
+    d.set_item("reasoning_tokens", b.reasoning_tokens)?;
+    d.set_item("cost_micros", b.cost_micros)?;
+    d.set_item("compute_ms", b.compute_ms)?;
+    d.set_item("recorded", b.recorded)?;
+    Ok(Some(d))
+}
+
+/// What a ticket or batch holds, per metric.
+pub fn reserved_to_py<'py>(
+    py: Python<'py>,
+    reserved: &[(crate::guard::rule::Metric, u64)],
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (metric, amount) in reserved {
+        d.set_item(metric.word(), amount)?;
+    }
+    Ok(d)
+}
+
+/// A bill's usage from its Python arguments, each a whole number ≥ 0.
+pub fn usage_from_py(
+    input_tokens: &Bound<'_, PyAny>,
+    output_tokens: &Bound<'_, PyAny>,
+    cached_input_tokens: Option<&Bound<'_, PyAny>>,
+    reasoning_tokens: Option<&Bound<'_, PyAny>>,
+    cost_micros: Option<&Bound<'_, PyAny>>,
+    compute_ms: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Usage> {
+    Ok(Usage {
+        input_tokens: whole("input_tokens", Some(input_tokens))?.unwrap_or(0),
+        output_tokens: whole("output_tokens", Some(output_tokens))?.unwrap_or(0),
+        cached_input_tokens: whole("cached_input_tokens", cached_input_tokens)?.unwrap_or(0),
+        reasoning_tokens: whole("reasoning_tokens", reasoning_tokens)?.unwrap_or(0),
+        cost_micros: whole("cost_micros", cost_micros)?,
+        compute_ms: whole("compute_ms", compute_ms)?,
     })
 }

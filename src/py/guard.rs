@@ -7,7 +7,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::clock::PyManualClock;
-use super::convert::{ceiling_to_py, py_to_json, source_to_py, view_to_py, whole};
+use super::convert::{
+    billed_to_py, ceiling_to_py, py_to_json, reserved_to_py, source_to_py, usage_from_py,
+    view_to_py, whole,
+};
 use super::ledger::{
     admit_batch, bill_info, close_guard, extract_ledger, resume_batch, PyBatchTicket,
 };
@@ -16,7 +19,7 @@ use super::store::extract_store;
 use crate::ceiling::Api;
 use crate::guard::clock::{Clock, SystemClock};
 use crate::guard::guard::{AdmitRequest, Guard};
-use crate::guard::ticket::{BillInfo, Billed, Ticket, Usage};
+use crate::guard::ticket::{BillInfo, Ticket};
 
 /// Admits model calls against a policy, on a counter store.
 #[pyclass(name = "Guard", module = "usage_guard._core", frozen)]
@@ -209,40 +212,6 @@ impl PyGuard {
     }
 }
 
-fn billed_to_py<'py>(
-    py: Python<'py>,
-    billed: Option<Billed>,
-) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let Some(b) = billed else { return Ok(None) };
-    let d = PyDict::new(py);
-    d.set_item("input_tokens", b.input_tokens)?;
-    d.set_item("cached_input_tokens", b.cached_input_tokens)?;
-    d.set_item("output_tokens", b.output_tokens)?;
-    d.set_item("reasoning_tokens", b.reasoning_tokens)?;
-    d.set_item("cost_micros", b.cost_micros)?;
-    d.set_item("compute_ms", b.compute_ms)?;
-    d.set_item("recorded", b.recorded)?;
-    Ok(Some(d))
-}
-
-fn usage(
-    input_tokens: &Bound<'_, PyAny>,
-    output_tokens: &Bound<'_, PyAny>,
-    cached_input_tokens: Option<&Bound<'_, PyAny>>,
-    reasoning_tokens: Option<&Bound<'_, PyAny>>,
-    cost_micros: Option<&Bound<'_, PyAny>>,
-    compute_ms: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Usage> {
-    Ok(Usage {
-        input_tokens: whole("input_tokens", Some(input_tokens))?.unwrap_or(0),
-        output_tokens: whole("output_tokens", Some(output_tokens))?.unwrap_or(0),
-        cached_input_tokens: whole("cached_input_tokens", cached_input_tokens)?.unwrap_or(0),
-        reasoning_tokens: whole("reasoning_tokens", reasoning_tokens)?.unwrap_or(0),
-        cost_micros: whole("cost_micros", cost_micros)?,
-        compute_ms: whole("compute_ms", compute_ms)?,
-    })
-}
-
 #[pymethods]
 impl PyTicket {
     /// The ticket's id, unique within its guard.
@@ -267,11 +236,7 @@ impl PyTicket {
     /// What is held for the call, per metric.
     #[getter]
     fn reserved<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (metric, amount) in self.inner.reserved() {
-            d.set_item(metric.word(), amount)?;
-        }
-        Ok(d)
+        reserved_to_py(py, &self.inner.reserved())
     }
 
     /// Whether the ticket was billed or released.
@@ -304,7 +269,7 @@ impl PyTicket {
         request_id: Option<String>,
         metadata: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let usage = usage(
+        let usage = usage_from_py(
             input_tokens,
             output_tokens,
             cached_input_tokens,
@@ -333,7 +298,7 @@ impl PyTicket {
         request_id: Option<String>,
         metadata: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let usage = usage(
+        let usage = usage_from_py(
             input_tokens,
             output_tokens,
             cached_input_tokens,

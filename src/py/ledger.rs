@@ -9,14 +9,16 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::clock::instant;
-use super::convert::{py_to_json, source_to_py, whole};
+use super::convert::{
+    billed_to_py, py_to_json, reserved_to_py, source_to_py, usage_from_py, whole,
+};
 use crate::guard::batch::{BatchRequest, BatchTicket};
 use crate::guard::guard::Guard;
 use crate::guard::ledger::{
     flush_all, register_open, GroupBy, Ledger, LedgerError as CoreLedgerError, PostgresLedger,
     SqliteLedger, UsageQuery,
 };
-use crate::guard::ticket::{BillInfo, Billed, Usage};
+use crate::guard::ticket::BillInfo;
 
 create_exception!(
     usage_guard._core,
@@ -270,19 +272,6 @@ pub fn resume_batch(guard: &Guard, state: &str) -> PyResult<PyBatchTicket> {
     })
 }
 
-fn billed_dict(py: Python<'_>, b: Option<Billed>) -> PyResult<Option<Py<PyDict>>> {
-    let Some(b) = b else { return Ok(None) };
-    let d = PyDict::new(py);
-    d.set_item("input_tokens", b.input_tokens)?;
-    d.set_item("cached_input_tokens", b.cached_input_tokens)?;
-    d.set_item("output_tokens", b.output_tokens)?;
-    d.set_item("reasoning_tokens", b.reasoning_tokens)?;
-    d.set_item("cost_micros", b.cost_micros)?;
-    d.set_item("compute_ms", b.compute_ms)?;
-    d.set_item("recorded", b.recorded)?;
-    Ok(Some(d.unbind()))
-}
-
 #[pymethods]
 impl PyBatchTicket {
     /// The batch's id.
@@ -300,11 +289,7 @@ impl PyBatchTicket {
     /// What the whole batch holds, per metric.
     #[getter]
     fn reserved<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (metric, amount) in self.inner.reserved() {
-            d.set_item(metric.word(), amount)?;
-        }
-        Ok(d)
+        reserved_to_py(py, &self.inner.reserved())
     }
 
     /// The batch as JSON text, for `guard.resume_batch(state)` on any server.
@@ -330,19 +315,19 @@ impl PyBatchTicket {
         request_id: Option<String>,
         metadata: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Py<PyDict>>> {
-        let usage = Usage {
-            input_tokens: whole("input_tokens", Some(input_tokens))?.unwrap_or(0),
-            output_tokens: whole("output_tokens", Some(output_tokens))?.unwrap_or(0),
-            cached_input_tokens: whole("cached_input_tokens", cached_input_tokens)?.unwrap_or(0),
-            reasoning_tokens: whole("reasoning_tokens", reasoning_tokens)?.unwrap_or(0),
-            cost_micros: whole("cost_micros", cost_micros)?,
-            compute_ms: whole("compute_ms", compute_ms)?,
-        };
+        let usage = usage_from_py(
+            input_tokens,
+            output_tokens,
+            cached_input_tokens,
+            reasoning_tokens,
+            cost_micros,
+            compute_ms,
+        )?;
         let info = bill_info(request_id, metadata)?;
         let batch = self.inner.clone();
         let billed =
             py.detach(move || crate::runtime::block_on(batch.bill_part(&result_id, usage, info)))?;
-        billed_dict(py, billed)
+        Ok(billed_to_py(py, billed)?.map(Bound::unbind))
     }
 
     /// Ends the batch: gives back the share of every result not billed. Returns how many
