@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use usage_guard::guard::clock::parse_iso8601;
+use usage_guard::parse_iso8601;
 use usage_guard::{AdmitRequest, Guard, ManualClock, MemoryStore, Policy, Usage};
 
 pub const SIX_RULES: &str = r#"

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::guard::refusal::Refusal;
+use crate::guard::domain::refusal::Refusal;
 
 /// One problem with one field of a document or argument: where, what was given, and what
 /// is accepted.

@@ -1,31 +1,52 @@
 //! usage_guard: meter and enforce usage limits on model calls.
 //!
-//! `Guard::admit` resolves a person's limits, reads their counters, refuses or picks the
-//! source billed, and atomically reserves what the call may use; the returned `Ticket` bills
-//! exactly what was used, once, or releases.
+//! [`Guard::admit`] resolves a person's limits, reads their counters, refuses or picks the
+//! source billed, and atomically reserves what the call may use; the returned [`Ticket`]
+//! bills exactly what was used, once, or releases.
+//!
+//! The crate is built in layers, each importing only the ones before it (see
+//! `docs/architecture.md`): the pure domain (`guard::domain`), the request side
+//! (`ceiling`), the store and ledger adapters (`guard::store`, `guard::ledger`, behind the
+//! `redis`, `sqlite` and `postgres` features), the engine (`guard::engine`) and the PyO3
+//! layer (`py`, feature `python`). Everything a Rust user needs is re-exported here.
 
-pub mod ceiling;
-pub mod error;
-pub mod guard;
-pub mod runtime;
+#![warn(unreachable_pub)]
+
+pub(crate) mod ceiling;
+mod error;
+mod guard;
+mod runtime;
 
 #[cfg(feature = "python")]
 mod py;
 
-pub use error::{Error, FieldError, Result};
-pub use guard::batch::{BatchRequest, BatchTicket};
-pub use guard::clock::{Clock, ManualClock, Millis, SystemClock};
-pub use guard::decide::UsageCeiling;
-pub use guard::guard::{AdmitRequest, Guard, Stats};
-pub use guard::ledger::{
-    GroupBy, Ledger, LedgerError, LedgerRow, PostgresLedger, SqliteLedger, SumFilter, UsageGroup,
-    UsageQuery,
+pub use ceiling::{
+    count_request, count_request_for_group, count_tokens, fit, known_model, requested_max_output,
+    tokenizer_for, usage_capped, Api, Encoding, FitOptions, FitResult, KnownModel, PromptCount,
+    ThinkingRange, Tokenizer,
 };
-pub use guard::path::{SourceKind, SourceRef};
-pub use guard::policy::{Policy, Prices};
-pub use guard::refusal::{HttpRefusal, HttpShape, Reason, Refusal};
-pub use guard::rule::{LimitType, Metric};
-pub use guard::store::{CounterStore, MemoryStore, RedisStore};
-pub use guard::ticket::{BillInfo, Billed, Ticket, Usage};
-pub use guard::view::UsageView;
-pub use guard::window::Window;
+pub use error::{Error, FieldError, Result};
+pub use guard::domain::clock::{iso8601, parse_iso8601, Clock, ManualClock, Millis, SystemClock};
+pub use guard::domain::decide::UsageCeiling;
+pub use guard::domain::path::{SourceKind, SourceRef};
+pub use guard::domain::policy::{Policy, Prices, MAX_AMOUNT};
+pub use guard::domain::refusal::{HttpRefusal, HttpShape, Reason, Refusal};
+pub use guard::domain::rule::{CounterId, LimitType, Metric, Scope};
+pub use guard::domain::view::UsageView;
+pub use guard::domain::window::{CalendarUnit, Window};
+pub use guard::engine::batch::{BatchRequest, BatchTicket};
+pub use guard::engine::guard::{AdmitRequest, Guard, Stats};
+pub use guard::engine::ticket::{BillInfo, Billed, Ticket, Usage};
+#[cfg(feature = "postgres")]
+pub use guard::ledger::PostgresLedger;
+#[cfg(feature = "sqlite")]
+pub use guard::ledger::SqliteLedger;
+pub use guard::ledger::{
+    GroupBy, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery,
+};
+#[cfg(feature = "redis")]
+pub use guard::store::RedisStore;
+pub use guard::store::{
+    expiry_minute, CounterKey, CounterRead, CounterStore, HoldRef, MemoryStore, ReserveItem,
+    ReserveOutcome, StoreError, StoreFuture, UsageAdd,
+};

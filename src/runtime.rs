@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 /// The shared multi-threaded runtime (2 worker threads are plenty: the work is I/O).
-pub fn shared() -> &'static tokio::runtime::Runtime {
+pub(crate) fn shared() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -19,7 +19,7 @@ pub fn shared() -> &'static tokio::runtime::Runtime {
 /// Runs a future to completion on this thread. Futures that are ready at once (every
 /// in-memory store operation) return from one poll with a no-op waker, skipping the
 /// executor's thread parking; others are driven by `futures::executor::block_on`.
-pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match future.as_mut().poll(&mut cx) {
@@ -30,7 +30,7 @@ pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
 
 /// Runs a future that needs no answer: to completion here if it is ready at once (in-memory
 /// stores), else on the shared runtime in the background. Safe to call from `Drop`.
-pub fn run_or_spawn<F: std::future::Future<Output = ()> + Send + 'static>(future: F) {
+pub(crate) fn run_or_spawn<F: std::future::Future<Output = ()> + Send + 'static>(future: F) {
     let mut future = Box::pin(future);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     if future.as_mut().poll(&mut cx).is_pending() {

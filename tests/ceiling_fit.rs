@@ -3,7 +3,7 @@
 //! the context-window pre-check under both policies.
 
 use serde_json::{json, Value};
-use usage_guard::ceiling::{count_request, fit, usage_capped, Api, FitOptions, FitResult};
+use usage_guard::{count_request, fit, usage_capped, Api, FitOptions, FitResult};
 use usage_guard::{Error, Prices, Reason, UsageCeiling};
 
 fn ceiling(tokens: Option<u64>, max_out: u64) -> UsageCeiling {
@@ -632,7 +632,7 @@ fn several_answers_share_what_is_left() {
 
 #[test]
 fn an_output_maximum_is_shared_among_the_answers_asked_for() {
-    use usage_guard::ceiling::{fit, Api, FitOptions};
+    use usage_guard::{fit, Api, FitOptions};
     let ceiling = usage_guard::UsageCeiling {
         tokens: None,
         cost_micros: None,

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use usage_guard::ceiling::{fit, known_model, Api, FitOptions};
+use usage_guard::{fit, known_model, Api, FitOptions};
 use usage_guard::{Error, Prices, Reason, UsageCeiling};
 
 fn call() -> impl Strategy<Value = (Api, Value, Option<u64>)> {

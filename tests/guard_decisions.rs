@@ -601,7 +601,7 @@ fn huge_numbers_are_clamped_or_refused_never_overflowing() {
     req.model = "bare".into();
     let a = s.guard.admit_blocking(req.clone()).unwrap();
     let b = s.guard.admit_blocking(req).unwrap();
-    let limit = usage_guard::guard::policy::MAX_AMOUNT;
+    let limit = usage_guard::MAX_AMOUNT;
     assert!(a.ceiling().max_output_tokens <= limit && b.ceiling().max_output_tokens <= limit);
     assert!(
         a.bill_blocking(usage(u64::MAX, 1)).is_err(),

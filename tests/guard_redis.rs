@@ -1,5 +1,6 @@
 //! The guard on a real redis-server, driven by a manual clock: admission, billing, guards
 //! sharing one budget, sliding windows, and what happens while Redis is down.
+#![cfg(feature = "redis")]
 
 mod common;
 
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::redis_server::{RedisCluster, RedisServer};
-use usage_guard::guard::refusal::Reason;
+use usage_guard::Reason;
 use usage_guard::{AdmitRequest, Error, Guard, ManualClock, Policy, RedisStore, Usage};
 
 /// 2026-01-01T10:20:00Z.

@@ -1,12 +1,13 @@
 //! Batches: reserve for every request at submission, bill each result once however many
 //! times and on however many guards it is read, give the rest back at the end.
+#![cfg(feature = "sqlite")]
 
 mod common;
 
 use std::sync::Arc;
 
 use common::*;
-use usage_guard::guard::store::CounterStore;
+use usage_guard::CounterStore;
 use usage_guard::{
     BatchRequest, BillInfo, Guard, Ledger, ManualClock, MemoryStore, Metric, SqliteLedger, Usage,
     UsageQuery,
@@ -151,7 +152,7 @@ fn holds_live_25_hours() {
     let s = setup(&policy_text(), "2026-11-30T10:00:00Z");
     let _batch =
         futures::executor::block_on(s.guard.admit_batch("alice", "gpt-5", requests(2))).unwrap();
-    let key = usage_guard::guard::store::CounterKey {
+    let key = usage_guard::CounterKey {
         id: s.guard.path(Some("alice"), "gpt-5").unwrap().counters[0].clone(),
         bucket: at("2026-11-30T00:00:00Z"),
     };

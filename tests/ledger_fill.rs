@@ -1,13 +1,14 @@
 //! Filling counters from the ledger: day-or-longer windows (and sliding windows of an hour
 //! or more) take the ledger's sum the first time they are read; shorter windows start at 0;
 //! two guards fill once; a ledger that cannot be read is tried again after a minute.
+#![cfg(feature = "sqlite")]
 
 mod common;
 
 use std::sync::{Arc, Barrier};
 
 use common::*;
-use usage_guard::guard::view::UsageView;
+use usage_guard::UsageView;
 use usage_guard::{Guard, Ledger, ManualClock, MemoryStore, Metric, SqliteLedger, Usage, Window};
 
 fn policy_text() -> String {

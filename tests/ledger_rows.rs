@@ -1,6 +1,7 @@
 //! The ledger: one row per billed call, written off the admission path, idempotent by ticket
 //! id, flushed by `close`, queried grouped by user, team, model and day. SQLite always;
 //! PostgreSQL against a server the test starts (or the machine's).
+#![cfg(all(feature = "sqlite", feature = "postgres"))]
 
 mod common;
 

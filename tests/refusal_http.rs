@@ -40,10 +40,7 @@ fn a_minute_rule_is_a_rate_limit_with_retry_after() {
 
 #[test]
 fn a_day_rule_is_not_retried_and_unavailable_is_503() {
-    let day = refusal(
-        Window::Calendar(usage_guard::guard::window::CalendarUnit::Day),
-        Some(3600),
-    );
+    let day = refusal(Window::Calendar(usage_guard::CalendarUnit::Day), Some(3600));
     let http = day.to_http(HttpShape::Anthropic);
     assert_eq!((http.status, header(&http, "retry-after")), (429, None));
     assert_eq!(header(&http, "x-should-retry"), Some("false"));

@@ -1,5 +1,6 @@
 //! One store test-suite, run against the memory store, a real redis-server and a real
 //! 3-master Redis Cluster, so the three provably agree.
+#![cfg(feature = "redis")]
 
 mod common;
 #[path = "common/store_cases.rs"]

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use proptest::prelude::*;
 use serde_json::Value;
-use usage_guard::guard::clock::{iso8601, parse_iso8601};
-use usage_guard::guard::window::{CalendarUnit, Window};
+use usage_guard::{iso8601, parse_iso8601};
+use usage_guard::{CalendarUnit, Window};
 
 /// The vectors: `../shared/conformance/windows.json` when the shared folder sits beside the
 /// checkout (the project's source of truth), else the copy vendored in `tests/conformance`.

@@ -1,7 +1,7 @@
 //! The API shapes a request can be sent in.
 
 use crate::error::{Error, Result};
-use crate::guard::policy::Provider;
+use crate::guard::domain::policy::Provider;
 
 /// The API shape of a request: which provider endpoint it goes to. The words are what users
 /// pass as `provider=` in Python.

@@ -9,10 +9,10 @@ use super::models::{known_model, ThinkingRange};
 use super::prompt::{count_request, PromptCount};
 use super::thinking::fit_thinking;
 use crate::error::{Error, Result};
-use crate::guard::decide::UsageCeiling;
-use crate::guard::policy::ModelSpec;
-use crate::guard::refusal::{Reason, Refusal};
-use crate::guard::rule::Metric;
+use crate::guard::domain::decide::UsageCeiling;
+use crate::guard::domain::policy::ModelSpec;
+use crate::guard::domain::refusal::{Reason, Refusal};
+use crate::guard::domain::rule::Metric;
 
 /// Options of [`fit()`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

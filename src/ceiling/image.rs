@@ -4,7 +4,7 @@ use base64::Engine as _;
 
 /// The width and height of an image given as a `data:` URL or bare base64 (PNG, GIF, JPEG,
 /// WebP), or `None` when it cannot be read without fetching it.
-pub fn data_dimensions(data: &str) -> Option<(u64, u64)> {
+pub(crate) fn data_dimensions(data: &str) -> Option<(u64, u64)> {
     let b64 = match data.strip_prefix("data:") {
         Some(rest) => rest.split_once(',')?.1,
         None => data,
@@ -23,7 +23,7 @@ pub fn data_dimensions(data: &str) -> Option<(u64, u64)> {
 }
 
 /// The decoded size in bytes of base64 `data` (a `data:` URL or bare base64).
-pub fn data_len(data: &str) -> u64 {
+pub(crate) fn data_len(data: &str) -> u64 {
     let b64 = data
         .strip_prefix("data:")
         .and_then(|r| r.split_once(',').map(|x| x.1))
@@ -89,7 +89,13 @@ fn bytes_dimensions(b: &[u8]) -> Option<(u64, u64)> {
 /// OpenAI's image rule (the "calculating costs" section of the vision guide): `low` detail is
 /// the base alone; otherwise the image is scaled to fit in 2048×2048, then its short side to
 /// 768, and each 512-pixel tile costs `tile` on top of `base`.
-pub fn openai_tile_tokens(width: u64, height: u64, low_detail: bool, base: u64, tile: u64) -> u64 {
+pub(crate) fn openai_tile_tokens(
+    width: u64,
+    height: u64,
+    low_detail: bool,
+    base: u64,
+    tile: u64,
+) -> u64 {
     if low_detail {
         return base;
     }
@@ -109,13 +115,13 @@ pub fn openai_tile_tokens(width: u64, height: u64, low_detail: bool, base: u64, 
 }
 
 /// The most an image of unknown size can cost under OpenAI's rule (768×2048: 8 tiles).
-pub fn openai_tile_worst(base: u64, tile: u64) -> u64 {
+pub(crate) fn openai_tile_worst(base: u64, tile: u64) -> u64 {
     base + 8 * tile
 }
 
 /// The base and tile tokens of an OpenAI model, and whether the rule is documented as exact
 /// for it (the 512-pixel tile models); other models are estimated with the same rule.
-pub fn openai_image_rates(model: Option<&str>) -> (u64, u64, bool) {
+pub(crate) fn openai_image_rates(model: Option<&str>) -> (u64, u64, bool) {
     let id = model.unwrap_or("").rsplit('/').next().unwrap_or("");
     if id.starts_with("gpt-4o-mini") {
         (2833, 5667, true)
@@ -134,7 +140,7 @@ pub fn openai_image_rates(model: Option<&str>) -> (u64, u64, bool) {
 
 /// Anthropic's rule: about width × height / 750 tokens, after scaling the long edge to at
 /// most 1,568 pixels (so at most about 1,600 tokens).
-pub fn anthropic_image_tokens(dims: Option<(u64, u64)>) -> u64 {
+pub(crate) fn anthropic_image_tokens(dims: Option<(u64, u64)>) -> u64 {
     match dims {
         Some((w, h)) => {
             let (mut w, mut h) = (w.max(1) as f64, h.max(1) as f64);
@@ -152,7 +158,7 @@ pub fn anthropic_image_tokens(dims: Option<(u64, u64)>) -> u64 {
 }
 
 /// Gemini: 258 tokens for an image up to 384 pixels on both sides, else 258 per 768×768 tile.
-pub fn gemini_image_tokens(dims: Option<(u64, u64)>) -> u64 {
+pub(crate) fn gemini_image_tokens(dims: Option<(u64, u64)>) -> u64 {
     match dims {
         Some((w, h)) if w <= 384 && h <= 384 => 258,
         Some((w, h)) => 258 * w.div_ceil(768).max(1) * h.div_ceil(768).max(1),

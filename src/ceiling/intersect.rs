@@ -1,7 +1,7 @@
 //! Router ceilings: a router passes its ceiling on, and the routed model's call fits in both.
 
-use crate::guard::decide::UsageCeiling;
-use crate::guard::policy::Prices;
+use crate::guard::domain::decide::UsageCeiling;
+use crate::guard::domain::policy::Prices;
 
 impl UsageCeiling {
     /// The lesser of two ceilings: a call fitted into the result fits into both.

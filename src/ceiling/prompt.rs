@@ -7,7 +7,7 @@ use super::image::{anthropic_image_tokens, data_dimensions, data_len, gemini_ima
 use super::openai;
 use super::tokenizer::{tokenizer_for, Encoding};
 use crate::error::{Error, Result};
-use crate::guard::policy::ModelSpec;
+use crate::guard::domain::policy::ModelSpec;
 
 /// A prompt's token count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,20 +31,20 @@ pub(crate) struct Counter {
 }
 
 impl Counter {
-    pub fn text(&mut self, text: &str) {
+    pub(crate) fn text(&mut self, text: &str) {
         self.tokens += self.encoding.count(text);
     }
-    pub fn add(&mut self, n: u64) {
+    pub(crate) fn add(&mut self, n: u64) {
         self.tokens += n;
     }
     /// Adds an estimate and marks the count as one.
-    pub fn estimate(&mut self, n: u64) {
+    pub(crate) fn estimate(&mut self, n: u64) {
         self.tokens += n;
         self.exact = false;
     }
     /// Counts any JSON value's text (strings as themselves, the rest as compact JSON) as an
     /// estimate.
-    pub fn json(&mut self, value: &Value) {
+    pub(crate) fn json(&mut self, value: &Value) {
         let n = match value {
             Value::String(s) => self.encoding.count(s),
             Value::Null => 0,

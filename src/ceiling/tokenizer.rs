@@ -5,7 +5,7 @@ use tiktoken_rs::CoreBPE;
 
 use super::models::known_model;
 use crate::error::{Error, Result};
-use crate::guard::policy::{Counting, ModelSpec};
+use crate::guard::domain::policy::{Counting, ModelSpec};
 
 /// A tiktoken encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

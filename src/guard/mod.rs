@@ -1,19 +1,15 @@
-//! The guard core: policy, paths, windows, counters, decisions, admission and tickets.
+//! The guard core, one folder per layer, each importing only the layers above it here:
+//!
+//! - [`domain`]: clock, windows, rules, counter ids, policy, paths, the decision, refusals and
+//!   the usage view: pure functions and data, no I/O.
+//! - [`store`]: where counters live (memory; Redis behind the `redis` feature). A store reads
+//!   and applies holds atomically; it never decides.
+//! - [`ledger`]: the append-only record of billed calls (SQLite, PostgreSQL behind features).
+//! - [`engine`]: the guard, the one admission loop, tickets, batches and fill from the ledger.
+//!
+//! The request side (`crate::ceiling`) sits between the domain and the adapters.
 
-pub mod batch;
-mod batch_state;
-pub mod clock;
-pub mod decide;
-pub mod fill;
-#[allow(clippy::module_inception)]
-pub mod guard;
-pub mod ledger;
-pub mod message;
-pub mod path;
-pub mod policy;
-pub mod refusal;
-pub mod rule;
-pub mod store;
-pub mod ticket;
-pub mod view;
-pub mod window;
+pub(crate) mod domain;
+pub(crate) mod engine;
+pub(crate) mod ledger;
+pub(crate) mod store;

@@ -11,8 +11,8 @@ use serde_json::Value;
 use super::convert::{ceiling_to_py, json_to_py, py_to_json};
 use super::policy::PyPolicy;
 use crate::ceiling::{self, Api, Encoding, FitOptions, FitResult};
-use crate::guard::decide::UsageCeiling;
-use crate::guard::policy::{ModelSpec, Prices};
+use crate::guard::domain::decide::UsageCeiling;
+use crate::guard::domain::policy::{ModelSpec, Prices};
 
 /// Texts longer than this are tokenized with the GIL released.
 const DETACH_BYTES: usize = 4096;
@@ -55,7 +55,7 @@ fn number(v: &Bound<'_, PyAny>, path: &str) -> PyResult<f64> {
 
 /// The `usage_ceiling` dict (the keys of `Ticket.ceiling`) as the core's `UsageCeiling`.
 /// Rates are dollars per million tokens.
-pub fn ceiling_from_py(value: &Bound<'_, PyAny>) -> PyResult<UsageCeiling> {
+pub(crate) fn ceiling_from_py(value: &Bound<'_, PyAny>) -> PyResult<UsageCeiling> {
     let d = value.cast::<PyDict>().map_err(|_| {
         PyTypeError::new_err(
             "ceiling: must be a dict with tokens, cost_micros, rates, max_output_tokens, \
@@ -331,7 +331,7 @@ fn intersect_ceilings<'py>(
 }
 
 /// Adds the ceiling functions and `FitResult` to `_core`.
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFitResult>()?;
     m.add_function(wrap_pyfunction!(count_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(count_prompt, m)?)?;

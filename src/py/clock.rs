@@ -6,7 +6,9 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::guard::clock::{iso8601, parse_iso8601, Clock, ManualClock, Millis, SystemClock};
+use crate::guard::domain::clock::{
+    iso8601, parse_iso8601, Clock, ManualClock, Millis, SystemClock,
+};
 
 /// A clock that only moves when told to. Pass it to `Guard(..., clock=...)`.
 #[pyclass(name = "ManualClock", module = "usage_guard._core", frozen)]
@@ -15,7 +17,7 @@ pub struct PyManualClock {
 }
 
 /// An instant from an ISO 8601 string or a `datetime` (naive datetimes are UTC).
-pub fn instant(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Millis> {
+pub(crate) fn instant(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Millis> {
     if let Ok(text) = value.cast::<PyString>() {
         let text: String = text.extract()?;
         let text = text.as_str();
@@ -93,6 +95,6 @@ impl PyManualClock {
     }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyManualClock>()
 }

@@ -5,22 +5,22 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::Value;
 
-use crate::guard::clock::iso8601;
-use crate::guard::decide::UsageCeiling;
-use crate::guard::path::SourceRef;
-use crate::guard::policy::Prices;
-use crate::guard::ticket::{Billed, Usage};
-use crate::guard::view::{RuleView, UsageView};
+use crate::guard::domain::clock::iso8601;
+use crate::guard::domain::decide::UsageCeiling;
+use crate::guard::domain::path::SourceRef;
+use crate::guard::domain::policy::Prices;
+use crate::guard::domain::view::{RuleView, UsageView};
+use crate::guard::engine::ticket::{Billed, Usage};
 
 /// A Python value (dicts with string keys, lists, tuples, str, int, float, bool, None) as
 /// JSON. `path` names the value in errors.
-pub fn py_to_json(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
+pub(crate) fn py_to_json(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
     to_json(value, path, false)
 }
 
 /// Like [`py_to_json`], but a NaN or infinite float becomes its text ("nan", "inf"), so that
 /// a document validator reports it with the document's other errors.
-pub fn py_to_json_document(value: &Bound<'_, PyAny>) -> PyResult<Value> {
+pub(crate) fn py_to_json_document(value: &Bound<'_, PyAny>) -> PyResult<Value> {
     to_json(value, "", true)
 }
 
@@ -96,7 +96,7 @@ fn to_json(value: &Bound<'_, PyAny>, path: &str, non_finite_as_text: bool) -> Py
 }
 
 /// JSON as Python objects.
-pub fn json_to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn json_to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
         Value::Null => py.None().into_bound(py),
         Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
@@ -128,7 +128,7 @@ fn dollars_per_million(micros_per_million: u64) -> f64 {
 }
 
 /// Prices as `{"input", "cached_input", "output"}` in dollars per million tokens.
-pub fn prices_to_py<'py>(py: Python<'py>, prices: &Prices) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn prices_to_py<'py>(py: Python<'py>, prices: &Prices) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("input", dollars_per_million(prices.input))?;
     d.set_item("cached_input", dollars_per_million(prices.cached_input))?;
@@ -137,7 +137,10 @@ pub fn prices_to_py<'py>(py: Python<'py>, prices: &Prices) -> PyResult<Bound<'py
 }
 
 /// The `usage_ceiling` dict, with exactly the keys of enforcement.md.
-pub fn ceiling_to_py<'py>(py: Python<'py>, c: &UsageCeiling) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn ceiling_to_py<'py>(
+    py: Python<'py>,
+    c: &UsageCeiling,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("tokens", c.tokens)?;
     d.set_item("cost_micros", c.cost_micros)?;
@@ -152,7 +155,7 @@ pub fn ceiling_to_py<'py>(py: Python<'py>, c: &UsageCeiling) -> PyResult<Bound<'
 }
 
 /// `{"type": "team", "id": "research"}`.
-pub fn source_to_py<'py>(py: Python<'py>, s: &SourceRef) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn source_to_py<'py>(py: Python<'py>, s: &SourceRef) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("type", s.kind.word())?;
     d.set_item("id", &*s.id)?;
@@ -177,7 +180,7 @@ fn rule_view_to_py<'py>(py: Python<'py>, r: &RuleView) -> PyResult<Bound<'py, Py
 }
 
 /// The usage view: `{"source", "rules", "ceilings", "restriction"}`.
-pub fn view_to_py<'py>(py: Python<'py>, v: &UsageView) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn view_to_py<'py>(py: Python<'py>, v: &UsageView) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("source", source_to_py(py, &v.source)?)?;
     let rules = PyList::empty(py);
@@ -206,7 +209,7 @@ pub fn view_to_py<'py>(py: Python<'py>, v: &UsageView) -> PyResult<Bound<'py, Py
 }
 
 /// A whole number ≥ 0 from an optional Python int, with an error naming the argument.
-pub fn whole(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+pub(crate) fn whole(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
@@ -225,7 +228,7 @@ pub fn whole(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u6
 }
 
 /// What a bill recorded, as a dict (`None` when the ticket had already settled).
-pub fn billed_to_py<'py>(
+pub(crate) fn billed_to_py<'py>(
     py: Python<'py>,
     billed: Option<Billed>,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
@@ -242,9 +245,9 @@ pub fn billed_to_py<'py>(
 }
 
 /// What a ticket or batch holds, per metric.
-pub fn reserved_to_py<'py>(
+pub(crate) fn reserved_to_py<'py>(
     py: Python<'py>,
-    reserved: &[(crate::guard::rule::Metric, u64)],
+    reserved: &[(crate::guard::domain::rule::Metric, u64)],
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     for (metric, amount) in reserved {
@@ -254,7 +257,7 @@ pub fn reserved_to_py<'py>(
 }
 
 /// A bill's usage from its Python arguments, each a whole number ≥ 0.
-pub fn usage_from_py(
+pub(crate) fn usage_from_py(
     input_tokens: &Bound<'_, PyAny>,
     output_tokens: &Bound<'_, PyAny>,
     cached_input_tokens: Option<&Bound<'_, PyAny>>,

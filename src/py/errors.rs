@@ -8,8 +8,8 @@ use pyo3::types::{PyDict, PyList, PyType};
 
 use super::convert::json_to_py;
 use crate::error::Error;
-use crate::guard::clock::iso8601;
-use crate::guard::refusal::{HttpShape, Reason, Refusal};
+use crate::guard::domain::clock::iso8601;
+use crate::guard::domain::refusal::{HttpShape, Reason, Refusal};
 
 /// Why a call was refused, as carried by `UsageLimitError.refusal`.
 #[pyclass(name = "Refusal", module = "usage_guard._core", frozen)]
@@ -152,6 +152,6 @@ impl From<Error> for PyErr {
     }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRefusal>()
 }

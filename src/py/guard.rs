@@ -17,9 +17,9 @@ use super::ledger::{
 use super::policy::PyPolicy;
 use super::store::extract_store;
 use crate::ceiling::Api;
-use crate::guard::clock::{Clock, SystemClock};
-use crate::guard::guard::{AdmitRequest, Guard};
-use crate::guard::ticket::{BillInfo, Ticket};
+use crate::guard::domain::clock::{Clock, SystemClock};
+use crate::guard::engine::guard::{AdmitRequest, Guard};
+use crate::guard::engine::ticket::{BillInfo, Ticket};
 
 /// Admits model calls against a policy, on a counter store.
 #[pyclass(name = "Guard", module = "usage_guard._core", frozen)]
@@ -338,7 +338,7 @@ impl PyTicket {
     }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGuard>()?;
     m.add_class::<PyTicket>()
 }

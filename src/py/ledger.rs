@@ -12,13 +12,13 @@ use super::clock::instant;
 use super::convert::{
     billed_to_py, py_to_json, reserved_to_py, source_to_py, usage_from_py, whole,
 };
-use crate::guard::batch::{BatchRequest, BatchTicket};
-use crate::guard::guard::Guard;
+use crate::guard::engine::batch::{BatchRequest, BatchTicket};
+use crate::guard::engine::guard::Guard;
+use crate::guard::engine::ticket::BillInfo;
 use crate::guard::ledger::{
     flush_all, register_open, GroupBy, Ledger, LedgerError as CoreLedgerError, PostgresLedger,
     SqliteLedger, UsageQuery,
 };
-use crate::guard::ticket::BillInfo;
 
 create_exception!(
     usage_guard._core,
@@ -185,7 +185,9 @@ ledger_class!(PyPostgresLedger, {
 });
 
 /// The ledger behind a Python ledger object.
-pub fn extract_ledger(ledger: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Arc<dyn Ledger>>> {
+pub(crate) fn extract_ledger(
+    ledger: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Arc<dyn Ledger>>> {
     let Some(ledger) = ledger.filter(|l| !l.is_none()) else {
         return Ok(None);
     };
@@ -202,13 +204,13 @@ pub fn extract_ledger(ledger: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Arc<
 }
 
 /// Flushes the guard's ledger.
-pub fn close_guard(py: Python<'_>, guard: &Guard) -> PyResult<()> {
+pub(crate) fn close_guard(py: Python<'_>, guard: &Guard) -> PyResult<()> {
     let g = guard.clone();
     py.detach(move || g.close()).map_err(ledger_err)
 }
 
 /// `request_id` / `metadata` of a bill.
-pub fn bill_info(
+pub(crate) fn bill_info(
     request_id: Option<String>,
     metadata: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<BillInfo> {
@@ -251,7 +253,7 @@ fn batch_requests(requests: &Bound<'_, PyAny>) -> PyResult<Vec<BatchRequest>> {
 }
 
 /// `guard.admit_batch(user, model, requests)`.
-pub fn admit_batch(
+pub(crate) fn admit_batch(
     py: Python<'_>,
     guard: &Guard,
     user: String,
@@ -266,7 +268,7 @@ pub fn admit_batch(
 }
 
 /// `guard.resume_batch(state)`.
-pub fn resume_batch(guard: &Guard, state: &str) -> PyResult<PyBatchTicket> {
+pub(crate) fn resume_batch(guard: &Guard, state: &str) -> PyResult<PyBatchTicket> {
     Ok(PyBatchTicket {
         inner: guard.resume_batch(state)?,
     })
@@ -349,7 +351,7 @@ fn _flush_ledgers(py: Python<'_>) -> Vec<String> {
 }
 
 /// Adds the ledger classes to the module.
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LedgerError", m.py().get_type::<LedgerError>())?;
     m.add_class::<PySqliteLedger>()?;
     m.add_class::<PyPostgresLedger>()?;

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use super::convert::py_to_json_document;
-use crate::guard::policy::Policy;
+use crate::guard::domain::policy::Policy;
 
 /// A validated policy. Every constructor reports all errors of a document at once
 /// (`PolicyError.errors`).
@@ -87,6 +87,6 @@ impl PyPolicy {
     }
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPolicy>()
 }

@@ -33,7 +33,7 @@ impl PyMemoryStore {
 }
 
 /// The store behind a Python store object (`None` means a new in-memory store).
-pub fn extract_store(store: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dyn CounterStore>> {
+pub(crate) fn extract_store(store: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dyn CounterStore>> {
     let Some(store) = store.filter(|s| !s.is_none()) else {
         return Ok(Arc::new(MemoryStore::new()));
     };
@@ -49,6 +49,6 @@ pub fn extract_store(store: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dyn Count
     )))
 }
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyMemoryStore>()
 }

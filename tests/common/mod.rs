@@ -5,7 +5,7 @@ pub mod redis_server;
 
 use std::sync::Arc;
 
-use usage_guard::guard::clock::parse_iso8601;
+use usage_guard::parse_iso8601;
 use usage_guard::{AdmitRequest, Error, Guard, ManualClock, MemoryStore, Policy, Reason, Refusal};
 
 pub fn at(text: &str) -> i64 {
@@ -66,6 +66,7 @@ max_output_tokens = 128000
 prices = { input = 1.25, cached_input = 0.125, output = 10.0 }
 "#;
 
+#[cfg(feature = "postgres")]
 pub mod pg;
 
 /// A fresh temp directory for one test.

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use futures::executor::block_on;
-use usage_guard::guard::rule::{CounterId, Scope};
-use usage_guard::guard::store::{
+use usage_guard::{
     expiry_minute, CounterKey, CounterRead, HoldRef, ReserveItem, ReserveOutcome, UsageAdd,
 };
+use usage_guard::{CounterId, Scope};
 use usage_guard::{Metric, Millis, Window};
 
 use crate::{fixture, Kind};

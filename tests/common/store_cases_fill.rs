@@ -2,7 +2,7 @@
 //! marks and `mark_once`.
 
 use futures::executor::block_on;
-use usage_guard::guard::store::{expiry_minute, ReserveOutcome};
+use usage_guard::{expiry_minute, ReserveOutcome};
 
 use crate::fixture;
 use crate::store_cases_core::{add, day, item, rd, read, HOLD_MS, T0};

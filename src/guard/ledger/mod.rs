@@ -6,21 +6,27 @@
 //! query therefore sees every row recorded before it, and a blocking database client never
 //! runs inside an async runtime.
 
+#[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
+#[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod writer;
 
+#[cfg(feature = "python")]
+use parking_lot::Mutex;
+#[cfg(feature = "python")]
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
-
+#[cfg(feature = "postgres")]
 pub use self::postgres::PostgresLedger;
+#[cfg(feature = "sqlite")]
 pub use self::sqlite::SqliteLedger;
-pub use sql::{Dialect, Param};
 
-use super::clock::Millis;
-use super::rule::Metric;
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::rule::Metric;
 
 /// One billed call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,17 +161,20 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
     fn pending(&self) -> (usize, u64);
 }
 
+#[cfg(feature = "python")]
 static OPEN_LEDGERS: Mutex<Vec<Weak<dyn Ledger>>> = Mutex::new(Vec::new());
 
+#[cfg(feature = "python")]
 /// Remembers a ledger so `flush_all` reaches it (at interpreter exit).
-pub fn register_open(ledger: &Arc<dyn Ledger>) {
+pub(crate) fn register_open(ledger: &Arc<dyn Ledger>) {
     let mut open = OPEN_LEDGERS.lock();
     open.retain(|w| w.strong_count() > 0);
     open.push(Arc::downgrade(ledger));
 }
 
+#[cfg(feature = "python")]
 /// Flushes every ledger still alive; returns the errors' texts.
-pub fn flush_all() -> Vec<String> {
+pub(crate) fn flush_all() -> Vec<String> {
     let live: Vec<Arc<dyn Ledger>> = OPEN_LEDGERS
         .lock()
         .iter()
@@ -176,8 +185,9 @@ pub fn flush_all() -> Vec<String> {
         .collect()
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// The day (`YYYY-MM-DD`, UTC) of an instant.
-pub fn day_of(at_ms: Millis) -> String {
+pub(crate) fn day_of(at_ms: Millis) -> String {
     match chrono::DateTime::from_timestamp_millis(at_ms) {
         Some(t) => t.format("%Y-%m-%d").to_string(),
         None => "invalid".into(),

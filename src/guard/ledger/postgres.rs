@@ -7,7 +7,7 @@ use postgres::{Client, NoTls};
 use super::sql::{self, Dialect, Param};
 use super::writer::{Backend, Writer};
 use super::{Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
-use crate::guard::rule::Metric;
+use crate::guard::domain::rule::Metric;
 
 struct PostgresBackend {
     url: String,

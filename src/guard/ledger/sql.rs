@@ -2,11 +2,11 @@
 //! query. Only placeholders differ between SQLite (`?N`) and PostgreSQL (`$N`).
 
 use super::{GroupBy, LedgerRow, SumFilter, UsageQuery};
-use crate::guard::rule::Metric;
+use crate::guard::domain::rule::Metric;
 
 /// Which database the SQL is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
+pub(crate) enum Dialect {
     Sqlite,
     Postgres,
 }
@@ -22,14 +22,14 @@ impl Dialect {
 
 /// A bound parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Param {
+pub(crate) enum Param {
     Text(String),
     OptText(Option<String>),
     Int(i64),
 }
 
 /// The table and its indexes (created on first use).
-pub const SCHEMA: &str = "
+pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS usage_ledger (
     ticket_id TEXT PRIMARY KEY,
     at_ms BIGINT NOT NULL,
@@ -79,7 +79,7 @@ fn int(v: u64) -> Param {
 }
 
 /// The insert: a row whose ticket id is already there is skipped.
-pub fn insert_sql(dialect: Dialect) -> String {
+pub(crate) fn insert_sql(dialect: Dialect) -> String {
     let values: Vec<String> = (1..=COLUMNS.len())
         .map(|n| dialect.placeholder(n))
         .collect();
@@ -91,7 +91,7 @@ pub fn insert_sql(dialect: Dialect) -> String {
 }
 
 /// A row's parameters for `insert_sql`, in column order.
-pub fn insert_params(row: &LedgerRow) -> Vec<Param> {
+pub(crate) fn insert_params(row: &LedgerRow) -> Vec<Param> {
     vec![
         Param::Text(row.ticket_id.clone()),
         Param::Int(row.at_ms),
@@ -161,7 +161,11 @@ impl Where {
 }
 
 /// `SELECT CAST(COALESCE(SUM(...), 0) AS BIGINT)` over the filter.
-pub fn sum_sql(dialect: Dialect, filter: &SumFilter, metric: Metric) -> (String, Vec<Param>) {
+pub(crate) fn sum_sql(
+    dialect: Dialect,
+    filter: &SumFilter,
+    metric: Metric,
+) -> (String, Vec<Param>) {
     let mut w = Where::new(dialect);
     w.text("user_id", &filter.user);
     w.text("team_id", &filter.team);
@@ -189,7 +193,7 @@ fn group_column(g: GroupBy) -> &'static str {
 }
 
 /// The grouped usage query: the group columns first, then requests and the seven sums.
-pub fn query_sql(dialect: Dialect, q: &UsageQuery) -> (String, Vec<Param>) {
+pub(crate) fn query_sql(dialect: Dialect, q: &UsageQuery) -> (String, Vec<Param>) {
     let mut w = Where::new(dialect);
     w.text("user_id", &q.user);
     w.text("team_id", &q.team);

@@ -6,7 +6,7 @@ use rusqlite::{params_from_iter, Connection, ToSql};
 use super::sql::{self, Dialect, Param};
 use super::writer::{Backend, Writer};
 use super::{GroupBy, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
-use crate::guard::rule::Metric;
+use crate::guard::domain::rule::Metric;
 
 impl ToSql for Param {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {

@@ -10,17 +10,17 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::{LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
-use crate::guard::rule::Metric;
+use crate::guard::domain::rule::Metric;
 
 /// The most rows written in one transaction.
-pub const BATCH_ROWS: usize = 500;
+pub(crate) const BATCH_ROWS: usize = 500;
 /// How long rows a failed write left wait before the next try (when nothing else comes).
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Rows kept for retry at most; beyond it the oldest are dropped (and counted).
 const MAX_PENDING: usize = 1_000_000;
 
 /// A database the writer thread talks to.
-pub trait Backend: Send + 'static {
+pub(crate) trait Backend: Send + 'static {
     /// Writes rows in one transaction, skipping ticket ids already present.
     fn write(&mut self, rows: &[LedgerRow]) -> Result<(), String>;
     /// The sum of a metric over matching rows.
@@ -47,7 +47,7 @@ struct Counts {
 
 /// The handle to a writer thread.
 #[derive(Debug)]
-pub struct Writer {
+pub(crate) struct Writer {
     tx: Mutex<Option<Sender<Msg>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     counts: Arc<Mutex<Counts>>,
@@ -60,7 +60,7 @@ fn gone() -> LedgerError {
 impl Writer {
     /// Starts a writer thread on the backend `open` makes (in the thread); fails when it
     /// cannot be opened.
-    pub fn start<B, F>(name: &str, open: F) -> Result<Writer, LedgerError>
+    pub(crate) fn start<B, F>(name: &str, open: F) -> Result<Writer, LedgerError>
     where
         B: Backend,
         F: FnOnce() -> Result<B, String> + Send + 'static,
@@ -111,7 +111,7 @@ impl Writer {
     }
 
     /// Queues a row.
-    pub fn record(&self, row: LedgerRow) {
+    pub(crate) fn record(&self, row: LedgerRow) {
         self.counts.lock().pending += 1;
         if !self.send(Msg::Row(Box::new(row))) {
             let mut c = self.counts.lock();
@@ -121,22 +121,22 @@ impl Writer {
     }
 
     /// Waits for every row queued so far to be written.
-    pub fn flush(&self) -> Result<(), LedgerError> {
+    pub(crate) fn flush(&self) -> Result<(), LedgerError> {
         self.ask(Msg::Flush)
     }
 
     /// A sum, after every row queued so far.
-    pub fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError> {
+    pub(crate) fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError> {
         self.ask(|r| Msg::Sum(filter.clone(), metric, r))
     }
 
     /// A grouped query, after every row queued so far.
-    pub fn query(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>, LedgerError> {
+    pub(crate) fn query(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>, LedgerError> {
         self.ask(|r| Msg::Query(query.clone(), r))
     }
 
     /// Flushes and stops the thread; later calls answer "closed".
-    pub fn close(&self) -> Result<(), LedgerError> {
+    pub(crate) fn close(&self) -> Result<(), LedgerError> {
         let result = match self.ask(Msg::Stop) {
             Err(e) if e == gone() && self.tx.lock().is_none() => Ok(()),
             other => other,
@@ -149,7 +149,7 @@ impl Writer {
     }
 
     /// Rows not yet written, and rows dropped.
-    pub fn pending(&self) -> (usize, u64) {
+    pub(crate) fn pending(&self) -> (usize, u64) {
         let c = self.counts.lock();
         (c.pending, c.dropped)
     }

@@ -10,7 +10,7 @@ use super::{
     hold_is_live, CounterKey, CounterRead, CounterStore, HoldRef, ReserveItem, ReserveOutcome,
     StoreFuture, UsageAdd,
 };
-use crate::guard::clock::Millis;
+use crate::guard::domain::clock::Millis;
 
 const SWEEP_EVERY_MS: i64 = 60_000;
 

@@ -18,8 +18,8 @@ use super::{
     CounterKey, CounterRead, CounterStore, HoldRef, ReserveItem, ReserveOutcome, StoreError,
     StoreFuture, UsageAdd,
 };
-use crate::guard::clock::Millis;
-use crate::guard::rule::escape_id;
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::rule::escape_id;
 
 const COMMON_LUA: &str = include_str!("lua/common.lua");
 const READ_LUA: &str = include_str!("lua/read.lua");
@@ -30,7 +30,7 @@ const FILL_LUA: &str = include_str!("lua/fill.lua");
 const MARK_ONCE_LUA: &str = include_str!("lua/mark_once.lua");
 
 /// How long connecting, and each answer, may take before the store reports an error.
-pub const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 /// The hard bound on one store operation, reconnecting included.
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(2_500);
 

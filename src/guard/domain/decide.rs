@@ -2,26 +2,26 @@
 //! picks the billed source and computes what to hold on every counter. Stores never decide.
 
 use super::clock::{iso8601, Millis};
+use super::counter::{CounterKey, CounterRead, HoldRef, ReserveItem};
 use super::message;
 use super::path::{Path, PathRule, SourceKind, SourceRef};
 use super::policy::{Prices, Settings};
 use super::refusal::{Reason, Refusal};
 use super::rule::CounterId;
 use super::rule::Metric;
-use super::store::{CounterKey, CounterRead, HoldRef, ReserveItem};
 use super::window::Window;
 use std::sync::Arc;
 
 /// A counter's current and previous bucket as read at one instant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SlotRead {
+pub(crate) struct SlotRead {
     pub current: CounterRead,
     pub previous: CounterRead,
 }
 
 /// What the call may use, before it runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Demand {
+pub(crate) struct Demand {
     pub prompt_tokens: u64,
     /// Whether the prompt count is an estimate (then `margin` is kept free).
     pub prompt_is_estimate: bool,
@@ -32,7 +32,7 @@ pub struct Demand {
 
 /// A rule's state at an instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RuleState {
+pub(crate) struct RuleState {
     /// Billed use + live holds + what the previous bucket carries.
     pub counted: u64,
     pub used: u64,
@@ -41,25 +41,18 @@ pub struct RuleState {
     pub resets_at: Option<Millis>,
 }
 
-impl RuleState {
-    /// A rule has usage left while counted < amount.
-    pub fn exhausted(&self) -> bool {
-        self.left == 0
-    }
-}
-
 impl SlotRead {
     /// What the previous bucket adds at `now`: its billed use weighted by how much of the
     /// current bucket is left (sliding windows only), plus its live holds in full — a call
     /// admitted in the previous bucket bills into the current one.
-    pub fn carried(&self, window: Window, now: Millis) -> u64 {
+    pub(crate) fn carried(&self, window: Window, now: Millis) -> u64 {
         window
             .carried(self.previous.used, now)
             .saturating_add(self.previous.held)
     }
 
     /// Billed use + live holds + what the previous bucket carries.
-    pub fn counted(&self, window: Window, now: Millis) -> u64 {
+    pub(crate) fn counted(&self, window: Window, now: Millis) -> u64 {
         self.current
             .total()
             .saturating_add(self.carried(window, now))
@@ -67,13 +60,13 @@ impl SlotRead {
 }
 
 /// What is left of `rule` given the snapshot (the hot path: no reset computed).
-pub fn rule_left(rule: &PathRule, reads: &[SlotRead], now: Millis) -> u64 {
+pub(crate) fn rule_left(rule: &PathRule, reads: &[SlotRead], now: Millis) -> u64 {
     let counted = reads[rule.slot].counted(rule.rule.window, now);
     rule.rule.amount.saturating_sub(counted)
 }
 
 /// The state of `rule` given the snapshot.
-pub fn rule_state(rule: &PathRule, reads: &[SlotRead], now: Millis) -> RuleState {
+pub(crate) fn rule_state(rule: &PathRule, reads: &[SlotRead], now: Millis) -> RuleState {
     let read = reads[rule.slot];
     let window = rule.rule.window;
     let counted = read.counted(window, now);
@@ -112,7 +105,7 @@ pub struct UsageCeiling {
 
 /// An admission to reserve.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Index into `path.sources`, or `None` for the default (unlimited) source.
     pub source_index: Option<usize>,
     pub source: SourceRef,
@@ -128,7 +121,7 @@ pub struct Plan {
 
 impl Plan {
     /// The holds a ticket gives back when it settles: every item with a hold.
-    pub fn holds(&self) -> Vec<HoldRef> {
+    pub(crate) fn holds(&self) -> Vec<HoldRef> {
         self.items
             .iter()
             .filter(|i| i.hold > 0)
@@ -140,7 +133,7 @@ impl Plan {
     }
 
     /// The counters the call adds its use to at bill.
-    pub fn added_counters(&self, path: &Path) -> Vec<Arc<CounterId>> {
+    pub(crate) fn added_counters(&self, path: &Path) -> Vec<Arc<CounterId>> {
         self.added_slots
             .iter()
             .map(|&s| path.counters[s].clone())
@@ -150,13 +143,13 @@ impl Plan {
 
 /// Refuse, or admit with a plan.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     Admit(Plan),
     Refuse(Refusal),
 }
 
 /// The refusal for a rule with nothing left.
-pub fn reached(path: &Path, rule: &PathRule, state: &RuleState, now: Millis) -> Refusal {
+pub(crate) fn reached(path: &Path, rule: &PathRule, state: &RuleState, now: Millis) -> Refusal {
     let mut message = message::reached(path, rule, &rule.team_name);
     match state.resets_at {
         Some(at) => message.push_str(&format!(" It resets at {}.", iso8601(at))),
@@ -169,7 +162,7 @@ pub fn reached(path: &Path, rule: &PathRule, state: &RuleState, now: Millis) -> 
 }
 
 /// The refusal for a call that does not fit in what is left of `rule`.
-pub fn does_not_fit(
+pub(crate) fn does_not_fit(
     path: &Path,
     rule: &PathRule,
     left: u64,
@@ -230,7 +223,7 @@ fn least_left<'p>(
 }
 
 /// Decides a call: refuse, or the plan of what to hold.
-pub fn decide(
+pub(crate) fn decide(
     path: &Path,
     reads: &[SlotRead],
     demand: &Demand,

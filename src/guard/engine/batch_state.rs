@@ -7,16 +7,16 @@ use serde_json::Value;
 use serde_json::json;
 
 use super::batch::BatchTicket;
-use super::clock::Millis;
 use super::guard::Guard;
-use super::path::SourceKind;
-use super::path::SourceRef;
-use super::rule::Scope;
-use super::rule::{CounterId, Metric};
-use super::store::CounterKey;
-use super::store::HoldRef;
-use super::window::{CalendarUnit, Window};
 use crate::error::{Error, Result};
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::path::SourceKind;
+use crate::guard::domain::path::SourceRef;
+use crate::guard::domain::rule::Scope;
+use crate::guard::domain::rule::{CounterId, Metric};
+use crate::guard::domain::window::{CalendarUnit, Window};
+use crate::guard::store::CounterKey;
+use crate::guard::store::HoldRef;
 
 fn bad(field: &str, why: &str) -> Error {
     Error::invalid(&format!("state.{field}"), "", why.to_string())

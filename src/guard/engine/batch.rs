@@ -6,18 +6,18 @@
 
 use std::sync::Arc;
 
-use super::clock::Millis;
-use super::decide::{self, rule_left, Decision};
 use super::guard::{bump, log_store_error, AdmitRequest, Guard, Shared, RESERVE_RETRIES};
-use super::path::{Path, SourceRef};
-use super::refusal::Refusal;
-use super::rule::{CounterId, Metric};
-use super::store::{expiry_minute, HoldRef, ReserveOutcome};
 use super::ticket::{check_usage, ledger_row, usage_adds, BillInfo, Billed, Usage};
 use crate::error::{Error, Result};
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::decide::{self, rule_left, Decision};
+use crate::guard::domain::path::{Path, SourceRef};
+use crate::guard::domain::refusal::Refusal;
+use crate::guard::domain::rule::{CounterId, Metric};
+use crate::guard::store::{expiry_minute, HoldRef, ReserveOutcome};
 
 /// How long a batch's holds live if it never finishes.
-pub const BATCH_HOLD_MS: i64 = 25 * 3_600_000;
+pub(crate) const BATCH_HOLD_MS: i64 = 25 * 3_600_000;
 const DAY_MS: i64 = 86_400_000;
 
 /// One request of a batch.
@@ -379,7 +379,7 @@ impl BatchTicket {
     async fn settle(
         &self,
         holds: Vec<HoldRef>,
-        adds: Vec<super::store::UsageAdd>,
+        adds: Vec<crate::guard::store::UsageAdd>,
         now: Millis,
     ) -> bool {
         if holds.is_empty() && adds.is_empty() {

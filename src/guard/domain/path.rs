@@ -178,7 +178,7 @@ impl Builder {
 }
 
 /// Resolves the path of `user` on `model`. A call with no user has no limits.
-pub fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Result<Path, Error> {
+pub(crate) fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Result<Path, Error> {
     let model_spec = policy.model(model).cloned();
     if model_spec.is_none() && policy.settings.unknown_models == UnknownModels::Refuse {
         let mut known: Vec<&str> = policy.models.iter().map(|m| &*m.id).collect();

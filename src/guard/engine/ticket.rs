@@ -4,14 +4,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::clock::Millis;
-use super::decide::UsageCeiling;
 use super::guard::{bump, log_store_error, Shared};
-use super::ledger::LedgerRow;
-use super::path::{Path, SourceRef};
-use super::rule::{CounterId, Metric};
-use super::store::{HoldRef, UsageAdd};
 use crate::error::{Error, Result};
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::decide::UsageCeiling;
+use crate::guard::domain::path::{Path, SourceRef};
+use crate::guard::domain::rule::{CounterId, Metric};
+use crate::guard::ledger::LedgerRow;
+use crate::guard::store::{HoldRef, UsageAdd};
 
 /// What a call used, as the provider reported it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -339,7 +339,7 @@ pub(crate) fn usage_adds(
             };
             let bucket = id.window.bucket_start(now);
             (amount > 0).then(|| UsageAdd {
-                key: super::store::CounterKey {
+                key: crate::guard::store::CounterKey {
                     id: id.clone(),
                     bucket,
                 },
@@ -352,7 +352,7 @@ pub(crate) fn usage_adds(
 
 /// Refuses usage whose parts exceed their wholes.
 pub(crate) fn check_usage(usage: &Usage) -> Result<()> {
-    let max = crate::guard::policy::MAX_AMOUNT;
+    let max = crate::guard::domain::policy::MAX_AMOUNT;
     for (field, value) in [
         ("input_tokens", Some(usage.input_tokens)),
         ("output_tokens", Some(usage.output_tokens)),

@@ -33,10 +33,10 @@ impl Reason {
 }
 
 /// A rate-limit refusal that frees up later than this also says `x-should-retry: false`.
-pub const MAX_CLIENT_RETRY_WAIT_SECONDS: u64 = 60;
+pub(crate) const MAX_CLIENT_RETRY_WAIT_SECONDS: u64 = 60;
 
 /// The message of every refusal for unavailable counters.
-pub const UNAVAILABLE_MESSAGE: &str = "Usage limits cannot be checked right now";
+pub(crate) const UNAVAILABLE_MESSAGE: &str = "Usage limits cannot be checked right now";
 
 /// A refused call: the rule that refused it and when it resets.
 #[derive(Debug, Clone, PartialEq)]

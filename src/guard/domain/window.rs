@@ -296,7 +296,7 @@ mod tests {
     use super::*;
 
     fn at(text: &str) -> Millis {
-        crate::guard::clock::parse_iso8601(text).unwrap()
+        crate::guard::domain::clock::parse_iso8601(text).unwrap()
     }
 
     #[test]

@@ -11,22 +11,22 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::clock::Millis;
 use super::guard::{Guard, Shared};
-use super::ledger::{Ledger, LedgerError, SumFilter};
-use super::rule::{Metric, Scope};
-use super::store::CounterKey;
-use super::window::Window;
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::rule::{Metric, Scope};
+use crate::guard::domain::window::Window;
+use crate::guard::ledger::{Ledger, LedgerError, SumFilter};
+use crate::guard::store::CounterKey;
 
 /// How long a fill waits after the ledger could not be read.
-pub const FILL_RETRY_MS: i64 = 60_000;
+pub(crate) const FILL_RETRY_MS: i64 = 60_000;
 /// Sliding windows at least this long are filled.
-pub const FILL_MIN_SLIDING_SECONDS: u32 = 3_600;
+pub(crate) const FILL_MIN_SLIDING_SECONDS: u32 = 3_600;
 const KNOWN_MAX: usize = 100_000;
 
 /// A guard's memory of fills: keys known filled, keys waiting to retry, one lock per key.
 #[derive(Debug, Default)]
-pub struct FillState {
+pub(crate) struct FillState {
     known: Mutex<HashSet<CounterKey>>,
     retry_at: Mutex<HashMap<CounterKey, Millis>>,
     locks: Mutex<HashMap<CounterKey, Arc<tokio::sync::Mutex<()>>>>,
@@ -92,7 +92,7 @@ impl Guard {
 }
 
 /// Whether a counter of this window and metric is filled from the ledger.
-pub fn is_filled_window(window: Window, metric: Metric) -> bool {
+pub(crate) fn is_filled_window(window: Window, metric: Metric) -> bool {
     metric != Metric::Concurrency
         && match window {
             Window::Calendar(_) => true,
@@ -102,7 +102,7 @@ pub fn is_filled_window(window: Window, metric: Metric) -> bool {
 }
 
 /// The ledger rows a counter's bucket counts.
-pub fn sum_filter(key: &CounterKey) -> SumFilter {
+pub(crate) fn sum_filter(key: &CounterKey) -> SumFilter {
     let id = &key.id;
     let text = |v: &Option<Arc<str>>| v.as_deref().map(str::to_string);
     let mut f = SumFilter {

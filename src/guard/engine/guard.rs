@@ -7,24 +7,24 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::clock::{Clock, Millis};
-use super::decide::{self, Decision, Demand, Plan, SlotRead, UsageCeiling};
 use super::fill::FillState;
-use super::ledger::Ledger;
-use super::path::{self, Path};
-use super::policy::Policy;
-use super::refusal::Refusal;
-use super::store::{expiry_minute, CounterKey, CounterStore, HoldRef, ReserveOutcome};
 use super::ticket::{Ticket, TicketParts};
-use super::view::{self, UsageView};
 use crate::error::{Error, Result};
+use crate::guard::domain::clock::{Clock, Millis};
+use crate::guard::domain::decide::{self, Decision, Demand, Plan, SlotRead, UsageCeiling};
+use crate::guard::domain::path::{self, Path};
+use crate::guard::domain::policy::Policy;
+use crate::guard::domain::refusal::Refusal;
+use crate::guard::domain::view::{self, UsageView};
+use crate::guard::ledger::Ledger;
+use crate::guard::store::{expiry_minute, CounterKey, CounterStore, HoldRef, ReserveOutcome};
 
 /// How long a resolved path is reused before it is resolved again.
-pub const PATH_CACHE_MS: i64 = 30_000;
+pub(crate) const PATH_CACHE_MS: i64 = 30_000;
 /// How long a call's holds live if it never settles.
-pub const CALL_HOLD_MS: i64 = 15 * 60_000;
+pub(crate) const CALL_HOLD_MS: i64 = 15 * 60_000;
 /// How many times admission reads again after losing a race for what was left.
-pub const RESERVE_RETRIES: usize = 3;
+pub(crate) const RESERVE_RETRIES: usize = 3;
 const PATH_CACHE_MAX: usize = 100_000;
 
 /// What the caller knows about a call before it runs.
@@ -231,7 +231,7 @@ impl Guard {
     pub(crate) fn demand(
         path: &Path,
         request: &AdmitRequest,
-        settings: &super::policy::Settings,
+        settings: &crate::guard::domain::policy::Settings,
     ) -> Demand {
         let model_max = path.model_spec.as_ref().and_then(|m| m.max_output_tokens);
         let max_output_tokens = match (request.max_output_tokens, model_max) {
@@ -241,7 +241,7 @@ impl Guard {
             (None, None) => settings.default_max_output_tokens,
         };
         // Amounts stay exact in every store (Redis computes in doubles) and never overflow.
-        let max = super::policy::MAX_AMOUNT;
+        let max = crate::guard::domain::policy::MAX_AMOUNT;
         Demand {
             prompt_tokens: request.prompt_tokens.unwrap_or(0).min(max),
             prompt_is_estimate: request.prompt_is_estimate,
@@ -280,7 +280,7 @@ impl Guard {
         &self,
         path: &Path,
         now: Millis,
-    ) -> std::result::Result<Vec<SlotRead>, super::store::StoreError> {
+    ) -> std::result::Result<Vec<SlotRead>, crate::guard::store::StoreError> {
         let (keys, previous_at) = Self::read_keys(path, now);
         super::fill::fill_keys(&self.shared, &keys, now).await;
         let reads = self.shared.store.read(keys, now).await?;
@@ -430,9 +430,9 @@ impl Guard {
         &self,
         path: &Arc<Path>,
         demand: &Demand,
-        settings: &super::policy::Settings,
+        settings: &crate::guard::domain::policy::Settings,
         admitted_at: Millis,
-        error: super::store::StoreError,
+        error: crate::guard::store::StoreError,
     ) -> Result<Ticket> {
         bump(&self.shared.stats.store_errors);
         log_store_error("admit", &error);
@@ -469,7 +469,7 @@ impl Guard {
         admitted_at: Millis,
         holds: Vec<HoldRef>,
         expiry_minute: i64,
-        adds: Vec<Arc<super::rule::CounterId>>,
+        adds: Vec<Arc<crate::guard::domain::rule::CounterId>>,
         uncounted: bool,
     ) -> Ticket {
         let source = plan
@@ -511,7 +511,10 @@ fn counted(mut request: AdmitRequest, path: &Path) -> Result<AdmitRequest> {
     Ok(request)
 }
 
-fn unlimited_ceiling(demand: &Demand, settings: &super::policy::Settings) -> UsageCeiling {
+fn unlimited_ceiling(
+    demand: &Demand,
+    settings: &crate::guard::domain::policy::Settings,
+) -> UsageCeiling {
     UsageCeiling {
         tokens: None,
         cost_micros: None,
@@ -522,6 +525,6 @@ fn unlimited_ceiling(demand: &Demand, settings: &super::policy::Settings) -> Usa
     }
 }
 
-pub(crate) fn log_store_error(operation: &str, error: &super::store::StoreError) {
+pub(crate) fn log_store_error(operation: &str, error: &crate::guard::store::StoreError) {
     eprintln!("usage_guard: {operation}: {error}");
 }

@@ -225,7 +225,7 @@ impl CounterId {
 
 /// Escapes an id for a key: `[A-Za-z0-9_.]` and `-` inside a longer id stay; every other
 /// byte becomes `%XX`. The id `-` alone is escaped so that it differs from "no id".
-pub fn escape_id(id: &str, out: &mut String) {
+pub(crate) fn escape_id(id: &str, out: &mut String) {
     if id == "-" || id.is_empty() {
         // "" and "-" must not read as "no id"; "%" never appears unescaped otherwise.
         out.push_str(if id.is_empty() { "%" } else { "%2D" });
@@ -250,7 +250,7 @@ pub struct RuleSpec {
 }
 
 /// `1234567` → `"1,234,567"`.
-pub fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
@@ -263,7 +263,7 @@ pub fn thousands(n: u64) -> String {
 }
 
 /// Micro-dollars in words: `50_000_000` → `"$50.00"`, `1_234_567` → `"$1.234567"`.
-pub fn dollars(micros: u64) -> String {
+pub(crate) fn dollars(micros: u64) -> String {
     let whole = micros / 1_000_000;
     let frac = micros % 1_000_000;
     let mut frac_text = format!("{frac:06}");

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::rule::Metric;
-pub use super::rule::RuleSpec;
+pub(crate) use super::rule::RuleSpec;
 use crate::error::{Error, FieldError};
 
 pub use parse::MAX_AMOUNT;

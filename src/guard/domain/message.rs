@@ -47,7 +47,7 @@ fn measure(metric: Metric, amount: u64, window: Window) -> String {
 }
 
 /// "You have used your 100,000 tokens a day on GPT-5." (no reset sentence).
-pub fn reached(path: &Path, rule: &PathRule, team_name: &str) -> String {
+pub(crate) fn reached(path: &Path, rule: &PathRule, team_name: &str) -> String {
     let p = parts(path, rule, team_name);
     let r = &rule.rule;
     if r.metric == Metric::Concurrency {
@@ -71,7 +71,7 @@ pub fn reached(path: &Path, rule: &PathRule, team_name: &str) -> String {
 
 /// "This call needs more than is left: you have 300 tokens left of your 100,000 tokens a
 /// day on GPT-5."
-pub fn does_not_fit(path: &Path, rule: &PathRule, team_name: &str, left: u64) -> String {
+pub(crate) fn does_not_fit(path: &Path, rule: &PathRule, team_name: &str, left: u64) -> String {
     let p = parts(path, rule, team_name);
     let r = &rule.rule;
     let mut who = p.who;

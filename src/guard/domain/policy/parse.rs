@@ -11,15 +11,15 @@ use super::{
     SubjectLimit, TeamLimit, TeamSpec, UnknownModels,
 };
 use crate::error::{Error, FieldError};
-use crate::guard::rule::{Metric, RuleSpec};
-use crate::guard::window::Window;
+use crate::guard::domain::rule::{Metric, RuleSpec};
+use crate::guard::domain::window::Window;
 
 /// The largest amount a rule may have: 2^53, so that every counter stays exact where a store
 /// computes in doubles (Redis Lua).
 pub const MAX_AMOUNT: u64 = 1 << 53;
 
 /// Tokenizer encodings a model may declare.
-pub const ENCODINGS: [&str; 5] = [
+pub(crate) const ENCODINGS: [&str; 5] = [
     "o200k_base",
     "cl100k_base",
     "p50k_base",

@@ -61,7 +61,7 @@ fn rule_view(rule: &PathRule, reads: &[SlotRead], now: Millis) -> RuleView {
 }
 
 /// Builds the view from a snapshot of the path's counters.
-pub fn usage_view(path: &Path, reads: &[SlotRead], now: Millis) -> UsageView {
+pub(crate) fn usage_view(path: &Path, reads: &[SlotRead], now: Millis) -> UsageView {
     // The source admission would bill now: the first with room; a team with nothing left
     // passes on, any other source with nothing left is the one that refuses; if every team
     // passed, the first team refuses.
