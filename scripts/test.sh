@@ -32,7 +32,7 @@ step "cargo test"
 cargo test --quiet
 
 step "build the extension (maturin develop)"
-"$VENV/bin/maturin" develop --quiet 2>&1 | tail -n 2
+VIRTUAL_ENV="$(cd "$VENV" && pwd)" "$VENV/bin/maturin" develop --quiet 2>&1 | tail -n 2
 
 step "ruff"
 "$VENV/bin/ruff" check python tests_py benches examples
