@@ -13,10 +13,11 @@ use crate::ceiling::{self, Api, FitOptions, PromptCount};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{self, Decision, Demand, Plan, SlotRead, UsageCeiling};
-use crate::guard::domain::path::Path;
+use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::policy::{Settings, MAX_AMOUNT};
 use crate::guard::domain::refusal::Refusal;
-use crate::guard::store::{expiry_minute, ReserveOutcome, StoreError};
+use crate::guard::domain::rule::CounterId;
+use crate::guard::store::{expiry_minute, HoldRef, ReserveOutcome, StoreError};
 
 /// How long a call's holds live if it never settles.
 pub(crate) const CALL_HOLD_MS: i64 = 15 * 60_000;
@@ -209,15 +210,12 @@ impl Guard {
         request: Option<AdmittedRequest>,
         uncounted: bool,
     ) -> Ticket {
-        let (source, holds, expiry_minute, adds) = match reserved {
-            Some((plan, minute)) => (
-                plan.source.clone(),
-                plan.holds(),
-                minute,
-                plan.added_counters(path),
-            ),
-            None => (path.default_source.clone(), Vec::new(), 0, Vec::new()),
-        };
+        let ReservedParts {
+            source,
+            holds,
+            expiry_minute,
+            adds,
+        } = ReservedParts::of(path, reserved);
         Ticket::new(TicketParts {
             id: self.shared.ticket_id(),
             shared: self.shared.clone(),
@@ -231,6 +229,36 @@ impl Guard {
             uncounted,
             request,
         })
+    }
+}
+
+/// What an admitted call or batch keeps of its reservation: the source billed, its holds and
+/// their expiry minute, and the counters a bill adds to.
+pub(crate) struct ReservedParts {
+    pub(crate) source: SourceRef,
+    pub(crate) holds: Vec<HoldRef>,
+    pub(crate) expiry_minute: i64,
+    pub(crate) adds: Vec<Arc<CounterId>>,
+}
+
+impl ReservedParts {
+    /// The parts of `reserved` (a plan and its expiry minute); none held when admitted
+    /// without counting, billed to the path's default source.
+    pub(crate) fn of(path: &Path, reserved: Option<(&Plan, i64)>) -> Self {
+        match reserved {
+            Some((plan, minute)) => ReservedParts {
+                source: plan.source.clone(),
+                holds: plan.holds(),
+                expiry_minute: minute,
+                adds: plan.added_counters(path),
+            },
+            None => ReservedParts {
+                source: path.default_source.clone(),
+                holds: Vec::new(),
+                expiry_minute: 0,
+                adds: Vec::new(),
+            },
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::admission::{demand, AdmitRequest};
+use super::admission::{demand, AdmitRequest, ReservedParts};
 use super::billing::{check_usage, ledger_row, usage_adds, BillInfo, Billed, Usage};
 use super::guard::Guard;
 use super::shared::{Resolved, Shared};
@@ -101,15 +101,12 @@ impl Guard {
         reserved: Option<(&Plan, i64)>,
         request_ids: Vec<String>,
     ) -> BatchTicket {
-        let (source, holds, expiry_minute, adds) = match reserved {
-            Some((plan, minute)) => (
-                plan.source.clone(),
-                plan.holds(),
-                minute,
-                plan.added_counters(path),
-            ),
-            None => (path.default_source.clone(), Vec::new(), 0, Vec::new()),
-        };
+        let ReservedParts {
+            source,
+            holds,
+            expiry_minute,
+            adds,
+        } = ReservedParts::of(path, reserved);
         BatchTicket {
             shared: self.shared.clone(),
             id,
@@ -320,32 +317,10 @@ impl BatchTicket {
             return Ok(None);
         }
         let holds = self.give_back(index, now).await.unwrap_or_default();
-        let prices = self
-            .path
-            .model_spec
-            .as_ref()
-            .map(|m| m.prices)
-            .unwrap_or_default();
-        let cost_micros = usage.cost_micros.unwrap_or_else(|| {
-            prices.cost_micros(
-                usage.input_tokens,
-                usage.cached_input_tokens,
-                usage.output_tokens,
-            )
-        });
-        let compute_ms = usage.compute_ms.unwrap_or(0);
-        let adds = usage_adds(&self.adds, &usage, cost_micros, compute_ms, now);
-        let recorded = self.settle(holds, adds, now).await;
+        let mut billed = Billed::of(&self.path, &usage, 0);
+        let adds = usage_adds(&self.adds, &billed, now);
+        billed.recorded = self.settle(holds, adds, now).await;
         bump(&self.shared.stats.billed);
-        let billed = Billed {
-            input_tokens: usage.input_tokens,
-            cached_input_tokens: usage.cached_input_tokens,
-            output_tokens: usage.output_tokens,
-            reasoning_tokens: usage.reasoning_tokens,
-            cost_micros,
-            compute_ms,
-            recorded,
-        };
         if let Some(ledger) = self.shared.ledger.get() {
             let ticket_id = format!("{}/{result_id}", self.id);
             ledger.record(ledger_row(

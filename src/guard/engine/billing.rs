@@ -38,6 +38,34 @@ pub struct Billed {
     pub recorded: bool,
 }
 
+impl Billed {
+    /// What a bill of `usage` on `path` records: cost as given, else from the model's
+    /// prices; compute time as given, else `measured_ms`.
+    pub(crate) fn of(path: &Path, usage: &Usage, measured_ms: u64) -> Self {
+        let prices = path
+            .model_spec
+            .as_ref()
+            .map(|m| m.prices)
+            .unwrap_or_default();
+        let cost_micros = usage.cost_micros.unwrap_or_else(|| {
+            prices.cost_micros(
+                usage.input_tokens,
+                usage.cached_input_tokens,
+                usage.output_tokens,
+            )
+        });
+        Billed {
+            input_tokens: usage.input_tokens,
+            cached_input_tokens: usage.cached_input_tokens,
+            output_tokens: usage.output_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
+            cost_micros,
+            compute_ms: usage.compute_ms.unwrap_or(measured_ms),
+            recorded: false,
+        }
+    }
+}
+
 /// What a bill records in the ledger beside the usage.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BillInfo {
@@ -85,22 +113,16 @@ pub(crate) fn ledger_row(
 }
 
 /// What a bill adds to each counter of `ids`, in the buckets of `now`.
-pub(crate) fn usage_adds(
-    ids: &[Arc<CounterId>],
-    usage: &Usage,
-    cost_micros: u64,
-    compute_ms: u64,
-    now: Millis,
-) -> Vec<UsageAdd> {
+pub(crate) fn usage_adds(ids: &[Arc<CounterId>], billed: &Billed, now: Millis) -> Vec<UsageAdd> {
     ids.iter()
         .filter_map(|id| {
             let amount = match id.metric {
-                Metric::Tokens => usage.input_tokens.saturating_add(usage.output_tokens),
-                Metric::InputTokens => usage.input_tokens,
-                Metric::OutputTokens => usage.output_tokens,
-                Metric::Cost => cost_micros,
+                Metric::Tokens => billed.input_tokens.saturating_add(billed.output_tokens),
+                Metric::InputTokens => billed.input_tokens,
+                Metric::OutputTokens => billed.output_tokens,
+                Metric::Cost => billed.cost_micros,
                 Metric::Requests => 1,
-                Metric::ComputeMs => compute_ms,
+                Metric::ComputeMs => billed.compute_ms,
                 Metric::Concurrency => 0,
             };
             let bucket = id.window.bucket_start(now);

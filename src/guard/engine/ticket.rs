@@ -194,36 +194,11 @@ impl Ticket {
         }
         let shared = &self.state.parts.shared;
         let now = shared.clock.now_ms();
-        let prices = self
-            .state
-            .parts
-            .path
-            .model_spec
-            .as_ref()
-            .map(|m| m.prices)
-            .unwrap_or_default();
-        let cost_micros = usage.cost_micros.unwrap_or_else(|| {
-            prices.cost_micros(
-                usage.input_tokens,
-                usage.cached_input_tokens,
-                usage.output_tokens,
-            )
-        });
-        let compute_ms = usage
-            .compute_ms
-            .unwrap_or_else(|| (now - self.state.parts.admitted_at).max(0) as u64);
-        let adds = usage_adds(&self.state.parts.adds, &usage, cost_micros, compute_ms, now);
-        let recorded = self.settle(adds, now, "bill").await;
+        let measured = (now - self.state.parts.admitted_at).max(0) as u64;
+        let mut billed = Billed::of(&self.state.parts.path, &usage, measured);
+        let adds = usage_adds(&self.state.parts.adds, &billed, now);
+        billed.recorded = self.settle(adds, now, "bill").await;
         bump(&shared.stats.billed);
-        let billed = Billed {
-            input_tokens: usage.input_tokens,
-            cached_input_tokens: usage.cached_input_tokens,
-            output_tokens: usage.output_tokens,
-            reasoning_tokens: usage.reasoning_tokens,
-            cost_micros,
-            compute_ms,
-            recorded,
-        };
         if let Some(ledger) = shared.ledger.get() {
             ledger.record(ledger_row(
                 &self.state.parts.path,
