@@ -14,6 +14,7 @@
 
 pub(crate) mod ceiling;
 mod error;
+mod fork;
 mod guard;
 mod runtime;
 

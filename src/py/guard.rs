@@ -151,7 +151,7 @@ impl PyGuard {
     ) -> PyResult<Bound<'py, PyAny>> {
         let req = admit_request(user, model, request, prompt_tokens, max_tokens, provider)?;
         let guard = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        super::asyncio::future_into_py(py, async move {
             let ticket = guard.admit(req).await?;
             Ok(PyTicket { inner: ticket })
         })
@@ -181,7 +181,7 @@ impl PyGuard {
         model: String,
     ) -> PyResult<Bound<'py, PyAny>> {
         let guard = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        super::asyncio::future_into_py(py, async move {
             let view = guard.usage(user.as_deref(), &model).await?;
             Python::attach(|py| view_to_py(py, &view).map(Bound::unbind))
         })
@@ -334,7 +334,7 @@ impl PyTicket {
         )?;
         let info = bill_info(request_id, metadata)?;
         let ticket = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        super::asyncio::future_into_py(py, async move {
             let billed = ticket.bill_with(usage, info).await?;
             Python::attach(|py| billed_to_py(py, billed).map(|d| d.map(Bound::unbind)))
         })
@@ -349,7 +349,7 @@ impl PyTicket {
     /// `release` as a coroutine.
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let ticket = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(ticket.release().await) })
+        super::asyncio::future_into_py(py, async move { Ok(ticket.release().await) })
     }
 
     fn __repr__(&self) -> String {

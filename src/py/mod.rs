@@ -1,6 +1,7 @@
 //! The PyO3 layer: `usage_guard._core`. It only converts types and maps errors; every
 //! decision lives in the plain Rust core.
 
+mod asyncio;
 mod ceiling;
 mod clock;
 mod convert;
@@ -15,8 +16,6 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    // Coroutines and network stores share the crate's one runtime.
-    let _ = pyo3_async_runtimes::tokio::init_with_runtime(crate::runtime::shared());
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     clock::register(m)?;

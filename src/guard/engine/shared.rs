@@ -50,7 +50,9 @@ pub(crate) struct Shared {
     policy: RwLock<PolicyState>,
     cache: Mutex<PathCache>,
     ticket_seq: AtomicU64,
-    ticket_prefix: String,
+    /// A random prefix for ticket ids, and the fork generation it was drawn in: a forked
+    /// child draws its own, so siblings never reuse each other's (or the parent's) ids.
+    ticket_prefix: RwLock<(u64, Arc<str>)>,
     /// Where billed calls are recorded, and counters filled from (set once).
     pub(crate) ledger: OnceLock<Arc<dyn Ledger>>,
     pub(crate) fill: FillState,
@@ -58,11 +60,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn new(policy: Policy, store: Arc<dyn CounterStore>, clock: Arc<dyn Clock>) -> Self {
-        let seed = std::collections::hash_map::RandomState::new();
-        let ticket_prefix = {
-            use std::hash::BuildHasher;
-            format!("{:012x}", seed.hash_one(clock.now_ms()) & 0xffff_ffff_ffff)
-        };
+        let ticket_prefix = RwLock::new((crate::fork::generation(), random_prefix(&*clock)));
         Shared {
             store,
             clock,
@@ -134,8 +132,18 @@ impl Shared {
 
     /// A new ticket id, unique within this guard (and, by its random prefix, across guards).
     pub(crate) fn ticket_id(&self) -> String {
+        let generation = crate::fork::generation();
+        let prefix = {
+            let current = self.ticket_prefix.read();
+            (current.0 == generation).then(|| current.1.clone())
+        };
+        let prefix = prefix.unwrap_or_else(|| {
+            let fresh = random_prefix(&*self.clock);
+            *self.ticket_prefix.write() = (generation, fresh.clone());
+            fresh
+        });
         let n = self.ticket_seq.fetch_add(1, Ordering::Relaxed);
-        format!("t-{}-{n:x}", self.ticket_prefix)
+        format!("t-{prefix}-{n:x}")
     }
 
     /// Reads every counter of the path at `now` (filling long-window counters from the
@@ -162,6 +170,15 @@ impl Shared {
             })
             .collect())
     }
+}
+
+/// 48 random bits as hex, different in every process (the pid is mixed in: a forked child
+/// inherits its parent's random state).
+fn random_prefix(clock: &dyn Clock) -> Arc<str> {
+    use std::hash::BuildHasher;
+    let seed = std::collections::hash_map::RandomState::new();
+    let drawn = seed.hash_one((clock.now_ms(), std::process::id()));
+    Arc::from(format!("{:012x}", drawn & 0xffff_ffff_ffff))
 }
 
 /// The keys to read for a path at `now`: each counter's current bucket, then, for sliding

@@ -160,7 +160,7 @@ impl PostgresLedger {
         let writer = Writer::start("postgres", move || {
             let client = PostgresBackend::connect(&owned)?;
             Ok(PostgresBackend {
-                url: owned,
+                url: owned.clone(),
                 client: Some(client),
             })
         })?;

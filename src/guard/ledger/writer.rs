@@ -45,16 +45,70 @@ struct Counts {
     dropped: u64,
 }
 
-/// The handle to a writer thread.
-#[derive(Debug)]
-pub(crate) struct Writer {
-    tx: Mutex<Option<Sender<Msg>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+/// Opens the database connection a writer thread owns (again in a forked child).
+type Open = Arc<dyn Fn() -> Result<Box<dyn Backend>, String> + Send + Sync>;
+
+/// A running writer thread: its queue, its counts, and the fork generation it runs in.
+struct Live {
+    tx: Sender<Msg>,
+    thread: Option<JoinHandle<()>>,
     counts: Arc<Mutex<Counts>>,
+    generation: u64,
+}
+
+/// The handle to a writer thread. In a forked child (where the parent's thread does not run)
+/// the first use starts a new thread on a new connection; rows the parent had queued stay
+/// the parent's to write.
+pub(crate) struct Writer {
+    name: String,
+    open: Open,
+    live: Mutex<Option<Live>>,
+    /// The counts once closed: what was left, and rows dropped since (recorded after close).
+    closed: Mutex<Counts>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("name", &self.name).finish()
+    }
 }
 
 fn gone() -> LedgerError {
     LedgerError("the ledger is closed".into())
+}
+
+/// Starts a writer thread on the backend `open` makes (in the thread).
+fn spawn_live(name: &str, open: &Open) -> Result<Live, LedgerError> {
+    let (tx, rx) = mpsc::channel::<Msg>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let counts = Arc::new(Mutex::new(Counts::default()));
+    let thread_counts = counts.clone();
+    let open = open.clone();
+    let thread = std::thread::Builder::new()
+        .name(format!("usage-guard-ledger-{name}"))
+        .spawn(move || match open() {
+            Ok(backend) => {
+                let _ = ready_tx.send(Ok(()));
+                run(backend, rx, thread_counts);
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
+            }
+        })
+        .map_err(|e| LedgerError(format!("cannot start the writer thread: {e}")))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(Live {
+            tx,
+            thread: Some(thread),
+            counts,
+            generation: crate::fork::generation(),
+        }),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(LedgerError(e))
+        }
+        Err(_) => Err(LedgerError("the writer thread failed to start".into())),
+    }
 }
 
 impl Writer {
@@ -63,48 +117,44 @@ impl Writer {
     pub(crate) fn start<B, F>(name: &str, open: F) -> Result<Writer, LedgerError>
     where
         B: Backend,
-        F: FnOnce() -> Result<B, String> + Send + 'static,
+        F: Fn() -> Result<B, String> + Send + Sync + 'static,
     {
-        let (tx, rx) = mpsc::channel::<Msg>();
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
-        let counts = Arc::new(Mutex::new(Counts::default()));
-        let thread_counts = counts.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("usage-guard-ledger-{name}"))
-            .spawn(move || match open() {
-                Ok(backend) => {
-                    let _ = ready_tx.send(Ok(()));
-                    run(backend, rx, thread_counts);
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
-                }
-            })
-            .map_err(|e| LedgerError(format!("cannot start the writer thread: {e}")))?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Writer {
-                tx: Mutex::new(Some(tx)),
-                thread: Mutex::new(Some(thread)),
-                counts,
-            }),
-            Ok(Err(e)) => {
-                let _ = thread.join();
-                Err(LedgerError(e))
-            }
-            Err(_) => Err(LedgerError("the writer thread failed to start".into())),
-        }
+        let open: Open = Arc::new(move || open().map(|b| Box::new(b) as Box<dyn Backend>));
+        let live = spawn_live(name, &open)?;
+        Ok(Writer {
+            name: name.to_string(),
+            open,
+            live: Mutex::new(Some(live)),
+            closed: Mutex::new(Counts::default()),
+        })
     }
 
-    fn send(&self, msg: Msg) -> bool {
-        match self.tx.lock().as_ref() {
-            Some(tx) => tx.send(msg).is_ok(),
-            None => false,
+    /// The queue and counts of the thread of this process (started afresh after a fork);
+    /// `None` once closed.
+    fn current(&self) -> Option<(Sender<Msg>, Arc<Mutex<Counts>>)> {
+        let mut live = self.live.lock();
+        let stale = live
+            .as_ref()
+            .is_some_and(|l| l.generation != crate::fork::generation());
+        if stale {
+            // The parent's thread does not exist here: never join or detach it.
+            if let Some(old) = live.take() {
+                std::mem::forget(old.thread);
+            }
+            match spawn_live(&self.name, &self.open) {
+                Ok(fresh) => *live = Some(fresh),
+                Err(e) => log::warn!("usage_guard: ledger after fork: {e}"),
+            }
         }
+        live.as_ref().map(|l| (l.tx.clone(), l.counts.clone()))
     }
 
     fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Msg) -> Result<T, LedgerError> {
         let (tx, rx) = mpsc::channel();
-        if !self.send(make(tx)) {
+        let Some((queue, _)) = self.current() else {
+            return Err(gone());
+        };
+        if queue.send(make(tx)).is_err() {
             return Err(gone());
         }
         rx.recv().map_err(|_| gone())?
@@ -112,9 +162,13 @@ impl Writer {
 
     /// Queues a row.
     pub(crate) fn record(&self, row: LedgerRow) {
-        self.counts.lock().pending += 1;
-        if !self.send(Msg::Row(Box::new(row))) {
-            let mut c = self.counts.lock();
+        let Some((queue, counts)) = self.current() else {
+            self.closed.lock().dropped += 1;
+            return;
+        };
+        counts.lock().pending += 1;
+        if queue.send(Msg::Row(Box::new(row))).is_err() {
+            let mut c = counts.lock();
             c.pending -= 1;
             c.dropped += 1;
         }
@@ -135,23 +189,46 @@ impl Writer {
         self.ask(|r| Msg::Query(query.clone(), r))
     }
 
-    /// Flushes and stops the thread; later calls answer "closed".
+    /// Flushes and stops the thread; later calls answer "closed". In a forked child that
+    /// never used the ledger, there is nothing of its own to flush.
     pub(crate) fn close(&self) -> Result<(), LedgerError> {
-        let result = match self.ask(Msg::Stop) {
-            Err(e) if e == gone() && self.tx.lock().is_none() => Ok(()),
-            other => other,
+        let mut live = self.live.lock();
+        let Some(l) = live.take() else {
+            return Ok(());
         };
-        self.tx.lock().take();
-        if let Some(thread) = self.thread.lock().take() {
+        if l.generation != crate::fork::generation() {
+            std::mem::forget(l.thread);
+            return Ok(());
+        }
+        let (reply, answer) = mpsc::channel();
+        let result = match l.tx.send(Msg::Stop(reply)) {
+            Ok(()) => answer.recv().unwrap_or_else(|_| Err(gone())),
+            Err(_) => Ok(()),
+        };
+        drop(l.tx);
+        if let Some(thread) = l.thread {
             let _ = thread.join();
         }
+        let last = l.counts.lock();
+        *self.closed.lock() = Counts {
+            pending: last.pending,
+            dropped: last.dropped,
+        };
         result
     }
 
     /// Rows not yet written, and rows dropped.
     pub(crate) fn pending(&self) -> (usize, u64) {
-        let c = self.counts.lock();
-        (c.pending, c.dropped)
+        match self.live.lock().as_ref() {
+            Some(l) => {
+                let c = l.counts.lock();
+                (c.pending, c.dropped)
+            }
+            None => {
+                let c = self.closed.lock();
+                (c.pending, c.dropped)
+            }
+        }
     }
 }
 
@@ -161,19 +238,19 @@ impl Drop for Writer {
     }
 }
 
-struct Loop<B> {
-    backend: B,
+struct Loop {
+    backend: Box<dyn Backend>,
     pending: Vec<LedgerRow>,
     counts: Arc<Mutex<Counts>>,
 }
 
-impl<B: Backend> Loop<B> {
+impl Loop {
     /// Writes what is pending, a batch at a time; stops at the first failure.
     fn write_pending(&mut self) -> Result<(), LedgerError> {
         while !self.pending.is_empty() {
             let n = self.pending.len().min(BATCH_ROWS);
             if let Err(e) = self.backend.write(&self.pending[..n]) {
-                eprintln!(
+                log::warn!(
                     "usage_guard: ledger write failed ({} rows kept): {e}",
                     self.pending.len()
                 );
@@ -196,7 +273,7 @@ impl<B: Backend> Loop<B> {
     }
 }
 
-fn run<B: Backend>(backend: B, rx: Receiver<Msg>, counts: Arc<Mutex<Counts>>) {
+fn run(backend: Box<dyn Backend>, rx: Receiver<Msg>, counts: Arc<Mutex<Counts>>) {
     let mut l = Loop {
         backend,
         pending: Vec::new(),
@@ -251,7 +328,7 @@ fn run<B: Backend>(backend: B, rx: Receiver<Msg>, counts: Arc<Mutex<Counts>>) {
 }
 
 /// Answers a non-row message; false when the loop must stop.
-fn answer<B: Backend>(l: &mut Loop<B>, msg: Msg) -> bool {
+fn answer(l: &mut Loop, msg: Msg) -> bool {
     match msg {
         Msg::Row(row) => {
             l.take(*row);

@@ -5,14 +5,16 @@
 //! `{<prefix>}`, so one Lua script can read, reserve or settle several counters atomically,
 //! on one node or a cluster. Times are the caller's, never the server's.
 
+mod connection;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
 use redis::{Client, RedisError, Script};
+
+use connection::{Conn, Target};
 
 use super::{
     CounterKey, CounterRead, CounterStore, HoldRef, ReserveItem, ReserveOutcome, StoreError,
@@ -21,13 +23,13 @@ use super::{
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::escape_id;
 
-const COMMON_LUA: &str = include_str!("lua/common.lua");
-const READ_LUA: &str = include_str!("lua/read.lua");
-const RESERVE_LUA: &str = include_str!("lua/reserve.lua");
-const SETTLE_LUA: &str = include_str!("lua/settle.lua");
-const FILLED_LUA: &str = include_str!("lua/filled.lua");
-const FILL_LUA: &str = include_str!("lua/fill.lua");
-const MARK_ONCE_LUA: &str = include_str!("lua/mark_once.lua");
+const COMMON_LUA: &str = include_str!("../lua/common.lua");
+const READ_LUA: &str = include_str!("../lua/read.lua");
+const RESERVE_LUA: &str = include_str!("../lua/reserve.lua");
+const SETTLE_LUA: &str = include_str!("../lua/settle.lua");
+const FILLED_LUA: &str = include_str!("../lua/filled.lua");
+const FILL_LUA: &str = include_str!("../lua/fill.lua");
+const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
 
 /// How long connecting, and each answer, may take before the store reports an error.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
@@ -55,17 +57,6 @@ impl Scripts {
             mark_once: Script::new(MARK_ONCE_LUA),
         }
     }
-}
-
-enum Target {
-    /// One node: a connection manager multiplexes requests and reconnects by itself.
-    Single(ConnectionManager),
-    /// A cluster: connected on first use (and again after a failed connect); the cluster
-    /// connection multiplexes requests and follows slot moves.
-    Cluster {
-        client: Box<ClusterClient>,
-        connection: Mutex<Option<ClusterConnection>>,
-    },
 }
 
 struct Inner {
@@ -126,13 +117,8 @@ impl RedisStore {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500));
-        let manager = {
-            let _entered = crate::runtime::shared().enter();
-            ConnectionManager::new_lazy_with_config(client, config)
-                .map_err(|e| store_error("connect", e))?
-        };
         Ok(Self::with_target(
-            Target::Single(manager),
+            Target::single(client, config),
             prefix,
             url.to_string(),
         ))
@@ -152,10 +138,7 @@ impl RedisStore {
             .build()
             .map_err(|e| store_error("cluster urls", e))?;
         Ok(Self::with_target(
-            Target::Cluster {
-                client: Box::new(client),
-                connection: Mutex::new(None),
-            },
+            Target::cluster(client),
             prefix,
             format!("cluster {}", urls.join(",")),
         ))
@@ -199,13 +182,13 @@ impl RedisStore {
         let inner = self.inner.clone();
         let handle = crate::runtime::shared().spawn(async move {
             let work = async {
-                let conn = inner.connection().await?;
+                let conn = inner.target.connection().await?;
                 op(inner.clone(), conn).await
             };
             match tokio::time::timeout(OPERATION_TIMEOUT, work).await {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(e)) => {
-                    inner.forget_connection(&e);
+                    inner.target.forget_connection(&e);
                     Err(store_error(what, e))
                 }
                 Err(_) => Err(store_error(what, "timed out")),
@@ -216,70 +199,6 @@ impl RedisStore {
                 .await
                 .map_err(|e| store_error(what, format!("task failed: {e}")))?
         })
-    }
-}
-
-/// A connection to either kind of target; both multiplex requests from concurrent tasks.
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(
-        &'a mut self,
-        cmd: &'a redis::Cmd,
-    ) -> redis::RedisFuture<'a, redis::Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
-impl Inner {
-    async fn connection(&self) -> Result<Conn, RedisError> {
-        match &self.target {
-            Target::Single(manager) => Ok(Conn::Single(manager.clone())),
-            Target::Cluster { client, connection } => {
-                if let Some(conn) = connection.lock().clone() {
-                    return Ok(Conn::Cluster(conn));
-                }
-                let conn = client.get_async_connection().await?;
-                *connection.lock() = Some(conn.clone());
-                Ok(Conn::Cluster(conn))
-            }
-        }
-    }
-
-    /// After a connection-level failure on a cluster, connects afresh next time (the single
-    /// node's connection manager reconnects by itself).
-    fn forget_connection(&self, error: &RedisError) {
-        if let Target::Cluster { connection, .. } = &self.target {
-            if error.is_unrecoverable_error() || error.is_io_error() || error.is_timeout() {
-                *connection.lock() = None;
-            }
-        }
     }
 }
 

@@ -1,0 +1,126 @@
+//! Connections to one Redis node or a cluster, made on first use, remade after failures, and
+//! made afresh in a forked child (the parent's connection tasks do not run there).
+
+use parking_lot::Mutex;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, RedisError};
+
+/// Where a store's connections go.
+pub(super) enum Target {
+    /// One node: a connection manager multiplexes requests and reconnects by itself.
+    Single {
+        client: Box<Client>,
+        config: Box<ConnectionManagerConfig>,
+        /// The manager, with the fork generation it was made in.
+        manager: Mutex<Option<(u64, ConnectionManager)>>,
+    },
+    /// A cluster: connected on first use (and again after a failed connect); the cluster
+    /// connection multiplexes requests and follows slot moves.
+    Cluster {
+        client: Box<ClusterClient>,
+        connection: Mutex<Option<(u64, ClusterConnection)>>,
+    },
+}
+
+impl Target {
+    pub(super) fn single(client: Client, config: ConnectionManagerConfig) -> Self {
+        Target::Single {
+            client: Box::new(client),
+            config: Box::new(config),
+            manager: Mutex::new(None),
+        }
+    }
+
+    pub(super) fn cluster(client: ClusterClient) -> Self {
+        Target::Cluster {
+            client: Box::new(client),
+            connection: Mutex::new(None),
+        }
+    }
+
+    /// A connection for one operation; must be called on the shared runtime. A connection
+    /// made before a `fork()` is never used in the child.
+    pub(super) async fn connection(&self) -> Result<Conn, RedisError> {
+        let generation = crate::fork::generation();
+        match self {
+            Target::Single {
+                client,
+                config,
+                manager,
+            } => {
+                let mut slot = manager.lock();
+                match slot.as_ref() {
+                    Some((made_in, m)) if *made_in == generation => Ok(Conn::Single(m.clone())),
+                    _ => {
+                        let m = ConnectionManager::new_lazy_with_config(
+                            (**client).clone(),
+                            (**config).clone(),
+                        )?;
+                        *slot = Some((generation, m.clone()));
+                        Ok(Conn::Single(m))
+                    }
+                }
+            }
+            Target::Cluster { client, connection } => {
+                if let Some((made_in, conn)) = connection.lock().clone() {
+                    if made_in == generation {
+                        return Ok(Conn::Cluster(conn));
+                    }
+                }
+                let conn = client.get_async_connection().await?;
+                *connection.lock() = Some((generation, conn.clone()));
+                Ok(Conn::Cluster(conn))
+            }
+        }
+    }
+
+    /// After a connection-level failure on a cluster, connects afresh next time (the single
+    /// node's connection manager reconnects by itself).
+    pub(super) fn forget_connection(&self, error: &RedisError) {
+        if let Target::Cluster { connection, .. } = self {
+            if error.is_unrecoverable_error() || error.is_io_error() || error.is_timeout() {
+                *connection.lock() = None;
+            }
+        }
+    }
+}
+
+/// A connection to either kind of target; both multiplex requests from concurrent tasks.
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
