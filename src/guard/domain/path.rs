@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::policy::{ModelSpec, Policy, TeamSpec, UnknownModels};
+use super::policy::{
+    DirectLimit, ModelSpec, Policy, PublicLimit, TeamLimit, TeamSpec, UnknownModels,
+};
 use super::rule::RuleSpec;
 use super::rule::{CounterId, LimitType, Scope};
 use crate::error::Error;
@@ -109,6 +111,7 @@ impl Path {
     }
 }
 
+/// Builds a path: binds each rule to its counter, one slot per distinct counter.
 struct Builder {
     user: Option<Arc<str>>,
     model: Arc<str>,
@@ -119,6 +122,7 @@ struct Builder {
 }
 
 impl Builder {
+    /// The slot of counter `id`, added on its first use.
     fn slot(&mut self, id: CounterId) -> usize {
         let id = Arc::new(id);
         if let Some(&slot) = self.slots.get(&id) {
@@ -130,6 +134,8 @@ impl Builder {
         slot
     }
 
+    /// Binds the rules of one limit to their counters, into `out`. A router's own call
+    /// skips the counters that span models.
     fn rules(
         &mut self,
         out: &mut Vec<PathRule>,
@@ -175,10 +181,96 @@ impl Builder {
             });
         }
     }
+
+    /// Model Total, User's Total and the Platform limit: checked on every call.
+    fn ceilings(&mut self, policy: &Policy, user: &str) -> Vec<PathRule> {
+        let mut out = Vec::new();
+        if let Some(limit) = policy.model_total(&self.model) {
+            let (kind, scope) = (LimitType::ModelTotal, Scope::ModelTotal);
+            self.rules(&mut out, kind, scope, &limit.rules, None);
+        }
+        if let Some(limit) = policy.user_total(user) {
+            let (kind, scope) = (LimitType::UserTotal, Scope::PersonAllModels);
+            self.rules(&mut out, kind, scope, &limit.rules, None);
+        }
+        let (kind, scope) = (LimitType::Platform, Scope::PersonAllModels);
+        self.rules(&mut out, kind, scope, &policy.platform, None);
+        out
+    }
+
+    /// The sources with a limit defined, in billing order: direct, teams, public use.
+    fn sources(&mut self, policy: &Policy, user: &Arc<str>, public: &SourceRef) -> Vec<Source> {
+        let mut sources = Vec::new();
+        if let Some(limit) = policy.direct_limit(user, &self.model) {
+            sources.push(self.direct_source(user, limit));
+        }
+        for limit in policy.team_limits_for(user, &self.model) {
+            sources.push(self.team_source(policy, limit));
+        }
+        if let Some(limit) = policy.public_limit(&self.model) {
+            sources.push(self.public_source(public, limit));
+        }
+        sources
+    }
+
+    /// The person's Direct Limit as a source.
+    fn direct_source(&mut self, user: &Arc<str>, limit: &DirectLimit) -> Source {
+        let mut rules = Vec::new();
+        let (kind, scope) = (LimitType::Direct, Scope::PersonModel);
+        self.rules(&mut rules, kind, scope, &limit.rules, None);
+        let source = SourceRef {
+            kind: SourceKind::Direct,
+            id: user.clone(),
+        };
+        Source { source, rules }
+    }
+
+    /// A team as a source: its Team Limit (shared and each member) and its Team Total.
+    fn team_source(&mut self, policy: &Policy, limit: &TeamLimit) -> Source {
+        let team = policy.team(&limit.team);
+        let mut rules = Vec::new();
+        let kind = LimitType::Team;
+        self.rules(&mut rules, kind, Scope::TeamShared, &limit.shared, team);
+        self.rules(
+            &mut rules,
+            kind,
+            Scope::TeamMember,
+            &limit.each_member,
+            team,
+        );
+        if let Some(total) = policy.team_total(&limit.team) {
+            let (kind, scope) = (LimitType::TeamTotal, Scope::TeamTotal);
+            self.rules(&mut rules, kind, scope, &total.rules, team);
+        }
+        let source = SourceRef {
+            kind: SourceKind::Team,
+            id: limit.team.clone(),
+        };
+        Source { source, rules }
+    }
+
+    /// The model's Public Use Limit as a source (shared and each person).
+    fn public_source(&mut self, public: &SourceRef, limit: &PublicLimit) -> Source {
+        let mut rules = Vec::new();
+        let kind = LimitType::Public;
+        self.rules(&mut rules, kind, Scope::PublicShared, &limit.shared, None);
+        self.rules(
+            &mut rules,
+            kind,
+            Scope::PersonModel,
+            &limit.each_person,
+            None,
+        );
+        Source {
+            source: public.clone(),
+            rules,
+        }
+    }
 }
 
-/// Resolves the path of `user` on `model`. A call with no user has no limits.
-pub(crate) fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Result<Path, Error> {
+/// The model's entry, or the error for a model the policy does not list when it refuses
+/// unknown models.
+fn known_model(policy: &Policy, model: &str) -> Result<Option<Arc<ModelSpec>>, Error> {
     let model_spec = policy.model(model).cloned();
     if model_spec.is_none() && policy.settings.unknown_models == UnknownModels::Refuse {
         let mut known: Vec<&str> = policy.models.iter().map(|m| &*m.id).collect();
@@ -192,6 +284,12 @@ pub(crate) fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Resul
             ),
         ));
     }
+    Ok(model_spec)
+}
+
+/// Resolves the path of `user` on `model`. A call with no user has no limits.
+pub(crate) fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Result<Path, Error> {
+    let model_spec = known_model(policy, model)?;
     let model: Arc<str> = model_spec
         .as_ref()
         .map(|m| m.id.clone())
@@ -221,107 +319,8 @@ pub(crate) fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Resul
         counters: Vec::new(),
         personal: Vec::new(),
     };
-
-    let mut ceilings = Vec::new();
-    if let Some(limit) = policy.model_total(&model) {
-        b.rules(
-            &mut ceilings,
-            LimitType::ModelTotal,
-            Scope::ModelTotal,
-            &limit.rules,
-            None,
-        );
-    }
-    if let Some(limit) = policy.user_total(&user) {
-        b.rules(
-            &mut ceilings,
-            LimitType::UserTotal,
-            Scope::PersonAllModels,
-            &limit.rules,
-            None,
-        );
-    }
-    b.rules(
-        &mut ceilings,
-        LimitType::Platform,
-        Scope::PersonAllModels,
-        &policy.platform,
-        None,
-    );
-
-    let mut sources = Vec::new();
-    if let Some(direct) = policy.direct_limit(&user, &model) {
-        let mut rules = Vec::new();
-        b.rules(
-            &mut rules,
-            LimitType::Direct,
-            Scope::PersonModel,
-            &direct.rules,
-            None,
-        );
-        sources.push(Source {
-            source: SourceRef {
-                kind: SourceKind::Direct,
-                id: user.clone(),
-            },
-            rules,
-        });
-    }
-    for team_limit in policy.team_limits_for(&user, &model) {
-        let team = policy.team(&team_limit.team);
-        let mut rules = Vec::new();
-        b.rules(
-            &mut rules,
-            LimitType::Team,
-            Scope::TeamShared,
-            &team_limit.shared,
-            team,
-        );
-        b.rules(
-            &mut rules,
-            LimitType::Team,
-            Scope::TeamMember,
-            &team_limit.each_member,
-            team,
-        );
-        if let Some(total) = policy.team_total(&team_limit.team) {
-            b.rules(
-                &mut rules,
-                LimitType::TeamTotal,
-                Scope::TeamTotal,
-                &total.rules,
-                team,
-            );
-        }
-        sources.push(Source {
-            source: SourceRef {
-                kind: SourceKind::Team,
-                id: team_limit.team.clone(),
-            },
-            rules,
-        });
-    }
-    if let Some(public) = policy.public_limit(&model) {
-        let mut rules = Vec::new();
-        b.rules(
-            &mut rules,
-            LimitType::Public,
-            Scope::PublicShared,
-            &public.shared,
-            None,
-        );
-        b.rules(
-            &mut rules,
-            LimitType::Public,
-            Scope::PersonModel,
-            &public.each_person,
-            None,
-        );
-        sources.push(Source {
-            source: default_source.clone(),
-            rules,
-        });
-    }
+    let ceilings = b.ceilings(policy, &user);
+    let sources = b.sources(policy, &user, &default_source);
     let mut personal = std::mem::take(&mut b.personal);
     personal.sort_unstable();
     personal.dedup();

@@ -1,189 +1,26 @@
 //! The policy: models, teams and limits, validated from a closed vocabulary. Every error of a
 //! document is reported at once, each naming the field's path, the value and what is accepted.
 
+mod limits;
+mod models;
 mod parse;
+mod rules;
+mod settings;
+mod teams;
+mod values;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::rule::Metric;
 pub(crate) use super::rule::RuleSpec;
 use crate::error::{Error, FieldError};
 
-pub use parse::MAX_AMOUNT;
-
-/// Which provider's API a model is called through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Provider {
-    OpenAi,
-    Anthropic,
-    Gemini,
-    Ollama,
-    Other,
-}
-
-impl Provider {
-    /// Every provider word the policy accepts.
-    pub const WORDS: [&'static str; 5] = ["openai", "anthropic", "gemini", "ollama", "other"];
-
-    /// Parses a provider word.
-    pub fn parse(word: &str) -> Option<Provider> {
-        Some(match word {
-            "openai" => Provider::OpenAi,
-            "anthropic" => Provider::Anthropic,
-            "gemini" => Provider::Gemini,
-            "ollama" => Provider::Ollama,
-            "other" => Provider::Other,
-            _ => return None,
-        })
-    }
-
-    /// The provider word.
-    pub fn word(self) -> &'static str {
-        match self {
-            Provider::OpenAi => "openai",
-            Provider::Anthropic => "anthropic",
-            Provider::Gemini => "gemini",
-            Provider::Ollama => "ollama",
-            Provider::Other => "other",
-        }
-    }
-}
-
-/// Prices in micro-dollars per million tokens (= pico-dollars a token), so that
-/// `tokens × price / 1_000_000` is micro-dollars, exact in integers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Prices {
-    pub input: u64,
-    pub cached_input: u64,
-    pub output: u64,
-}
-
-impl Prices {
-    /// The cost of a call in micro-dollars, rounded up to the next micro-dollar.
-    /// `input_tokens` includes `cached_input_tokens`.
-    pub fn cost_micros(
-        &self,
-        input_tokens: u64,
-        cached_input_tokens: u64,
-        output_tokens: u64,
-    ) -> u64 {
-        let cached = cached_input_tokens.min(input_tokens);
-        let pico = (input_tokens - cached) as u128 * self.input as u128
-            + cached as u128 * self.cached_input as u128
-            + output_tokens as u128 * self.output as u128;
-        pico.div_ceil(1_000_000).min(u64::MAX as u128) as u64
-    }
-
-    /// The most a call of this size can cost: input at the dearest input rate.
-    pub fn dearest_cost_micros(&self, input_tokens: u64, output_tokens: u64) -> u64 {
-        let input_rate = self.input.max(self.cached_input) as u128;
-        let pico = input_tokens as u128 * input_rate + output_tokens as u128 * self.output as u128;
-        pico.div_ceil(1_000_000).min(u64::MAX as u128) as u64
-    }
-}
-
-/// Whether prompt counts for a model are exact (its own tokenizer) or an estimate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Counting {
-    Exact,
-    Estimate,
-}
-
-/// A model entry of the policy.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelSpec {
-    pub id: Arc<str>,
-    pub display_name: String,
-    pub provider: Provider,
-    pub context_window: Option<u64>,
-    pub max_input_tokens: Option<u64>,
-    pub max_output_tokens: Option<u64>,
-    pub prices: Prices,
-    /// A router's own call skips the counters that span models.
-    pub router: bool,
-    /// The tokenizer encoding to count prompts with (e.g. `o200k_base`).
-    pub encoding: Option<String>,
-    pub counting: Option<Counting>,
-}
-
-/// A team and its members.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TeamSpec {
-    pub id: Arc<str>,
-    pub display_name: String,
-    pub members: Vec<Arc<str>>,
-    /// Teams with a priority are billed first, lowest number first.
-    pub priority: Option<i64>,
-}
-
-/// A Direct Limit: one person on one model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DirectLimit {
-    pub user: Arc<str>,
-    pub model: Arc<str>,
-    pub rules: Vec<RuleSpec>,
-}
-
-/// A Team Limit: a team's use of one model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TeamLimit {
-    pub team: Arc<str>,
-    pub model: Arc<str>,
-    pub shared: Vec<RuleSpec>,
-    pub each_member: Vec<RuleSpec>,
-}
-
-/// A Public Use Limit: anyone's use of one model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PublicLimit {
-    pub model: Arc<str>,
-    pub shared: Vec<RuleSpec>,
-    pub each_person: Vec<RuleSpec>,
-}
-
-/// A limit on one subject (team, model or user) with plain rules.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SubjectLimit {
-    pub subject: Arc<str>,
-    pub rules: Vec<RuleSpec>,
-}
-
-/// What to do with a call on a model the policy does not list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnknownModels {
-    /// Admit it under the per-person ceilings (user total, platform) only.
-    Allow,
-    /// Refuse it.
-    Refuse,
-}
-
-/// Settings that shape admission and the usage ceiling.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    /// Refuse a call when less than this is left for its output.
-    pub min_output_tokens: u64,
-    /// Kept free when a prompt count is an estimate (a fraction, 0.05 = 5%).
-    pub margin: f64,
-    /// The output assumed when neither the caller nor the model gives a maximum.
-    pub default_max_output_tokens: u64,
-    pub unknown_models: UnknownModels,
-    /// Metrics whose rules let calls through uncounted when the counter store is down
-    /// (every other rule refuses them as unavailable).
-    pub fail_open: Vec<Metric>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            min_output_tokens: 256,
-            margin: 0.05,
-            default_max_output_tokens: 8192,
-            unknown_models: UnknownModels::Allow,
-            fail_open: Vec::new(),
-        }
-    }
-}
+pub(crate) use limits::{DirectLimit, PublicLimit, SubjectLimit, TeamLimit};
+pub use models::Prices;
+pub(crate) use models::{Counting, ModelSpec, Provider};
+pub(crate) use settings::{Settings, UnknownModels};
+pub(crate) use teams::TeamSpec;
+pub use values::MAX_AMOUNT;
 
 /// A validated policy. Build it with [`Policy::from_json`], [`Policy::from_toml`] or
 /// [`Policy::from_value`]; a policy that exists is valid.

@@ -1,0 +1,199 @@
+//! The decision: a pure function of (path, counter snapshot, demand, now). It refuses, or
+//! picks the billed source and computes what to hold on every counter. Stores never decide.
+//! The steps live in `steps` (source, room, holds), the refusals in `refuse`.
+
+mod refuse;
+mod steps;
+
+use super::clock::Millis;
+use super::counter::{CounterRead, HoldRef, ReserveItem};
+use super::path::{Path, PathRule, SourceRef};
+use super::policy::{Prices, Settings};
+use super::refusal::Refusal;
+use super::rule::CounterId;
+use super::window::Window;
+use std::sync::Arc;
+
+pub(crate) use refuse::{does_not_fit, reached};
+use steps::{held_prompt, least_left, usage_ceiling, Holds, Snapshot};
+
+/// A counter's current and previous bucket as read at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SlotRead {
+    pub current: CounterRead,
+    pub previous: CounterRead,
+}
+
+/// What the call may use, before it runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Demand {
+    pub prompt_tokens: u64,
+    /// Whether the prompt count is an estimate (then `margin` is kept free).
+    pub prompt_is_estimate: bool,
+    /// The output maximum in force: the caller's, else the model's, else the default,
+    /// never above the model's.
+    pub max_output_tokens: u64,
+}
+
+/// A rule's state at an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RuleState {
+    /// Billed use + live holds + what the previous bucket carries.
+    pub counted: u64,
+    pub used: u64,
+    pub held: u64,
+    pub left: u64,
+    pub resets_at: Option<Millis>,
+}
+
+impl SlotRead {
+    /// What the previous bucket adds at `now`: its billed use weighted by how much of the
+    /// current bucket is left (sliding windows only), plus its live holds in full — a call
+    /// admitted in the previous bucket bills into the current one.
+    pub(crate) fn carried(&self, window: Window, now: Millis) -> u64 {
+        window
+            .carried(self.previous.used, now)
+            .saturating_add(self.previous.held)
+    }
+
+    /// Billed use + live holds + what the previous bucket carries.
+    pub(crate) fn counted(&self, window: Window, now: Millis) -> u64 {
+        self.current
+            .total()
+            .saturating_add(self.carried(window, now))
+    }
+}
+
+/// What is left of `rule` given the snapshot (the hot path: no reset computed).
+pub(crate) fn rule_left(rule: &PathRule, reads: &[SlotRead], now: Millis) -> u64 {
+    let counted = reads[rule.slot].counted(rule.rule.window, now);
+    rule.rule.amount.saturating_sub(counted)
+}
+
+/// The state of `rule` given the snapshot.
+pub(crate) fn rule_state(rule: &PathRule, reads: &[SlotRead], now: Millis) -> RuleState {
+    let read = reads[rule.slot];
+    let window = rule.rule.window;
+    let counted = read.counted(window, now);
+    let held = read.current.held.saturating_add(read.previous.held);
+    RuleState {
+        counted,
+        used: read
+            .current
+            .used
+            .saturating_add(window.carried(read.previous.used, now)),
+        held,
+        left: rule.rule.amount.saturating_sub(counted),
+        resets_at: window.resets_at(
+            rule.rule.amount,
+            read.current.total().saturating_add(read.previous.held),
+            read.previous.used,
+            now,
+        ),
+    }
+}
+
+/// The usage ceiling handed to the client: what the call may use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageCeiling {
+    /// Tokens held for the call, prompt and output; `None` when no token rule applies.
+    pub tokens: Option<u64>,
+    /// Micro-dollars held for the call; `None` when no cost rule applies.
+    pub cost_micros: Option<u64>,
+    /// The model's prices, when `cost_micros` is set.
+    pub rates: Option<Prices>,
+    /// The output maximum the call is reserved for.
+    pub max_output_tokens: u64,
+    pub min_output_tokens: u64,
+    pub margin: f64,
+}
+
+/// An admission to reserve.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Plan {
+    /// Index into `path.sources`, or `None` for the default (unlimited) source.
+    pub source_index: Option<usize>,
+    pub source: SourceRef,
+    /// Holds and checks, one per counter the call adds to (zero holds without a limit are
+    /// left out).
+    pub items: Vec<ReserveItem>,
+    /// The slot of each item.
+    pub item_slots: Vec<usize>,
+    /// The counters the call adds its use to at bill.
+    pub added_slots: Vec<usize>,
+    pub ceiling: UsageCeiling,
+}
+
+impl Plan {
+    /// The holds a ticket gives back when it settles: every item with a hold.
+    pub(crate) fn holds(&self) -> Vec<HoldRef> {
+        self.items
+            .iter()
+            .filter(|i| i.hold > 0)
+            .map(|i| HoldRef {
+                key: i.key.clone(),
+                amount: i.hold,
+            })
+            .collect()
+    }
+
+    /// The counters the call adds its use to at bill.
+    pub(crate) fn added_counters(&self, path: &Path) -> Vec<Arc<CounterId>> {
+        self.added_slots
+            .iter()
+            .map(|&s| path.counters[s].clone())
+            .collect()
+    }
+}
+
+/// Refuse, or admit with a plan.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Decision {
+    Admit(Plan),
+    Refuse(Refusal),
+}
+
+/// Decides a call: refuse, or the plan of what to hold. Pure: the same path, snapshot,
+/// demand, settings and instant always give the same decision.
+pub(crate) fn decide(
+    path: &Path,
+    reads: &[SlotRead],
+    demand: &Demand,
+    settings: &Settings,
+    now: Millis,
+) -> Decision {
+    let snapshot = Snapshot { path, reads, now };
+    // Every ceiling with nothing left refuses; then the first source with room is billed.
+    if let Some(refusal) = snapshot.exhausted_ceiling() {
+        return Decision::Refuse(refusal);
+    }
+    let billed = match snapshot.pick_source() {
+        Ok(billed) => billed,
+        Err(refusal) => return Decision::Refuse(refusal),
+    };
+    let least = least_left(path.checked_rules(billed), reads, now);
+    let prompt = held_prompt(demand, settings);
+    let prices = path
+        .model_spec
+        .as_ref()
+        .map(|m| m.prices)
+        .unwrap_or_default();
+    let max_out = match snapshot.output_room(&least, demand, settings, prompt, &prices) {
+        Ok(max_out) => max_out,
+        Err(refusal) => return Decision::Refuse(refusal),
+    };
+    let holds = Holds::new(prompt, max_out, &prices);
+    let added_slots = path.added_slots(billed);
+    let (items, item_slots) = snapshot.reserve_items(billed, &added_slots, &holds);
+    let source = billed
+        .map(|i| path.sources[i].source.clone())
+        .unwrap_or_else(|| path.default_source.clone());
+    Decision::Admit(Plan {
+        source_index: billed,
+        source,
+        items,
+        item_slots,
+        added_slots,
+        ceiling: usage_ceiling(&least, &holds, prices, settings),
+    })
+}

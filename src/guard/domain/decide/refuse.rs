@@ -1,0 +1,52 @@
+//! The refusals a decision gives: a rule with nothing left, or a call that does not fit.
+
+use super::RuleState;
+use crate::guard::domain::clock::{iso8601, Millis};
+use crate::guard::domain::message;
+use crate::guard::domain::path::{Path, PathRule};
+use crate::guard::domain::refusal::{Reason, Refusal};
+use crate::guard::domain::rule::Metric;
+
+/// The refusal for a rule with nothing left.
+pub(crate) fn reached(path: &Path, rule: &PathRule, state: &RuleState, now: Millis) -> Refusal {
+    let mut message = message::reached(path, rule, &rule.team_name);
+    match state.resets_at {
+        Some(at) => message.push_str(&format!(" It resets at {}.", iso8601(at))),
+        None if rule.rule.metric == Metric::Concurrency => {
+            message.push_str(" It frees up when one of them ends.")
+        }
+        None => {}
+    }
+    refusal(Reason::LimitReached, rule, state.resets_at, message, now)
+}
+
+/// The refusal for a call that does not fit in what is left of `rule`.
+pub(crate) fn does_not_fit(
+    path: &Path,
+    rule: &PathRule,
+    left: u64,
+    resets_at: Option<Millis>,
+    now: Millis,
+) -> Refusal {
+    let message = message::does_not_fit(path, rule, &rule.team_name, left);
+    refusal(Reason::DoesNotFit, rule, resets_at, message, now)
+}
+
+fn refusal(
+    reason: Reason,
+    rule: &PathRule,
+    resets_at: Option<Millis>,
+    message: String,
+    now: Millis,
+) -> Refusal {
+    Refusal {
+        reason,
+        limit_type: Some(rule.limit_type),
+        metric: Some(rule.rule.metric),
+        amount: Some(rule.rule.amount),
+        window: Some(rule.rule.window),
+        resets_at,
+        retry_after_seconds: resets_at.map(|at| ((at - now).max(0) as u64).div_ceil(1000)),
+        message,
+    }
+}

@@ -1,0 +1,242 @@
+//! The steps of a decision: refuse on an exhausted ceiling, pick the billed source, fit the
+//! output in what is left, and lay out the holds to reserve. Pure functions of the snapshot.
+
+use super::{
+    does_not_fit, reached, rule_left, rule_state, Demand, RuleState, SlotRead, UsageCeiling,
+};
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::counter::{CounterKey, ReserveItem};
+use crate::guard::domain::path::{Path, PathRule, SourceKind};
+use crate::guard::domain::policy::{Prices, Settings};
+use crate::guard::domain::refusal::Refusal;
+use crate::guard::domain::rule::Metric;
+
+/// Of the exhausted rules, the one that frees up last (the honest time to come back).
+fn latest_exhausted<'p>(
+    rules: impl Iterator<Item = &'p PathRule>,
+    reads: &[SlotRead],
+    now: Millis,
+) -> Option<(&'p PathRule, RuleState)> {
+    rules
+        .filter(|r| rule_left(r, reads, now) == 0)
+        .map(|r| (r, rule_state(r, reads, now)))
+        .max_by_key(|(_, s)| s.resets_at.unwrap_or(Millis::MAX))
+}
+
+/// The least left per metric (indexed by `Metric as usize`), with the rule that sets it.
+pub(super) type Least<'p> = [Option<(u64, &'p PathRule)>; 7];
+
+/// The least left per metric across `rules`, with the rule that sets it.
+pub(super) fn least_left<'p>(
+    rules: impl Iterator<Item = &'p PathRule>,
+    reads: &[SlotRead],
+    now: Millis,
+) -> Least<'p> {
+    let mut least: Least<'p> = [None; 7];
+    for rule in rules {
+        let left = rule_left(rule, reads, now);
+        let entry = &mut least[rule.rule.metric as usize];
+        if entry.is_none_or(|(l, _)| left < l) {
+            *entry = Some((left, rule));
+        }
+    }
+    least
+}
+
+fn left_of(least: &Least, metric: Metric) -> Option<u64> {
+    least[metric as usize].map(|(l, _)| l)
+}
+
+/// The prompt as held: an estimated prompt is held with the margin the client keeps free
+/// when it fits the call.
+pub(super) fn held_prompt(demand: &Demand, settings: &Settings) -> u64 {
+    if demand.prompt_is_estimate {
+        let margin = (demand.prompt_tokens as f64 * settings.margin).ceil() as u64;
+        demand.prompt_tokens.saturating_add(margin)
+    } else {
+        demand.prompt_tokens
+    }
+}
+
+/// What the call holds on counters of each metric.
+pub(super) struct Holds {
+    prompt: u64,
+    max_out: u64,
+    tokens: u64,
+    cost: u64,
+}
+
+impl Holds {
+    pub(super) fn new(prompt: u64, max_out: u64, prices: &Prices) -> Self {
+        Holds {
+            prompt,
+            max_out,
+            tokens: prompt.saturating_add(max_out),
+            cost: prices.dearest_cost_micros(prompt, max_out),
+        }
+    }
+
+    fn of(&self, metric: Metric) -> u64 {
+        match metric {
+            Metric::Tokens => self.tokens,
+            Metric::InputTokens => self.prompt,
+            Metric::OutputTokens => self.max_out,
+            Metric::Cost => self.cost,
+            Metric::Requests | Metric::Concurrency => 1,
+            Metric::ComputeMs => 0,
+        }
+    }
+}
+
+/// The snapshot one decision reads: the path, its counters and the instant.
+pub(super) struct Snapshot<'a> {
+    pub(super) path: &'a Path,
+    pub(super) reads: &'a [SlotRead],
+    pub(super) now: Millis,
+}
+
+impl Snapshot<'_> {
+    /// The refusal of the ceiling that frees up last, when any ceiling has nothing left.
+    pub(super) fn exhausted_ceiling(&self) -> Option<Refusal> {
+        let (rule, state) = latest_exhausted(self.path.ceilings.iter(), self.reads, self.now)?;
+        Some(reached(self.path, rule, &state, self.now))
+    }
+
+    /// The first source with room (`None`: no source has a limit, bill the default). A team
+    /// with nothing left passes the call on; a direct or public source with nothing left
+    /// refuses, and so does a path whose every source is a team with nothing left.
+    pub(super) fn pick_source(&self) -> Result<Option<usize>, Refusal> {
+        let mut team_refusal = None;
+        for (i, source) in self.path.sources.iter().enumerate() {
+            let Some((rule, state)) = latest_exhausted(source.rules.iter(), self.reads, self.now)
+            else {
+                return Ok(Some(i));
+            };
+            let refusal = reached(self.path, rule, &state, self.now);
+            if source.source.kind != SourceKind::Team {
+                return Err(refusal);
+            }
+            team_refusal.get_or_insert(refusal);
+        }
+        team_refusal.map_or(Ok(None), Err)
+    }
+
+    /// The refusal for the rule that sets what is left of `metric`.
+    fn not_fit(&self, least: &Least, metric: Metric) -> Refusal {
+        let (left, rule) = least[metric as usize].expect("a rule of that metric");
+        let resets_at = rule_state(rule, self.reads, self.now).resets_at;
+        does_not_fit(self.path, rule, left, resets_at, self.now)
+    }
+
+    /// The output maximum that fits what is left of every metric, or the refusal for the
+    /// first metric the prompt does not fit in, or that leaves too little output.
+    pub(super) fn output_room(
+        &self,
+        least: &Least,
+        demand: &Demand,
+        settings: &Settings,
+        prompt: u64,
+        prices: &Prices,
+    ) -> Result<u64, Refusal> {
+        let mut max_out = demand.max_output_tokens;
+        let mut bound_by: Option<Metric> = None;
+        let mut lower = |max_out: &mut u64, room: u64, metric: Metric| {
+            if room < *max_out {
+                *max_out = room;
+                bound_by = Some(metric);
+            }
+        };
+        if let Some(l) = left_of(least, Metric::InputTokens) {
+            if prompt > l {
+                return Err(self.not_fit(least, Metric::InputTokens));
+            }
+        }
+        if let Some(l) = left_of(least, Metric::OutputTokens) {
+            lower(&mut max_out, l, Metric::OutputTokens);
+        }
+        if let Some(l) = left_of(least, Metric::Tokens) {
+            if prompt > l {
+                return Err(self.not_fit(least, Metric::Tokens));
+            }
+            lower(&mut max_out, l - prompt, Metric::Tokens);
+        }
+        if let Some(l) = left_of(least, Metric::Cost) {
+            let prompt_cost = prices.dearest_cost_micros(prompt, 0);
+            if prompt_cost > l {
+                return Err(self.not_fit(least, Metric::Cost));
+            }
+            if prices.output > 0 {
+                let room = ((l - prompt_cost) as u128 * 1_000_000 / prices.output as u128)
+                    .min(u64::MAX as u128) as u64;
+                lower(&mut max_out, room, Metric::Cost);
+            }
+        }
+        // Refuse what cannot produce at least the smaller of min_output_tokens and what the
+        // caller asked for.
+        if let Some(metric) = bound_by {
+            let need = settings.min_output_tokens.min(demand.max_output_tokens);
+            if max_out < need {
+                return Err(self.not_fit(least, metric));
+            }
+        }
+        Ok(max_out)
+    }
+
+    /// One item per counter the call adds to, each with its hold and the tightest rule
+    /// checked on it (a zero hold on a counter without a limit is left out), and the slot of
+    /// each item.
+    pub(super) fn reserve_items(
+        &self,
+        billed: Option<usize>,
+        added_slots: &[usize],
+        holds: &Holds,
+    ) -> (Vec<ReserveItem>, Vec<usize>) {
+        let path = self.path;
+        let mut limits: Vec<Option<u64>> = vec![None; path.counters.len()];
+        for rule in path.checked_rules(billed) {
+            let limit = &mut limits[rule.slot];
+            *limit = Some(limit.map_or(rule.rule.amount, |l| l.min(rule.rule.amount)));
+        }
+        let mut items = Vec::with_capacity(added_slots.len());
+        let mut item_slots = Vec::with_capacity(added_slots.len());
+        for &slot in added_slots {
+            let id = &path.counters[slot];
+            let hold = holds.of(id.metric);
+            let limit = limits[slot];
+            if hold == 0 && limit.is_none() {
+                continue;
+            }
+            let bucket = id.window.bucket_start(self.now);
+            items.push(ReserveItem {
+                key: CounterKey {
+                    id: id.clone(),
+                    bucket,
+                },
+                hold,
+                limit,
+                carried: self.reads[slot].carried(id.window, self.now),
+                retain_until: id.window.retain_until(bucket),
+            });
+            item_slots.push(slot);
+        }
+        (items, item_slots)
+    }
+}
+
+/// The usage ceiling of an admitted call: its holds, capped by what is left.
+pub(super) fn usage_ceiling(
+    least: &Least,
+    holds: &Holds,
+    prices: Prices,
+    settings: &Settings,
+) -> UsageCeiling {
+    let cost_left = left_of(least, Metric::Cost);
+    UsageCeiling {
+        tokens: left_of(least, Metric::Tokens).map(|l| holds.tokens.min(l)),
+        cost_micros: cost_left.map(|l| holds.cost.min(l)),
+        rates: cost_left.map(|_| prices),
+        max_output_tokens: holds.max_out,
+        min_output_tokens: settings.min_output_tokens,
+        margin: settings.margin,
+    }
+}

@@ -1,0 +1,117 @@
+//! The rules of a limit: `{ metric, amount, window }`, at most one per metric and window.
+
+use serde_json::{Map, Value};
+
+use super::values::{key_path, Parser};
+use crate::guard::domain::rule::{Metric, RuleSpec};
+use crate::guard::domain::window::Window;
+
+const WINDOW_WORDS: &str = "minute, hour, N seconds, N minutes, N hours, day, week, month, year";
+
+impl Parser {
+    /// The rule list at `map[key]` (reported when `required` and missing).
+    pub(super) fn rule_list(
+        &mut self,
+        path: &str,
+        map: &Map<String, Value>,
+        key: &str,
+        required: bool,
+    ) -> Vec<RuleSpec> {
+        let list = if required {
+            self.required(path, map, key)
+        } else {
+            map.get(key)
+        };
+        let Some(list) = list else { return Vec::new() };
+        let list_path = key_path(path, key);
+        let mut rules: Vec<RuleSpec> = Vec::new();
+        for (i, item) in self.list(&list_path, list).iter().enumerate() {
+            let rule_path = format!("{list_path}[{i}]");
+            let Some(rule) = self.rule(&rule_path, item) else {
+                continue;
+            };
+            if let Some(j) = rules
+                .iter()
+                .position(|r| r.metric == rule.metric && r.window == rule.window)
+            {
+                self.error(
+                    &rule_path,
+                    None,
+                    format!(
+                        "a {} rule over {} is already at {list_path}[{j}]; one limit has one rule per metric and window",
+                        rule.metric.word(),
+                        rule.window.word()
+                    ),
+                );
+            } else {
+                rules.push(rule);
+            }
+        }
+        rules
+    }
+
+    fn rule(&mut self, path: &str, value: &Value) -> Option<RuleSpec> {
+        let fields = self.table(path, value, &["metric", "amount", "window"])?;
+        let metric = self
+            .required(path, fields, "metric")
+            .and_then(|v| self.metric(&key_path(path, "metric"), v));
+        let window = self.window(&key_path(path, "window"), metric, fields.get("window"));
+        let amount_path = key_path(path, "amount");
+        let amount = self
+            .required(path, fields, "amount")
+            .and_then(|v| match metric {
+                Some(Metric::Cost) => self.dollars(&amount_path, v, "an amount of cost"),
+                _ => self.whole(&amount_path, v, 0),
+            });
+        Some(RuleSpec {
+            metric: metric?,
+            amount: amount?,
+            window: window?,
+        })
+    }
+
+    fn metric(&mut self, path: &str, value: &Value) -> Option<Metric> {
+        let metric = value.as_str().and_then(Metric::parse);
+        if metric.is_none() {
+            let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
+            self.error(
+                path,
+                Some(value),
+                format!("is not a metric; accepted: {}", words.join(", ")),
+            );
+        }
+        metric
+    }
+
+    /// A rule's window: required, except that a concurrency rule has none (it counts while
+    /// calls run).
+    fn window(
+        &mut self,
+        path: &str,
+        metric: Option<Metric>,
+        value: Option<&Value>,
+    ) -> Option<Window> {
+        match (metric, value) {
+            (Some(Metric::Concurrency), None) => Some(Window::WhileRunning),
+            (Some(Metric::Concurrency), Some(v)) => {
+                self.error(path, Some(v), "a concurrency rule has no window; remove it");
+                None
+            }
+            (_, None) => {
+                self.error(path, None, format!("is required; accepted: {WINDOW_WORDS}"));
+                None
+            }
+            (_, Some(v)) => {
+                let window = v.as_str().and_then(Window::parse);
+                if window.is_none() {
+                    self.error(
+                        path,
+                        Some(v),
+                        format!("is not a window; accepted: {WINDOW_WORDS}"),
+                    );
+                }
+                window
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! The `settings` section: what shapes admission and the usage ceiling.
+
+use serde_json::Value;
+
+use super::values::Parser;
+use crate::guard::domain::rule::Metric;
+
+/// What to do with a call on a model the policy does not list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownModels {
+    /// Admit it under the per-person ceilings (user total, platform) only.
+    Allow,
+    /// Refuse it.
+    Refuse,
+}
+
+/// Settings that shape admission and the usage ceiling.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Refuse a call when less than this is left for its output.
+    pub min_output_tokens: u64,
+    /// Kept free when a prompt count is an estimate (a fraction, 0.05 = 5%).
+    pub margin: f64,
+    /// The output assumed when neither the caller nor the model gives a maximum.
+    pub default_max_output_tokens: u64,
+    pub unknown_models: UnknownModels,
+    /// Metrics whose rules let calls through uncounted when the counter store is down
+    /// (every other rule refuses them as unavailable).
+    pub fail_open: Vec<Metric>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            min_output_tokens: 256,
+            margin: 0.05,
+            default_max_output_tokens: 8192,
+            unknown_models: UnknownModels::Allow,
+            fail_open: Vec::new(),
+        }
+    }
+}
+
+const SETTINGS_KEYS: [&str; 5] = [
+    "min_output_tokens",
+    "margin",
+    "default_max_output_tokens",
+    "unknown_models",
+    "fail_open",
+];
+
+impl Parser {
+    /// The `settings` table; a field in error keeps its default.
+    pub(super) fn settings(&mut self, value: &Value) -> Settings {
+        let mut settings = Settings::default();
+        let Some(fields) = self.table("settings", value, &SETTINGS_KEYS) else {
+            return settings;
+        };
+        if let Some(v) = fields.get("min_output_tokens") {
+            settings.min_output_tokens = self
+                .whole("settings.min_output_tokens", v, 0)
+                .unwrap_or(256);
+        }
+        if let Some(v) = fields.get("default_max_output_tokens") {
+            settings.default_max_output_tokens = self
+                .whole("settings.default_max_output_tokens", v, 1)
+                .unwrap_or(8192);
+        }
+        if let Some(v) = fields.get("margin") {
+            match v.as_f64().filter(|m| (0.0..1.0).contains(m)) {
+                Some(m) => settings.margin = m,
+                None => self.error(
+                    "settings.margin",
+                    Some(v),
+                    "must be a fraction from 0 up to (not including) 1",
+                ),
+            }
+        }
+        if let Some(v) = fields.get("unknown_models") {
+            settings.unknown_models = self.unknown_models(v);
+        }
+        if let Some(v) = fields.get("fail_open") {
+            settings.fail_open = self.fail_open(v);
+        }
+        settings
+    }
+
+    fn unknown_models(&mut self, value: &Value) -> UnknownModels {
+        match value.as_str() {
+            Some("allow") => UnknownModels::Allow,
+            Some("refuse") => UnknownModels::Refuse,
+            _ => {
+                self.error(
+                    "settings.unknown_models",
+                    Some(value),
+                    "accepted: allow, refuse",
+                );
+                UnknownModels::Allow
+            }
+        }
+    }
+
+    fn fail_open(&mut self, value: &Value) -> Vec<Metric> {
+        let mut metrics = Vec::new();
+        for (i, item) in self.list("settings.fail_open", value).iter().enumerate() {
+            match item.as_str().and_then(Metric::parse) {
+                Some(m) => metrics.push(m),
+                None => {
+                    let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
+                    self.error(
+                        &format!("settings.fail_open[{i}]"),
+                        Some(item),
+                        format!("is not a metric; accepted: {}", words.join(", ")),
+                    );
+                }
+            }
+        }
+        metrics
+    }
+}

@@ -1,0 +1,234 @@
+//! The readers every policy section shares: the parser that collects errors, and checked
+//! reads of tables, lists, strings, whole numbers, dollars and references, each error naming
+//! the field's path, the value and what is accepted.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, FieldError};
+
+/// The largest amount a rule may have: 2^53, so that every counter stays exact where a store
+/// computes in doubles (Redis Lua).
+pub const MAX_AMOUNT: u64 = 1 << 53;
+
+/// Walks a document and collects every error instead of stopping at the first.
+pub(super) struct Parser {
+    errors: Vec<FieldError>,
+}
+
+/// A field path: `limits.team[2].shared[0]`.
+pub(super) fn key_path(parent: &str, key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let key = if plain {
+        key.to_string()
+    } else {
+        serde_json::to_string(key).unwrap_or_default()
+    };
+    if parent.is_empty() {
+        key
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
+fn shown(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > 80 {
+        let cut: String = text.chars().take(77).collect();
+        format!("{cut}...")
+    } else {
+        text
+    }
+}
+
+/// What kind of value a document holds, as an error names it ("a table", "a list"...).
+pub(super) fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a table",
+    }
+}
+
+impl Parser {
+    pub(super) fn new() -> Self {
+        Parser { errors: Vec::new() }
+    }
+
+    /// `value` when no error was reported, else every error reported, in order.
+    pub(super) fn finish<T>(self, value: T) -> Result<T, Error> {
+        if self.errors.is_empty() {
+            Ok(value)
+        } else {
+            Err(Error::Policy(self.errors))
+        }
+    }
+
+    pub(super) fn error(&mut self, path: &str, value: Option<&Value>, message: impl Into<String>) {
+        self.errors.push(FieldError::new(
+            path,
+            value.map(shown).unwrap_or_default(),
+            message,
+        ));
+    }
+
+    /// A table whose keys must all be in `accepted`; reports each unknown key.
+    pub(super) fn table<'v>(
+        &mut self,
+        path: &str,
+        value: &'v Value,
+        accepted: &[&str],
+    ) -> Option<&'v Map<String, Value>> {
+        let Value::Object(map) = value else {
+            self.error(
+                path,
+                Some(value),
+                format!("must be a table, not {}", kind(value)),
+            );
+            return None;
+        };
+        self.check_keys(path, map, accepted);
+        Some(map)
+    }
+
+    /// Reports each key of `map` not in `accepted`.
+    pub(super) fn check_keys(&mut self, path: &str, map: &Map<String, Value>, accepted: &[&str]) {
+        for key in map.keys() {
+            if !accepted.contains(&key.as_str()) {
+                self.error(
+                    &key_path(path, key),
+                    None,
+                    format!("unknown key; accepted: {}", accepted.join(", ")),
+                );
+            }
+        }
+    }
+
+    pub(super) fn list<'v>(&mut self, path: &str, value: &'v Value) -> &'v [Value] {
+        match value {
+            Value::Array(items) => items,
+            other => {
+                self.error(
+                    path,
+                    Some(other),
+                    format!("must be a list, not {}", kind(other)),
+                );
+                &[]
+            }
+        }
+    }
+
+    pub(super) fn string(&mut self, path: &str, value: &Value) -> Option<String> {
+        match value {
+            Value::String(s) if !s.trim().is_empty() => Some(s.clone()),
+            Value::String(_) => {
+                self.error(path, Some(value), "must not be empty");
+                None
+            }
+            other => {
+                self.error(
+                    path,
+                    Some(other),
+                    format!("must be a string, not {}", kind(other)),
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn boolean(&mut self, path: &str, value: &Value) -> Option<bool> {
+        let found = value.as_bool();
+        if found.is_none() {
+            self.error(path, Some(value), "must be true or false");
+        }
+        found
+    }
+
+    pub(super) fn required<'v>(
+        &mut self,
+        path: &str,
+        map: &'v Map<String, Value>,
+        key: &str,
+    ) -> Option<&'v Value> {
+        let found = map.get(key);
+        if found.is_none() {
+            self.error(&key_path(path, key), None, "is required");
+        }
+        found
+    }
+
+    /// A whole number in `min..=MAX_AMOUNT`.
+    pub(super) fn whole(&mut self, path: &str, value: &Value, min: u64) -> Option<u64> {
+        let n = match value {
+            Value::Number(n) => n.as_u64().or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                    .map(|f| f as u64)
+            }),
+            _ => None,
+        };
+        match n {
+            Some(n) if n >= min && n <= MAX_AMOUNT => Some(n),
+            _ => {
+                self.error(
+                    path,
+                    Some(value),
+                    format!("must be a whole number from {min} to {MAX_AMOUNT}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// Dollars (a number ≥ 0) as integer micro-dollars.
+    pub(super) fn dollars(&mut self, path: &str, value: &Value, what: &str) -> Option<u64> {
+        let micros = value
+            .as_f64()
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .map(|f| (f * 1_000_000.0).round())
+            .filter(|m| *m <= MAX_AMOUNT as f64);
+        if micros.is_none() {
+            self.error(
+                path,
+                Some(value),
+                format!("must be {what}: a number of dollars, 0 or more"),
+            );
+        }
+        micros.map(|m| m as u64)
+    }
+
+    /// The id of a `what` (model, team) the policy defines.
+    pub(super) fn reference(
+        &mut self,
+        path: &str,
+        value: &Value,
+        known: &HashSet<String>,
+        what: &str,
+    ) -> Option<Arc<str>> {
+        let id = self.string(path, value)?;
+        if known.contains(&id) {
+            return Some(Arc::from(id));
+        }
+        let mut names: Vec<&str> = known.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        let accepted = if names.is_empty() {
+            format!("the policy defines no {what}s")
+        } else {
+            format!("defined {what}s: {}", names.join(", "))
+        };
+        self.error(
+            path,
+            Some(value),
+            format!("is not a {what} of the policy; {accepted}"),
+        );
+        None
+    }
+}
