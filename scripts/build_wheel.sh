@@ -2,10 +2,13 @@
 # Builds the release wheel (one abi3 wheel for CPython >= 3.9) and the sdist into dist/ with
 # maturin, then prints the wheel's tag, size and contents. `make wheel` runs it.
 #
-# The platform tag is maturin's default: it audits the extension's glibc symbol versions (as
-# auditwheel does) and gives the lowest manylinux_2_X tag they allow; the build fails if the
-# extension links a library outside the manylinux set. Cargo's target dir is CARGO_TARGET_DIR
-# (default target/); a second run with unchanged sources only re-packs.
+# The platform tag is manylinux2014 (manylinux_2_17: glibc 2.17 or later, so nearly every
+# x86-64 Linux in use). Linked against this machine's glibc (2.36) the extension would need
+# glibc 2.34 (pthread_* and dl* moved into libc then), and maturin's auditwheel check would
+# give manylinux_2_34. So it is linked with zig (the `ziglang` package from PyPI) against
+# glibc 2.17's symbols; maturin still audits the result and fails on anything newer or on a
+# library outside the manylinux set. UG_ZIG=0 builds with the system linker instead
+# (manylinux_2_34 here). Cargo's target dir is CARGO_TARGET_DIR (default target/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,9 +18,17 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # 1.9.3+: PEP 639 license-files (LICENSE in the wheel's dist-info and in the sdist)
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2"
+ZIG=(--zig --compatibility manylinux2014)
+if [ "${UG_ZIG:-1}" = 0 ]; then
+  ZIG=()
+else
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "ziglang>=0.13,<0.18"  # tested: 0.17.1
+fi
 
 rm -f dist/usage_guard-*.whl dist/usage_guard-*.tar.gz
-"$VENV/bin/maturin" build --release --sdist --out dist 2>&1 | grep -v '^\s*Compiling ' >&2
+# maturin finds zig as `python -m ziglang` with the python first on the PATH: the venv's
+PATH="$(cd "$VENV" && pwd)/bin:$PATH" "$VENV/bin/maturin" build --release --sdist "${ZIG[@]}" \
+  --out dist 2>&1 | grep -v '^\s*Compiling ' >&2
 
 "$VENV/bin/python" - <<'EOF'
 import glob, os, zipfile
