@@ -2,13 +2,19 @@
 PY ?= python3
 
 help: ## Show this help
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 demo: ## Install the package and run the simulated day on the in-memory store
 	$(PY) -m pip install . && usage-guard demo
 
-test: ## Run every test: fmt, clippy, cargo test, build, ruff, stubtest, pytest
+test: ## Run every test: fmt, clippy, cargo test, build, ruff, stubtest, pytest, wheels
 	bash scripts/test.sh
+
+wheel: ## Build the release abi3 wheel (CPython 3.9+) and the sdist into dist/
+	bash scripts/build_wheel.sh
+
+test-wheels: ## Test that wheel on CPython 3.9-3.13 with no Rust toolchain, and the sdist
+	bash scripts/test_wheels.sh
 
 dev: ## Build the extension into .venv for development
 	.venv/bin/maturin develop
@@ -25,3 +31,4 @@ fmt: ## Format Rust and Python sources
 	.venv/bin/ruff format python tests_py benches examples
 
 .PHONY: help demo test dev bench fmt
+.PHONY: wheel test-wheels

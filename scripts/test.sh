@@ -50,3 +50,4 @@ step "stubtest"
 
 step "pytest"
 "$PY" -m pytest -q -p no:cacheprovider tests_py
+VENV="$VENV" bash scripts/test_wheels.sh  # the wheel on CPython 3.9-3.13, the sdist

@@ -101,7 +101,7 @@ def test_many_guard_processes_share_one_budget(redis_server: RedisServer) -> Non
     ctx = multiprocessing.get_context("spawn")
     try:
         with ctx.Pool(4) as pool:
-            start_at = time.time() + 3.0  # every process has started by then
+            start_at = time.time() + 8.0  # every process has started by then, even when busy
             args = [(redis_server.url, prefix, 16, 12, seed, start_at) for seed in range(4)]
             results = pool.starmap(budget_worker, args)
     finally:
