@@ -16,12 +16,17 @@ wheel: ## Build the release abi3 wheel (CPython 3.9+) and the sdist into dist/
 test-wheels: ## Test that wheel on CPython 3.9-3.13 with no Rust toolchain, and the sdist
 	bash scripts/test_wheels.sh
 
-dev: ## Build the extension into .venv for development
-	.venv/bin/maturin develop
+.venv/bin/python:
+	$(PY) -m venv .venv
+	.venv/bin/pip install -q -r requirements-test.txt
 
-bench: ## Run the benchmarks: criterion, Python vs limits, Redis, token counting vs tiktoken
+dev: .venv/bin/python ## Build the extension into .venv for development
+	VIRTUAL_ENV=$(CURDIR)/.venv .venv/bin/maturin develop
+
+bench: .venv/bin/python ## Run the benchmarks: criterion, Python vs limits, Redis, token counting vs tiktoken
 	cargo bench --bench admit_bill
-	.venv/bin/maturin develop --release --quiet
+	.venv/bin/pip install -q limits tiktoken
+	VIRTUAL_ENV=$(CURDIR)/.venv .venv/bin/maturin develop --release --quiet
 	.venv/bin/python benches/admit_bill.py
 	.venv/bin/python benches/redis_bench.py
 	.venv/bin/python benches/count_tokens.py
