@@ -170,10 +170,7 @@ pub(crate) async fn fill_keys(shared: &Shared, keys: &[CounterKey], now: Millis)
             Ok(used) => used,
             Err(e) => {
                 super::guard::bump(&state.ledger_errors);
-                eprintln!(
-                    "usage_guard: fill {}: {e}; trying again in a minute",
-                    key.render()
-                );
+                log::warn!("fill {}: {e}; trying again in a minute", key.render());
                 state
                     .retry_at
                     .lock()

@@ -526,5 +526,5 @@ fn unlimited_ceiling(
 }
 
 pub(crate) fn log_store_error(operation: &str, error: &crate::guard::store::StoreError) {
-    eprintln!("usage_guard: {operation}: {error}");
+    super::outage::STORE_OUTAGE.failed(operation, error);
 }

@@ -6,4 +6,5 @@ mod batch_state;
 pub(crate) mod fill;
 #[allow(clippy::module_inception)]
 pub(crate) mod guard;
+mod outage;
 pub(crate) mod ticket;

@@ -173,8 +173,8 @@ impl<B: Backend> Loop<B> {
         while !self.pending.is_empty() {
             let n = self.pending.len().min(BATCH_ROWS);
             if let Err(e) = self.backend.write(&self.pending[..n]) {
-                eprintln!(
-                    "usage_guard: ledger write failed ({} rows kept): {e}",
+                log::warn!(
+                    "ledger write failed ({} rows kept): {e}",
                     self.pending.len()
                 );
                 return Err(LedgerError(e));
