@@ -48,6 +48,9 @@ step "ruff"
 step "stubtest"
 "$PY" -m mypy.stubtest usage_guard._core --ignore-missing-stub --allowlist .stubtest-allowlist
 
+step "mypy --strict (settings in pyproject.toml)"
+"$PY" -m mypy --strict python/usage_guard examples
+
 step "pytest"
 "$PY" -m pytest -q -p no:cacheprovider tests_py
 VENV="$VENV" bash scripts/test_wheels.sh  # the wheel on CPython 3.9-3.13, the sdist

@@ -51,15 +51,26 @@ pub enum Error {
     /// A call was refused (limit reached, does not fit, or limits unavailable).
     #[error("{}", .0.message)]
     Refused(Box<Refusal>),
-    /// An argument is invalid.
+    /// An argument has an accepted type but an invalid value (Python: `ValueError`).
     #[error("{0}")]
     InvalidArgument(FieldError),
+    /// An argument has a type that is not accepted (Python: `TypeError`).
+    #[error("{0}")]
+    WrongType(FieldError),
+    /// The usage ledger could not be opened, written or read (Python: `LedgerError`).
+    #[error("{0}")]
+    Ledger(String),
 }
 
 impl Error {
     /// An invalid-argument error naming the argument, the value and what is accepted.
     pub fn invalid(path: &str, value: impl fmt::Display, message: impl Into<String>) -> Self {
         Error::InvalidArgument(FieldError::new(path, value.to_string(), message))
+    }
+
+    /// A wrong-type error naming the argument, what was given and what is accepted.
+    pub fn wrong_type(path: &str, given: impl fmt::Display, message: impl Into<String>) -> Self {
+        Error::WrongType(FieldError::new(path, given.to_string(), message))
     }
 }
 

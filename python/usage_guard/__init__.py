@@ -8,7 +8,7 @@ ticket.bill(input_tokens=1100, output_tokens=800)
 """
 
 import atexit
-import sys
+import logging
 
 from ._core import (
     BatchTicket,
@@ -41,9 +41,10 @@ from .errors import (
 
 
 def _flush_ledgers_at_exit() -> None:
-    """Writes every ledger row billed so far; says on stderr what could not be written."""
+    """Writes every ledger row billed so far; logs what could not be written (with no
+    handler configured, Python's last-resort handler prints it on stderr)."""
     for error in _flush_ledgers():
-        print(f"usage_guard: at exit: {error}", file=sys.stderr)
+        logging.getLogger("usage_guard").error("at exit: %s", error)
 
 
 # A clean interpreter exit writes every ledger row billed so far.

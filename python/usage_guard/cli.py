@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 
 from . import Guard, ManualClock, MemoryStore, Policy, PolicyError, UsageLimitError, __version__
 from .cli_usage import add_usage_command
+from .types import RuleUsage, Source
 
 # A copy of examples/policy.toml, so that `usage-guard demo` works from any directory after
 # `pip install .`.
@@ -189,7 +190,7 @@ class Row:
         )
 
 
-def _source(source: dict[str, str]) -> str:
+def _source(source: Source) -> str:
     return f"{source['type']}:{source['id']}"
 
 
@@ -308,7 +309,7 @@ def run_day(out: Any = None) -> Guard:
     return guard
 
 
-def _rule_name(rule: dict[str, Any]) -> str:
+def _rule_name(rule: RuleUsage) -> str:
     kind = rule["limit_type"]
     team = rule.get("team")
     return f"{kind} {team}" if team else kind

@@ -72,7 +72,7 @@ def _groupings(text: str) -> list[str]:
 
 def add_usage_command(subparsers: Any) -> argparse.ArgumentParser:
     """Adds `usage` to an `argparse` subparsers object and returns its parser."""
-    p = subparsers.add_parser(
+    p: argparse.ArgumentParser = subparsers.add_parser(
         "usage",
         help="print usage from a ledger, grouped by user, team, model and day",
         description="Print usage recorded in a usage ledger.",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from ._core import Refusal
+    from .types import ErrorShape
 
 __all__ = [
     "ContextWindowExceeded",
@@ -28,12 +32,9 @@ class UsageLimitError(Exception):
     `UsageLimitsUnavailable` (the counters cannot be checked right now).
     """
 
-    def __init__(self, message: str, refusal: Any = None) -> None:
+    def __init__(self, message: str, refusal: Optional[Refusal] = None) -> None:
         super().__init__(message)
         self.refusal = refusal
-
-    def _get(self, name: str, default: Any = None) -> Any:
-        return getattr(self.refusal, name) if self.refusal is not None else default
 
     @property
     def message(self) -> str:
@@ -42,45 +43,45 @@ class UsageLimitError(Exception):
     @property
     def reason(self) -> str:
         """`USAGE_LIMIT_REACHED`, `USAGE_LIMIT_DOES_NOT_FIT` or `USAGE_LIMITS_UNAVAILABLE`."""
-        return self._get("reason", "USAGE_LIMIT_REACHED")
+        return self.refusal.reason if self.refusal is not None else "USAGE_LIMIT_REACHED"
 
     @property
     def limit_type(self) -> Optional[str]:
         """direct, team, public, team_total, model_total, user_total or platform."""
-        return self._get("limit_type")
+        return self.refusal.limit_type if self.refusal is not None else None
 
     @property
     def metric(self) -> Optional[str]:
-        return self._get("metric")
+        return self.refusal.metric if self.refusal is not None else None
 
     @property
     def amount(self) -> Optional[int]:
-        return self._get("amount")
+        return self.refusal.amount if self.refusal is not None else None
 
     @property
     def window(self) -> Optional[str]:
-        return self._get("window")
+        return self.refusal.window if self.refusal is not None else None
 
     @property
     def is_rate_limit(self) -> bool:
         """True when the refusing rule is a minute or hour (sliding) rule."""
-        return bool(self._get("is_rate_limit", False))
+        return self.refusal is not None and self.refusal.is_rate_limit
 
     @property
     def resets_at(self) -> Optional[str]:
         """When the refusing rule next has room, ISO 8601 UTC."""
-        return self._get("resets_at")
+        return self.refusal.resets_at if self.refusal is not None else None
 
     @property
     def retry_after(self) -> Optional[int]:
         """Whole seconds until `resets_at`, from the moment of the refusal."""
-        return self._get("retry_after")
+        return self.refusal.retry_after if self.refusal is not None else None
 
     @property
     def unavailable(self) -> bool:
-        return bool(self._get("unavailable", False))
+        return self.refusal is not None and self.refusal.unavailable
 
-    def to_http(self, provider: str = "openai") -> tuple[int, dict[str, str], Any]:
+    def to_http(self, provider: ErrorShape = "openai") -> tuple[int, dict[str, str], Any]:
         """`(status, headers, body)` in the OpenAI, Anthropic or Ollama error shape."""
         if self.refusal is None:
             raise ValueError("this UsageLimitError carries no refusal to render")

@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .errors import UsageLimitError
+from .types import ErrorShape
 
 __all__ = ["headers", "refusal", "PROVIDERS"]
 
 # The error shapes `to_http` answers in.
-PROVIDERS = ("openai", "anthropic", "ollama")
+PROVIDERS: tuple[ErrorShape, ...] = ("openai", "anthropic", "ollama")
 
 _TOKEN_METRICS = ("tokens",)
 
@@ -65,7 +66,9 @@ def headers(ticket: Any = None, usage: Any = None) -> dict[str, str]:
     return out
 
 
-def refusal(error: UsageLimitError, provider: str = "openai") -> tuple[int, dict[str, str], Any]:
+def refusal(
+    error: UsageLimitError, provider: ErrorShape = "openai"
+) -> tuple[int, dict[str, str], Any]:
     """`(status, headers, body)` of a refusal in `provider`'s error shape (openai, anthropic,
     ollama): `error.to_http(provider)`. A rate-limit refusal whose Retry-After is over a
     minute also says `x-should-retry: false`, so SDK clients hand it straight back instead

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
+use crate::error::Error;
 use crate::guard::domain::clock::{
     iso8601, parse_iso8601, Clock, ManualClock, Millis, SystemClock,
 };
@@ -22,9 +22,12 @@ pub(crate) fn instant(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Millis> 
         let text: String = text.extract()?;
         let text = text.as_str();
         return parse_iso8601(text).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "{name}: {text:?} is not an ISO 8601 instant; accepted: e.g. \"2026-11-30T14:20:00Z\" or a datetime"
-            ))
+            Error::invalid(
+                name,
+                format!("{text:?}"),
+                "is not an ISO 8601 instant; accepted: e.g. \"2026-11-30T14:20:00Z\" or a datetime",
+            )
+            .into()
         });
     }
     if value.hasattr("timestamp")? && value.hasattr("tzinfo")? {
@@ -40,10 +43,12 @@ pub(crate) fn instant(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Millis> 
         let seconds: f64 = aware.call_method0("timestamp")?.extract()?;
         return Ok((seconds * 1000.0).round() as Millis);
     }
-    Err(PyTypeError::new_err(format!(
-        "{name} must be an ISO 8601 string or a datetime, not {}",
-        value.get_type()
-    )))
+    Err(Error::wrong_type(
+        name,
+        value.get_type(),
+        "must be an ISO 8601 string or a datetime",
+    )
+    .into())
 }
 
 #[pymethods]
@@ -82,9 +87,12 @@ impl PyManualClock {
     fn advance(&self, seconds: f64, minutes: f64, hours: f64, days: f64) -> PyResult<()> {
         let total = seconds + minutes * 60.0 + hours * 3600.0 + days * 86400.0;
         if !total.is_finite() {
-            return Err(PyValueError::new_err(
-                "advance: the amount must be a finite number",
-            ));
+            return Err(Error::invalid(
+                "seconds",
+                total,
+                "the total of seconds, minutes, hours and days must be a finite number",
+            )
+            .into());
         }
         self.inner.advance((total * 1000.0).round() as i64);
         Ok(())

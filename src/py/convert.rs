@@ -1,10 +1,10 @@
 //! Conversions between Python objects and the core's types.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::Value;
 
+use crate::error::Error;
 use crate::guard::domain::clock::iso8601;
 use crate::guard::domain::decide::UsageCeiling;
 use crate::guard::domain::path::SourceRef;
@@ -38,9 +38,7 @@ fn to_json(value: &Bound<'_, PyAny>, path: &str, non_finite_as_text: bool) -> Py
         if let Ok(n) = value.extract::<u64>() {
             return Ok(Value::from(n));
         }
-        return Err(PyValueError::new_err(format!(
-            "{path}: {value} is too large a number"
-        )));
+        return Err(Error::invalid(path, value, "is too large a number").into());
     }
     if let Ok(f) = value.cast::<PyFloat>() {
         let f = f.value();
@@ -49,7 +47,7 @@ fn to_json(value: &Bound<'_, PyAny>, path: &str, non_finite_as_text: bool) -> Py
         }
         return serde_json::Number::from_f64(f)
             .map(Value::Number)
-            .ok_or_else(|| PyValueError::new_err(format!("{path}: {f} is not a finite number")));
+            .ok_or_else(|| Error::invalid(path, f, "must be a finite number").into());
     }
     if let Ok(s) = value.cast::<PyString>() {
         return Ok(Value::String(s.extract::<String>()?));
@@ -57,12 +55,9 @@ fn to_json(value: &Bound<'_, PyAny>, path: &str, non_finite_as_text: bool) -> Py
     if let Ok(d) = value.cast::<PyDict>() {
         let mut map = serde_json::Map::with_capacity(d.len());
         for (k, v) in d.iter() {
-            let key: String = k.extract().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "{path}: keys must be strings, not {}",
-                    k.get_type()
-                ))
-            })?;
+            let key: String = k
+                .extract()
+                .map_err(|_| Error::wrong_type(path, k.get_type(), "keys must be strings"))?;
             let child = if path.is_empty() {
                 key.clone()
             } else {
@@ -89,10 +84,12 @@ fn to_json(value: &Bound<'_, PyAny>, path: &str, non_finite_as_text: bool) -> Py
             return to_json(&value.call_method0(method)?, path, non_finite_as_text);
         }
     }
-    Err(PyTypeError::new_err(format!(
-        "{path}: cannot use a {} here; accepted: dict, list, str, int, float, bool, None",
-        value.get_type()
-    )))
+    Err(Error::wrong_type(
+        path,
+        value.get_type(),
+        "cannot use this type here; accepted: dict, list, str, int, float, bool, None",
+    )
+    .into())
 }
 
 /// JSON as Python objects.
@@ -213,17 +210,14 @@ pub(crate) fn whole(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Op
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
+    // The sentence starts with the argument's name: "max_tokens must be a whole number ...".
+    let accepted = format!("{name} must be a whole number of 0 or more");
     if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be a whole number of 0 or more (got {})",
-            value.repr()?
-        )));
+        return Err(Error::wrong_type("", value.repr()?, accepted).into());
     }
     value.extract::<u64>().map(Some).map_err(|_| {
-        PyValueError::new_err(format!(
-            "{name} must be a whole number of 0 or more (got {})",
-            value.repr().map(|r| r.to_string()).unwrap_or_default()
-        ))
+        let given = value.repr().map(|r| r.to_string()).unwrap_or_default();
+        Error::invalid("", given, accepted).into()
     })
 }
 

@@ -1,15 +1,25 @@
 //! The one error mapping: `From<Error> for PyErr`, into the exception hierarchy of
-//! `usage_guard.errors` (`UsageLimitError` and its subclasses, `PolicyError`).
+//! `usage_guard.errors` (`UsageLimitError` and its subclasses, `PolicyError`), `TypeError`,
+//! `ValueError` and `LedgerError`. Every error the PyO3 layer raises is built here.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyType};
 
 use super::convert::json_to_py;
+use super::provider::ErrorShape;
 use crate::error::Error;
 use crate::guard::domain::clock::iso8601;
-use crate::guard::domain::refusal::{HttpShape, Reason, Refusal};
+use crate::guard::domain::refusal::{Reason, Refusal};
+
+create_exception!(
+    usage_guard._core,
+    LedgerError,
+    PyRuntimeError,
+    "The usage ledger could not be opened, written or read."
+);
 
 /// Why a call was refused, as carried by `UsageLimitError.refusal`.
 #[pyclass(name = "Refusal", module = "usage_guard._core", frozen)]
@@ -72,18 +82,13 @@ impl PyRefusal {
 
     /// `(status, headers, body)` in the provider's error shape: `openai`, `anthropic` or
     /// `ollama`.
-    #[pyo3(signature = (provider = "openai"))]
+    #[pyo3(signature = (provider = ErrorShape::default()), text_signature = "($self, provider='openai')")]
     fn to_http<'py>(
         &self,
         py: Python<'py>,
-        provider: &str,
+        provider: ErrorShape,
     ) -> PyResult<(u16, Bound<'py, PyDict>, Bound<'py, PyAny>)> {
-        let shape = HttpShape::parse(provider).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "provider: {provider:?} has no error shape; accepted: openai, anthropic, ollama"
-            ))
-        })?;
-        let http = self.inner.to_http(shape);
+        let http = self.inner.to_http(provider.0);
         let headers = PyDict::new(py);
         for (k, v) in &http.headers {
             headers.set_item(k, v)?;
@@ -146,6 +151,8 @@ impl From<Error> for PyErr {
                 Error::Policy(fields) => policy_error(py, &error, fields),
                 Error::Refused(refusal) => refusal_error(py, (**refusal).clone()),
                 Error::InvalidArgument(_) => Ok(PyValueError::new_err(error.to_string())),
+                Error::WrongType(_) => Ok(PyTypeError::new_err(error.to_string())),
+                Error::Ledger(message) => Ok(LedgerError::new_err(message.clone())),
             };
             built.unwrap_or_else(|e| e)
         })
@@ -153,5 +160,6 @@ impl From<Error> for PyErr {
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("LedgerError", m.py().get_type::<LedgerError>())?;
     m.add_class::<PyRefusal>()
 }

@@ -15,8 +15,8 @@ use super::ledger::{
     admit_batch, bill_info, close_guard, extract_ledger, resume_batch, PyBatchTicket,
 };
 use super::policy::PyPolicy;
+use super::provider::Provider;
 use super::store::extract_store;
-use crate::ceiling::Api;
 use crate::guard::domain::clock::{Clock, SystemClock};
 use crate::guard::engine::admission::AdmitRequest;
 use crate::guard::engine::guard::Guard;
@@ -43,11 +43,11 @@ fn admit_request(
     request: Option<&Bound<'_, PyAny>>,
     prompt_tokens: Option<&Bound<'_, PyAny>>,
     max_tokens: Option<&Bound<'_, PyAny>>,
-    provider: Option<&str>,
+    provider: Option<Provider>,
 ) -> PyResult<AdmitRequest> {
     let request = match request.filter(|r| !r.is_none()) {
         Some(body) => {
-            let api = Api::parse(provider.unwrap_or("openai"), "provider")?;
+            let api = provider.unwrap_or_default().0;
             Some((py_to_json(body, "request")?, api))
         }
         None => None,
@@ -128,7 +128,7 @@ impl PyGuard {
         request: Option<&Bound<'_, PyAny>>,
         prompt_tokens: Option<&Bound<'_, PyAny>>,
         max_tokens: Option<&Bound<'_, PyAny>>,
-        provider: Option<&str>,
+        provider: Option<Provider>,
     ) -> PyResult<PyTicket> {
         let req = admit_request(user, model, request, prompt_tokens, max_tokens, provider)?;
         let guard = self.inner.clone();
@@ -147,7 +147,7 @@ impl PyGuard {
         request: Option<&Bound<'py, PyAny>>,
         prompt_tokens: Option<&Bound<'py, PyAny>>,
         max_tokens: Option<&Bound<'py, PyAny>>,
-        provider: Option<&str>,
+        provider: Option<Provider>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let req = admit_request(user, model, request, prompt_tokens, max_tokens, provider)?;
         let guard = self.inner.clone();

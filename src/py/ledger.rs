@@ -3,8 +3,6 @@
 
 use std::sync::Arc;
 
-use pyo3::create_exception;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -12,6 +10,7 @@ use super::clock::instant;
 use super::convert::{
     billed_to_py, py_to_json, reserved_to_py, source_to_py, usage_from_py, whole,
 };
+use crate::error::Error;
 use crate::guard::engine::batch::{BatchRequest, BatchTicket};
 use crate::guard::engine::guard::Guard;
 use crate::guard::engine::ticket::BillInfo;
@@ -20,15 +19,8 @@ use crate::guard::ledger::{
     SqliteLedger, UsageQuery,
 };
 
-create_exception!(
-    usage_guard._core,
-    LedgerError,
-    PyRuntimeError,
-    "The usage ledger could not be opened, written or read."
-);
-
-fn ledger_err(e: CoreLedgerError) -> PyErr {
-    LedgerError::new_err(e.0)
+fn ledger_err(e: CoreLedgerError) -> Error {
+    Error::Ledger(e.0)
 }
 
 fn query(py: Python<'_>, ledger: &Arc<dyn Ledger>, q: UsageQuery) -> PyResult<Py<PyList>> {
@@ -67,12 +59,14 @@ fn usage_query(
         .iter()
         .map(|w| {
             GroupBy::parse(w).ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "group_by: {w:?} is not a grouping; accepted: user, team, model, day"
-                ))
+                Error::invalid(
+                    "group_by",
+                    format!("{w:?}"),
+                    "is not a grouping; accepted: user, team, model, day",
+                )
             })
         })
-        .collect::<PyResult<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, Error>>()?;
     let at = |v: Option<&Bound<'_, PyAny>>, name: &str| -> PyResult<Option<i64>> {
         v.filter(|v| !v.is_none())
             .map(|v| instant(v, name))
@@ -117,13 +111,13 @@ macro_rules! ledger_class {
             /// Waits until every row billed so far is written.
             fn flush(&self, py: Python<'_>) -> PyResult<()> {
                 let l = self.inner.clone();
-                py.detach(move || l.flush()).map_err(ledger_err)
+                Ok(py.detach(move || l.flush()).map_err(ledger_err)?)
             }
 
             /// Flushes and stops the writer; later rows are dropped and counted.
             fn close(&self, py: Python<'_>) -> PyResult<()> {
                 let l = self.inner.clone();
-                py.detach(move || l.close()).map_err(ledger_err)
+                Ok(py.detach(move || l.close()).map_err(ledger_err)?)
             }
 
             /// `(rows waiting to be written, rows dropped)`.
@@ -197,16 +191,18 @@ pub(crate) fn extract_ledger(
     if let Ok(l) = ledger.cast::<PyPostgresLedger>() {
         return Ok(Some(l.get().inner.clone()));
     }
-    Err(PyTypeError::new_err(format!(
-        "ledger must be a SqliteLedger or a PostgresLedger, not {}",
-        ledger.get_type()
-    )))
+    Err(Error::wrong_type(
+        "ledger",
+        ledger.get_type(),
+        "accepted: a SqliteLedger or a PostgresLedger",
+    )
+    .into())
 }
 
 /// Flushes the guard's ledger.
 pub(crate) fn close_guard(py: Python<'_>, guard: &Guard) -> PyResult<()> {
     let g = guard.clone();
-    py.detach(move || g.close()).map_err(ledger_err)
+    Ok(py.detach(move || g.close()).map_err(ledger_err)?)
 }
 
 /// `request_id` / `metadata` of a bill.
@@ -234,9 +230,11 @@ fn batch_requests(requests: &Bound<'_, PyAny>) -> PyResult<Vec<BatchRequest>> {
     for (i, item) in requests.try_iter()?.enumerate() {
         let item = item?;
         let d = item.cast::<PyDict>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "requests[{i}] must be a dict with id (or custom_id), prompt_tokens, max_tokens"
-            ))
+            Error::wrong_type(
+                &format!("requests[{i}]"),
+                item.get_type(),
+                "must be a dict with id (or custom_id), prompt_tokens, max_tokens",
+            )
         })?;
         let id = match d.get_item("id")?.or(d.get_item("custom_id")?) {
             Some(id) => id.str()?.to_string(),
@@ -352,7 +350,6 @@ fn _flush_ledgers(py: Python<'_>) -> Vec<String> {
 
 /// Adds the ledger classes to the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("LedgerError", m.py().get_type::<LedgerError>())?;
     m.add_class::<PySqliteLedger>()?;
     m.add_class::<PyPostgresLedger>()?;
     m.add_class::<PyBatchTicket>()?;

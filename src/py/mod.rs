@@ -9,6 +9,7 @@ mod errors;
 mod guard;
 mod ledger;
 mod policy;
+mod provider;
 mod redis_store;
 mod store;
 
@@ -16,6 +17,12 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Rust `log` records go to Python `logging`, under the `usage_guard` logger (targets
+    // are module paths such as `usage_guard::guard::engine::guard`). Another extension may
+    // have installed a logger already; then ours stays out of the way.
+    if let Ok(logger) = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::LoggersAndLevels) {
+        let _ = logger.install();
+    }
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     clock::register(m)?;

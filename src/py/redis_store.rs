@@ -1,10 +1,10 @@
 //! `usage_guard.RedisStore`: the Redis counter store as a Python object. Conversion only.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyType};
 
-use crate::guard::store::RedisStore;
+use crate::error::Error;
+use crate::guard::store::{RedisStore, StoreError};
 
 /// Counters in Redis (`RedisStore(url, prefix="ug")`) or Redis Cluster
 /// (`RedisStore.cluster([urls], prefix="ug")`), shared by every guard, in any process, that
@@ -16,8 +16,9 @@ pub struct PyRedisStore {
     prefix: String,
 }
 
-fn value_error(e: impl std::fmt::Display) -> PyErr {
-    PyValueError::new_err(e.to_string())
+/// A store that cannot be set up from `argument` (`url` or `urls`).
+fn setup_error(argument: &str, given: &str, e: StoreError) -> Error {
+    Error::invalid(argument, given, format!("cannot set up a Redis store: {e}"))
 }
 
 #[pymethods]
@@ -26,7 +27,7 @@ impl PyRedisStore {
     #[pyo3(signature = (url, prefix = "ug"))]
     fn new(url: &str, prefix: &str) -> PyResult<Self> {
         Ok(Self {
-            inner: RedisStore::connect(url, prefix).map_err(value_error)?,
+            inner: RedisStore::connect(url, prefix).map_err(|e| setup_error("url", url, e))?,
             target: url.to_string(),
             prefix: prefix.to_string(),
         })
@@ -36,14 +37,17 @@ impl PyRedisStore {
     #[classmethod]
     #[pyo3(signature = (urls, prefix = "ug"))]
     fn cluster(_cls: &Bound<'_, PyType>, urls: &Bound<'_, PyAny>, prefix: &str) -> PyResult<Self> {
+        const ACCEPTED: &str = "must be a list of node URLs (str)";
         if urls.cast::<PyString>().is_ok() {
-            return Err(PyTypeError::new_err(
-                "urls must be a list of node URLs, not a single string",
-            ));
+            return Err(Error::wrong_type("urls", urls.repr()?, ACCEPTED).into());
         }
-        let urls: Vec<String> = urls.extract()?;
+        let urls: Vec<String> = urls
+            .extract()
+            .map_err(|_| Error::wrong_type("urls", urls.get_type(), ACCEPTED))?;
+        let given = format!("{urls:?}");
         Ok(Self {
-            inner: RedisStore::cluster(&urls, prefix).map_err(value_error)?,
+            inner: RedisStore::cluster(&urls, prefix)
+                .map_err(|e| setup_error("urls", &given, e))?,
             target: format!("cluster {}", urls.join(",")),
             prefix: prefix.to_string(),
         })

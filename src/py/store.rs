@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
+use crate::error::Error;
 use crate::guard::store::{CounterStore, MemoryStore};
 
 /// Counters in this process's memory (the embedded default).
@@ -43,10 +43,12 @@ pub(crate) fn extract_store(store: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dy
     if let Ok(redis) = store.cast::<super::redis_store::PyRedisStore>() {
         return Ok(Arc::new(redis.get().inner.clone()));
     }
-    Err(PyTypeError::new_err(format!(
-        "store must be a MemoryStore or a RedisStore, not {}",
-        store.get_type()
-    )))
+    Err(Error::wrong_type(
+        "store",
+        store.get_type(),
+        "accepted: a MemoryStore or a RedisStore",
+    )
+    .into())
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

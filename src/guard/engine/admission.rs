@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::fitted::{changed_keys, AdmittedRequest};
 use super::guard::Guard;
 use super::shared::Resolved;
-use super::stats::{bump, log_store_error};
+use super::stats::{bump, log_store_error, store_answered};
 use super::ticket::{Ticket, TicketParts};
 use crate::ceiling::{self, Api, FitOptions, PromptCount};
 use crate::error::{Error, Result};
@@ -130,6 +130,7 @@ impl Guard {
                 .await
             {
                 Ok(ReserveOutcome::Reserved) => {
+                    store_answered();
                     bump(&self.shared.stats.admitted);
                     return Ok(Ok(Reservation {
                         plan,

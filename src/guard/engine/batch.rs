@@ -10,7 +10,7 @@ use super::admission::{demand, AdmitRequest, ReservedParts};
 use super::billing::{check_usage, ledger_row, usage_adds, BillInfo, Billed, Usage};
 use super::guard::Guard;
 use super::shared::{Resolved, Shared};
-use super::stats::{bump, log_store_error};
+use super::stats::{bump, log_store_error, store_answered};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{self, rule_left, Demand, Plan, SlotRead};
@@ -373,7 +373,10 @@ impl BatchTicket {
             .settle(holds, self.expiry_minute, adds, now)
             .await
         {
-            Ok(()) => true,
+            Ok(()) => {
+                store_answered();
+                true
+            }
             Err(e) => {
                 bump(&self.shared.stats.settle_failures);
                 log_store_error("batch settle", &e);

@@ -143,10 +143,7 @@ pub(crate) async fn fill_keys(
             Ok(used) => used,
             Err(e) => {
                 bump(&state.ledger_errors);
-                eprintln!(
-                    "usage_guard: fill {}: {e}; trying again in a minute",
-                    key.render()
-                );
+                log::warn!("fill {}: {e}; trying again in a minute", key.render());
                 state
                     .retry_at
                     .lock()

@@ -12,6 +12,7 @@ pub(crate) mod fill;
 mod fitted;
 #[allow(clippy::module_inception)]
 pub(crate) mod guard;
+mod outage;
 pub(crate) mod shared;
 pub(crate) mod stats;
 pub(crate) mod ticket;

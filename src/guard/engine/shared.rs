@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Mutex, RwLock};
 
 use super::fill::{fill_keys, FillState};
-use super::stats::Stats;
+use super::stats::{store_answered, Stats};
 use crate::error::Result;
 use crate::guard::domain::clock::{Clock, Millis};
 use crate::guard::domain::decide::SlotRead;
@@ -163,6 +163,7 @@ impl Shared {
         )
         .await;
         let reads = self.store.read(keys, now).await?;
+        store_answered();
         Ok((0..path.counters.len())
             .map(|slot| SlotRead {
                 current: reads[slot],

@@ -46,7 +46,13 @@ pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Logs a failed store operation.
+/// Logs a failed store operation: once when an outage starts (the others are counted).
 pub(crate) fn log_store_error(operation: &str, error: &StoreError) {
-    eprintln!("usage_guard: {operation}: {error}");
+    super::outage::STORE_OUTAGE.failed(operation, error);
+}
+
+/// Notes that the store answered: ends an outage in progress, logging how many operations it
+/// affected (one atomic load while the store is healthy).
+pub(crate) fn store_answered() {
+    super::outage::STORE_OUTAGE.succeeded();
 }

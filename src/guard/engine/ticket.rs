@@ -8,7 +8,7 @@ use super::billing::{check_usage, ledger_row, usage_adds};
 pub use super::billing::{BillInfo, Billed, Usage};
 use super::fitted::AdmittedRequest;
 use super::shared::Shared;
-use super::stats::{bump, log_store_error};
+use super::stats::{bump, log_store_error, store_answered};
 use crate::ceiling::{usage_capped, Api, FitResult, PromptCount};
 use crate::error::Result;
 use crate::guard::domain::clock::Millis;
@@ -235,7 +235,10 @@ impl Ticket {
             .settle(parts.holds.clone(), parts.expiry_minute, adds, now)
             .await
         {
-            Ok(()) => true,
+            Ok(()) => {
+                store_answered();
+                true
+            }
             Err(e) => {
                 bump(&parts.shared.stats.settle_failures);
                 bump(&parts.shared.stats.store_errors);

@@ -251,7 +251,7 @@ impl Loop {
             let n = self.pending.len().min(BATCH_ROWS);
             if let Err(e) = self.backend.write(&self.pending[..n]) {
                 log::warn!(
-                    "usage_guard: ledger write failed ({} rows kept): {e}",
+                    "ledger write failed ({} rows kept): {e}",
                     self.pending.len()
                 );
                 return Err(LedgerError(e));

@@ -1,0 +1,152 @@
+"""The shapes of the plain dicts usage_guard returns and accepts, for annotations.
+
+The values stay ordinary dicts at run time; these `TypedDict`s only describe their keys:
+
+    from usage_guard.types import Ceiling, UsageView
+
+    def show(ceiling: Ceiling, view: UsageView) -> None: ...
+
+tests_py/test_boundary.py checks that every key here is a key the core writes, and back.
+"""
+
+from typing import Literal, Optional, TypedDict
+
+__all__ = [
+    "Billed",
+    "Ceiling",
+    "ErrorShape",
+    "LimitType",
+    "Metric",
+    "PromptCount",
+    "Provider",
+    "Rates",
+    "Reserved",
+    "Restriction",
+    "RuleUsage",
+    "Source",
+    "SourceType",
+    "UsageView",
+]
+
+# The API a request is sent in (`provider=`): src/ceiling/api.rs, with its aliases.
+Provider = Literal[
+    "openai",
+    "openai.chat",
+    "openai.responses",
+    "openai.embeddings",
+    "anthropic",
+    "gemini",
+    "ollama",
+    "ollama.chat",
+    "ollama.generate",
+    "ollama.embed",
+    "ollama.embeddings",
+]
+
+# The provider error shapes a refusal renders in (`to_http(provider)`).
+ErrorShape = Literal["openai", "anthropic", "ollama"]
+
+SourceType = Literal["direct", "team", "public"]
+
+LimitType = Literal[
+    "direct", "team", "public", "team_total", "model_total", "user_total", "platform"
+]
+
+Metric = Literal[
+    "tokens", "input_tokens", "output_tokens", "cost", "requests", "compute_ms", "concurrency"
+]
+
+
+class Rates(TypedDict):
+    """A model's prices in dollars per million tokens."""
+
+    input: float
+    cached_input: float
+    output: float
+
+
+class Ceiling(TypedDict):
+    """The `usage_ceiling` of a call (`Ticket.ceiling`, the `ceiling` of `fit`)."""
+
+    tokens: Optional[int]
+    cost_micros: Optional[int]
+    rates: Optional[Rates]
+    max_output_tokens: int
+    min_output_tokens: int
+    margin: float
+
+
+class Source(TypedDict):
+    """The source a call is billed to."""
+
+    type: SourceType
+    id: str
+
+
+class _RuleUsageKeys(TypedDict):
+    limit_type: LimitType
+    per_person: bool
+    metric: Metric
+    window: str
+    amount: int
+    used: int
+    reserved: int
+    left: int
+    resets_at: Optional[str]
+
+
+class RuleUsage(_RuleUsageKeys, total=False):
+    """One rule of the usage view: its amount, what is used, reserved and left."""
+
+    team: str  # only on team rules
+
+
+class Restriction(TypedDict):
+    """The rule closest to its amount."""
+
+    restricted_by: LimitType
+    metric: Metric
+    window: str
+    current_value: int
+    max_value: int
+
+
+class UsageView(TypedDict):
+    """`Guard.usage(user, model)`."""
+
+    source: Source
+    rules: list[RuleUsage]
+    ceilings: list[RuleUsage]
+    restriction: Optional[Restriction]
+
+
+class Billed(TypedDict):
+    """What a bill recorded (`Ticket.bill`, `BatchTicket.bill_part`)."""
+
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cost_micros: int
+    compute_ms: int
+    recorded: bool
+
+
+class Reserved(TypedDict, total=False):
+    """What a ticket or batch holds, per metric: only the metrics its rules count, and never
+    `compute_ms` (compute time is measured at the bill, not held)."""
+
+    tokens: int
+    input_tokens: int
+    output_tokens: int
+    cost: int
+    requests: int
+    concurrency: int
+
+
+class PromptCount(TypedDict):
+    """`count_prompt(...)`: the prompt's tokens, whether exact, and the encoding used."""
+
+    tokens: int
+    exact: bool
+    encoding: str
