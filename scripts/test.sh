@@ -22,14 +22,21 @@ fi
 PY="$VENV/bin/python"
 "$PY" -m pip install -q --disable-pip-version-check -r requirements-test.txt
 
+step "layers (scripts/check_layers.py)"
+python3 scripts/check_layers.py
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "cargo clippy"
 cargo clippy --all-targets --all-features --quiet -- -D warnings
+cargo clippy --all-targets --no-default-features --quiet -- -D warnings
 
 step "cargo test"
 cargo test --quiet
+
+step "cargo test --no-default-features (the core without adapters)"
+cargo test --quiet --no-default-features --lib --tests
 
 step "build the extension (maturin develop)"
 VIRTUAL_ENV="$(cd "$VENV" && pwd)" "$VENV/bin/maturin" develop --quiet 2>&1 | tail -n 2

@@ -34,8 +34,10 @@ pub use guard::domain::refusal::{HttpRefusal, HttpShape, Reason, Refusal};
 pub use guard::domain::rule::{CounterId, LimitType, Metric, Scope};
 pub use guard::domain::view::UsageView;
 pub use guard::domain::window::{CalendarUnit, Window};
+pub use guard::engine::admission::AdmitRequest;
 pub use guard::engine::batch::{BatchRequest, BatchTicket};
-pub use guard::engine::guard::{AdmitRequest, Guard, Stats};
+pub use guard::engine::guard::Guard;
+pub use guard::engine::stats::Stats;
 pub use guard::engine::ticket::{BillInfo, Billed, Ticket, Usage};
 #[cfg(feature = "postgres")]
 pub use guard::ledger::PostgresLedger;

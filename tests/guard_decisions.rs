@@ -609,3 +609,58 @@ fn huge_numbers_are_clamped_or_refused_never_overflowing() {
     );
     assert!(!a.is_settled());
 }
+
+/// Admission given the provider request counts its prompt once, with the policy's model spec,
+/// and fits the request into the ceiling: the ticket carries the changes to send.
+#[test]
+fn admission_fits_the_request_it_counts() {
+    let s = setup(
+        r#"
+[models.small]
+display_name = "Small"
+provider = "openai"
+context_window = 1000
+max_output_tokens = 500
+encoding = "cl100k_base"
+
+[[limits.direct]]
+user = "alice"
+model = "small"
+rules = [{ metric = "tokens", amount = 300, window = "day" }]
+"#,
+        "2026-03-10T12:00:00Z",
+    );
+    let body = serde_json::json!({
+        "model": "small",
+        "messages": [{"role": "user", "content": "Hello there"}],
+        "max_completion_tokens": 400,
+    });
+    let ticket = s
+        .guard
+        .admit_blocking(usage_guard::AdmitRequest {
+            user: Some("alice".into()),
+            model: "small".into(),
+            request: Some((body.clone(), usage_guard::Api::OpenAiChat)),
+            ..Default::default()
+        })
+        .unwrap();
+    let prompt = *ticket.prompt().expect("admission counted the prompt");
+    let spec_count =
+        usage_guard::count_request(&body, usage_guard::Api::OpenAiChat, Some("small"), None)
+            .unwrap();
+    assert_eq!(prompt.encoding, usage_guard::Encoding::Cl100kBase);
+    assert_ne!(
+        spec_count.encoding, prompt.encoding,
+        "the policy's encoding was used"
+    );
+    let fitted = ticket.fitted().unwrap();
+    assert_eq!(fitted.prompt_tokens, prompt.tokens);
+    let max = fitted.max_output_tokens.unwrap();
+    assert!(
+        max <= 300 - prompt.tokens && max + 20 >= 300 - prompt.tokens,
+        "{max}"
+    );
+    let changes = ticket.fitted_changes().unwrap();
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes["max_completion_tokens"], serde_json::json!(max));
+}

@@ -274,3 +274,15 @@ pub(crate) fn usage_from_py(
         compute_ms: whole("compute_ms", compute_ms)?,
     })
 }
+
+/// A prompt count as `{"tokens", "exact", "encoding"}`.
+pub(crate) fn prompt_count_to_py<'py>(
+    py: Python<'py>,
+    count: &crate::ceiling::PromptCount,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("tokens", count.tokens)?;
+    d.set_item("exact", count.exact)?;
+    d.set_item("encoding", count.encoding.word())?;
+    Ok(d)
+}

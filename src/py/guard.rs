@@ -8,8 +8,8 @@ use pyo3::types::PyDict;
 
 use super::clock::PyManualClock;
 use super::convert::{
-    billed_to_py, ceiling_to_py, py_to_json, reserved_to_py, source_to_py, usage_from_py,
-    view_to_py, whole,
+    billed_to_py, ceiling_to_py, json_to_py, prompt_count_to_py, py_to_json, reserved_to_py,
+    source_to_py, usage_from_py, view_to_py, whole,
 };
 use super::ledger::{
     admit_batch, bill_info, close_guard, extract_ledger, resume_batch, PyBatchTicket,
@@ -18,7 +18,8 @@ use super::policy::PyPolicy;
 use super::store::extract_store;
 use crate::ceiling::Api;
 use crate::guard::domain::clock::{Clock, SystemClock};
-use crate::guard::engine::guard::{AdmitRequest, Guard};
+use crate::guard::engine::admission::AdmitRequest;
+use crate::guard::engine::guard::Guard;
 use crate::guard::engine::ticket::{BillInfo, Ticket};
 
 /// Admits model calls against a policy, on a counter store.
@@ -237,6 +238,31 @@ impl PyTicket {
     #[getter]
     fn reserved<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         reserved_to_py(py, &self.inner.reserved())
+    }
+
+    /// The request keys to send instead of the caller's, when admission was given the
+    /// request (`{}` when nothing changes or there was no request).
+    #[getter]
+    fn fitted<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let changes = self.inner.fitted_changes().cloned().unwrap_or_default();
+        json_to_py(py, &serde_json::Value::Object(changes))
+    }
+
+    /// The prompt as counted at admission: `{"tokens", "exact", "encoding"}`; None when the
+    /// caller gave `prompt_tokens` or no request.
+    #[getter]
+    fn prompt<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.inner
+            .prompt()
+            .map(|count| prompt_count_to_py(py, count))
+            .transpose()
+    }
+
+    /// Whether `response` (a provider answer or final stream event: an SDK object or a
+    /// dict) stopped at the output maximum the ceiling set.
+    fn capped(&self, response: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let json = py_to_json(response, "response")?;
+        Ok(self.inner.capped(&json))
     }
 
     /// Whether the ticket was billed or released.

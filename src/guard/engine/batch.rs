@@ -6,15 +6,18 @@
 
 use std::sync::Arc;
 
-use super::guard::{bump, log_store_error, AdmitRequest, Guard, Shared, RESERVE_RETRIES};
-use super::ticket::{check_usage, ledger_row, usage_adds, BillInfo, Billed, Usage};
+use super::admission::{demand, AdmitRequest, ReservedParts};
+use super::billing::{check_usage, ledger_row, usage_adds, BillInfo, Billed, Usage};
+use super::guard::Guard;
+use super::shared::{Resolved, Shared};
+use super::stats::{bump, log_store_error};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
-use crate::guard::domain::decide::{self, rule_left, Decision};
+use crate::guard::domain::decide::{self, rule_left, Demand, Plan, SlotRead};
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, Metric};
-use crate::guard::store::{expiry_minute, HoldRef, ReserveOutcome};
+use crate::guard::store::HoldRef;
 
 /// How long a batch's holds live if it never finishes.
 pub(crate) const BATCH_HOLD_MS: i64 = 25 * 3_600_000;
@@ -66,152 +69,153 @@ impl Guard {
         model: &str,
         requests: Vec<BatchRequest>,
     ) -> Result<BatchTicket> {
-        if requests.is_empty() {
-            return Err(Error::invalid("requests", "[]", "a batch needs a request"));
-        }
-        let mut ids: Vec<&str> = requests.iter().map(|r| r.id.as_str()).collect();
-        ids.sort_unstable();
-        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
-            return Err(Error::invalid("requests.id", w[0], "ids must be unique"));
-        }
-        let path = self.path(Some(user), model)?;
-        let policy = self.policy();
-        let (mut prompt, mut max_out) = (0u64, 0u64);
-        for r in &requests {
-            let one = AdmitRequest {
-                user: Some(user.to_string()),
-                model: model.to_string(),
-                prompt_tokens: Some(r.prompt_tokens),
-                prompt_is_estimate: false,
-                max_output_tokens: r.max_output_tokens,
-                request: None,
-            };
-            let d = Guard::demand(&path, &one, &policy.settings);
-            prompt = prompt.saturating_add(d.prompt_tokens);
-            max_out = max_out.saturating_add(d.max_output_tokens);
-        }
-        let demand = decide::Demand {
-            prompt_tokens: prompt,
-            prompt_is_estimate: false,
-            max_output_tokens: max_out,
-        };
-        let prices = path
-            .model_spec
-            .as_ref()
-            .map(|m| m.prices)
-            .unwrap_or_default();
-        let n = requests.len() as u64;
-        let need = |metric: Metric| match metric {
-            Metric::Tokens => prompt.saturating_add(max_out),
-            Metric::InputTokens => prompt,
-            Metric::OutputTokens => max_out,
-            Metric::Cost => prices.dearest_cost_micros(prompt, max_out),
-            Metric::Requests => n,
-            Metric::ComputeMs | Metric::Concurrency => 0,
-        };
+        check_ids(&requests)?;
+        let Resolved { path, policy } = self.shared.resolve(Some(user), model)?;
+        let demand = batch_demand(&path, user, model, &requests, &policy.settings);
+        let need = BatchNeed::new(&path, &demand, requests.len() as u64);
         let request_ids: Vec<String> = requests.into_iter().map(|r| r.id).collect();
-        let id = format!("b{}", self.ticket_id());
+        let id = format!("b{}", self.shared.ticket_id());
         if path.is_unlimited() {
             bump(&self.shared.stats.admitted);
-            return Ok(self.batch(
-                id,
-                path.clone(),
-                None,
-                Vec::new(),
-                0,
-                Vec::new(),
-                request_ids,
-            ));
+            return Ok(self.batch(id, &path, None, request_ids));
         }
-        let mut lost = None;
-        for _attempt in 0..=RESERVE_RETRIES {
-            let now = self.shared.clock.now_ms();
-            let reads = self.read(&path, now).await.map_err(|e| {
+        let in_full = |plan: &mut Plan, reads: &[SlotRead], now: Millis| {
+            need.require(&path, plan, reads, now)
+        };
+        let end = self
+            .reserve_loop(&path, &demand, &policy.settings, BATCH_HOLD_MS, in_full)
+            .await?;
+        match end {
+            Ok(done) => Ok(self.batch(id, &path, Some((&done.plan, done.minute)), request_ids)),
+            Err(e) => {
                 log_store_error("admit_batch", &e);
-                unavailable()
-            })?;
-            let mut plan = match decide::decide(&path, &reads, &demand, &policy.settings, now) {
-                Decision::Refuse(r) => return Err(self.refuse(r)),
-                Decision::Admit(plan) => plan,
-            };
-            if let Some(rule) = path
-                .checked_rules(plan.source_index)
-                .find(|r| rule_left(r, &reads, now) < need(r.rule.metric))
-            {
-                let state = decide::rule_state(rule, &reads, now);
-                return Err(self.refuse(decide::does_not_fit(
-                    &path,
-                    rule,
-                    state.left,
-                    state.resets_at,
-                    now,
-                )));
-            }
-            for item in &mut plan.items {
-                item.hold = need(item.key.id.metric);
-            }
-            let minute = expiry_minute(now, BATCH_HOLD_MS);
-            match self
-                .shared
-                .store
-                .reserve(plan.items.clone(), minute, now)
-                .await
-            {
-                Ok(ReserveOutcome::Reserved) => {
-                    bump(&self.shared.stats.admitted);
-                    let holds = plan.holds();
-                    let adds = plan.added_counters(&path);
-                    let source = Some(plan.source.clone());
-                    return Ok(self.batch(
-                        id,
-                        path.clone(),
-                        source,
-                        holds,
-                        minute,
-                        adds,
-                        request_ids,
-                    ));
-                }
-                Ok(ReserveOutcome::Conflict { item }) => {
-                    bump(&self.shared.stats.reserve_retries);
-                    lost = Some((plan, item, reads));
-                }
-                Err(e) => {
-                    log_store_error("admit_batch", &e);
-                    return Err(unavailable());
-                }
+                Err(unavailable())
             }
         }
-        let (plan, item, reads) = lost.expect("the loop ran at least once");
-        Err(self.lost_race(&path, &plan, item, &reads))
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn batch(
         &self,
         id: String,
-        path: Arc<Path>,
-        source: Option<SourceRef>,
-        holds: Vec<HoldRef>,
-        expiry_minute: i64,
-        adds: Vec<Arc<CounterId>>,
+        path: &Arc<Path>,
+        reserved: Option<(&Plan, i64)>,
         request_ids: Vec<String>,
     ) -> BatchTicket {
+        let ReservedParts {
+            source,
+            holds,
+            expiry_minute,
+            adds,
+        } = ReservedParts::of(path, reserved);
         BatchTicket {
             shared: self.shared.clone(),
             id,
-            source: source.unwrap_or_else(|| path.default_source.clone()),
-            path,
+            source,
+            path: path.clone(),
             holds,
             expiry_minute,
             adds,
             request_ids,
         }
     }
+}
 
-    /// A batch admitted by any guard on the same store, from its `BatchTicket::state`.
-    pub fn resume_batch(&self, state: &str) -> Result<BatchTicket> {
-        super::batch_state::resume(self, state)
+fn check_ids(requests: &[BatchRequest]) -> Result<()> {
+    if requests.is_empty() {
+        return Err(Error::invalid("requests", "[]", "a batch needs a request"));
+    }
+    let mut ids: Vec<&str> = requests.iter().map(|r| r.id.as_str()).collect();
+    ids.sort_unstable();
+    if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::invalid("requests.id", w[0], "ids must be unique"));
+    }
+    Ok(())
+}
+
+/// The whole batch's demand: the sum of each request's, each as admission would see it.
+fn batch_demand(
+    path: &Path,
+    user: &str,
+    model: &str,
+    requests: &[BatchRequest],
+    settings: &crate::guard::domain::policy::Settings,
+) -> Demand {
+    let (mut prompt, mut max_out) = (0u64, 0u64);
+    for r in requests {
+        let one = AdmitRequest {
+            user: Some(user.to_string()),
+            model: model.to_string(),
+            prompt_tokens: Some(r.prompt_tokens),
+            prompt_is_estimate: false,
+            max_output_tokens: r.max_output_tokens,
+            request: None,
+        };
+        let d = demand(path, &one, settings);
+        prompt = prompt.saturating_add(d.prompt_tokens);
+        max_out = max_out.saturating_add(d.max_output_tokens);
+    }
+    Demand {
+        prompt_tokens: prompt,
+        prompt_is_estimate: false,
+        max_output_tokens: max_out,
+    }
+}
+
+/// What a batch needs on each metric, in full.
+struct BatchNeed {
+    prompt: u64,
+    max_out: u64,
+    cost: u64,
+    requests: u64,
+}
+
+impl BatchNeed {
+    fn new(path: &Path, demand: &Demand, requests: u64) -> Self {
+        let prices = path
+            .model_spec
+            .as_ref()
+            .map(|m| m.prices)
+            .unwrap_or_default();
+        let (prompt, max_out) = (demand.prompt_tokens, demand.max_output_tokens);
+        BatchNeed {
+            prompt,
+            max_out,
+            cost: prices.dearest_cost_micros(prompt, max_out),
+            requests,
+        }
+    }
+
+    fn of(&self, metric: Metric) -> u64 {
+        match metric {
+            Metric::Tokens => self.prompt.saturating_add(self.max_out),
+            Metric::InputTokens => self.prompt,
+            Metric::OutputTokens => self.max_out,
+            Metric::Cost => self.cost,
+            Metric::Requests => self.requests,
+            Metric::ComputeMs | Metric::Concurrency => 0,
+        }
+    }
+
+    /// Refuses a batch that does not fit in full in a rule it is checked against; else
+    /// holds the whole need on every counter of the plan.
+    fn require(&self, path: &Path, plan: &mut Plan, reads: &[SlotRead], now: Millis) -> Result<()> {
+        if let Some(rule) = path
+            .checked_rules(plan.source_index)
+            .find(|r| rule_left(r, reads, now) < self.of(r.rule.metric))
+        {
+            let state = decide::rule_state(rule, reads, now);
+            return Err(Error::Refused(Box::new(decide::does_not_fit(
+                path,
+                rule,
+                state.left,
+                state.resets_at,
+                now,
+            ))));
+        }
+        for item in &mut plan.items {
+            item.hold = self.of(item.key.id.metric);
+        }
+        Ok(())
     }
 }
 
@@ -313,32 +317,10 @@ impl BatchTicket {
             return Ok(None);
         }
         let holds = self.give_back(index, now).await.unwrap_or_default();
-        let prices = self
-            .path
-            .model_spec
-            .as_ref()
-            .map(|m| m.prices)
-            .unwrap_or_default();
-        let cost_micros = usage.cost_micros.unwrap_or_else(|| {
-            prices.cost_micros(
-                usage.input_tokens,
-                usage.cached_input_tokens,
-                usage.output_tokens,
-            )
-        });
-        let compute_ms = usage.compute_ms.unwrap_or(0);
-        let adds = usage_adds(&self.adds, &usage, cost_micros, compute_ms, now);
-        let recorded = self.settle(holds, adds, now).await;
+        let mut billed = Billed::of(&self.path, &usage, 0);
+        let adds = usage_adds(&self.adds, &billed, now);
+        billed.recorded = self.settle(holds, adds, now).await;
         bump(&self.shared.stats.billed);
-        let billed = Billed {
-            input_tokens: usage.input_tokens,
-            cached_input_tokens: usage.cached_input_tokens,
-            output_tokens: usage.output_tokens,
-            reasoning_tokens: usage.reasoning_tokens,
-            cost_micros,
-            compute_ms,
-            recorded,
-        };
         if let Some(ledger) = self.shared.ledger.get() {
             let ticket_id = format!("{}/{result_id}", self.id);
             ledger.record(ledger_row(

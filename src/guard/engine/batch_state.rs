@@ -53,7 +53,14 @@ fn int(v: &Value, field: &str) -> Result<i64> {
 }
 
 /// Rebuilds a batch ticket on `guard` from its state text.
-pub(crate) fn resume(guard: &Guard, state: &str) -> Result<BatchTicket> {
+impl Guard {
+    /// A batch admitted by any guard on the same store, from its `BatchTicket::state`.
+    pub fn resume_batch(&self, state: &str) -> Result<BatchTicket> {
+        resume(self, state)
+    }
+}
+
+fn resume(guard: &Guard, state: &str) -> Result<BatchTicket> {
     let v: Value = serde_json::from_str(state).map_err(|e| bad("", &e.to_string()))?;
     let user = text(&v, "user")?;
     let model = text(&v, "model")?;

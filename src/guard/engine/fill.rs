@@ -6,17 +6,16 @@
 //! again a minute later (guard clock). Shorter windows start at 0.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::guard::{Guard, Shared};
+use super::stats::{bump, log_store_error};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::{Metric, Scope};
 use crate::guard::domain::window::Window;
-use crate::guard::ledger::{Ledger, LedgerError, SumFilter};
-use crate::guard::store::CounterKey;
+use crate::guard::ledger::{Ledger, SumFilter};
+use crate::guard::store::{CounterKey, CounterStore};
 
 /// How long a fill waits after the ledger could not be read.
 pub(crate) const FILL_RETRY_MS: i64 = 60_000;
@@ -57,37 +56,6 @@ impl FillState {
 
     fn lock_of(&self, key: &CounterKey) -> Arc<tokio::sync::Mutex<()>> {
         self.locks.lock().entry(key.clone()).or_default().clone()
-    }
-}
-
-impl Guard {
-    /// Records every billed call in `ledger` and fills long-window counters from it. A guard
-    /// takes one ledger: a second call keeps the first.
-    pub fn with_ledger(self, ledger: Arc<dyn Ledger>) -> Self {
-        let _ = self.shared.ledger.set(ledger);
-        self
-    }
-
-    /// The guard's ledger, if it has one.
-    pub fn ledger(&self) -> Option<&Arc<dyn Ledger>> {
-        self.shared.ledger.get()
-    }
-
-    /// Counters this guard filled from the ledger, and ledger reads that failed.
-    pub fn fill_counts(&self) -> (u64, u64) {
-        let f = &self.shared.fill;
-        (
-            f.filled.load(Ordering::Relaxed),
-            f.ledger_errors.load(Ordering::Relaxed),
-        )
-    }
-
-    /// Writes every ledger row billed so far (the guard keeps working afterwards).
-    pub fn close(&self) -> Result<(), LedgerError> {
-        match self.shared.ledger.get() {
-            Some(ledger) => ledger.flush(),
-            None => Ok(()),
-        }
     }
 }
 
@@ -137,11 +105,16 @@ pub(crate) fn sum_filter(key: &CounterKey) -> SumFilter {
 
 /// Fills every key that needs it (no ledger: nothing to do). Never fails: a store or
 /// ledger error leaves the counter as it is.
-pub(crate) async fn fill_keys(shared: &Shared, keys: &[CounterKey], now: Millis) {
-    let Some(ledger) = shared.ledger.get() else {
+pub(crate) async fn fill_keys(
+    store: &dyn CounterStore,
+    ledger: Option<&Arc<dyn Ledger>>,
+    state: &FillState,
+    keys: &[CounterKey],
+    now: Millis,
+) {
+    let Some(ledger) = ledger else {
         return;
     };
-    let state = &shared.fill;
     let candidates: Vec<CounterKey> = keys
         .iter()
         .filter(|k| is_filled_window(k.id.window, k.id.metric))
@@ -153,7 +126,7 @@ pub(crate) async fn fill_keys(shared: &Shared, keys: &[CounterKey], now: Millis)
     if candidates.is_empty() {
         return;
     }
-    let Ok(marks) = shared.store.filled(candidates.clone(), now).await else {
+    let Ok(marks) = store.filled(candidates.clone(), now).await else {
         return;
     };
     for (key, marked) in candidates.into_iter().zip(marks) {
@@ -169,7 +142,7 @@ pub(crate) async fn fill_keys(shared: &Shared, keys: &[CounterKey], now: Millis)
         let used = match ledger.sum(&sum_filter(&key), key.id.metric) {
             Ok(used) => used,
             Err(e) => {
-                super::guard::bump(&state.ledger_errors);
+                bump(&state.ledger_errors);
                 eprintln!(
                     "usage_guard: fill {}: {e}; trying again in a minute",
                     key.render()
@@ -182,14 +155,14 @@ pub(crate) async fn fill_keys(shared: &Shared, keys: &[CounterKey], now: Millis)
             }
         };
         let retain = key.id.window.retain_until(key.bucket);
-        match shared.store.fill(key.clone(), used, retain, now).await {
+        match store.fill(key.clone(), used, retain, now).await {
             Ok(did) => {
                 if did {
-                    super::guard::bump(&state.filled);
+                    bump(&state.filled);
                 }
                 state.know(&key);
             }
-            Err(e) => super::guard::log_store_error("fill", &e),
+            Err(e) => log_store_error("fill", &e),
         }
     }
 }

@@ -1,9 +1,17 @@
 //! The engine: a guard ties a policy, a counter store, a clock and an optional ledger
 //! together; admission reads, decides, fits and reserves; tickets and batches settle.
+//!
+//! Files import one way: stats ← fill ← shared ← billing, fitted ← ticket ← guard ←
+//! admission ← batch ← batch_state.
 
+pub(crate) mod admission;
 pub(crate) mod batch;
 mod batch_state;
+pub(crate) mod billing;
 pub(crate) mod fill;
+mod fitted;
 #[allow(clippy::module_inception)]
 pub(crate) mod guard;
+pub(crate) mod shared;
+pub(crate) mod stats;
 pub(crate) mod ticket;

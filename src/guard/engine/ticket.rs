@@ -4,52 +4,18 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::guard::{bump, log_store_error, Shared};
-use crate::error::{Error, Result};
+use super::billing::{check_usage, ledger_row, usage_adds};
+pub use super::billing::{BillInfo, Billed, Usage};
+use super::fitted::AdmittedRequest;
+use super::shared::Shared;
+use super::stats::{bump, log_store_error};
+use crate::ceiling::{usage_capped, Api, FitResult, PromptCount};
+use crate::error::Result;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::UsageCeiling;
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::rule::{CounterId, Metric};
-use crate::guard::ledger::LedgerRow;
 use crate::guard::store::{HoldRef, UsageAdd};
-
-/// What a call used, as the provider reported it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    /// Every input token, cached ones included.
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// The part of `input_tokens` read from a cache (billed at the cached rate).
-    pub cached_input_tokens: u64,
-    /// The part of `output_tokens` spent thinking (recorded, already in `output_tokens`).
-    pub reasoning_tokens: u64,
-    /// The call's cost; computed from the model's prices when `None`.
-    pub cost_micros: Option<u64>,
-    /// The call's compute time; measured from admission when `None`.
-    pub compute_ms: Option<u64>,
-}
-
-/// What a bill recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Billed {
-    pub input_tokens: u64,
-    pub cached_input_tokens: u64,
-    pub output_tokens: u64,
-    pub reasoning_tokens: u64,
-    pub cost_micros: u64,
-    pub compute_ms: u64,
-    /// False when the store did not take the bill (logged; the holds expire on their own).
-    pub recorded: bool,
-}
-
-/// What a bill records in the ledger beside the usage.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct BillInfo {
-    /// The provider's (or caller's) request id.
-    pub request_id: Option<String>,
-    /// Free JSON kept with the row.
-    pub metadata: Option<serde_json::Value>,
-}
 
 pub(crate) struct TicketParts {
     pub id: String,
@@ -62,6 +28,8 @@ pub(crate) struct TicketParts {
     pub adds: Vec<Arc<CounterId>>,
     pub admitted_at: Millis,
     pub uncounted: bool,
+    /// The provider request given at admission: its count and fit.
+    pub request: Option<AdmittedRequest>,
 }
 
 /// A ticket's parts and whether it settled, shared by its clones.
@@ -157,6 +125,43 @@ impl Ticket {
         out
     }
 
+    /// The provider request's fit into the ceiling, when admission was given the request:
+    /// `FitResult::request` is the request to send.
+    pub fn fitted(&self) -> Option<&FitResult> {
+        self.state.parts.request.as_ref().map(|r| &r.fit)
+    }
+
+    /// The request keys to send instead of the caller's (output maximum, thinking budget
+    /// or thinking turned off); empty when nothing changes or admission had no request.
+    pub fn fitted_changes(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        self.state.parts.request.as_ref().map(|r| &r.changes)
+    }
+
+    /// The prompt as counted at admission (once, with the policy's model spec); `None` when
+    /// the caller gave `prompt_tokens` or no request.
+    pub fn prompt(&self) -> Option<&PromptCount> {
+        self.state
+            .parts
+            .request
+            .as_ref()
+            .and_then(|r| r.prompt.as_ref())
+    }
+
+    /// The API the admitted request is sent through.
+    pub fn api(&self) -> Option<Api> {
+        self.state.parts.request.as_ref().map(|r| r.api)
+    }
+
+    /// Whether `response` (a provider answer or its final stream event, as JSON) stopped at
+    /// the output maximum the ceiling set. False when admission fitted no request.
+    pub fn capped(&self, response: &serde_json::Value) -> bool {
+        self.state
+            .parts
+            .request
+            .as_ref()
+            .is_some_and(|r| usage_capped(response, &r.fit, r.api))
+    }
+
     /// Admitted without being counted (the store failed and no rule could refuse).
     pub fn is_uncounted(&self) -> bool {
         self.state.parts.uncounted
@@ -189,36 +194,11 @@ impl Ticket {
         }
         let shared = &self.state.parts.shared;
         let now = shared.clock.now_ms();
-        let prices = self
-            .state
-            .parts
-            .path
-            .model_spec
-            .as_ref()
-            .map(|m| m.prices)
-            .unwrap_or_default();
-        let cost_micros = usage.cost_micros.unwrap_or_else(|| {
-            prices.cost_micros(
-                usage.input_tokens,
-                usage.cached_input_tokens,
-                usage.output_tokens,
-            )
-        });
-        let compute_ms = usage
-            .compute_ms
-            .unwrap_or_else(|| (now - self.state.parts.admitted_at).max(0) as u64);
-        let adds = usage_adds(&self.state.parts.adds, &usage, cost_micros, compute_ms, now);
-        let recorded = self.settle(adds, now, "bill").await;
+        let measured = (now - self.state.parts.admitted_at).max(0) as u64;
+        let mut billed = Billed::of(&self.state.parts.path, &usage, measured);
+        let adds = usage_adds(&self.state.parts.adds, &billed, now);
+        billed.recorded = self.settle(adds, now, "bill").await;
         bump(&shared.stats.billed);
-        let billed = Billed {
-            input_tokens: usage.input_tokens,
-            cached_input_tokens: usage.cached_input_tokens,
-            output_tokens: usage.output_tokens,
-            reasoning_tokens: usage.reasoning_tokens,
-            cost_micros,
-            compute_ms,
-            recorded,
-        };
         if let Some(ledger) = shared.ledger.get() {
             ledger.record(ledger_row(
                 &self.state.parts.path,
@@ -279,107 +259,4 @@ impl Ticket {
     pub fn release_blocking(&self) -> bool {
         crate::runtime::block_on(self.release())
     }
-}
-
-/// The ledger row of a bill.
-pub(crate) fn ledger_row(
-    path: &Path,
-    source: &SourceRef,
-    ticket_id: String,
-    now: Millis,
-    billed: &Billed,
-    info: BillInfo,
-) -> LedgerRow {
-    let mut teams: Vec<String> = path
-        .sources
-        .iter()
-        .flat_map(|s| s.rules.iter())
-        .chain(path.ceilings.iter())
-        .filter_map(|r| r.team.as_deref().map(str::to_string))
-        .collect();
-    teams.sort();
-    teams.dedup();
-    LedgerRow {
-        ticket_id,
-        at_ms: now,
-        user: path.user.as_deref().map(str::to_string),
-        teams,
-        source_type: source.kind.word().to_string(),
-        source_id: source.id.to_string(),
-        model: path.model.to_string(),
-        input_tokens: billed.input_tokens,
-        cached_input_tokens: billed.cached_input_tokens,
-        output_tokens: billed.output_tokens,
-        reasoning_tokens: billed.reasoning_tokens,
-        cost_micros: billed.cost_micros,
-        compute_ms: billed.compute_ms,
-        request_id: info.request_id,
-        metadata: info.metadata,
-    }
-}
-
-/// What a bill adds to each counter of `ids`, in the buckets of `now`.
-pub(crate) fn usage_adds(
-    ids: &[Arc<CounterId>],
-    usage: &Usage,
-    cost_micros: u64,
-    compute_ms: u64,
-    now: Millis,
-) -> Vec<UsageAdd> {
-    ids.iter()
-        .filter_map(|id| {
-            let amount = match id.metric {
-                Metric::Tokens => usage.input_tokens.saturating_add(usage.output_tokens),
-                Metric::InputTokens => usage.input_tokens,
-                Metric::OutputTokens => usage.output_tokens,
-                Metric::Cost => cost_micros,
-                Metric::Requests => 1,
-                Metric::ComputeMs => compute_ms,
-                Metric::Concurrency => 0,
-            };
-            let bucket = id.window.bucket_start(now);
-            (amount > 0).then(|| UsageAdd {
-                key: crate::guard::store::CounterKey {
-                    id: id.clone(),
-                    bucket,
-                },
-                amount,
-                retain_until: id.window.retain_until(bucket),
-            })
-        })
-        .collect()
-}
-
-/// Refuses usage whose parts exceed their wholes.
-pub(crate) fn check_usage(usage: &Usage) -> Result<()> {
-    let max = crate::guard::domain::policy::MAX_AMOUNT;
-    for (field, value) in [
-        ("input_tokens", Some(usage.input_tokens)),
-        ("output_tokens", Some(usage.output_tokens)),
-        ("cost_micros", usage.cost_micros),
-        ("compute_ms", usage.compute_ms),
-    ] {
-        if let Some(value) = value.filter(|v| *v > max) {
-            return Err(Error::invalid(
-                field,
-                value,
-                format!("must be at most {max} (2^53)"),
-            ));
-        }
-    }
-    if usage.cached_input_tokens > usage.input_tokens {
-        return Err(Error::invalid(
-            "cached_input_tokens",
-            usage.cached_input_tokens,
-            format!("must not exceed input_tokens ({})", usage.input_tokens),
-        ));
-    }
-    if usage.reasoning_tokens > usage.output_tokens {
-        return Err(Error::invalid(
-            "reasoning_tokens",
-            usage.reasoning_tokens,
-            format!("must not exceed output_tokens ({})", usage.output_tokens),
-        ));
-    }
-    Ok(())
 }

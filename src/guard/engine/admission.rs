@@ -1,0 +1,358 @@
+//! Admission, one way through for single calls and batches: resolve → read → decide → fit →
+//! reserve, reading again (up to three times) when another call took what was left between
+//! the read and the reserve.
+
+use std::sync::Arc;
+
+use super::fitted::{changed_keys, AdmittedRequest};
+use super::guard::Guard;
+use super::shared::Resolved;
+use super::stats::{bump, log_store_error};
+use super::ticket::{Ticket, TicketParts};
+use crate::ceiling::{self, Api, FitOptions, PromptCount};
+use crate::error::{Error, Result};
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::decide::{self, Decision, Demand, Plan, SlotRead, UsageCeiling};
+use crate::guard::domain::path::{Path, SourceRef};
+use crate::guard::domain::policy::{Settings, MAX_AMOUNT};
+use crate::guard::domain::refusal::Refusal;
+use crate::guard::domain::rule::CounterId;
+use crate::guard::store::{expiry_minute, HoldRef, ReserveOutcome, StoreError};
+
+/// How long a call's holds live if it never settles.
+pub(crate) const CALL_HOLD_MS: i64 = 15 * 60_000;
+/// How many times admission reads again after losing a race for what was left.
+pub(crate) const RESERVE_RETRIES: usize = 3;
+
+/// What the caller knows about a call before it runs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AdmitRequest {
+    /// The person calling; `None` for a call the platform makes itself (no limits).
+    pub user: Option<String>,
+    pub model: String,
+    /// The prompt's tokens, if counted.
+    pub prompt_tokens: Option<u64>,
+    /// Whether `prompt_tokens` is an estimate rather than an exact count.
+    pub prompt_is_estimate: bool,
+    /// The caller's output maximum (`max_tokens`).
+    pub max_output_tokens: Option<u64>,
+    /// The provider request as it will be sent, and its API shape. The guard counts its
+    /// prompt (when `prompt_tokens` is not given), reads its output maximum (when
+    /// `max_output_tokens` is not given), and fits it into the ceiling: the ticket then
+    /// carries the changes to send.
+    pub request: Option<(serde_json::Value, Api)>,
+}
+
+/// A reservation that was placed: the plan as reserved, the expiry minute of its holds, and
+/// what the caller's step between decision and reserve produced.
+pub(crate) struct Reservation<T> {
+    pub(crate) plan: Plan,
+    pub(crate) minute: i64,
+    pub(crate) extra: T,
+}
+
+impl Guard {
+    /// Admits a call: resolves the path, reads its counters, decides, fits the request (when
+    /// given) into what is left, and reserves all or none. Refusals are `Error::Refused`;
+    /// a request that cannot fit is refused before anything is reserved.
+    pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
+        check_names(&request)?;
+        let Resolved { path, policy } = self
+            .shared
+            .resolve(request.user.as_deref(), &request.model)?;
+        let settings = &policy.settings;
+        let (request, prompt) = counted(request, &path)?;
+        let demand = demand(&path, &request, settings);
+        let admitted_at = self.shared.clock.now_ms();
+        let fit = |ceiling: &UsageCeiling| fit_request(&request, &path, prompt, ceiling);
+        if path.is_unlimited() {
+            let ceiling = unlimited_ceiling(&demand, settings);
+            let fitted = fit(&ceiling).map_err(|e| self.counted(e))?;
+            bump(&self.shared.stats.admitted);
+            return Ok(self.ticket(&path, None, ceiling, admitted_at, fitted, false));
+        }
+        let end = self
+            .reserve_loop(&path, &demand, settings, CALL_HOLD_MS, |plan, _, _| {
+                fit(&plan.ceiling)
+            })
+            .await?;
+        match end {
+            Ok(done) => {
+                let ceiling = done.plan.ceiling.clone();
+                let parts = Some((&done.plan, done.minute));
+                Ok(self.ticket(&path, parts, ceiling, admitted_at, done.extra, false))
+            }
+            Err(error) => {
+                self.store_failed(&path, settings, &error)?;
+                let ceiling = unlimited_ceiling(&demand, settings);
+                let fitted = fit(&ceiling).map_err(|e| self.counted(e))?;
+                bump(&self.shared.stats.uncounted);
+                bump(&self.shared.stats.admitted);
+                Ok(self.ticket(&path, None, ceiling, admitted_at, fitted, true))
+            }
+        }
+    }
+
+    /// Admits from synchronous code (blocks the calling thread until the store answers).
+    pub fn admit_blocking(&self, request: AdmitRequest) -> Result<Ticket> {
+        crate::runtime::block_on(self.admit(request))
+    }
+
+    /// The one admission loop: read, decide, let `shape` adjust the plan (fit a request, or
+    /// require a batch to fit in full; its error refuses), reserve all or none. A lost race
+    /// reads again, at most `RESERVE_RETRIES` times, then refuses as does-not-fit. The inner
+    /// `Err` is a store failure, left to the caller's failure rule.
+    pub(crate) async fn reserve_loop<T>(
+        &self,
+        path: &Path,
+        demand: &Demand,
+        settings: &Settings,
+        hold_ms: i64,
+        mut shape: impl FnMut(&mut Plan, &[SlotRead], Millis) -> Result<T>,
+    ) -> Result<std::result::Result<Reservation<T>, StoreError>> {
+        let mut conflict: Option<(Plan, usize, Vec<SlotRead>)> = None;
+        for _attempt in 0..=RESERVE_RETRIES {
+            let now = self.shared.clock.now_ms();
+            let reads = match self.shared.read(path, now).await {
+                Ok(reads) => reads,
+                Err(e) => return Ok(Err(e)),
+            };
+            let mut plan = match decide::decide(path, &reads, demand, settings, now) {
+                Decision::Refuse(refusal) => return Err(self.refuse(refusal)),
+                Decision::Admit(plan) => plan,
+            };
+            let extra = shape(&mut plan, &reads, now).map_err(|e| self.counted(e))?;
+            let minute = expiry_minute(now, hold_ms);
+            match self
+                .shared
+                .store
+                .reserve(plan.items.clone(), minute, now)
+                .await
+            {
+                Ok(ReserveOutcome::Reserved) => {
+                    bump(&self.shared.stats.admitted);
+                    return Ok(Ok(Reservation {
+                        plan,
+                        minute,
+                        extra,
+                    }));
+                }
+                Ok(ReserveOutcome::Conflict { item }) => {
+                    bump(&self.shared.stats.reserve_retries);
+                    conflict = Some((plan, item, reads));
+                }
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        let (plan, item, reads) = conflict.expect("the loop ran at least once");
+        Err(self.lost_race(path, &plan, item, &reads))
+    }
+
+    /// The refusal after every retry lost the race for what was left: the call does not fit
+    /// in the rule checked on the conflicting item.
+    fn lost_race(&self, path: &Path, plan: &Plan, item: usize, reads: &[SlotRead]) -> Error {
+        let now = self.shared.clock.now_ms();
+        let slot = plan.item_slots[item];
+        let rule = path
+            .checked_rules(plan.source_index)
+            .filter(|r| r.slot == slot)
+            .min_by_key(|r| r.rule.amount)
+            .expect("a conflicting item has a checked rule");
+        let state = decide::rule_state(rule, reads, now);
+        self.refuse(decide::does_not_fit(
+            path,
+            rule,
+            state.left,
+            state.resets_at,
+            now,
+        ))
+    }
+
+    pub(crate) fn refuse(&self, refusal: Refusal) -> Error {
+        bump(&self.shared.stats.refused);
+        Error::Refused(Box::new(refusal))
+    }
+
+    /// Counts a refusal made outside `decide` (a request that cannot fit); other errors pass.
+    fn counted(&self, error: Error) -> Error {
+        if matches!(error, Error::Refused(_)) {
+            bump(&self.shared.stats.refused);
+        }
+        error
+    }
+
+    /// The store failed: refuses as unavailable when a rule could refuse the call; else the
+    /// call may run uncounted (`Ok`).
+    fn store_failed(&self, path: &Path, settings: &Settings, error: &StoreError) -> Result<()> {
+        bump(&self.shared.stats.store_errors);
+        log_store_error("admit", error);
+        let could_refuse = path
+            .ceilings
+            .iter()
+            .chain(path.sources.iter().flat_map(|s| s.rules.iter()))
+            .any(|r| !settings.fail_open.contains(&r.rule.metric));
+        if could_refuse {
+            bump(&self.shared.stats.unavailable);
+            bump(&self.shared.stats.refused);
+            return Err(Error::Refused(Box::new(Refusal::unavailable())));
+        }
+        Ok(())
+    }
+
+    /// A ticket for an admitted call; `reserved` is the plan and expiry minute of its holds
+    /// (none for a call admitted without counting).
+    fn ticket(
+        &self,
+        path: &Arc<Path>,
+        reserved: Option<(&Plan, i64)>,
+        ceiling: UsageCeiling,
+        admitted_at: Millis,
+        request: Option<AdmittedRequest>,
+        uncounted: bool,
+    ) -> Ticket {
+        let ReservedParts {
+            source,
+            holds,
+            expiry_minute,
+            adds,
+        } = ReservedParts::of(path, reserved);
+        Ticket::new(TicketParts {
+            id: self.shared.ticket_id(),
+            shared: self.shared.clone(),
+            path: path.clone(),
+            source,
+            ceiling,
+            holds,
+            expiry_minute,
+            adds,
+            admitted_at,
+            uncounted,
+            request,
+        })
+    }
+}
+
+/// What an admitted call or batch keeps of its reservation: the source billed, its holds and
+/// their expiry minute, and the counters a bill adds to.
+pub(crate) struct ReservedParts {
+    pub(crate) source: SourceRef,
+    pub(crate) holds: Vec<HoldRef>,
+    pub(crate) expiry_minute: i64,
+    pub(crate) adds: Vec<Arc<CounterId>>,
+}
+
+impl ReservedParts {
+    /// The parts of `reserved` (a plan and its expiry minute); none held when admitted
+    /// without counting, billed to the path's default source.
+    pub(crate) fn of(path: &Path, reserved: Option<(&Plan, i64)>) -> Self {
+        match reserved {
+            Some((plan, minute)) => ReservedParts {
+                source: plan.source.clone(),
+                holds: plan.holds(),
+                expiry_minute: minute,
+                adds: plan.added_counters(path),
+            },
+            None => ReservedParts {
+                source: path.default_source.clone(),
+                holds: Vec::new(),
+                expiry_minute: 0,
+                adds: Vec::new(),
+            },
+        }
+    }
+}
+
+fn check_names(request: &AdmitRequest) -> Result<()> {
+    if request.user.as_deref() == Some("") {
+        return Err(Error::invalid(
+            "user",
+            "\"\"",
+            "must not be empty; pass None for a call without a user",
+        ));
+    }
+    if request.model.is_empty() {
+        return Err(Error::invalid("model", "\"\"", "must not be empty"));
+    }
+    Ok(())
+}
+
+/// What a call may use at most: its prompt and its output maximum (the caller's, capped by
+/// the model's; else the model's; else the policy's default), clamped so amounts stay exact
+/// in every store (Redis computes in doubles) and never overflow.
+pub(crate) fn demand(path: &Path, request: &AdmitRequest, settings: &Settings) -> Demand {
+    let model_max = path.model_spec.as_ref().and_then(|m| m.max_output_tokens);
+    let max_output_tokens = match (request.max_output_tokens, model_max) {
+        (Some(caller), Some(model)) => caller.min(model),
+        (Some(caller), None) => caller,
+        (None, Some(model)) => model,
+        (None, None) => settings.default_max_output_tokens,
+    };
+    Demand {
+        prompt_tokens: request.prompt_tokens.unwrap_or(0).min(MAX_AMOUNT),
+        prompt_is_estimate: request.prompt_is_estimate,
+        max_output_tokens: max_output_tokens.min(MAX_AMOUNT),
+    }
+}
+
+/// Fills in the prompt count and output maximum from the provider request, when given; the
+/// count (made once, with the policy's model spec) is kept for the fit and the ticket.
+fn counted(mut request: AdmitRequest, path: &Path) -> Result<(AdmitRequest, Option<PromptCount>)> {
+    let Some((body, api)) = request.request.as_ref() else {
+        return Ok((request, None));
+    };
+    let mut prompt = None;
+    if request.prompt_tokens.is_none() {
+        let spec = path.model_spec.as_deref();
+        let count = ceiling::count_request(body, *api, Some(&path.model), spec)?;
+        request.prompt_tokens = Some(count.tokens);
+        request.prompt_is_estimate = !count.exact;
+        prompt = Some(count);
+    }
+    if request.max_output_tokens.is_none() {
+        request.max_output_tokens = if api.is_embeddings() {
+            Some(0)
+        } else {
+            ceiling::requested_max_output(body, *api)?
+        };
+    }
+    Ok((request, prompt))
+}
+
+/// Fits the provider request (when the caller gave one) into `ceiling`, with the policy's
+/// model spec.
+fn fit_request(
+    request: &AdmitRequest,
+    path: &Path,
+    prompt: Option<PromptCount>,
+    ceiling: &UsageCeiling,
+) -> Result<Option<AdmittedRequest>> {
+    let Some((body, api)) = request.request.as_ref() else {
+        return Ok(None);
+    };
+    let spec = path.model_spec.as_deref();
+    let fit = ceiling::fit(
+        body,
+        ceiling,
+        *api,
+        Some(&path.model),
+        spec,
+        &FitOptions::default(),
+    )?;
+    Ok(Some(AdmittedRequest {
+        api: *api,
+        prompt,
+        changes: changed_keys(body, &fit.request),
+        fit,
+    }))
+}
+
+fn unlimited_ceiling(demand: &Demand, settings: &Settings) -> UsageCeiling {
+    UsageCeiling {
+        tokens: None,
+        cost_micros: None,
+        rates: None,
+        max_output_tokens: demand.max_output_tokens,
+        min_output_tokens: settings.min_output_tokens,
+        margin: settings.margin,
+    }
+}

@@ -1,0 +1,173 @@
+//! What a bill records: the use added to each counter, and the ledger row.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::path::{Path, SourceRef};
+use crate::guard::domain::rule::{CounterId, Metric};
+use crate::guard::ledger::LedgerRow;
+use crate::guard::store::UsageAdd;
+
+/// What a call used, as the provider reported it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Every input token, cached ones included.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// The part of `input_tokens` read from a cache (billed at the cached rate).
+    pub cached_input_tokens: u64,
+    /// The part of `output_tokens` spent thinking (recorded, already in `output_tokens`).
+    pub reasoning_tokens: u64,
+    /// The call's cost; computed from the model's prices when `None`.
+    pub cost_micros: Option<u64>,
+    /// The call's compute time; measured from admission when `None`.
+    pub compute_ms: Option<u64>,
+}
+
+/// What a bill recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Billed {
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub cost_micros: u64,
+    pub compute_ms: u64,
+    /// False when the store did not take the bill (logged; the holds expire on their own).
+    pub recorded: bool,
+}
+
+impl Billed {
+    /// What a bill of `usage` on `path` records: cost as given, else from the model's
+    /// prices; compute time as given, else `measured_ms`.
+    pub(crate) fn of(path: &Path, usage: &Usage, measured_ms: u64) -> Self {
+        let prices = path
+            .model_spec
+            .as_ref()
+            .map(|m| m.prices)
+            .unwrap_or_default();
+        let cost_micros = usage.cost_micros.unwrap_or_else(|| {
+            prices.cost_micros(
+                usage.input_tokens,
+                usage.cached_input_tokens,
+                usage.output_tokens,
+            )
+        });
+        Billed {
+            input_tokens: usage.input_tokens,
+            cached_input_tokens: usage.cached_input_tokens,
+            output_tokens: usage.output_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
+            cost_micros,
+            compute_ms: usage.compute_ms.unwrap_or(measured_ms),
+            recorded: false,
+        }
+    }
+}
+
+/// What a bill records in the ledger beside the usage.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BillInfo {
+    /// The provider's (or caller's) request id.
+    pub request_id: Option<String>,
+    /// Free JSON kept with the row.
+    pub metadata: Option<serde_json::Value>,
+}
+
+/// The ledger row of a bill.
+pub(crate) fn ledger_row(
+    path: &Path,
+    source: &SourceRef,
+    ticket_id: String,
+    now: Millis,
+    billed: &Billed,
+    info: BillInfo,
+) -> LedgerRow {
+    let mut teams: Vec<String> = path
+        .sources
+        .iter()
+        .flat_map(|s| s.rules.iter())
+        .chain(path.ceilings.iter())
+        .filter_map(|r| r.team.as_deref().map(str::to_string))
+        .collect();
+    teams.sort();
+    teams.dedup();
+    LedgerRow {
+        ticket_id,
+        at_ms: now,
+        user: path.user.as_deref().map(str::to_string),
+        teams,
+        source_type: source.kind.word().to_string(),
+        source_id: source.id.to_string(),
+        model: path.model.to_string(),
+        input_tokens: billed.input_tokens,
+        cached_input_tokens: billed.cached_input_tokens,
+        output_tokens: billed.output_tokens,
+        reasoning_tokens: billed.reasoning_tokens,
+        cost_micros: billed.cost_micros,
+        compute_ms: billed.compute_ms,
+        request_id: info.request_id,
+        metadata: info.metadata,
+    }
+}
+
+/// What a bill adds to each counter of `ids`, in the buckets of `now`.
+pub(crate) fn usage_adds(ids: &[Arc<CounterId>], billed: &Billed, now: Millis) -> Vec<UsageAdd> {
+    ids.iter()
+        .filter_map(|id| {
+            let amount = match id.metric {
+                Metric::Tokens => billed.input_tokens.saturating_add(billed.output_tokens),
+                Metric::InputTokens => billed.input_tokens,
+                Metric::OutputTokens => billed.output_tokens,
+                Metric::Cost => billed.cost_micros,
+                Metric::Requests => 1,
+                Metric::ComputeMs => billed.compute_ms,
+                Metric::Concurrency => 0,
+            };
+            let bucket = id.window.bucket_start(now);
+            (amount > 0).then(|| UsageAdd {
+                key: crate::guard::store::CounterKey {
+                    id: id.clone(),
+                    bucket,
+                },
+                amount,
+                retain_until: id.window.retain_until(bucket),
+            })
+        })
+        .collect()
+}
+
+/// Refuses usage whose parts exceed their wholes.
+pub(crate) fn check_usage(usage: &Usage) -> Result<()> {
+    let max = crate::guard::domain::policy::MAX_AMOUNT;
+    for (field, value) in [
+        ("input_tokens", Some(usage.input_tokens)),
+        ("output_tokens", Some(usage.output_tokens)),
+        ("cost_micros", usage.cost_micros),
+        ("compute_ms", usage.compute_ms),
+    ] {
+        if let Some(value) = value.filter(|v| *v > max) {
+            return Err(Error::invalid(
+                field,
+                value,
+                format!("must be at most {max} (2^53)"),
+            ));
+        }
+    }
+    if usage.cached_input_tokens > usage.input_tokens {
+        return Err(Error::invalid(
+            "cached_input_tokens",
+            usage.cached_input_tokens,
+            format!("must not exceed input_tokens ({})", usage.input_tokens),
+        ));
+    }
+    if usage.reasoning_tokens > usage.output_tokens {
+        return Err(Error::invalid(
+            "reasoning_tokens",
+            usage.reasoning_tokens,
+            format!("must not exceed output_tokens ({})", usage.output_tokens),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,189 @@
+//! What a guard, its tickets and its batches share: the store, the clock, the policy in force
+//! with its path cache, the ledger and the counts.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Mutex, RwLock};
+
+use super::fill::{fill_keys, FillState};
+use super::stats::Stats;
+use crate::error::Result;
+use crate::guard::domain::clock::{Clock, Millis};
+use crate::guard::domain::decide::SlotRead;
+use crate::guard::domain::path::{self, Path};
+use crate::guard::domain::policy::Policy;
+use crate::guard::ledger::Ledger;
+use crate::guard::store::{CounterKey, CounterStore, StoreError};
+
+/// How long a resolved path is reused before it is resolved again.
+pub(crate) const PATH_CACHE_MS: i64 = 30_000;
+const PATH_CACHE_MAX: usize = 100_000;
+
+struct CachedPath {
+    path: Arc<Path>,
+    version: u64,
+    resolved_at: Millis,
+}
+
+/// Resolved paths: model → user → path.
+type PathCache = HashMap<Arc<str>, HashMap<Arc<str>, CachedPath>>;
+
+struct PolicyState {
+    policy: Arc<Policy>,
+    version: u64,
+}
+
+/// A path and the policy it was resolved under, read in one step (so a concurrent
+/// `set_policy` can never pair one policy's path with another's settings).
+pub(crate) struct Resolved {
+    pub(crate) path: Arc<Path>,
+    pub(crate) policy: Arc<Policy>,
+}
+
+/// What a guard and its tickets share.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn CounterStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) stats: Stats,
+    policy: RwLock<PolicyState>,
+    cache: Mutex<PathCache>,
+    ticket_seq: AtomicU64,
+    ticket_prefix: String,
+    /// Where billed calls are recorded, and counters filled from (set once).
+    pub(crate) ledger: OnceLock<Arc<dyn Ledger>>,
+    pub(crate) fill: FillState,
+}
+
+impl Shared {
+    pub(crate) fn new(policy: Policy, store: Arc<dyn CounterStore>, clock: Arc<dyn Clock>) -> Self {
+        let seed = std::collections::hash_map::RandomState::new();
+        let ticket_prefix = {
+            use std::hash::BuildHasher;
+            format!("{:012x}", seed.hash_one(clock.now_ms()) & 0xffff_ffff_ffff)
+        };
+        Shared {
+            store,
+            clock,
+            stats: Stats::default(),
+            policy: RwLock::new(PolicyState {
+                policy: Arc::new(policy),
+                version: 1,
+            }),
+            cache: Mutex::new(HashMap::new()),
+            ticket_seq: AtomicU64::new(0),
+            ticket_prefix,
+            ledger: OnceLock::new(),
+            fill: FillState::default(),
+        }
+    }
+
+    /// The policy in force and its version.
+    pub(crate) fn policy(&self) -> (Arc<Policy>, u64) {
+        let state = self.policy.read();
+        (state.policy.clone(), state.version)
+    }
+
+    /// Replaces the policy and forgets every cached path.
+    pub(crate) fn set_policy(&self, policy: Policy) {
+        let mut state = self.policy.write();
+        state.policy = Arc::new(policy);
+        state.version += 1;
+        self.cache.lock().clear();
+    }
+
+    /// The person's path on the model, from the cache when fresh (30 s, same policy
+    /// version), with the policy it belongs to.
+    pub(crate) fn resolve(&self, user: Option<&str>, model: &str) -> Result<Resolved> {
+        let now = self.clock.now_ms();
+        let (policy, version) = self.policy();
+        let Some(user) = user else {
+            let path = Arc::new(path::resolve(&policy, None, model)?);
+            return Ok(Resolved { path, policy });
+        };
+        if let Some(path) = self.cached(user, model, version, now) {
+            return Ok(Resolved { path, policy });
+        }
+        let path = Arc::new(path::resolve(&policy, Some(user), model)?);
+        let mut cache = self.cache.lock();
+        if cache.values().map(HashMap::len).sum::<usize>() >= PATH_CACHE_MAX {
+            cache.clear();
+        }
+        cache.entry(Arc::from(model)).or_default().insert(
+            Arc::from(user),
+            CachedPath {
+                path: path.clone(),
+                version,
+                resolved_at: now,
+            },
+        );
+        Ok(Resolved { path, policy })
+    }
+
+    fn cached(&self, user: &str, model: &str, version: u64, now: Millis) -> Option<Arc<Path>> {
+        self.cache
+            .lock()
+            .get(model)
+            .and_then(|users| users.get(user))
+            .filter(|c| {
+                c.version == version && now - c.resolved_at < PATH_CACHE_MS && now >= c.resolved_at
+            })
+            .map(|c| c.path.clone())
+    }
+
+    /// A new ticket id, unique within this guard (and, by its random prefix, across guards).
+    pub(crate) fn ticket_id(&self) -> String {
+        let n = self.ticket_seq.fetch_add(1, Ordering::Relaxed);
+        format!("t-{}-{n:x}", self.ticket_prefix)
+    }
+
+    /// Reads every counter of the path at `now` (filling long-window counters from the
+    /// ledger the first time).
+    pub(crate) async fn read(
+        &self,
+        path: &Path,
+        now: Millis,
+    ) -> std::result::Result<Vec<SlotRead>, StoreError> {
+        let (keys, previous_at) = read_keys(path, now);
+        fill_keys(
+            self.store.as_ref(),
+            self.ledger.get(),
+            &self.fill,
+            &keys,
+            now,
+        )
+        .await;
+        let reads = self.store.read(keys, now).await?;
+        Ok((0..path.counters.len())
+            .map(|slot| SlotRead {
+                current: reads[slot],
+                previous: previous_at[slot].map(|i| reads[i]).unwrap_or_default(),
+            })
+            .collect())
+    }
+}
+
+/// The keys to read for a path at `now`: each counter's current bucket, then, for sliding
+/// windows, its previous bucket (with the index of each counter's previous-bucket key).
+fn read_keys(path: &Path, now: Millis) -> (Vec<CounterKey>, Vec<Option<usize>>) {
+    let mut keys = Vec::with_capacity(path.counters.len() * 2);
+    let mut previous_at = Vec::with_capacity(path.counters.len());
+    for id in &path.counters {
+        keys.push(CounterKey {
+            id: id.clone(),
+            bucket: id.window.bucket_start(now),
+        });
+        previous_at.push(None);
+    }
+    for (slot, id) in path.counters.iter().enumerate() {
+        if let Some(prev) = id.window.previous_bucket_start(id.window.bucket_start(now)) {
+            previous_at[slot] = Some(keys.len());
+            keys.push(CounterKey {
+                id: id.clone(),
+                bucket: prev,
+            });
+        }
+    }
+    (keys, previous_at)
+}

@@ -1,0 +1,52 @@
+//! Counts an operator can watch, and the one place store failures are logged.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::guard::store::StoreError;
+
+/// Counts an operator can watch.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub admitted: AtomicU64,
+    pub refused: AtomicU64,
+    /// Admitted without being counted because the store failed and no rule could refuse.
+    pub uncounted: AtomicU64,
+    pub unavailable: AtomicU64,
+    pub store_errors: AtomicU64,
+    pub reserve_retries: AtomicU64,
+    pub billed: AtomicU64,
+    pub released: AtomicU64,
+    /// Bills or releases the store did not take (their holds expire on their own).
+    pub settle_failures: AtomicU64,
+    /// Tickets dropped without bill or release (released when dropped).
+    pub dropped: AtomicU64,
+}
+
+impl Stats {
+    /// Every count by name.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            ("admitted", read(&self.admitted)),
+            ("refused", read(&self.refused)),
+            ("uncounted", read(&self.uncounted)),
+            ("unavailable", read(&self.unavailable)),
+            ("store_errors", read(&self.store_errors)),
+            ("reserve_retries", read(&self.reserve_retries)),
+            ("billed", read(&self.billed)),
+            ("released", read(&self.released)),
+            ("settle_failures", read(&self.settle_failures)),
+            ("dropped", read(&self.dropped)),
+        ]
+    }
+}
+
+/// Adds one to a count.
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Logs a failed store operation.
+pub(crate) fn log_store_error(operation: &str, error: &StoreError) {
+    eprintln!("usage_guard: {operation}: {error}");
+}
