@@ -23,11 +23,9 @@ mod tokenizer;
 
 pub use api::Api;
 pub use capped::usage_capped;
-// The engine fits with admission's count through this (issue 9, one admission).
-#[allow(unused_imports)]
 pub(crate) use fit::fit_counted;
 pub use fit::{fit, requested_max_output, FitOptions, FitResult};
 pub use models::{known_model, KnownModel, ThinkingRange};
-pub use prompt::{count_request, count_request_for_group, PromptCount};
+pub use prompt::{count_request, count_request_for_group, prompt_counts, PromptCount};
 pub use providers::{reported_usage, stopped_at_max, ReportedUsage};
 pub use tokenizer::{count_tokens, tokenizer_for, Encoding, Tokenizer};

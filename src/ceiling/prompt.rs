@@ -1,5 +1,7 @@
 //! Counting a request's prompt as it will be sent, per API shape.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use serde_json::Value;
 
 use super::api::Api;
@@ -67,6 +69,16 @@ pub(crate) fn field_error(path: &str, value: &Value, accepted: &str) -> Error {
     Error::invalid(path, shown, accepted)
 }
 
+/// How many prompts [`count_request`] counted in this process: a diagnostic that shows a
+/// call's prompt is counted once.
+static PROMPT_COUNTS: AtomicU64 = AtomicU64::new(0);
+
+/// The number of prompt countings since the process started (every [`count_request`] call,
+/// one per candidate of a routing group). A diagnostic: monotonic, never reset.
+pub fn prompt_counts() -> u64 {
+    PROMPT_COUNTS.load(Ordering::Relaxed)
+}
+
 /// Counts the prompt of `request` as `api` sends it, for `model` (a model id; the policy's
 /// `spec` overrides the built-in registry's encoding and exactness). Errors name the field of
 /// the request that has the wrong shape.
@@ -76,6 +88,7 @@ pub fn count_request(
     model: Option<&str>,
     spec: Option<&ModelSpec>,
 ) -> Result<PromptCount> {
+    PROMPT_COUNTS.fetch_add(1, Ordering::Relaxed);
     if !request.is_object() {
         return Err(field_error(
             "request",

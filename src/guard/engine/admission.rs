@@ -330,14 +330,11 @@ fn fit_request(
         return Ok(None);
     };
     let spec = path.model_spec.as_deref();
-    let fit = ceiling::fit(
-        body,
-        ceiling,
-        *api,
-        Some(&path.model),
-        spec,
-        &FitOptions::default(),
-    )?;
+    let (model, options) = (Some(&*path.model), &FitOptions::default());
+    let fit = match &prompt {
+        Some(count) => ceiling::fit_counted(body, ceiling, *api, model, spec, count, options)?,
+        None => ceiling::fit(body, ceiling, *api, model, spec, options)?,
+    };
     Ok(Some(AdmittedRequest {
         api: *api,
         prompt,
