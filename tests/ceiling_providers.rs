@@ -129,6 +129,12 @@ fn usage_capped_takes_a_finish_reason_string() {
     .unwrap();
     assert!(usage_capped(&json!("max_tokens"), &capped, Api::Anthropic));
     assert!(!usage_capped(&json!("end_turn"), &capped, Api::Anthropic));
+    assert!(usage_capped(
+        &json!(["end_turn", "max_tokens"]),
+        &capped,
+        Api::Anthropic
+    ));
+    assert!(!usage_capped(&json!(["end_turn"]), &capped, Api::Anthropic));
 }
 
 fn usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Option<ReportedUsage> {
