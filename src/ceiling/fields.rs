@@ -3,8 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::prompt::field_error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 pub(crate) fn get<'a>(request: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter()
@@ -59,4 +58,19 @@ pub(crate) fn read_count(
             "must be a non-negative integer"
         },
     ))
+}
+
+/// An invalid-argument error naming the request field at `path`, its value (shortened to 80
+/// characters) and what is accepted.
+pub(crate) fn field_error(path: &str, value: &Value, accepted: &str) -> Error {
+    let mut shown = value.to_string();
+    if shown.len() > 80 {
+        let cut = (0..=80)
+            .rev()
+            .find(|&i| shown.is_char_boundary(i))
+            .unwrap_or(0);
+        shown.truncate(cut);
+        shown.push('…');
+    }
+    Error::invalid(path, shown, accepted)
 }

@@ -5,9 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::Value;
 
 use super::api::Api;
+use super::count::Counter;
+use super::fields::field_error;
 use super::image::{anthropic_image_tokens, data_dimensions, data_len, gemini_image_tokens};
+use super::models::tokenizer_for;
 use super::openai;
-use super::tokenizer::{tokenizer_for, Encoding};
+use super::tokenizer::Encoding;
 use crate::error::{Error, Result};
 use crate::guard::domain::policy::ModelSpec;
 
@@ -21,52 +24,6 @@ pub struct PromptCount {
     pub exact: bool,
     /// The encoding the text was counted with.
     pub encoding: Encoding,
-}
-
-/// Accumulates a count; anything not counted exactly marks the whole count an estimate.
-pub(crate) struct Counter {
-    pub encoding: Encoding,
-    pub tokens: u64,
-    pub exact: bool,
-    /// The model id, for model-specific rules (image tokens).
-    pub model: Option<String>,
-}
-
-impl Counter {
-    pub(crate) fn text(&mut self, text: &str) {
-        self.tokens += self.encoding.count(text);
-    }
-    pub(crate) fn add(&mut self, n: u64) {
-        self.tokens += n;
-    }
-    /// Adds an estimate and marks the count as one.
-    pub(crate) fn estimate(&mut self, n: u64) {
-        self.tokens += n;
-        self.exact = false;
-    }
-    /// Counts any JSON value's text (strings as themselves, the rest as compact JSON) as an
-    /// estimate.
-    pub(crate) fn json(&mut self, value: &Value) {
-        let n = match value {
-            Value::String(s) => self.encoding.count(s),
-            Value::Null => 0,
-            v => self.encoding.count(&v.to_string()),
-        };
-        self.estimate(n);
-    }
-}
-
-pub(crate) fn field_error(path: &str, value: &Value, accepted: &str) -> Error {
-    let mut shown = value.to_string();
-    if shown.len() > 80 {
-        let cut = (0..=80)
-            .rev()
-            .find(|&i| shown.is_char_boundary(i))
-            .unwrap_or(0);
-        shown.truncate(cut);
-        shown.push('…');
-    }
-    Error::invalid(path, shown, accepted)
 }
 
 /// How many prompts [`count_request`] counted in this process: a diagnostic that shows a

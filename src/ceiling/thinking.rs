@@ -3,9 +3,8 @@
 use serde_json::{json, Value};
 
 use super::api::Api;
-use super::fields::{get, read_count, set};
+use super::fields::{field_error, get, read_count, set};
 use super::models::ThinkingRange;
-use super::prompt::field_error;
 use super::providers::thinking_path;
 use crate::error::Result;
 
