@@ -24,6 +24,7 @@ PY="$VENV/bin/python"
 
 step "layers (scripts/check_layers.py)"
 python3 scripts/check_layers.py
+python3 scripts/check_sizes.py
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

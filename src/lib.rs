@@ -22,9 +22,10 @@ mod runtime;
 mod py;
 
 pub use ceiling::{
-    count_request, count_request_for_group, count_tokens, fit, known_model, requested_max_output,
-    tokenizer_for, usage_capped, Api, Encoding, FitOptions, FitResult, KnownModel, PromptCount,
-    ThinkingRange, Tokenizer,
+    count_request, count_request_for_group, count_tokens, fit, known_model, prompt_counts,
+    reported_usage, requested_max_output, stopped_at_max, tokenizer_for, usage_capped, Api,
+    Encoding, FitOptions, FitResult, KnownModel, PromptCount, ReportedUsage, ThinkingRange,
+    Tokenizer,
 };
 pub use error::{Error, FieldError, Result};
 pub use guard::domain::clock::{iso8601, parse_iso8601, Clock, ManualClock, Millis, SystemClock};

@@ -1,89 +1,9 @@
-//! Where each API keeps its output maximum and thinking budget, read and written in place.
+//! Reading and writing request fields in place by path; where each provider keeps its fields
+//! is in `providers`.
 
 use serde_json::{Map, Value};
 
-use super::api::Api;
-use super::prompt::field_error;
-use crate::error::Result;
-
-/// Gemini's config object and its spelling: REST `generationConfig` (camelCase), or
-/// `generation_config` / the SDK's `config` (snake_case).
-const GEMINI_CONTAINERS: [(&str, bool); 3] = [
-    ("generationConfig", true),
-    ("generation_config", false),
-    ("config", false),
-];
-
-fn gemini_container(request: &Value) -> (&'static str, bool) {
-    GEMINI_CONTAINERS
-        .iter()
-        .copied()
-        .find(|(k, _)| request.get(*k).is_some_and(Value::is_object))
-        .unwrap_or(GEMINI_CONTAINERS[0])
-}
-
-/// The path (object keys) of the output maximum the request carries, or the one to write.
-pub(crate) fn output_path(request: &Value, api: Api) -> Option<Vec<&'static str>> {
-    Some(match api {
-        Api::OpenAiChat => {
-            let legacy = request.get("max_tokens").is_some_and(|v| !v.is_null())
-                && request
-                    .get("max_completion_tokens")
-                    .is_none_or(Value::is_null);
-            vec![if legacy {
-                "max_tokens"
-            } else {
-                "max_completion_tokens"
-            }]
-        }
-        Api::OpenAiResponses => vec!["max_output_tokens"],
-        Api::Anthropic => vec!["max_tokens"],
-        Api::Gemini => {
-            let (container, camel) = gemini_container(request);
-            vec![
-                container,
-                if camel {
-                    "maxOutputTokens"
-                } else {
-                    "max_output_tokens"
-                },
-            ]
-        }
-        Api::OllamaChat | Api::OllamaGenerate => vec!["options", "num_predict"],
-        Api::OpenAiEmbeddings | Api::OllamaEmbed => return None,
-    })
-}
-
-/// How many answers the call asks for (OpenAI chat `n`, Gemini `candidateCount`): each may
-/// produce up to the output maximum.
-pub(crate) fn choices(request: &Value, api: Api) -> Result<u64> {
-    let path: Vec<&str> = match api {
-        Api::OpenAiChat => vec!["n"],
-        Api::Gemini => {
-            let (container, camel) = gemini_container(request);
-            vec![
-                container,
-                if camel {
-                    "candidateCount"
-                } else {
-                    "candidate_count"
-                },
-            ]
-        }
-        _ => return Ok(1),
-    };
-    Ok(read_count(request, &path, false)?.unwrap_or(1).max(1))
-}
-
-/// The Gemini thinking budget's path.
-pub(crate) fn gemini_thinking_path(request: &Value) -> Vec<&'static str> {
-    let (container, camel) = gemini_container(request);
-    if camel {
-        vec![container, "thinkingConfig", "thinkingBudget"]
-    } else {
-        vec![container, "thinking_config", "thinking_budget"]
-    }
-}
+use crate::error::{Error, Result};
 
 pub(crate) fn get<'a>(request: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter()
@@ -138,4 +58,19 @@ pub(crate) fn read_count(
             "must be a non-negative integer"
         },
     ))
+}
+
+/// An invalid-argument error naming the request field at `path`, its value (shortened to 80
+/// characters) and what is accepted.
+pub(crate) fn field_error(path: &str, value: &Value, accepted: &str) -> Error {
+    let mut shown = value.to_string();
+    if shown.len() > 80 {
+        let cut = (0..=80)
+            .rev()
+            .find(|&i| shown.is_char_boundary(i))
+            .unwrap_or(0);
+        shown.truncate(cut);
+        shown.push('…');
+    }
+    Error::invalid(path, shown, accepted)
 }

@@ -1,17 +1,22 @@
 //! Fitting a call into a usage ceiling: refuse what cannot fit before the provider sees it,
 //! else lower the output maximum and the thinking budget in the fields the provider reads.
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::api::Api;
-use super::fields::{choices, output_path, read_count, set};
-use super::models::{known_model, ThinkingRange};
+use super::fields::{read_count, set};
+use super::fit_checks::{
+    check_ceiling, check_left, check_window, context_refusal, limits, min_opt, refused, Limits,
+    Prompt,
+};
 use super::prompt::{count_request, PromptCount};
+use super::providers::{choices, negative_output_is_unlimited, output_path, thinking_path};
 use super::thinking::fit_thinking;
 use crate::error::{Error, Result};
 use crate::guard::domain::decide::UsageCeiling;
 use crate::guard::domain::policy::ModelSpec;
-use crate::guard::domain::refusal::{Reason, Refusal};
+use crate::guard::domain::refusal::Reason;
+use crate::guard::domain::room::cost_output_room;
 use crate::guard::domain::rule::Metric;
 
 /// Options of [`fit()`].
@@ -45,6 +50,22 @@ pub struct FitResult {
     pub output_capped: bool,
     /// True when the ceiling lowered (or set below the default) anything in the request.
     pub lowered: bool,
+    /// The top-level request keys whose values the fit changed.
+    changed: Vec<&'static str>,
+}
+
+impl FitResult {
+    /// Exactly the request keys to set on the caller's request to send the fitted call: the
+    /// output maximum's field (its whole containing object for nested ones, such as Ollama's
+    /// `options` or Gemini's `generationConfig`), the thinking budget, or thinking turned off.
+    /// Empty when the fit changed nothing. The caller's request updated with these equals
+    /// `request`.
+    pub fn changes(&self) -> Map<String, Value> {
+        self.changed
+            .iter()
+            .filter_map(|k| Some((k.to_string(), self.request.get(*k)?.clone())))
+            .collect()
+    }
 }
 
 /// The caller's output maximum in `request` for `api` (`None` when it sets none, and always
@@ -53,87 +74,161 @@ pub fn requested_max_output(request: &Value, api: Api) -> Result<Option<u64>> {
     let Some(path) = output_path(request, api) else {
         return Ok(None);
     };
-    let ollama = matches!(api, Api::OllamaChat | Api::OllamaGenerate);
-    read_count(request, &path, ollama)
+    read_count(request, &path, negative_output_is_unlimited(api))
 }
 
-struct Limits {
-    context_window: Option<u64>,
-    max_input: Option<u64>,
-    max_output: Option<u64>,
-    thinking: Option<ThinkingRange>,
-    name: String,
+/// The output maximum chosen, with what the call asked for.
+struct Output {
+    out: u64,
+    caller: Option<u64>,
+    /// What the call would have without the ceiling: the caller's, capped by the model's.
+    natural: Option<u64>,
 }
 
-fn limits(api: Api, model: Option<&str>, spec: Option<&ModelSpec>) -> Limits {
-    let id = model.or(spec.map(|s| &*s.id));
-    let known = id.and_then(known_model);
-    // The API decides the budget's rules; a Gemini model's range refines Gemini's.
-    let thinking = match api {
-        Api::Anthropic => Some(ThinkingRange::ANTHROPIC),
-        Api::Gemini => known
-            .and_then(|k| k.thinking)
-            .filter(|t| *t != ThinkingRange::ANTHROPIC)
-            .or(Some(ThinkingRange::GEMINI_UNKNOWN)),
+/// The output maximum: the caller's, the model's and the ceiling's (shared among the answers
+/// asked for), lowered to the room the tokens, the cost and the context window leave.
+fn output_maximum(
+    request: &Value,
+    ceiling: &UsageCeiling,
+    api: Api,
+    p: &Prompt,
+    lim: &Limits,
+    options: &FitOptions,
+) -> Result<Output> {
+    let caller = requested_max_output(request, api)?;
+    let natural = min_opt(caller, lim.max_output);
+    let answers = choices(request, api)?;
+    let per_answer = ceiling.max_output_tokens / answers;
+    let desired = min_opt(natural, Some(per_answer)).unwrap_or(per_answer);
+    let token_room = ceiling.tokens.map(|t| t - p.eff);
+    let cost_room = match (ceiling.cost_micros, ceiling.rates, p.cost) {
+        (Some(cost), Some(rates), Some(pc)) => cost_output_room(cost, pc, &rates),
         _ => None,
     };
-    Limits {
-        context_window: spec
-            .and_then(|s| s.context_window)
-            .or(known.and_then(|k| k.context_window)),
-        max_input: spec
-            .and_then(|s| s.max_input_tokens)
-            .or(known.and_then(|k| k.max_input_tokens)),
-        max_output: spec
-            .and_then(|s| s.max_output_tokens)
-            .or(known.and_then(|k| k.max_output_tokens)),
-        thinking,
-        name: spec
-            .map(|s| s.display_name.clone())
-            .filter(|n| !n.is_empty())
-            .or(id.map(str::to_string))
-            .unwrap_or_else(|| "the model".to_string()),
+    let ctx_room = lim.context_window.map(|w| w.saturating_sub(p.eff).max(1));
+    let usage_room = min_opt(token_room, cost_room).map(|room| room / answers);
+    let need = ceiling.min_output_tokens.min(desired).max(1);
+    if let Some(room) = usage_room.filter(|&r| r < need) {
+        let by_cost = cost_room == Some(room) && token_room != Some(room);
+        let (metric, amount) = if by_cost {
+            (Metric::Cost, ceiling.cost_micros)
+        } else {
+            (Metric::Tokens, ceiling.tokens)
+        };
+        return Err(refused(
+            Reason::DoesNotFit,
+            Some(metric),
+            amount,
+            format!(
+                "The prompt is {} tokens and leaves room for {room} output tokens, \
+                 less than the {need} this call needs.",
+                p.tokens
+            ),
+        ));
     }
-}
-
-fn refused(reason: Reason, metric: Option<Metric>, amount: Option<u64>, message: String) -> Error {
-    Error::Refused(Box::new(Refusal {
-        reason,
-        limit_type: None,
-        metric,
-        amount,
-        window: None,
-        resets_at: None,
-        retry_after_seconds: None,
-        message,
-    }))
-}
-
-fn context_refusal(amount: u64, message: String) -> Error {
-    refused(
-        Reason::ContextWindowExceeded,
-        Some(Metric::Tokens),
-        Some(amount),
-        message,
-    )
-}
-
-fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+    let out = min_opt(min_opt(Some(desired), usage_room), ctx_room).unwrap_or(desired);
+    if out == 0 {
+        return Err(refused(
+            Reason::DoesNotFit,
+            Some(Metric::OutputTokens),
+            Some(ceiling.max_output_tokens),
+            format!(
+                "This call may produce no output tokens (the output maximum is 0) on {}.",
+                lim.name
+            ),
+        ));
     }
+    let o = Output {
+        out,
+        caller,
+        natural,
+    };
+    if options.require_full_output {
+        check_full_output(&o, ctx_room, ceiling, p, lim)?;
+    }
+    Ok(o)
 }
 
-/// Fits `request` (sent through `api` to `model`) into `ceiling`.
+/// `require_full_output`: refuses instead of lowering a caller's output maximum.
+fn check_full_output(
+    o: &Output,
+    ctx_room: Option<u64>,
+    ceiling: &UsageCeiling,
+    p: &Prompt,
+    lim: &Limits,
+) -> Result<()> {
+    let Some(asked) = o.natural.filter(|&a| o.caller.is_some() && o.out < a) else {
+        return Ok(());
+    };
+    let (out, name, window) = (o.out, &lim.name, lim.context_window.unwrap_or(0));
+    Err(if ctx_room == Some(out) {
+        context_refusal(
+            window,
+            format!(
+                "The prompt is {} tokens; {name}'s context window of {window} tokens leaves \
+                 room for {out} output tokens, not the {asked} asked for.",
+                p.tokens
+            ),
+        )
+    } else {
+        refused(
+            Reason::DoesNotFit,
+            Some(Metric::Tokens),
+            ceiling.tokens,
+            format!("What is left allows {out} output tokens, not the {asked} asked for."),
+        )
+    })
+}
+
+/// Writes the output maximum and the thinking budget into a copy of `request`.
+fn apply(
+    request: &Value,
+    api: Api,
+    count: &PromptCount,
+    lim: &Limits,
+    o: Output,
+) -> Result<FitResult> {
+    let mut fitted = request.clone();
+    let mut changed = Vec::new();
+    let path = output_path(request, api).expect("not embeddings");
+    if o.caller != Some(o.out) {
+        set(&mut fitted, &path, json!(o.out));
+        changed.push(path[0]);
+    }
+    // The ceiling's maximum is in force when the call's own is absent or higher.
+    let output_capped = o.natural.is_none_or(|n| o.out < n);
+    let (thinking_budget, thinking_disabled, thinking_lowered) =
+        fit_thinking(&mut fitted, api, o.out, lim.thinking)?;
+    if thinking_lowered {
+        let key = thinking_path(request, api).expect("only APIs with thinking lower it")[0];
+        if !changed.contains(&key) {
+            changed.push(key);
+        }
+    }
+    Ok(FitResult {
+        request: fitted,
+        prompt_tokens: count.tokens,
+        prompt_exact: count.exact,
+        max_output_tokens: Some(o.out),
+        thinking_budget,
+        thinking_disabled,
+        output_capped,
+        lowered: output_capped || thinking_lowered,
+        changed,
+    })
+}
+
+/// Fits `request` (sent through `api` to `model`) into `ceiling`, counting its prompt first
+/// with [`count_request`] (the policy's `spec` decides the encoding and exactness).
 ///
 /// Guarantees, for the returned request: prompt (+ `margin` when counted as an estimate) +
-/// output maximum × answers asked for (`n`, `candidateCount`) ≤ `ceiling.tokens`; cost of that at the dearest input rate and the output
-/// rate ≤ `ceiling.cost_micros`; output maximum ≤ the caller's, the model's and the ceiling's
-/// `max_output_tokens`, and ≤ the room left in the model's context window. Refuses with
-/// `USAGE_LIMIT_DOES_NOT_FIT` when less than `min_output_tokens` (or the caller's smaller
-/// maximum) is left for output, or embeddings input does not fit; refuses with
-/// `CONTEXT_WINDOW_EXCEEDED` (HTTP 400) a prompt over the model's window or input limit.
+/// output maximum × answers asked for (`n`, `candidateCount`) ≤ `ceiling.tokens`; cost of
+/// that at the dearest input rate and the output rate ≤ `ceiling.cost_micros`; output
+/// maximum ≤ the caller's, the model's and the ceiling's `max_output_tokens`, and ≤ the room
+/// left in the model's context window. Refuses with `USAGE_LIMIT_DOES_NOT_FIT` when less than
+/// `min_output_tokens` (or the caller's smaller maximum) is left for output, or embeddings
+/// input does not fit; refuses with `CONTEXT_WINDOW_EXCEEDED` (HTTP 400) a prompt over the
+/// model's window or input limit.
 pub fn fit(
     request: &Value,
     ceiling: &UsageCeiling,
@@ -142,193 +237,49 @@ pub fn fit(
     spec: Option<&ModelSpec>,
     options: &FitOptions,
 ) -> Result<FitResult> {
-    if !(ceiling.margin.is_finite() && ceiling.margin >= 0.0) {
+    check_ceiling(ceiling)?;
+    let model = model.or_else(|| request.get("model").and_then(Value::as_str));
+    let count = count_request(request, api, model, spec)?;
+    fit_counted(request, ceiling, api, model, spec, &count, options)
+}
+
+/// [`fit()`] with the prompt already counted (admission's `count`), so it is not counted
+/// again: the same guarantees, for that count.
+pub(crate) fn fit_counted(
+    request: &Value,
+    ceiling: &UsageCeiling,
+    api: Api,
+    model: Option<&str>,
+    spec: Option<&ModelSpec>,
+    count: &PromptCount,
+    options: &FitOptions,
+) -> Result<FitResult> {
+    check_ceiling(ceiling)?;
+    if !request.is_object() {
         return Err(Error::invalid(
-            "ceiling.margin",
-            ceiling.margin,
-            "must be a finite number ≥ 0 (a fraction, 0.05 = 5%)",
-        ));
-    }
-    if ceiling.cost_micros.is_some() && ceiling.rates.is_none() {
-        return Err(Error::invalid(
-            "ceiling.rates",
-            "null",
-            "is required when cost_micros is set (dollars per million tokens: input, cached_input, output)",
+            "request",
+            request.to_string(),
+            "must be a JSON object (a dict)",
         ));
     }
     let model = model.or_else(|| request.get("model").and_then(Value::as_str));
-    let PromptCount {
-        tokens: prompt,
-        exact,
-        ..
-    } = count_request(request, api, model, spec)?;
-    let margin = if exact {
-        0
-    } else {
-        (prompt as f64 * ceiling.margin).ceil() as u64
-    };
-    let prompt_eff = prompt.saturating_add(margin);
     let lim = limits(api, model, spec);
-    let name = &lim.name;
-
-    // The context-window pre-check: a prompt that cannot fit is refused with no round trip.
-    if let Some(max_in) = lim.max_input {
-        if prompt > max_in {
-            return Err(context_refusal(
-                max_in,
-                format!(
-                    "The prompt is {prompt} tokens, over {name}'s input limit of {max_in} tokens."
-                ),
-            ));
-        }
-    }
-    if let Some(window) = lim.context_window {
-        let over = if api.is_embeddings() {
-            prompt > window
-        } else {
-            prompt >= window
-        };
-        if over {
-            return Err(context_refusal(window, format!(
-                "The prompt is {prompt} tokens and leaves no room in {name}'s context window of {window} tokens."
-            )));
-        }
-    }
-
-    let prompt_cost = ceiling.rates.map(|r| r.dearest_cost_micros(prompt_eff, 0));
-    if let Some(tokens) = ceiling.tokens {
-        if prompt_eff > tokens {
-            return Err(refused(
-                Reason::DoesNotFit,
-                Some(Metric::Tokens),
-                Some(tokens),
-                format!(
-                    "The prompt is {prompt} tokens{}; only {tokens} tokens are left.",
-                    if margin > 0 {
-                        format!(" ({prompt_eff} with the {margin}-token margin for an estimate)")
-                    } else {
-                        String::new()
-                    }
-                ),
-            ));
-        }
-    }
-    if let (Some(cost), Some(pc)) = (ceiling.cost_micros, prompt_cost) {
-        if pc > cost {
-            return Err(refused(
-                Reason::DoesNotFit,
-                Some(Metric::Cost),
-                Some(cost),
-                format!("The prompt costs {pc} micro-dollars; only {cost} are left."),
-            ));
-        }
-    }
+    let p = Prompt::new(count, ceiling);
+    check_window(&p, &lim, api)?;
+    check_left(&p, ceiling)?;
     if api.is_embeddings() {
         return Ok(FitResult {
             request: request.clone(),
-            prompt_tokens: prompt,
-            prompt_exact: exact,
+            prompt_tokens: count.tokens,
+            prompt_exact: count.exact,
             max_output_tokens: None,
             thinking_budget: None,
             thinking_disabled: false,
             output_capped: false,
             lowered: false,
+            changed: Vec::new(),
         });
     }
-
-    let caller = requested_max_output(request, api)?;
-    // What the call would have without the ceiling, and what the ceiling allows.
-    let natural = min_opt(caller, lim.max_output);
-    // Every answer asked for (`n`, `candidateCount`) may use the whole output maximum, so
-    // the ceiling's output maximum (what is reserved for output) is shared among them.
-    let answers = choices(request, api)?;
-    let per_answer = ceiling.max_output_tokens / answers;
-    let desired = min_opt(natural, Some(per_answer)).unwrap_or(per_answer);
-    let token_room = ceiling.tokens.map(|t| t - prompt_eff);
-    let cost_room = match (ceiling.cost_micros, ceiling.rates, prompt_cost) {
-        (Some(cost), Some(rates), Some(pc)) if rates.output > 0 => Some(
-            ((cost - pc) as u128 * 1_000_000 / rates.output as u128).min(u64::MAX as u128) as u64,
-        ),
-        _ => None,
-    };
-    let ctx_room = lim
-        .context_window
-        .map(|w| w.saturating_sub(prompt_eff).max(1));
-    let usage_room = min_opt(token_room, cost_room).map(|room| room / answers);
-    let need = ceiling.min_output_tokens.min(desired).max(1);
-    if let Some(room) = usage_room {
-        if room < need {
-            let by_cost = cost_room == Some(room) && token_room != Some(room);
-            let (metric, amount) = if by_cost {
-                (Metric::Cost, ceiling.cost_micros)
-            } else {
-                (Metric::Tokens, ceiling.tokens)
-            };
-            return Err(refused(
-                Reason::DoesNotFit,
-                Some(metric),
-                amount,
-                format!(
-                    "The prompt is {prompt} tokens and leaves room for {room} output tokens, \
-                 less than the {need} this call needs."
-                ),
-            ));
-        }
-    }
-    let out = min_opt(min_opt(Some(desired), usage_room), ctx_room).unwrap_or(desired);
-    if out == 0 {
-        return Err(refused(
-            Reason::DoesNotFit,
-            Some(Metric::OutputTokens),
-            Some(ceiling.max_output_tokens),
-            format!("This call may produce no output tokens (the output maximum is 0) on {name}."),
-        ));
-    }
-    if options.require_full_output {
-        if let Some(asked) =
-            min_opt(caller, lim.max_output).filter(|&a| caller.is_some() && out < a)
-        {
-            let window_bound = ctx_room == Some(out);
-            return Err(if window_bound {
-                context_refusal(
-                    lim.context_window.unwrap_or(0),
-                    format!(
-                    "The prompt is {prompt} tokens; {name}'s context window of {} tokens leaves \
-                     room for {out} output tokens, not the {asked} asked for.",
-                    lim.context_window.unwrap_or(0)
-                ),
-                )
-            } else {
-                refused(
-                    Reason::DoesNotFit,
-                    Some(Metric::Tokens),
-                    ceiling.tokens,
-                    format!("What is left allows {out} output tokens, not the {asked} asked for."),
-                )
-            });
-        }
-    }
-
-    let mut fitted = request.clone();
-    let path = output_path(request, api).expect("not embeddings");
-    if caller != Some(out) {
-        set(&mut fitted, &path, json!(out));
-    }
-    // The ceiling's maximum is in force when the call's own is absent or higher.
-    let output_capped = match natural {
-        None => true,
-        Some(n) => out < n,
-    };
-    let (thinking_budget, thinking_disabled, thinking_lowered) =
-        fit_thinking(&mut fitted, api, out, lim.thinking)?;
-    Ok(FitResult {
-        request: fitted,
-        prompt_tokens: prompt,
-        prompt_exact: exact,
-        max_output_tokens: Some(out),
-        thinking_budget,
-        thinking_disabled,
-        output_capped,
-        lowered: output_capped || thinking_lowered,
-    })
+    let o = output_maximum(request, ceiling, api, &p, &lim, options)?;
+    apply(request, api, count, &lim, o)
 }

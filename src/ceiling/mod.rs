@@ -8,19 +8,24 @@
 
 mod api;
 mod capped;
+mod count;
 mod fields;
 mod fit;
+mod fit_checks;
 mod image;
 mod intersect;
 mod models;
 mod openai;
 mod prompt;
+mod providers;
 mod thinking;
 mod tokenizer;
 
 pub use api::Api;
 pub use capped::usage_capped;
+pub(crate) use fit::fit_counted;
 pub use fit::{fit, requested_max_output, FitOptions, FitResult};
-pub use models::{known_model, KnownModel, ThinkingRange};
-pub use prompt::{count_request, count_request_for_group, PromptCount};
-pub use tokenizer::{count_tokens, tokenizer_for, Encoding, Tokenizer};
+pub use models::{known_model, tokenizer_for, KnownModel, ThinkingRange, Tokenizer};
+pub use prompt::{count_request, count_request_for_group, prompt_counts, PromptCount};
+pub use providers::{reported_usage, stopped_at_max, ReportedUsage};
+pub use tokenizer::{count_tokens, Encoding};

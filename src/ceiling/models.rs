@@ -2,6 +2,8 @@
 //! models, used when the policy does not describe a model. A policy's model entry always wins.
 
 use super::tokenizer::Encoding;
+use crate::error::Result;
+use crate::guard::domain::policy::{Counting, ModelSpec};
 
 /// The thinking budget a model accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,4 +170,46 @@ pub fn known_model(model: &str) -> Option<&'static KnownModel> {
         .unwrap_or(model)
         .to_ascii_lowercase();
     REGISTRY.iter().find(|m| id.starts_with(m.prefix))
+}
+
+/// How prompts for one model are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tokenizer {
+    /// The encoding to count with.
+    pub encoding: Encoding,
+    /// True when `encoding` is the model's own tokenizer; false for an estimate (then the
+    /// ceiling's `margin` is kept free).
+    pub exact: bool,
+}
+
+/// The tokenizer for a model: the policy entry's `encoding`/`counting` when given, else the
+/// built-in registry (gpt-4o, gpt-4.1, gpt-5, o1/o3/o4 → o200k_base; gpt-4, gpt-3.5-turbo →
+/// cl100k_base; exact), else o200k_base as an estimate (Claude, Gemini, Llama, unknown).
+/// An encoding declared without `counting` is taken as exact only when the registry agrees.
+pub fn tokenizer_for(model: Option<&str>, spec: Option<&ModelSpec>) -> Result<Tokenizer> {
+    let id = model.or(spec.map(|s| &*s.id));
+    let known = id.and_then(known_model);
+    let mut tokenizer = match known {
+        Some(k) => Tokenizer {
+            encoding: k.encoding,
+            exact: k.exact,
+        },
+        None => Tokenizer {
+            encoding: Encoding::O200kBase,
+            exact: false,
+        },
+    };
+    if let Some(spec) = spec {
+        if let Some(word) = &spec.encoding {
+            let declared = Encoding::parse(word, &format!("models.{}.encoding", spec.id))?;
+            if declared != tokenizer.encoding {
+                tokenizer.exact = false;
+            }
+            tokenizer.encoding = declared;
+        }
+        if let Some(counting) = spec.counting {
+            tokenizer.exact = counting == Counting::Exact;
+        }
+    }
+    Ok(tokenizer)
 }

@@ -3,10 +3,11 @@
 
 use serde_json::{Map, Value};
 
+use super::count::Counter;
+use super::fields::field_error;
 use super::image::{
     data_dimensions, data_len, openai_image_rates, openai_tile_tokens, openai_tile_worst,
 };
-use super::prompt::{field_error, Counter};
 use super::tokenizer::Encoding;
 use crate::error::{Error, Result};
 

@@ -1,11 +1,16 @@
 //! Counting a request's prompt as it will be sent, per API shape.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use serde_json::Value;
 
 use super::api::Api;
+use super::count::Counter;
+use super::fields::field_error;
 use super::image::{anthropic_image_tokens, data_dimensions, data_len, gemini_image_tokens};
+use super::models::tokenizer_for;
 use super::openai;
-use super::tokenizer::{tokenizer_for, Encoding};
+use super::tokenizer::Encoding;
 use crate::error::{Error, Result};
 use crate::guard::domain::policy::ModelSpec;
 
@@ -21,50 +26,14 @@ pub struct PromptCount {
     pub encoding: Encoding,
 }
 
-/// Accumulates a count; anything not counted exactly marks the whole count an estimate.
-pub(crate) struct Counter {
-    pub encoding: Encoding,
-    pub tokens: u64,
-    pub exact: bool,
-    /// The model id, for model-specific rules (image tokens).
-    pub model: Option<String>,
-}
+/// How many prompts [`count_request`] counted in this process: a diagnostic that shows a
+/// call's prompt is counted once.
+static PROMPT_COUNTS: AtomicU64 = AtomicU64::new(0);
 
-impl Counter {
-    pub(crate) fn text(&mut self, text: &str) {
-        self.tokens += self.encoding.count(text);
-    }
-    pub(crate) fn add(&mut self, n: u64) {
-        self.tokens += n;
-    }
-    /// Adds an estimate and marks the count as one.
-    pub(crate) fn estimate(&mut self, n: u64) {
-        self.tokens += n;
-        self.exact = false;
-    }
-    /// Counts any JSON value's text (strings as themselves, the rest as compact JSON) as an
-    /// estimate.
-    pub(crate) fn json(&mut self, value: &Value) {
-        let n = match value {
-            Value::String(s) => self.encoding.count(s),
-            Value::Null => 0,
-            v => self.encoding.count(&v.to_string()),
-        };
-        self.estimate(n);
-    }
-}
-
-pub(crate) fn field_error(path: &str, value: &Value, accepted: &str) -> Error {
-    let mut shown = value.to_string();
-    if shown.len() > 80 {
-        let cut = (0..=80)
-            .rev()
-            .find(|&i| shown.is_char_boundary(i))
-            .unwrap_or(0);
-        shown.truncate(cut);
-        shown.push('…');
-    }
-    Error::invalid(path, shown, accepted)
+/// The number of prompt countings since the process started (every [`count_request`] call,
+/// one per candidate of a routing group). A diagnostic: monotonic, never reset.
+pub fn prompt_counts() -> u64 {
+    PROMPT_COUNTS.load(Ordering::Relaxed)
 }
 
 /// Counts the prompt of `request` as `api` sends it, for `model` (a model id; the policy's
@@ -76,6 +45,7 @@ pub fn count_request(
     model: Option<&str>,
     spec: Option<&ModelSpec>,
 ) -> Result<PromptCount> {
+    PROMPT_COUNTS.fetch_add(1, Ordering::Relaxed);
     if !request.is_object() {
         return Err(field_error(
             "request",

@@ -3,9 +3,9 @@
 use serde_json::{json, Value};
 
 use super::api::Api;
-use super::fields::{gemini_thinking_path, get, read_count, set};
+use super::fields::{field_error, get, read_count, set};
 use super::models::ThinkingRange;
-use super::prompt::field_error;
+use super::providers::thinking_path;
 use crate::error::Result;
 
 /// Lowers the thinking budget below the output maximum `out`; returns (budget in force,
@@ -27,7 +27,8 @@ pub(crate) fn fit_thinking(
             if !enabled {
                 return Ok((None, false, false));
             }
-            let Some(budget) = read_count(request, &["thinking", "budget_tokens"], false)? else {
+            let path = thinking_path(request, api).expect("Anthropic has a thinking budget");
+            let Some(budget) = read_count(request, &path, false)? else {
                 return Err(field_error(
                     "request.thinking.budget_tokens",
                     &Value::Null,
@@ -38,7 +39,7 @@ pub(crate) fn fit_thinking(
                 return Ok((Some(budget), false, false));
             }
             if limit >= range.min {
-                set(request, &["thinking", "budget_tokens"], json!(limit));
+                set(request, &path, json!(limit));
                 Ok((Some(limit), false, true))
             } else if range.can_disable {
                 set(request, &["thinking"], json!({"type": "disabled"}));
@@ -48,7 +49,7 @@ pub(crate) fn fit_thinking(
             }
         }
         Api::Gemini => {
-            let path = gemini_thinking_path(request);
+            let path = thinking_path(request, api).expect("Gemini has a thinking budget");
             let Some(raw) = get(request, &path) else {
                 return Ok((None, false, false));
             };

@@ -1,11 +1,9 @@
-//! BPE encodings (embedded in the build by tiktoken-rs; nothing is downloaded) and the choice
-//! of encoding for a model.
+//! BPE encodings (embedded in the build by tiktoken-rs; nothing is downloaded); the choice of
+//! encoding for a model is the registry's (`models::tokenizer_for`).
 
 use tiktoken_rs::CoreBPE;
 
-use super::models::known_model;
 use crate::error::{Error, Result};
-use crate::guard::domain::policy::{Counting, ModelSpec};
 
 /// A tiktoken encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,46 +87,4 @@ impl Encoding {
 /// Counts `text` in the encoding named `encoding`.
 pub fn count_tokens(text: &str, encoding: &str) -> Result<u64> {
     Ok(Encoding::parse(encoding, "encoding")?.count(text))
-}
-
-/// How prompts for one model are counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tokenizer {
-    /// The encoding to count with.
-    pub encoding: Encoding,
-    /// True when `encoding` is the model's own tokenizer; false for an estimate (then the
-    /// ceiling's `margin` is kept free).
-    pub exact: bool,
-}
-
-/// The tokenizer for a model: the policy entry's `encoding`/`counting` when given, else the
-/// built-in registry (gpt-4o, gpt-4.1, gpt-5, o1/o3/o4 → o200k_base; gpt-4, gpt-3.5-turbo →
-/// cl100k_base; exact), else o200k_base as an estimate (Claude, Gemini, Llama, unknown).
-/// An encoding declared without `counting` is taken as exact only when the registry agrees.
-pub fn tokenizer_for(model: Option<&str>, spec: Option<&ModelSpec>) -> Result<Tokenizer> {
-    let id = model.or(spec.map(|s| &*s.id));
-    let known = id.and_then(known_model);
-    let mut tokenizer = match known {
-        Some(k) => Tokenizer {
-            encoding: k.encoding,
-            exact: k.exact,
-        },
-        None => Tokenizer {
-            encoding: Encoding::O200kBase,
-            exact: false,
-        },
-    };
-    if let Some(spec) = spec {
-        if let Some(word) = &spec.encoding {
-            let declared = Encoding::parse(word, &format!("models.{}.encoding", spec.id))?;
-            if declared != tokenizer.encoding {
-                tokenizer.exact = false;
-            }
-            tokenizer.encoding = declared;
-        }
-        if let Some(counting) = spec.counting {
-            tokenizer.exact = counting == Counting::Exact;
-        }
-    }
-    Ok(tokenizer)
 }

@@ -330,6 +330,13 @@ fn intersect_ceilings<'py>(
     ceiling_to_py(py, &c)
 }
 
+/// How many prompts the core has counted in this process (every count, in admission, `fit`
+/// or `count_prompt`). A diagnostic, to check a call counts its prompt once; never reset.
+#[pyfunction]
+fn _prompt_counts() -> u64 {
+    ceiling::prompt_counts()
+}
+
 /// Adds the ceiling functions and `FitResult` to `_core`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFitResult>()?;
@@ -338,5 +345,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fit, m)?)?;
     m.add_function(wrap_pyfunction!(usage_capped, m)?)?;
     m.add_function(wrap_pyfunction!(intersect_ceilings, m)?)?;
+    m.add_function(wrap_pyfunction!(_prompt_counts, m)?)?;
     Ok(())
 }

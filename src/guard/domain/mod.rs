@@ -8,6 +8,7 @@ pub(crate) mod message;
 pub(crate) mod path;
 pub(crate) mod policy;
 pub(crate) mod refusal;
+pub(crate) mod room;
 pub(crate) mod rule;
 pub(crate) mod view;
 pub(crate) mod window;

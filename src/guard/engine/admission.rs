@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::fitted::{changed_keys, AdmittedRequest};
+use super::fitted::AdmittedRequest;
 use super::guard::Guard;
 use super::shared::Resolved;
 use super::stats::{bump, log_store_error, store_answered};
@@ -331,18 +331,15 @@ fn fit_request(
         return Ok(None);
     };
     let spec = path.model_spec.as_deref();
-    let fit = ceiling::fit(
-        body,
-        ceiling,
-        *api,
-        Some(&path.model),
-        spec,
-        &FitOptions::default(),
-    )?;
+    let (model, options) = (Some(&*path.model), &FitOptions::default());
+    let fit = match &prompt {
+        Some(count) => ceiling::fit_counted(body, ceiling, *api, model, spec, count, options)?,
+        None => ceiling::fit(body, ceiling, *api, model, spec, options)?,
+    };
     Ok(Some(AdmittedRequest {
         api: *api,
         prompt,
-        changes: changed_keys(body, &fit.request),
+        changes: fit.changes(),
         fit,
     }))
 }

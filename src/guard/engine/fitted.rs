@@ -14,18 +14,3 @@ pub(crate) struct AdmittedRequest {
     /// caller must send instead of what it asked.
     pub(crate) changes: serde_json::Map<String, serde_json::Value>,
 }
-
-/// The top-level keys of `fitted` whose values differ from `original`'s.
-pub(crate) fn changed_keys(
-    original: &serde_json::Value,
-    fitted: &serde_json::Value,
-) -> serde_json::Map<String, serde_json::Value> {
-    let Some(fitted) = fitted.as_object() else {
-        return serde_json::Map::new();
-    };
-    fitted
-        .iter()
-        .filter(|(key, value)| original.get(key.as_str()) != Some(*value))
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect()
-}

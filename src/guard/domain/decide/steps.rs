@@ -9,6 +9,7 @@ use crate::guard::domain::counter::{CounterKey, ReserveItem};
 use crate::guard::domain::path::{Path, PathRule, SourceKind};
 use crate::guard::domain::policy::{Prices, Settings};
 use crate::guard::domain::refusal::Refusal;
+use crate::guard::domain::room::{cost_output_room, with_margin};
 use crate::guard::domain::rule::Metric;
 
 /// Of the exhausted rules, the one that frees up last (the honest time to come back).
@@ -50,12 +51,11 @@ fn left_of(least: &Least, metric: Metric) -> Option<u64> {
 /// The prompt as held: an estimated prompt is held with the margin the client keeps free
 /// when it fits the call.
 pub(super) fn held_prompt(demand: &Demand, settings: &Settings) -> u64 {
-    if demand.prompt_is_estimate {
-        let margin = (demand.prompt_tokens as f64 * settings.margin).ceil() as u64;
-        demand.prompt_tokens.saturating_add(margin)
-    } else {
-        demand.prompt_tokens
-    }
+    with_margin(
+        demand.prompt_tokens,
+        demand.prompt_is_estimate,
+        settings.margin,
+    )
 }
 
 /// What the call holds on counters of each metric.
@@ -165,9 +165,7 @@ impl Snapshot<'_> {
             if prompt_cost > l {
                 return Err(self.not_fit(least, Metric::Cost));
             }
-            if prices.output > 0 {
-                let room = ((l - prompt_cost) as u128 * 1_000_000 / prices.output as u128)
-                    .min(u64::MAX as u128) as u64;
+            if let Some(room) = cost_output_room(l, prompt_cost, prices) {
                 lower(&mut max_out, room, Metric::Cost);
             }
         }

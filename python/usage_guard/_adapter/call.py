@@ -1,7 +1,7 @@
-"""One guarded call, step by step: the request as JSON, the prompt count and admission, the
-fit into `ticket.ceiling`, what it is billed (from a response or a stream), and settling it.
-`_wrap` drives these steps, sync and async; the provider modules describe their API as an
-`Api`."""
+"""One guarded call, step by step: the request as JSON, admission (which counts the prompt
+once and fits the request into what is left, in the core), the fitted keys sent, what the
+call is billed (from a response or a stream), and settling it. `flow` drives these steps,
+sync and async; the provider modules describe their SDK with an `Api`."""
 
 from __future__ import annotations
 
@@ -11,16 +11,19 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from . import _core
+from .. import _core
 
 if TYPE_CHECKING:
-    from ._wrap import GuardedClient
+    from .flow import GuardedClient
 
 log = logging.getLogger("usage_guard")
 
 
 # SDK-only keyword arguments: they configure the HTTP call, they are not the request.
 _SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+
+# The encoding to count a cut-off stream's text with when admission counted no prompt.
+_DEFAULT_ENCODING = "o200k_base"
 
 
 def g(obj: Any, *path: Any, default: Any = None) -> Any:
@@ -88,49 +91,39 @@ class StreamState:
     input_tokens: Optional[int] = None  # reported before the end (Anthropic message_start)
     cached_input_tokens: int = 0
     usage: Optional[Usage] = None  # the final reported usage
-    final: dict[str, Any] = field(default_factory=dict)  # for usage_capped
+    finish_reason: Optional[str] = None  # why it stopped, for `ticket.capped`
+
+
+def _no_chunk(chunk: Any) -> bool:
+    return False
+
+
+def _no_reasons(response: Any) -> list[str]:
+    return []
 
 
 @dataclass
 class Api:
-    """How one provider API is guarded."""
+    """How one provider SDK method is guarded: its provider word, and its SDK plumbing (usage
+    objects, stream chunks). Where the request keeps its fields is the core's business."""
 
-    word: str  # the ceiling's provider word: "openai", "openai.responses", ...
-    output_max: Callable[[dict[str, Any]], Optional[int]]  # the caller's output maximum
-    fit_keys: tuple[str, ...]  # request keys that fit() may change
+    word: str  # the core's provider word: "openai", "openai.responses", ...
     usage: Callable[[Any], Usage]  # the usage of a plain response
-    outcome: Callable[[Any], dict[str, Any]] = lambda r: {}  # why it stopped, for usage_capped
+    # Why a plain response stopped, one reason per answer, read off the SDK object as is.
+    finish_reasons: Callable[[Any], list[str]] = _no_reasons
     observe: Optional[Callable[[StreamState, Any], None]] = None  # one stream chunk
     # Asks for usage in the stream; True when the caller had not, so that chunks carrying only
     # usage (`extra_chunk`) are kept from the caller, who did not expect them.
     stream_setup: Optional[Callable[[dict[str, Any]], bool]] = None
-    extra_chunk: Callable[[Any], bool] = lambda chunk: False
+    extra_chunk: Callable[[Any], bool] = _no_chunk
     reasoning_text: Optional[Callable[[Any], str]] = None  # thinking text, when not reported
     positional: tuple[str, ...] = ()  # names of positional arguments, in order
     lazy_stream: bool = False  # the request is sent at the first chunk (Ollama generators)
     embeddings: bool = False
 
 
-# -- the prompt count: one place to change when Guard.admit counts the request itself ----------
-
-
-# The ceiling's default `margin`: what `fit` keeps free when the prompt count is an estimate.
-def admission(api: Api, request: dict[str, Any], max_tokens: Optional[int]) -> dict[str, Any]:
-    """The keyword arguments of `Guard.admit` for this call: the guard counts the prompt
-    from the request itself (with the policy's encoding, and the margin kept free for an
-    estimate)."""
-    return {
-        "request": request,
-        "provider": api.word,
-        "max_tokens": 0 if api.embeddings else max_tokens,
-    }
-
-
-# -- one call ----------------------------------------------------------------------------------
-
-
 class Call:
-    """One guarded call: its request, ticket and fit, and the pure steps between the waits."""
+    """One guarded call: its request and ticket, and the pure steps between the waits."""
 
     def __init__(
         self, owner: GuardedClient, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -143,7 +136,7 @@ class Call:
         if len(args) > len(api.positional):
             raise TypeError(f"too many positional arguments ({len(args)})")
         self.user: Optional[str] = kwargs.pop("user", owner._guard_user)
-        self.guard = owner._guard
+        self.guard: Any = owner._guard
         self.api = api
         self.kwargs = kwargs
         self.model = str(kwargs.get("model") or "")
@@ -152,10 +145,13 @@ class Call:
             k: jsonable(v) for k, v in kwargs.items() if k not in _SDK_OPTIONS and not _not_given(v)
         }
         self.ticket: Any = None
-        self.fitted: Any = None
-        self._encoding: Optional[str] = None
         self.started = 0.0
         self.hide_extra_chunks = False
+
+    def admit_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `Guard.admit`: the request itself. The guard counts its
+        prompt once (with the policy's model entry), reads its output maximum and fits it."""
+        return {"request": self.request, "provider": self.api.word}
 
     def shown(self, state: StreamState, chunk: Any) -> bool:
         """Observes a stream chunk; False when it is one of ours the caller should not see."""
@@ -164,19 +160,10 @@ class Call:
             self.api.observe(state, chunk)
         return not (self.hide_extra_chunks and self.api.extra_chunk(chunk))
 
-    def admit_kwargs(self) -> dict[str, Any]:
-        return admission(self.api, self.request, self.api.output_max(self.request))
-
-    def fit(self, ticket: Any) -> None:
-        """Fits the request into the ticket's ceiling (raises before the provider sees it)."""
+    def admitted(self, ticket: Any) -> None:
+        """Takes the ticket: sends the keys admission fitted instead of the caller's."""
         self.ticket = ticket
-        self.fitted = _core.fit(
-            self.request, ticket.ceiling, provider=self.api.word, model=self.model
-        )
-        fitted = self.fitted.request
-        for key in self.api.fit_keys:
-            if key in fitted and fitted[key] != self.request.get(key):
-                self.kwargs[key] = fitted[key]
+        self.kwargs.update(ticket.fitted)
         if self.stream and self.api.stream_setup is not None:
             self.hide_extra_chunks = self.api.stream_setup(self.kwargs)
         self.started = time.monotonic()
@@ -201,19 +188,35 @@ class Call:
             usage.reasoning_tokens = self.count([self.api.reasoning_text(response)])
         return usage
 
-    def capped(self, response: Any) -> bool:
-        if self.fitted is None or self.api.embeddings:
+    def capped(self, reasons: Any) -> bool:
+        """Whether the answer stopped at the output maximum the ceiling set, from its finish
+        reason (or one per answer). Never raises: the call has run."""
+        if self.ticket is None or self.api.embeddings or not reasons:
             return False
-        return bool(_core.usage_capped(response, self.fitted, provider=self.api.word))
+        try:
+            return bool(self.ticket.capped(reasons))
+        except Exception as exc:
+            log.debug("usage_guard: cannot read why the answer stopped: %s", exc)
+            return False
+
+    def response_capped(self, response: Any) -> bool:
+        """`capped` for a plain response."""
+        try:
+            reasons = self.api.finish_reasons(response)
+        except Exception as exc:
+            log.debug("usage_guard: cannot read why the answer stopped: %s", exc)
+            return False
+        return self.capped(reasons)
+
+    def _prompt(self) -> dict[str, Any]:
+        prompt = self.ticket.prompt if self.ticket is not None else None
+        return dict(prompt) if prompt else {}
 
     @property
     def encoding(self) -> str:
-        """The prompt's encoding, to count output text (only needed when a stream is cut off
-        or a provider does not report thinking tokens)."""
-        if self._encoding is None:
-            count = _core.count_prompt(self.request, provider=self.api.word, model=self.model)
-            self._encoding = str(count["encoding"])
-        return self._encoding
+        """The encoding admission counted the prompt with, to count output text (only needed
+        when a stream is cut off or a provider does not report thinking tokens)."""
+        return str(self._prompt().get("encoding") or _DEFAULT_ENCODING)
 
     def count(self, parts: list[str]) -> int:
         text = "".join(parts)
@@ -228,7 +231,7 @@ class Call:
             return state.usage
         if state.chunks == 0 and (self.api.lazy_stream or not completed):
             return None
-        prompt = self.fitted.prompt_tokens if self.fitted is not None else 0
+        prompt = int(self._prompt().get("tokens") or 0)
         reasoning = self.count(state.reasoning_text)
         return Usage(
             input_tokens=state.input_tokens if state.input_tokens is not None else prompt,
@@ -238,7 +241,7 @@ class Call:
         )
 
     def stream_capped(self, state: StreamState) -> bool:
-        return bool(state.final) and self.capped(state.final)
+        return self.capped(state.finish_reason)
 
 
 def attach(
@@ -264,15 +267,14 @@ def _settle_error(what: str, exc: BaseException) -> None:
     log.warning("usage_guard: %s failed: %s", what, exc)
 
 
-# -- admitting and settling ------------------------------------------------------------------
-
-
-def begin_sync(owner: GuardedClient, api: Api, args: tuple, kwargs: dict) -> Call:
-    """Admits and fits a call; a call that does not fit is released and raises."""
+def begin_sync(
+    owner: GuardedClient, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Call:
+    """Admits the call; admission refuses (raises) a call that does not fit."""
     call = Call(owner, api, args, kwargs)
     ticket = call.guard.admit(call.user, call.model, **call.admit_kwargs())
     try:
-        call.fit(ticket)
+        call.admitted(ticket)
     except BaseException:
         ticket.release()
         raise
@@ -292,15 +294,14 @@ def settle_sync(call: Call, usage: Optional[Usage], target: Any, capped: bool) -
     attach(target, view, capped, billed)
 
 
-# -- the same, for asyncio ---------------------------------------------------------------------
-
-
-async def begin_async(owner: GuardedClient, api: Api, args: tuple, kwargs: dict) -> Call:
+async def begin_async(
+    owner: GuardedClient, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Call:
     """`begin_sync` for asyncio."""
     call = Call(owner, api, args, kwargs)
     ticket = await call.guard.admit_async(call.user, call.model, **call.admit_kwargs())
     try:
-        call.fit(ticket)
+        call.admitted(ticket)
     except BaseException:
         await ticket.release_async()
         raise

@@ -1,19 +1,19 @@
-"""The one guarded-call flow behind every provider wrapper: admit → fit → call → bill.
+"""The one guarded-call flow behind every provider wrapper: admit (count + fit) → call → bill.
 
-A provider wrapper (openai.py, anthropic.py, ollama.py) only describes its API with an `Api`:
-where the output maximum lives, how usage reads from a response, how a stream chunk adds up.
-Everything else — counting the prompt, admitting, fitting into `ticket.ceiling`, releasing on
-a provider error, billing once from the reported usage, billing what a broken or abandoned
-stream produced, attaching `usage_limits` / `usage_restriction` — lives once: the steps in
-`_call`, driven here by a sync and an async driver (and stream wrappers) that share every
-step that does not wait.
+A provider module (openai.py, anthropic.py, ollama.py) only describes its SDK with an `Api`:
+how usage reads from an SDK response, how a stream chunk adds up. Where a request keeps its
+output maximum and thinking budget, counting the prompt and fitting it are the core's, done
+once in admission. Everything else — sending the fitted keys, releasing on a provider error,
+billing once from the reported usage, billing what a broken or abandoned stream produced,
+attaching `usage_limits` / `usage_restriction` — lives once: the steps in `call`, driven here
+by a sync and an async driver (and stream wrappers) that share every step that does not wait.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ._call import (
+from .call import (
     Api,
     Call,
     StreamState,
@@ -46,7 +46,11 @@ __all__ = [
 
 
 def run_sync(
-    owner: GuardedClient, api: Api, fn: Callable[..., Any], args: tuple, kwargs: dict
+    owner: GuardedClient,
+    api: Api,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
     call = begin_sync(owner, api, args, kwargs)
     try:
@@ -56,7 +60,7 @@ def run_sync(
         raise
     if call.stream:
         return GuardedStream(call, result)
-    settle_sync(call, call.response_usage(result), result, call.capped(api.outcome(result)))
+    settle_sync(call, call.response_usage(result), result, call.response_capped(result))
     return result
 
 
@@ -129,7 +133,11 @@ class GuardedStream:
 
 
 async def run_async(
-    owner: GuardedClient, api: Api, fn: Callable[..., Any], args: tuple, kwargs: dict
+    owner: GuardedClient,
+    api: Api,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
     call = await begin_async(owner, api, args, kwargs)
     try:
@@ -139,7 +147,7 @@ async def run_async(
         raise
     if call.stream:
         return AsyncGuardedStream(call, result)
-    await settle_async(call, call.response_usage(result), result, call.capped(api.outcome(result)))
+    await settle_async(call, call.response_usage(result), result, call.response_capped(result))
     return result
 
 

@@ -1,0 +1,204 @@
+"""Anthropic SDK plumbing: `messages.create` (plain and `stream=True`) and
+`messages.stream(...)` are admitted (counted, and the output maximum and thinking budget
+fitted, in the core) and billed; everything else passes through.
+
+    from anthropic import Anthropic
+    from usage_guard.anthropic import GuardedAnthropic
+
+    client = GuardedAnthropic(Anthropic(), guard, user="alice")
+    with client.messages.stream(model=..., max_tokens=4096, messages=[...]) as stream:
+        for text in stream.text_stream:
+            ...
+    stream.usage_limits     # set when the block exits
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from .call import (
+    Api,
+    Call,
+    StreamState,
+    Usage,
+    begin_async,
+    begin_sync,
+    g,
+    settle_async,
+    settle_sync,
+)
+from .flow import GuardedClient, Proxy
+
+__all__ = ["GuardedAnthropic", "GuardedAsyncAnthropic", "MESSAGES"]
+
+
+def _input(u: Any) -> tuple[int, int]:
+    """(every input token, the cached ones): Anthropic reports cache reads and writes apart."""
+    read = g(u, "cache_read_input_tokens", default=0)
+    created = g(u, "cache_creation_input_tokens", default=0)
+    return g(u, "input_tokens", default=0) + read + created, read
+
+
+def _usage(message: Any) -> Usage:
+    u = g(message, "usage")
+    total, cached = _input(u)
+    return Usage(
+        input_tokens=total,
+        cached_input_tokens=cached,
+        output_tokens=g(u, "output_tokens", default=0),
+    )
+
+
+def _thinking(message: Any) -> str:
+    return "".join(
+        g(b, "thinking", default="")
+        for b in g(message, "content", default=())
+        if g(b, "type") == "thinking"
+    )
+
+
+def _observe(state: StreamState, event: Any) -> None:
+    kind = g(event, "type")
+    if kind == "message_start":
+        state.input_tokens, state.cached_input_tokens = _input(g(event, "message", "usage"))
+    elif kind == "content_block_delta":
+        delta = g(event, "delta")
+        dtype = g(delta, "type")
+        if dtype == "text_delta":
+            state.text.append(g(delta, "text", default=""))
+        elif dtype == "thinking_delta":
+            state.reasoning_text.append(g(delta, "thinking", default=""))
+        elif dtype == "input_json_delta":
+            state.text.append(g(delta, "partial_json", default=""))
+    elif kind == "message_delta":
+        u = g(event, "usage")
+        if g(u, "input_tokens") is not None:
+            state.input_tokens, state.cached_input_tokens = _input(u)
+        state.usage = Usage(
+            input_tokens=state.input_tokens or 0,
+            cached_input_tokens=state.cached_input_tokens,
+            output_tokens=g(u, "output_tokens", default=0),
+        )
+        reason = g(event, "delta", "stop_reason")
+        state.finish_reason = str(reason) if reason else None
+
+
+MESSAGES = Api(
+    word="anthropic",
+    usage=_usage,
+    finish_reasons=lambda m: [str(r)] if (r := g(m, "stop_reason")) else [],
+    reasoning_text=_thinking,
+    observe=_observe,
+)
+
+
+def _snapshot_state(stream: Any) -> tuple[StreamState, bool]:
+    """What a `MessageStream` received, from its accumulated message; (state, completed)."""
+    state = StreamState()
+    try:
+        message = stream._current_snapshot_or_none()
+    except AttributeError:  # an SDK without the private accessor: the public property asserts
+        try:
+            message = stream.current_message_snapshot
+        except Exception:
+            message = None
+    if message is None:
+        return state, False
+    state.chunks = 1
+    state.input_tokens, state.cached_input_tokens = _input(g(message, "usage"))
+    for block in g(message, "content", default=()):
+        kind = g(block, "type")
+        if kind == "text":
+            state.text.append(g(block, "text", default=""))
+        elif kind == "thinking":
+            state.reasoning_text.append(g(block, "thinking", default=""))
+        elif kind == "tool_use":
+            state.text.append(json.dumps(g(block, "input", default={})))
+    stop = g(message, "stop_reason")
+    if stop is not None:
+        state.usage = _usage(message)
+        state.finish_reason = str(stop)
+    return state, stop is not None
+
+
+class _StreamManager:
+    """`messages.stream(...)`: admits and fits on entry, bills on exit from what arrived."""
+
+    def __init__(
+        self, owner: GuardedClient, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ):
+        self._owner, self._fn, self._args, self._kwargs = owner, fn, args, kwargs
+        self._call: Optional[Call] = None
+        self._manager: Any = None
+        self._stream: Any = None
+
+    def _open(self, call: Call) -> Any:
+        self._call = call
+        self._manager = self._fn(**call.kwargs)
+        return self._manager
+
+    def _close(self) -> tuple[Optional[Usage], bool]:
+        assert self._call is not None
+        state, completed = _snapshot_state(self._stream)
+        return self._call.stream_usage(state, completed), self._call.stream_capped(state)
+
+    def __enter__(self) -> Any:
+        call = begin_sync(self._owner, MESSAGES, self._args, self._kwargs)
+        try:
+            self._stream = self._open(call).__enter__()
+        except BaseException:
+            call.ticket.release()
+            raise
+        return self._stream
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._manager.__exit__(*exc)
+        finally:
+            usage, capped = self._close()
+            assert self._call is not None
+            settle_sync(self._call, usage, self._stream, capped)
+
+    async def __aenter__(self) -> Any:
+        call = await begin_async(self._owner, MESSAGES, self._args, self._kwargs)
+        try:
+            self._stream = await self._open(call).__aenter__()
+        except BaseException:
+            await call.ticket.release_async()
+            raise
+        return self._stream
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            await self._manager.__aexit__(*exc)
+        finally:
+            usage, capped = self._close()
+            assert self._call is not None
+            await settle_async(self._call, usage, self._stream, capped)
+
+
+class GuardedAnthropic(GuardedClient):
+    """An `anthropic.Anthropic` whose `messages.create` / `messages.stream` are guarded.
+
+    `user` is the default user; a call's `user=` keyword overrides it and is not sent.
+    """
+
+    def __init__(self, client: Any, guard: Any, user: Optional[str] = None):
+        super().__init__(client, guard, user)
+        messages = client.messages
+
+        def stream(*args: Any, **kwargs: Any) -> _StreamManager:
+            return _StreamManager(self, messages.stream, args, kwargs)
+
+        stream.__doc__ = messages.stream.__doc__
+        self.messages = Proxy(
+            messages, create=self._guarded(MESSAGES, messages.create), stream=stream
+        )
+
+
+class GuardedAsyncAnthropic(GuardedAnthropic):
+    """`GuardedAnthropic` around an `anthropic.AsyncAnthropic`: `messages.create` is a
+    coroutine and `messages.stream(...)` an async context manager."""
+
+    _is_async = True

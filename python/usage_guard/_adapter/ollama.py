@@ -1,0 +1,88 @@
+"""Ollama SDK plumbing: `chat`, `generate` (plain and streaming) and `embed` are admitted
+(counted, and `options.num_predict` fitted, in the core) and billed; everything else passes
+through.
+
+    import ollama
+    from usage_guard.ollama import GuardedOllama
+
+    client = GuardedOllama(ollama.Client(), guard, user="alice")
+    reply = client.chat("llama3.2", messages=[...])
+    reply.usage_limits
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from .call import Api, StreamState, Usage, g
+from .flow import GuardedClient
+
+__all__ = ["GuardedOllama", "GuardedAsyncOllama", "CHAT", "GENERATE", "EMBED"]
+
+
+def _usage(r: Any) -> Usage:
+    return Usage(
+        input_tokens=g(r, "prompt_eval_count", default=0),
+        output_tokens=g(r, "eval_count", default=0),
+    )
+
+
+def _observer(
+    text_path: tuple[str, ...], thinking_path: tuple[str, ...]
+) -> Callable[[StreamState, Any], None]:
+    def observe(state: StreamState, chunk: Any) -> None:
+        text = g(chunk, *text_path)
+        if text:
+            state.text.append(text)
+        thinking = g(chunk, *thinking_path)
+        if thinking:
+            state.reasoning_text.append(thinking)
+        if g(chunk, "done"):
+            state.usage = _usage(chunk)
+            reason = g(chunk, "done_reason")
+            state.finish_reason = str(reason) if reason else None
+
+    return observe
+
+
+def _api(
+    word: str, text: tuple[str, ...], thinking: tuple[str, ...], positional: tuple[str, ...]
+) -> Api:
+    return Api(
+        word=word,
+        usage=_usage,
+        finish_reasons=lambda r: [str(d)] if (d := g(r, "done_reason")) else [],
+        reasoning_text=lambda r: g(r, *thinking, default=""),
+        observe=_observer(text, thinking),
+        positional=positional,
+        lazy_stream=True,
+    )
+
+
+CHAT = _api("ollama", ("message", "content"), ("message", "thinking"), ("model", "messages"))
+GENERATE = _api("ollama.generate", ("response",), ("thinking",), ("model", "prompt", "suffix"))
+EMBED = Api(
+    word="ollama.embed",
+    usage=lambda r: Usage(input_tokens=g(r, "prompt_eval_count", default=0)),
+    positional=("model", "input"),
+    embeddings=True,
+)
+
+
+class GuardedOllama(GuardedClient):
+    """An `ollama.Client` whose `chat`, `generate` and `embed` are guarded.
+
+    `user` is the default user; a call's `user=` keyword overrides it and is not sent.
+    """
+
+    def __init__(self, client: Any, guard: Any, user: Optional[str] = None):
+        super().__init__(client, guard, user)
+        self.chat = self._guarded(CHAT, client.chat)
+        self.generate = self._guarded(GENERATE, client.generate)
+        self.embed = self._guarded(EMBED, client.embed)
+
+
+class GuardedAsyncOllama(GuardedOllama):
+    """`GuardedOllama` around an `ollama.AsyncClient`: the guarded methods are coroutines."""
+
+    _is_async = True

@@ -1,0 +1,155 @@
+"""OpenAI SDK plumbing: `chat.completions.create`, `responses.create` (plain and streaming)
+and `embeddings.create` are admitted (counted and fitted in the core) and billed; everything
+else passes through.
+
+    from openai import OpenAI
+    from usage_guard.openai import GuardedOpenAI
+
+    client = GuardedOpenAI(OpenAI(), guard, user="alice")
+    reply = client.chat.completions.create(model="gpt-5", messages=[...])
+    reply.usage_limits      # the usage view, with "capped"
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .call import Api, StreamState, Usage, g
+from .flow import GuardedClient, Proxy
+
+__all__ = ["GuardedOpenAI", "GuardedAsyncOpenAI", "CHAT", "RESPONSES", "EMBEDDINGS"]
+
+
+def _chat_usage(u: Any) -> Usage:
+    return Usage(
+        input_tokens=g(u, "prompt_tokens", default=0),
+        output_tokens=g(u, "completion_tokens", default=0),
+        cached_input_tokens=g(u, "prompt_tokens_details", "cached_tokens", default=0),
+        reasoning_tokens=g(u, "completion_tokens_details", "reasoning_tokens", default=0),
+    )
+
+
+def _responses_usage(u: Any) -> Usage:
+    return Usage(
+        input_tokens=g(u, "input_tokens", default=0),
+        output_tokens=g(u, "output_tokens", default=0),
+        cached_input_tokens=g(u, "input_tokens_details", "cached_tokens", default=0),
+        reasoning_tokens=g(u, "output_tokens_details", "reasoning_tokens", default=0),
+    )
+
+
+def _chat_observe(state: StreamState, chunk: Any) -> None:
+    for choice in g(chunk, "choices", default=()):
+        delta = g(choice, "delta")
+        content = g(delta, "content")
+        if content:
+            state.text.append(content)
+        for call in g(delta, "tool_calls", default=()) or ():
+            args = g(call, "function", "arguments")
+            if args:
+                state.text.append(args)
+        reason = g(choice, "finish_reason")
+        if reason:
+            state.finish_reason = str(reason)
+    usage = g(chunk, "usage")
+    if usage is not None:
+        state.usage = _chat_usage(usage)
+
+
+def _chat_stream_setup(kwargs: dict[str, Any]) -> bool:
+    options = kwargs.get("stream_options")
+    options = dict(options) if isinstance(options, dict) else {}
+    asked = bool(options.get("include_usage"))
+    options["include_usage"] = True
+    kwargs["stream_options"] = options
+    return not asked
+
+
+def _usage_only(chunk: Any) -> bool:
+    """The final chunk `include_usage` adds: no choices, only usage."""
+    return not g(chunk, "choices") and g(chunk, "usage") is not None
+
+
+_TEXT_EVENTS = (
+    "response.output_text.delta",
+    "response.function_call_arguments.delta",
+    "response.refusal.delta",
+)
+_REASONING_EVENTS = ("response.reasoning_text.delta", "response.reasoning_summary_text.delta")
+_END_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+
+
+def _responses_observe(state: StreamState, event: Any) -> None:
+    kind = g(event, "type")
+    if kind in _TEXT_EVENTS:
+        state.text.append(g(event, "delta", default=""))
+    elif kind in _REASONING_EVENTS:
+        state.reasoning_text.append(g(event, "delta", default=""))
+    elif kind in _END_EVENTS:
+        response = g(event, "response")
+        usage = g(response, "usage")
+        if usage is not None:
+            state.usage = _responses_usage(usage)
+        reason = g(response, "incomplete_details", "reason")
+        state.finish_reason = str(reason) if reason else None
+
+
+def _responses_reasons(response: Any) -> list[str]:
+    reason = g(response, "incomplete_details", "reason")
+    return [str(reason)] if reason else []
+
+
+def _chat_reasons(response: Any) -> list[str]:
+    return [str(r) for c in g(response, "choices", default=()) if (r := g(c, "finish_reason"))]
+
+
+CHAT = Api(
+    word="openai",
+    usage=lambda r: _chat_usage(g(r, "usage")),
+    finish_reasons=_chat_reasons,
+    observe=_chat_observe,
+    stream_setup=_chat_stream_setup,
+    extra_chunk=_usage_only,
+)
+RESPONSES = Api(
+    word="openai.responses",
+    usage=lambda r: _responses_usage(g(r, "usage")),
+    finish_reasons=_responses_reasons,
+    observe=_responses_observe,
+)
+EMBEDDINGS = Api(
+    word="openai.embeddings",
+    usage=lambda r: Usage(input_tokens=g(r, "usage", "prompt_tokens", default=0)),
+    embeddings=True,
+)
+
+
+class GuardedOpenAI(GuardedClient):
+    """An `openai.OpenAI` (or `AzureOpenAI`) whose model calls are guarded.
+
+    `user` is the default user; a call's `user=` keyword overrides it and is not sent.
+    """
+
+    def __init__(self, client: Any, guard: Any, user: Optional[str] = None):
+        super().__init__(client, guard, user)
+        chat = client.chat.completions
+        # Structured-output `parse` takes and answers the same shapes as `create`.
+        guarded_chat = {"create": self._guarded(CHAT, chat.create)}
+        if hasattr(chat, "parse"):
+            guarded_chat["parse"] = self._guarded(CHAT, chat.parse)
+        guarded_responses = {"create": self._guarded(RESPONSES, client.responses.create)}
+        if hasattr(client.responses, "parse"):
+            guarded_responses["parse"] = self._guarded(RESPONSES, client.responses.parse)
+        completions = Proxy(chat, **guarded_chat)
+        responses = Proxy(client.responses, **guarded_responses)
+        self.chat = Proxy(client.chat, completions=completions)
+        self.responses = responses
+        self.embeddings = Proxy(
+            client.embeddings, create=self._guarded(EMBEDDINGS, client.embeddings.create)
+        )
+
+
+class GuardedAsyncOpenAI(GuardedOpenAI):
+    """`GuardedOpenAI` around an `openai.AsyncOpenAI`: the guarded methods are coroutines."""
+
+    _is_async = True

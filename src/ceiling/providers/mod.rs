@@ -1,0 +1,108 @@
+//! One file per provider: where its requests keep the output maximum, the answer count and
+//! the thinking budget; how its responses (and final stream events) report usage; and which
+//! finish reason means "stopped at the output maximum". Everything else asks here, by [`Api`].
+
+mod anthropic;
+mod gemini;
+mod ollama;
+mod openai;
+
+use serde_json::Value;
+
+use super::api::Api;
+use crate::error::Result;
+
+/// The usage a provider reported in a response or a final stream event, in its own fields
+/// mapped to one shape.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReportedUsage {
+    /// Every input token, cached ones included (Anthropic's cache reads and writes added in).
+    pub input_tokens: u64,
+    /// Every output token, reasoning included.
+    pub output_tokens: u64,
+    /// The input tokens read from the provider's cache (a part of `input_tokens`).
+    pub cached_input_tokens: u64,
+    /// The output tokens spent thinking (a part of `output_tokens`), 0 when not reported.
+    pub reasoning_tokens: u64,
+}
+
+/// The path (object keys) of the output maximum `request` carries, or the one to write;
+/// `None` for embeddings (no output).
+pub(crate) fn output_path(request: &Value, api: Api) -> Option<Vec<&'static str>> {
+    match api {
+        Api::OpenAiChat | Api::OpenAiResponses => Some(openai::output_path(request, api)),
+        Api::Anthropic => Some(anthropic::OUTPUT_PATH.to_vec()),
+        Api::Gemini => Some(gemini::output_path(request)),
+        Api::OllamaChat | Api::OllamaGenerate => Some(ollama::OUTPUT_PATH.to_vec()),
+        Api::OpenAiEmbeddings | Api::OllamaEmbed => None,
+    }
+}
+
+/// Whether a negative output maximum means "no limit" (Ollama's `-1`/`-2`).
+pub(crate) fn negative_output_is_unlimited(api: Api) -> bool {
+    matches!(api, Api::OllamaChat | Api::OllamaGenerate)
+}
+
+/// How many answers the call asks for (OpenAI chat `n`, Gemini `candidateCount`), at least
+/// 1: each may produce up to the output maximum.
+pub(crate) fn choices(request: &Value, api: Api) -> Result<u64> {
+    match api {
+        Api::OpenAiChat => openai::choices(request),
+        Api::Gemini => gemini::choices(request),
+        _ => Ok(1),
+    }
+}
+
+/// The path of the thinking budget (Anthropic `thinking.budget_tokens`, Gemini's
+/// `thinkingConfig.thinkingBudget` in its config spelling); `None` where the API has none.
+pub(crate) fn thinking_path(request: &Value, api: Api) -> Option<Vec<&'static str>> {
+    match api {
+        Api::Anthropic => Some(anthropic::THINKING_PATH.to_vec()),
+        Api::Gemini => Some(gemini::thinking_path(request)),
+        _ => None,
+    }
+}
+
+/// The finish reasons `response` (a response, or a final stream chunk or event) carries,
+/// one per answer.
+pub(crate) fn finish_reasons(response: &Value, api: Api) -> Vec<&str> {
+    match api {
+        Api::OpenAiChat | Api::OpenAiResponses => openai::finish_reasons(response, api),
+        Api::Anthropic => anthropic::finish_reasons(response),
+        Api::Gemini => gemini::finish_reasons(response),
+        Api::OllamaChat | Api::OllamaGenerate => ollama::finish_reasons(response),
+        Api::OpenAiEmbeddings | Api::OllamaEmbed => Vec::new(),
+    }
+}
+
+/// Whether `reason` is `api`'s finish reason for "stopped at the output maximum" (chat
+/// `length`, responses `max_output_tokens`, Anthropic `max_tokens`, Gemini `MAX_TOKENS`,
+/// Ollama `length`).
+pub fn stopped_at_max(reason: &str, api: Api) -> bool {
+    let at_max = match api {
+        Api::OpenAiChat | Api::OllamaChat | Api::OllamaGenerate => "length",
+        Api::OpenAiResponses => "max_output_tokens",
+        Api::Anthropic => "max_tokens",
+        Api::Gemini => return reason.eq_ignore_ascii_case("MAX_TOKENS"),
+        Api::OpenAiEmbeddings | Api::OllamaEmbed => return false,
+    };
+    reason == at_max
+}
+
+/// The usage `response` reports (a response, or the stream event that carries the final
+/// usage); `None` when it carries none.
+pub fn reported_usage(response: &Value, api: Api) -> Option<ReportedUsage> {
+    match api {
+        Api::OpenAiChat | Api::OpenAiResponses | Api::OpenAiEmbeddings => {
+            openai::usage(response, api)
+        }
+        Api::Anthropic => anthropic::usage(response),
+        Api::Gemini => gemini::usage(response),
+        Api::OllamaChat | Api::OllamaGenerate | Api::OllamaEmbed => ollama::usage(response),
+    }
+}
+
+/// A non-negative integer at `pointer`, 0 when absent or not one.
+fn n(value: &Value, pointer: &str) -> u64 {
+    value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
+}

@@ -1,0 +1,81 @@
+//! OpenAI: chat completions (`max_completion_tokens`, legacy `max_tokens`, `n`,
+//! `choices[].finish_reason`), responses (`max_output_tokens`, `incomplete_details`) and
+//! embeddings, with their usage fields.
+
+use serde_json::Value;
+
+use super::{n, ReportedUsage};
+use crate::ceiling::api::Api;
+use crate::ceiling::fields::read_count;
+use crate::error::Result;
+
+/// Chat keeps the legacy `max_tokens` only when the caller set it and not the newer field.
+pub(super) fn output_path(request: &Value, api: Api) -> Vec<&'static str> {
+    if api == Api::OpenAiResponses {
+        return vec!["max_output_tokens"];
+    }
+    let legacy = request.get("max_tokens").is_some_and(|v| !v.is_null())
+        && request
+            .get("max_completion_tokens")
+            .is_none_or(Value::is_null);
+    vec![if legacy {
+        "max_tokens"
+    } else {
+        "max_completion_tokens"
+    }]
+}
+
+pub(super) fn choices(request: &Value) -> Result<u64> {
+    Ok(read_count(request, &["n"], false)?.unwrap_or(1).max(1))
+}
+
+/// Chat: every choice's `finish_reason` (a response or a stream chunk). Responses: the
+/// `incomplete_details.reason` of a response or of a `response.incomplete` event.
+pub(super) fn finish_reasons(response: &Value, api: Api) -> Vec<&str> {
+    if api == Api::OpenAiResponses {
+        return [
+            "/incomplete_details/reason",
+            "/response/incomplete_details/reason",
+        ]
+        .iter()
+        .filter_map(|p| response.pointer(p).and_then(Value::as_str))
+        .collect();
+    }
+    response
+        .get("choices")
+        .and_then(Value::as_array)
+        .map(|c| {
+            c.iter()
+                .filter_map(|c| c.get("finish_reason").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Chat and embeddings report `usage.prompt_tokens`/`completion_tokens` (the last stream
+/// chunk too, with `include_usage`); responses report `usage.input_tokens`/`output_tokens`
+/// (a stream's `response.completed` event carries the response).
+pub(super) fn usage(response: &Value, api: Api) -> Option<ReportedUsage> {
+    let u = match api {
+        Api::OpenAiResponses => response
+            .get("usage")
+            .or_else(|| response.pointer("/response/usage")),
+        _ => response.get("usage"),
+    }
+    .filter(|u| u.is_object())?;
+    Some(if api == Api::OpenAiResponses {
+        ReportedUsage {
+            input_tokens: n(u, "/input_tokens"),
+            output_tokens: n(u, "/output_tokens"),
+            cached_input_tokens: n(u, "/input_tokens_details/cached_tokens"),
+            reasoning_tokens: n(u, "/output_tokens_details/reasoning_tokens"),
+        }
+    } else {
+        ReportedUsage {
+            input_tokens: n(u, "/prompt_tokens"),
+            output_tokens: n(u, "/completion_tokens"),
+            cached_input_tokens: n(u, "/prompt_tokens_details/cached_tokens"),
+            reasoning_tokens: n(u, "/completion_tokens_details/reasoning_tokens"),
+        }
+    })
+}
