@@ -150,6 +150,7 @@ WHEEL_TIME=$(since "$t")
 norust "$WORK/pipwheel/bin/usage-guard" --version
 echo "pip install of the wheel: $WHEEL_TIME s"
 
+if [ "${UG_SDIST:-1}" = 1 ]; then
 step "pip install of the sdist (fresh venv, from source: maturin and cargo compile the core)"
 # maturin already built the wheel above from this sdist, unpacked; here pip drives the same
 # build through the PEP 517 backend. Cargo's target dir is shared with the wheel build, so
@@ -177,6 +178,10 @@ if ! norust PATH="$WORK/pipsdist/bin:$NORUST_PATH" "$WORK/pipsdist/bin/python" -
 fi
 grep -E "[0-9]+ (passed|failed)" "$log" | tail -n 1
 RESULTS+=("sdist install (CPython $("$py" -c 'import platform; print(platform.python_version())')): smoke subset passed in $(since "$t") s")
+else
+  SDIST_TIME="not run (UG_SDIST=0)"
+  SDIST_TARGET="-"
+fi
 
 step "summary"
 echo "wheel: $(basename "$WHEEL") ($(du -k "$WHEEL" | cut -f1) KiB)"

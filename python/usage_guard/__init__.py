@@ -33,6 +33,7 @@ from ._core import (
 )
 from .errors import (
     ContextWindowExceeded,
+    ModelNotFound,
     PolicyError,
     UsageLimitDoesNotFit,
     UsageLimitError,
@@ -52,6 +53,7 @@ atexit.register(_flush_ledgers_at_exit)
 
 __all__ = [
     "ContextWindowExceeded",
+    "ModelNotFound",
     "FitResult",
     "BatchTicket",
     "Guard",

@@ -22,6 +22,8 @@ __version__: str
 
 _Instant = Union[str, datetime.datetime]
 
+def _refusal_from_state(state: str) -> Refusal: ...
+
 @final
 class Refusal:
     @property

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ContextWindowExceeded",
+    "ModelNotFound",
     "PolicyError",
     "UsageLimitDoesNotFit",
     "UsageLimitError",
@@ -24,6 +25,9 @@ class PolicyError(ValueError):
         super().__init__(message)
         self.errors: list[dict[str, str]] = list(errors or [])
 
+    def __reduce__(self) -> tuple[Any, tuple[str, list[dict[str, str]]]]:
+        return (type(self), (str(self), self.errors))
+
 
 class UsageLimitError(Exception):
     """A call was refused because a usage limit has nothing left for it.
@@ -35,6 +39,10 @@ class UsageLimitError(Exception):
     def __init__(self, message: str, refusal: Optional[Refusal] = None) -> None:
         super().__init__(message)
         self.refusal = refusal
+
+    def __reduce__(self) -> tuple[Any, tuple[str, Optional[Refusal]]]:
+        # Pickles with its refusal (Celery, multiprocessing): the default keeps only `args`.
+        return (type(self), (str(self), self.refusal))
 
     @property
     def message(self) -> str:
@@ -100,3 +108,9 @@ class ContextWindowExceeded(UsageLimitError):
     """The prompt does not fit in the model's context window or input limit
     (CONTEXT_WINDOW_EXCEEDED, HTTP 400 context_length_exceeded); refused before any provider
     saw the call."""
+
+
+class ModelNotFound(UsageLimitError):
+    """The model is not one of the policy's and the policy refuses unknown models
+    (`settings.unknown_models = "refuse"`): MODEL_NOT_FOUND, HTTP 404 `model_not_found`
+    (Anthropic `not_found_error`). Names only the model asked for."""

@@ -73,6 +73,10 @@ def refusal(
     ollama): `error.to_http(provider)`. A rate-limit refusal whose Retry-After is over a
     minute also says `x-should-retry: false`, so SDK clients hand it straight back instead
     of sleeping through it (the Anthropic SDK would, however long it is)."""
+    if not isinstance(error, UsageLimitError):
+        raise TypeError(
+            f"error: must be a UsageLimitError (or a subclass), not {type(error).__name__}"
+        )
     if provider not in PROVIDERS:
         raise ValueError(f"provider: {provider!r} is not one of {', '.join(PROVIDERS)}")
     status, headers, body = error.to_http(provider)

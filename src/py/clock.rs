@@ -94,6 +94,19 @@ impl PyManualClock {
             )
             .into());
         }
+        // Instants stay in years 1..=9999, where every window and ISO 8601 text is defined.
+        const FIRST_MS: f64 = -62_135_596_800_000.0; // 0001-01-01T00:00:00Z
+        const LAST_MS: f64 = 253_402_300_799_999.0; // 9999-12-31T23:59:59.999Z
+        let target = self.inner.now_ms() as f64 + (total * 1000.0).round();
+        if !(FIRST_MS..=LAST_MS).contains(&target) {
+            return Err(Error::invalid(
+                "seconds",
+                total,
+                "moves the clock outside the years 1 to 9999 (the total of seconds, minutes, \
+                 hours and days, from the clock's instant)",
+            )
+            .into());
+        }
         self.inner.advance((total * 1000.0).round() as i64);
         Ok(())
     }

@@ -96,6 +96,17 @@ impl PyRefusal {
         Ok((http.status, headers, json_to_py(py, &http.body)?))
     }
 
+    /// Pickles as its fields (JSON), so a refusal, and the `UsageLimitError` carrying it,
+    /// crosses processes (Celery, multiprocessing) whole.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        let state = serde_json::to_string(&self.inner)
+            .map_err(|e| Error::invalid("refusal", "", e.to_string()))?;
+        let rebuild = py
+            .import("usage_guard._core")?
+            .getattr("_refusal_from_state")?;
+        Ok((rebuild, (state,)))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Refusal({}, {:?})",
@@ -105,11 +116,20 @@ impl PyRefusal {
     }
 }
 
+/// A refusal from its pickled state (`Refusal.__reduce__`).
+#[pyfunction]
+fn _refusal_from_state(state: &str) -> PyResult<PyRefusal> {
+    let inner: Refusal = serde_json::from_str(state)
+        .map_err(|e| Error::invalid("state", state, format!("is not a pickled Refusal: {e}")))?;
+    Ok(PyRefusal { inner })
+}
+
 static USAGE_LIMIT_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static DOES_NOT_FIT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNAVAILABLE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static CONTEXT_WINDOW: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static POLICY_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static MODEL_NOT_FOUND: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 const ERRORS_MODULE: &str = "usage_guard.errors";
 
@@ -121,6 +141,7 @@ fn refusal_error(py: Python<'_>, refusal: Refusal) -> PyResult<PyErr> {
         Reason::ContextWindowExceeded => {
             CONTEXT_WINDOW.import(py, ERRORS_MODULE, "ContextWindowExceeded")?
         }
+        Reason::ModelNotFound => MODEL_NOT_FOUND.import(py, ERRORS_MODULE, "ModelNotFound")?,
     };
     let message = refusal.message.clone();
     let carried = Py::new(py, PyRefusal { inner: refusal })?;
@@ -161,5 +182,6 @@ impl From<Error> for PyErr {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LedgerError", m.py().get_type::<LedgerError>())?;
+    m.add_function(wrap_pyfunction!(_refusal_from_state, m)?)?;
     m.add_class::<PyRefusal>()
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::policy::{
     DirectLimit, ModelSpec, Policy, PublicLimit, TeamLimit, TeamSpec, UnknownModels,
 };
+use super::refusal::Refusal;
 use super::rule::RuleSpec;
 use super::rule::{CounterId, LimitType, Scope};
 use crate::error::Error;
@@ -273,16 +274,8 @@ impl Builder {
 fn known_model(policy: &Policy, model: &str) -> Result<Option<Arc<ModelSpec>>, Error> {
     let model_spec = policy.model(model).cloned();
     if model_spec.is_none() && policy.settings.unknown_models == UnknownModels::Refuse {
-        let mut known: Vec<&str> = policy.models.iter().map(|m| &*m.id).collect();
-        known.sort_unstable();
-        return Err(Error::invalid(
-            "model",
-            format!("{model:?}"),
-            format!(
-                "is not a model of the policy; defined models: {}",
-                known.join(", ")
-            ),
-        ));
+        // A refusal naming only the model asked for: the policy's list stays private.
+        return Err(Error::Refused(Box::new(Refusal::model_not_found(model))));
     }
     Ok(model_spec)
 }

@@ -7,7 +7,7 @@ use super::rule::{LimitType, Metric};
 use super::window::Window;
 
 /// Why a call was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Reason {
     /// A rule the call must fit in has nothing left.
     LimitReached,
@@ -18,6 +18,8 @@ pub enum Reason {
     /// The prompt (or a required output) does not fit in the model's context window or
     /// input limit; refused before the provider sees it (HTTP 400).
     ContextWindowExceeded,
+    /// The model is not one of the policy's and the policy refuses unknown models (HTTP 404).
+    ModelNotFound,
 }
 
 impl Reason {
@@ -28,6 +30,7 @@ impl Reason {
             Reason::DoesNotFit => "USAGE_LIMIT_DOES_NOT_FIT",
             Reason::Unavailable => "USAGE_LIMITS_UNAVAILABLE",
             Reason::ContextWindowExceeded => "CONTEXT_WINDOW_EXCEEDED",
+            Reason::ModelNotFound => "MODEL_NOT_FOUND",
         }
     }
 }
@@ -39,7 +42,7 @@ pub(crate) const MAX_CLIENT_RETRY_WAIT_SECONDS: u64 = 60;
 pub(crate) const UNAVAILABLE_MESSAGE: &str = "Usage limits cannot be checked right now";
 
 /// A refused call: the rule that refused it and when it resets.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Refusal {
     pub reason: Reason,
     /// The kind of limit that refused (`None` when unavailable).
@@ -55,6 +58,20 @@ pub struct Refusal {
 }
 
 impl Refusal {
+    /// A refusal of a model the policy does not list (when it refuses unknown models).
+    pub fn model_not_found(model: &str) -> Self {
+        Refusal {
+            reason: Reason::ModelNotFound,
+            limit_type: None,
+            metric: None,
+            amount: None,
+            window: None,
+            resets_at: None,
+            retry_after_seconds: None,
+            message: format!("The model {model:?} does not exist or is not available here."),
+        }
+    }
+
     /// A refusal because the counters could not be reached.
     pub fn unavailable() -> Self {
         Refusal {
@@ -90,6 +107,7 @@ impl Refusal {
         match self.reason {
             Reason::Unavailable => "usage_limits_unavailable",
             Reason::ContextWindowExceeded => "context_length_exceeded",
+            Reason::ModelNotFound => "model_not_found",
             _ if self.is_rate_limit() => "rate_limit_exceeded",
             Reason::DoesNotFit | Reason::LimitReached => "usage_limit_reached",
         }
@@ -97,8 +115,10 @@ impl Refusal {
 
     /// The refusal as an HTTP answer in a provider's error shape.
     pub fn to_http(&self, provider: HttpShape) -> HttpRefusal {
-        if self.reason == Reason::ContextWindowExceeded {
-            return self.context_window_http(provider);
+        match self.reason {
+            Reason::ContextWindowExceeded => return self.invalid_request_http(provider, 400),
+            Reason::ModelNotFound => return self.invalid_request_http(provider, 404),
+            _ => {}
         }
         let unavailable = self.reason == Reason::Unavailable;
         let status = if unavailable { 503 } else { 429 };
@@ -146,26 +166,33 @@ impl Refusal {
 }
 
 impl Refusal {
-    /// A context-window refusal as an invalid request: 400, `context_length_exceeded`.
-    fn context_window_http(&self, provider: HttpShape) -> HttpRefusal {
+    /// A refusal of the request itself, which waiting will not fix: a prompt over the
+    /// context window (400, `context_length_exceeded`) or a model the policy does not know
+    /// (404, `model_not_found`; Anthropic `not_found_error`).
+    fn invalid_request_http(&self, provider: HttpShape, status: u16) -> HttpRefusal {
         let code = self.http_code();
+        let (param, anthropic_type) = if self.reason == Reason::ModelNotFound {
+            ("model", "not_found_error")
+        } else {
+            ("messages", "invalid_request_error")
+        };
         let body = match provider {
             HttpShape::OpenAi => json!({
                 "error": {
                     "message": self.message,
                     "type": "invalid_request_error",
-                    "param": "messages",
+                    "param": param,
                     "code": code,
                 }
             }),
             HttpShape::Anthropic => json!({
                 "type": "error",
-                "error": { "type": "invalid_request_error", "message": self.message, "code": code }
+                "error": { "type": anthropic_type, "message": self.message, "code": code }
             }),
             HttpShape::Ollama => json!({ "error": self.message }),
         };
         HttpRefusal {
-            status: 400,
+            status,
             headers: vec![("content-type".to_string(), "application/json".to_string())],
             body,
         }

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use super::window::Window;
 
 /// What a rule counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Metric {
     /// Input plus output tokens.
     Tokens,
@@ -76,7 +78,7 @@ impl Metric {
 }
 
 /// Which limit of the policy a rule belongs to (the `limit_type` of a refusal).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum LimitType {
     Direct,
     Team,

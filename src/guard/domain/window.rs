@@ -8,7 +8,7 @@ const MINUTE_MS: i64 = 60 * SECOND_MS;
 const DAY_MS: i64 = 24 * 60 * MINUTE_MS;
 
 /// A fixed calendar period, in UTC. Weeks start Monday 00:00.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum CalendarUnit {
     Day,
     Week,
@@ -17,7 +17,7 @@ pub enum CalendarUnit {
 }
 
 /// How a rule's counter is bucketed in time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Window {
     /// A fixed calendar bucket that resets when it ends.
     Calendar(CalendarUnit),
