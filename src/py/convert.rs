@@ -211,13 +211,14 @@ pub(crate) fn whole(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Op
         return Ok(None);
     };
     // The sentence starts with the argument's name: "max_tokens must be a whole number ...".
-    let accepted = format!("{name} must be a whole number of 0 or more");
+    // Built only on the error paths: this runs for every argument of every admit and bill.
+    let accepted = || format!("{name} must be a whole number of 0 or more");
     if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        return Err(Error::wrong_type("", value.repr()?, accepted).into());
+        return Err(Error::wrong_type("", value.repr()?, accepted()).into());
     }
     value.extract::<u64>().map(Some).map_err(|_| {
         let given = value.repr().map(|r| r.to_string()).unwrap_or_default();
-        Error::invalid("", given, accepted).into()
+        Error::invalid("", given, accepted()).into()
     })
 }
 

@@ -208,7 +208,7 @@ impl Guard {
         reserved: Option<(&Plan, i64)>,
         ceiling: UsageCeiling,
         admitted_at: Millis,
-        request: Option<AdmittedRequest>,
+        request: Option<Box<AdmittedRequest>>,
         uncounted: bool,
     ) -> Ticket {
         let ReservedParts {
@@ -326,7 +326,7 @@ fn fit_request(
     path: &Path,
     prompt: Option<PromptCount>,
     ceiling: &UsageCeiling,
-) -> Result<Option<AdmittedRequest>> {
+) -> Result<Option<Box<AdmittedRequest>>> {
     let Some((body, api)) = request.request.as_ref() else {
         return Ok(None);
     };
@@ -336,12 +336,12 @@ fn fit_request(
         Some(count) => ceiling::fit_counted(body, ceiling, *api, model, spec, count, options)?,
         None => ceiling::fit(body, ceiling, *api, model, spec, options)?,
     };
-    Ok(Some(AdmittedRequest {
+    Ok(Some(Box::new(AdmittedRequest {
         api: *api,
         prompt,
         changes: fit.changes(),
         fit,
-    }))
+    })))
 }
 
 fn unlimited_ceiling(demand: &Demand, settings: &Settings) -> UsageCeiling {

@@ -50,9 +50,10 @@ pub(crate) struct Shared {
     policy: RwLock<PolicyState>,
     cache: Mutex<PathCache>,
     ticket_seq: AtomicU64,
-    /// A random prefix for ticket ids, and the fork generation it was drawn in: a forked
-    /// child draws its own, so siblings never reuse each other's (or the parent's) ids.
-    ticket_prefix: RwLock<(u64, Arc<str>)>,
+    /// 48 random bits that prefix ticket ids, and the fork generation they were drawn in: a
+    /// forked child draws its own, so siblings never reuse each other's (or the parent's) ids.
+    ticket_prefix: AtomicU64,
+    prefix_generation: AtomicU64,
     /// Where billed calls are recorded, and counters filled from (set once).
     pub(crate) ledger: OnceLock<Arc<dyn Ledger>>,
     pub(crate) fill: FillState,
@@ -60,7 +61,8 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn new(policy: Policy, store: Arc<dyn CounterStore>, clock: Arc<dyn Clock>) -> Self {
-        let ticket_prefix = RwLock::new((crate::fork::generation(), random_prefix(&*clock)));
+        let ticket_prefix = AtomicU64::new(random_prefix(&*clock));
+        let prefix_generation = AtomicU64::new(crate::fork::generation());
         Shared {
             store,
             clock,
@@ -72,6 +74,7 @@ impl Shared {
             cache: Mutex::new(HashMap::new()),
             ticket_seq: AtomicU64::new(0),
             ticket_prefix,
+            prefix_generation,
             ledger: OnceLock::new(),
             fill: FillState::default(),
         }
@@ -133,17 +136,15 @@ impl Shared {
     /// A new ticket id, unique within this guard (and, by its random prefix, across guards).
     pub(crate) fn ticket_id(&self) -> String {
         let generation = crate::fork::generation();
-        let prefix = {
-            let current = self.ticket_prefix.read();
-            (current.0 == generation).then(|| current.1.clone())
-        };
-        let prefix = prefix.unwrap_or_else(|| {
-            let fresh = random_prefix(&*self.clock);
-            *self.ticket_prefix.write() = (generation, fresh.clone());
-            fresh
-        });
+        if self.prefix_generation.load(Ordering::Acquire) != generation {
+            // Two threads racing here each draw a prefix; either is unique to this process.
+            self.ticket_prefix
+                .store(random_prefix(&*self.clock), Ordering::Release);
+            self.prefix_generation.store(generation, Ordering::Release);
+        }
+        let prefix = self.ticket_prefix.load(Ordering::Acquire);
         let n = self.ticket_seq.fetch_add(1, Ordering::Relaxed);
-        format!("t-{prefix}-{n:x}")
+        format!("t-{prefix:012x}-{n:x}")
     }
 
     /// Reads every counter of the path at `now` (filling long-window counters from the
@@ -173,13 +174,12 @@ impl Shared {
     }
 }
 
-/// 48 random bits as hex, different in every process (the pid is mixed in: a forked child
+/// 48 random bits, different in every process (the pid is mixed in: a forked child
 /// inherits its parent's random state).
-fn random_prefix(clock: &dyn Clock) -> Arc<str> {
+fn random_prefix(clock: &dyn Clock) -> u64 {
     use std::hash::BuildHasher;
     let seed = std::collections::hash_map::RandomState::new();
-    let drawn = seed.hash_one((clock.now_ms(), std::process::id()));
-    Arc::from(format!("{:012x}", drawn & 0xffff_ffff_ffff))
+    seed.hash_one((clock.now_ms(), std::process::id())) & 0xffff_ffff_ffff
 }
 
 /// The keys to read for a path at `now`: each counter's current bucket, then, for sliding

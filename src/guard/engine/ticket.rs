@@ -29,7 +29,7 @@ pub(crate) struct TicketParts {
     pub admitted_at: Millis,
     pub uncounted: bool,
     /// The provider request given at admission: its count and fit.
-    pub request: Option<AdmittedRequest>,
+    pub request: Option<Box<AdmittedRequest>>,
 }
 
 /// A ticket's parts and whether it settled, shared by its clones.
