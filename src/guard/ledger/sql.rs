@@ -78,20 +78,41 @@ fn int(v: u64) -> Param {
     Param::Int(i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-/// The insert: a row whose ticket id is already there is skipped.
-pub(crate) fn insert_sql(dialect: Dialect) -> String {
-    let values: Vec<String> = (1..=COLUMNS.len())
-        .map(|n| dialect.placeholder(n))
+/// Rows in one multi-row insert: the backend's parameter limit (SQLite 32,766, PostgreSQL
+/// 65,535) divided by the 17 columns, kept lower so one statement stays a few hundred KB.
+pub(crate) fn chunk_rows(dialect: Dialect) -> usize {
+    match dialect {
+        Dialect::Sqlite => 1_000,
+        Dialect::Postgres => 2_000,
+    }
+}
+
+/// The insert of `rows` rows in one statement: a row whose ticket id is already there is
+/// skipped.
+pub(crate) fn insert_sql(dialect: Dialect, rows: usize) -> String {
+    let width = COLUMNS.len();
+    let tuples: Vec<String> = (0..rows)
+        .map(|r| {
+            let values: Vec<String> = (1..=width)
+                .map(|c| dialect.placeholder(r * width + c))
+                .collect();
+            format!("({})", values.join(", "))
+        })
         .collect();
     format!(
-        "INSERT INTO usage_ledger ({}) VALUES ({}) ON CONFLICT (ticket_id) DO NOTHING",
+        "INSERT INTO usage_ledger ({}) VALUES {} ON CONFLICT (ticket_id) DO NOTHING",
         COLUMNS.join(", "),
-        values.join(", ")
+        tuples.join(", ")
     )
 }
 
-/// A row's parameters for `insert_sql`, in column order.
-pub(crate) fn insert_params(row: &LedgerRow) -> Vec<Param> {
+/// The parameters of `rows` for `insert_sql(dialect, rows.len())`, row after row.
+pub(crate) fn insert_all_params(rows: &[LedgerRow]) -> Vec<Param> {
+    rows.iter().flat_map(insert_params).collect()
+}
+
+/// A row's parameters, in column order.
+fn insert_params(row: &LedgerRow) -> Vec<Param> {
     vec![
         Param::Text(row.ticket_id.clone()),
         Param::Int(row.at_ms),
