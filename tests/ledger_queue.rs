@@ -142,7 +142,10 @@ fn a_locked_database_keeps_the_queue_bounded_and_drops_what_does_not_fit() {
     watcher.join().unwrap();
 
     let (pending, dropped) = ledger.pending();
-    assert!(most.load(Ordering::SeqCst) <= bound, "the queue passed its bound");
+    assert!(
+        most.load(Ordering::SeqCst) <= bound,
+        "the queue passed its bound"
+    );
     assert!(pending <= bound, "{pending} rows pending");
     assert!(dropped >= 10_000, "only {dropped} rows dropped");
     assert!(took < Duration::from_secs(8), "callers blocked {took:?}");

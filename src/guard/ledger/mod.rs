@@ -33,7 +33,7 @@ use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::Metric;
 
 /// One billed call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LedgerRow {
     /// The ticket's id (or `<batch id>/<result id>` for a batch result): the primary key.
     pub ticket_id: String,

@@ -2,9 +2,9 @@
 //! opened again at the next operation.
 
 use postgres::types::ToSql;
-use postgres::{Client, NoTls};
+use postgres::{Client, NoTls, Statement};
 
-use super::sql::{self, Dialect, Param};
+use super::sql::{self, ColumnParam, Dialect, Param};
 use super::writer::{Backend, Writer};
 use super::{Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::guard::domain::rule::Metric;
@@ -13,6 +13,8 @@ struct PostgresBackend {
     url: String,
     durable: bool,
     client: Option<Client>,
+    /// The insert, prepared on the current connection.
+    insert: Option<Statement>,
 }
 
 type Boxed = Box<dyn ToSql + Sync>;
@@ -25,6 +27,18 @@ fn boxed(params: Vec<Param>) -> Vec<Boxed> {
                 Param::Text(s) => Box::new(s),
                 Param::OptText(s) => Box::new(s),
                 Param::Int(i) => Box::new(i),
+            }
+        })
+        .collect()
+}
+
+fn column_boxed(columns: Vec<ColumnParam>) -> Vec<Boxed> {
+    columns
+        .into_iter()
+        .map(|c| -> Boxed {
+            match c {
+                ColumnParam::Text(v) => Box::new(v),
+                ColumnParam::Int(v) => Box::new(v),
             }
         })
         .collect()
@@ -81,6 +95,7 @@ impl PostgresBackend {
     fn client(&mut self) -> Result<&mut Client, String> {
         if self.client.as_ref().is_none_or(Client::is_closed) {
             self.client = Some(Self::connect(&self.url, self.durable)?);
+            self.insert = None;
         }
         Ok(self.client.as_mut().expect("connected above"))
     }
@@ -97,15 +112,30 @@ impl PostgresBackend {
 
 impl Backend for PostgresBackend {
     fn write(&mut self, rows: &[LedgerRow]) -> Result<(), String> {
-        self.with(|client| {
+        // Reconnect first when the connection was lost: that forgets the statement.
+        self.client()?;
+        let mut insert = self.insert.take();
+        let result = self.with(|client| {
+            let statement = match insert.take() {
+                Some(s) => s,
+                None => client
+                    .prepare(&sql::unnest_insert_sql())
+                    .map_err(|e| e.to_string())?,
+            };
             let mut tx = client.transaction().map_err(|e| e.to_string())?;
             for chunk in rows.chunks(sql::chunk_rows(Dialect::Postgres)) {
-                let params = boxed(sql::insert_all_params(chunk));
-                tx.execute(&sql::insert_sql(Dialect::Postgres, chunk.len()), &refs(&params))
+                let params = column_boxed(sql::column_params(chunk));
+                tx.execute(&statement, &refs(&params))
                     .map_err(|e| e.to_string())?;
             }
-            tx.commit().map_err(|e| e.to_string())
-        })
+            tx.commit().map_err(|e| e.to_string())?;
+            insert = Some(statement);
+            Ok(())
+        });
+        if self.client.is_some() {
+            self.insert = insert;
+        }
+        result
     }
 
     fn sum(&mut self, filter: &SumFilter, metric: Metric) -> Result<u64, String> {
@@ -180,6 +210,7 @@ impl PostgresLedger {
                 url: owned.clone(),
                 durable,
                 client: Some(client),
+                insert: None,
             })
         })?;
         Ok(PostgresLedger {

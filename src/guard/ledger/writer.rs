@@ -3,14 +3,14 @@
 //! `TX_ROWS` rows (multi-row inserts), keeps rows a failed write left and tries them again,
 //! and answers sums and queries in order with the writes.
 
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::queue::Queue;
+use super::queue::{Msg, Queue, Reply};
 use super::{LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::guard::domain::rule::Metric;
 
@@ -28,17 +28,6 @@ pub(crate) trait Backend: Send + 'static {
     fn sum(&mut self, filter: &SumFilter, metric: Metric) -> Result<u64, String>;
     /// Grouped usage.
     fn query(&mut self, query: &UsageQuery) -> Result<Vec<UsageGroup>, String>;
-}
-
-type Reply<T> = Sender<Result<T, LedgerError>>;
-
-/// What the writer thread is asked, in order.
-pub(crate) enum Msg {
-    Row(Box<LedgerRow>),
-    Flush(Reply<()>),
-    Sum(SumFilter, Metric, Reply<u64>),
-    Query(UsageQuery, Reply<Vec<UsageGroup>>),
-    Stop(Reply<()>),
 }
 
 /// Opens the database connection a writer thread owns (again in a forked child).
