@@ -226,7 +226,7 @@ class LedgerError(RuntimeError): ...
 
 @final
 class SqliteLedger:
-    def __new__(cls, path: str = ":memory:") -> SqliteLedger: ...
+    def __new__(cls, path: str = ":memory:", *, durable: bool = False) -> SqliteLedger: ...
     def query(
         self,
         user: Optional[str] = None,
@@ -243,7 +243,7 @@ class SqliteLedger:
 
 @final
 class PostgresLedger:
-    def __new__(cls, url: str) -> PostgresLedger: ...
+    def __new__(cls, url: str, *, durable: bool = False) -> PostgresLedger: ...
     def query(
         self,
         user: Optional[str] = None,

@@ -1,5 +1,7 @@
 //! The usage ledger: one append-only row per billed call, written off the admission path by a
-//! background writer thread in batches, idempotent by ticket id. It answers usage queries
+//! background writer thread in batches, idempotent by ticket id. The queue to the writer is
+//! bounded in rows and in age (see `queue`): a `kill -9` loses at most about the last 250 ms
+//! of acknowledged rows, and a durable ledger none. It answers usage queries
 //! (grouped by user, team, model and day) and the sums that fill counters after a restart.
 //!
 //! Every backend operation runs on the writer thread, in the order it was asked: a sum or a
@@ -8,6 +10,8 @@
 
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod queue;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -29,7 +33,7 @@ use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::Metric;
 
 /// One billed call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LedgerRow {
     /// The ticket's id (or `<batch id>/<result id>` for a batch result): the primary key.
     pub ticket_id: String,
@@ -144,10 +148,13 @@ impl UsageGroup {
 #[error("usage ledger error: {0}")]
 pub struct LedgerError(pub String);
 
-/// Where billed calls are recorded. `record` never blocks on the database; everything else
-/// waits for the writer thread.
+/// Where billed calls are recorded. `record` queues; it waits only for backpressure (the
+/// writer is behind) or, on a durable ledger, for its row's commit, and never longer than a
+/// bounded time when the database is gone. Everything else waits for the writer thread.
 pub trait Ledger: Send + Sync + std::fmt::Debug {
-    /// Queues a row for writing (a row with a ticket id already written is ignored).
+    /// Queues a row for writing (a row with a ticket id already written is ignored). Waits
+    /// while the writer is behind; a durable ledger returns once the row is committed. A row
+    /// the writer cannot take in time (database gone, queue full) is dropped and counted.
     fn record(&self, row: LedgerRow);
     /// Waits until every row queued before the call is written.
     fn flush(&self) -> Result<(), LedgerError>;
@@ -157,7 +164,8 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
     fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError>;
     /// Usage grouped as asked.
     fn query(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>, LedgerError>;
-    /// Rows waiting to be written, and rows dropped because the ledger was closed.
+    /// Rows waiting to be written, and rows dropped (the ledger was closed, or its writer
+    /// could not take them in time).
     fn pending(&self) -> (usize, u64);
 }
 

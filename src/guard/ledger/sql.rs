@@ -78,20 +78,89 @@ fn int(v: u64) -> Param {
     Param::Int(i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-/// The insert: a row whose ticket id is already there is skipped.
-pub(crate) fn insert_sql(dialect: Dialect) -> String {
-    let values: Vec<String> = (1..=COLUMNS.len())
-        .map(|n| dialect.placeholder(n))
+/// Rows in one multi-row insert. SQLite binds 17 parameters a row against its limit of
+/// 32,766; PostgreSQL binds one array per column (no limit), chunked only to keep one
+/// statement's parameters a few hundred KB.
+pub(crate) fn chunk_rows(dialect: Dialect) -> usize {
+    match dialect {
+        Dialect::Sqlite => 1_000,
+        Dialect::Postgres => 2_000,
+    }
+}
+
+/// The insert of `rows` rows in one statement: a row whose ticket id is already there is
+/// skipped.
+pub(crate) fn insert_sql(dialect: Dialect, rows: usize) -> String {
+    let width = COLUMNS.len();
+    let tuples: Vec<String> = (0..rows)
+        .map(|r| {
+            let values: Vec<String> = (1..=width)
+                .map(|c| dialect.placeholder(r * width + c))
+                .collect();
+            format!("({})", values.join(", "))
+        })
         .collect();
     format!(
-        "INSERT INTO usage_ledger ({}) VALUES ({}) ON CONFLICT (ticket_id) DO NOTHING",
+        "INSERT INTO usage_ledger ({}) VALUES {} ON CONFLICT (ticket_id) DO NOTHING",
         COLUMNS.join(", "),
-        values.join(", ")
+        tuples.join(", ")
     )
 }
 
-/// A row's parameters for `insert_sql`, in column order.
-pub(crate) fn insert_params(row: &LedgerRow) -> Vec<Param> {
+/// PostgreSQL's insert of any number of rows with one parameter per column (an array each,
+/// cast to the column's type): one prepared statement, no parameter limit, no per-row parse.
+pub(crate) fn unnest_insert_sql() -> String {
+    let arrays: Vec<String> = insert_params(&LedgerRow::default())
+        .iter()
+        .enumerate()
+        .map(|(i, p)| match p {
+            Param::Int(_) => format!("${}::bigint[]", i + 1),
+            _ => format!("${}::text[]", i + 1),
+        })
+        .collect();
+    format!(
+        "INSERT INTO usage_ledger ({}) SELECT * FROM unnest({}) ON CONFLICT (ticket_id) DO NOTHING",
+        COLUMNS.join(", "),
+        arrays.join(", ")
+    )
+}
+
+/// A column of `unnest_insert_sql`'s parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ColumnParam {
+    Text(Vec<Option<String>>),
+    Int(Vec<i64>),
+}
+
+/// The parameters of `rows` for `unnest_insert_sql`, column after column.
+pub(crate) fn column_params(rows: &[LedgerRow]) -> Vec<ColumnParam> {
+    let mut columns: Vec<ColumnParam> = insert_params(&LedgerRow::default())
+        .iter()
+        .map(|p| match p {
+            Param::Int(_) => ColumnParam::Int(Vec::with_capacity(rows.len())),
+            _ => ColumnParam::Text(Vec::with_capacity(rows.len())),
+        })
+        .collect();
+    for row in rows {
+        for (column, p) in columns.iter_mut().zip(insert_params(row)) {
+            match (column, p) {
+                (ColumnParam::Int(v), Param::Int(i)) => v.push(i),
+                (ColumnParam::Text(v), Param::Text(t)) => v.push(Some(t)),
+                (ColumnParam::Text(v), Param::OptText(t)) => v.push(t),
+                _ => unreachable!("a column keeps its type"),
+            }
+        }
+    }
+    columns
+}
+
+/// The parameters of `rows` for `insert_sql(dialect, rows.len())`, row after row.
+pub(crate) fn insert_all_params(rows: &[LedgerRow]) -> Vec<Param> {
+    rows.iter().flat_map(insert_params).collect()
+}
+
+/// A row's parameters, in column order.
+fn insert_params(row: &LedgerRow) -> Vec<Param> {
     vec![
         Param::Text(row.ticket_id.clone()),
         Param::Int(row.at_ms),

@@ -1,23 +1,24 @@
-//! The writer thread every ledger runs: it owns the database connection, writes queued rows
-//! in batches (up to `BATCH_ROWS` a transaction), keeps rows a failed write left and tries
-//! them again, and answers sums and queries in order with the writes.
+//! The writer thread every ledger runs: it owns the database connection, takes everything
+//! queued (so concurrent billers share one commit), writes it in transactions of up to
+//! `TX_ROWS` rows (multi-row inserts), keeps rows a failed write left and tries them again,
+//! and answers sums and queries in order with the writes.
 
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::queue::{Msg, Queue, Reply};
 use super::{LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::guard::domain::rule::Metric;
 
-/// The most rows written in one transaction.
-pub(crate) const BATCH_ROWS: usize = 500;
+/// The most rows written in one transaction: small enough that a commit lands well inside
+/// the 250 ms loss window, large enough to amortise it.
+pub(crate) const TX_ROWS: usize = 2_000;
 /// How long rows a failed write left wait before the next try (when nothing else comes).
 const RETRY_AFTER: Duration = Duration::from_secs(1);
-/// Rows kept for retry at most; beyond it the oldest are dropped (and counted).
-const MAX_PENDING: usize = 1_000_000;
 
 /// A database the writer thread talks to.
 pub(crate) trait Backend: Send + 'static {
@@ -29,30 +30,13 @@ pub(crate) trait Backend: Send + 'static {
     fn query(&mut self, query: &UsageQuery) -> Result<Vec<UsageGroup>, String>;
 }
 
-type Reply<T> = Sender<Result<T, LedgerError>>;
-
-enum Msg {
-    Row(Box<LedgerRow>),
-    Flush(Reply<()>),
-    Sum(SumFilter, Metric, Reply<u64>),
-    Query(UsageQuery, Reply<Vec<UsageGroup>>),
-    Stop(Reply<()>),
-}
-
-#[derive(Debug, Default)]
-struct Counts {
-    pending: usize,
-    dropped: u64,
-}
-
 /// Opens the database connection a writer thread owns (again in a forked child).
 type Open = Arc<dyn Fn() -> Result<Box<dyn Backend>, String> + Send + Sync>;
 
-/// A running writer thread: its queue, its counts, and the fork generation it runs in.
+/// A running writer thread: its queue and the fork generation it runs in.
 struct Live {
-    tx: Sender<Msg>,
+    queue: Arc<Queue>,
     thread: Option<JoinHandle<()>>,
-    counts: Arc<Mutex<Counts>>,
     generation: u64,
 }
 
@@ -62,14 +46,19 @@ struct Live {
 pub(crate) struct Writer {
     name: String,
     open: Open,
+    /// `record` returns only once the row is committed.
+    durable: bool,
     live: Mutex<Option<Live>>,
     /// The counts once closed: what was left, and rows dropped since (recorded after close).
-    closed: Mutex<Counts>,
+    closed: Mutex<(usize, u64)>,
 }
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer").field("name", &self.name).finish()
+        f.debug_struct("Writer")
+            .field("name", &self.name)
+            .field("durable", &self.durable)
+            .finish()
     }
 }
 
@@ -79,17 +68,17 @@ fn gone() -> LedgerError {
 
 /// Starts a writer thread on the backend `open` makes (in the thread).
 fn spawn_live(name: &str, open: &Open) -> Result<Live, LedgerError> {
-    let (tx, rx) = mpsc::channel::<Msg>();
+    let queue = Arc::new(Queue::default());
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
-    let counts = Arc::new(Mutex::new(Counts::default()));
-    let thread_counts = counts.clone();
+    let thread_queue = queue.clone();
     let open = open.clone();
     let thread = std::thread::Builder::new()
         .name(format!("usage-guard-ledger-{name}"))
         .spawn(move || match open() {
             Ok(backend) => {
                 let _ = ready_tx.send(Ok(()));
-                run(backend, rx, thread_counts);
+                run(backend, &thread_queue);
+                thread_queue.stop();
             }
             Err(e) => {
                 let _ = ready_tx.send(Err(e));
@@ -98,9 +87,8 @@ fn spawn_live(name: &str, open: &Open) -> Result<Live, LedgerError> {
         .map_err(|e| LedgerError(format!("cannot start the writer thread: {e}")))?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(Live {
-            tx,
+            queue,
             thread: Some(thread),
-            counts,
             generation: crate::fork::generation(),
         }),
         Ok(Err(e)) => {
@@ -113,8 +101,8 @@ fn spawn_live(name: &str, open: &Open) -> Result<Live, LedgerError> {
 
 impl Writer {
     /// Starts a writer thread on the backend `open` makes (in the thread); fails when it
-    /// cannot be opened.
-    pub(crate) fn start<B, F>(name: &str, open: F) -> Result<Writer, LedgerError>
+    /// cannot be opened. With `durable`, `record` returns once its row is committed.
+    pub(crate) fn start<B, F>(name: &str, durable: bool, open: F) -> Result<Writer, LedgerError>
     where
         B: Backend,
         F: Fn() -> Result<B, String> + Send + Sync + 'static,
@@ -124,54 +112,53 @@ impl Writer {
         Ok(Writer {
             name: name.to_string(),
             open,
+            durable,
             live: Mutex::new(Some(live)),
-            closed: Mutex::new(Counts::default()),
+            closed: Mutex::new((0, 0)),
         })
     }
 
-    /// The queue and counts of the thread of this process (started afresh after a fork);
-    /// `None` once closed.
-    fn current(&self) -> Option<(Sender<Msg>, Arc<Mutex<Counts>>)> {
+    /// The queue of the thread of this process (started afresh after a fork); `None` once
+    /// closed.
+    fn current(&self) -> Option<Arc<Queue>> {
         let mut live = self.live.lock();
         let stale = live
             .as_ref()
             .is_some_and(|l| l.generation != crate::fork::generation());
         if stale {
-            // The parent's thread does not exist here: never join or detach it.
+            // The parent's thread does not exist here, and its queue's lock may have been held
+            // at the fork: never join, lock or drop them.
             if let Some(old) = live.take() {
-                std::mem::forget(old.thread);
+                std::mem::forget(old);
             }
             match spawn_live(&self.name, &self.open) {
                 Ok(fresh) => *live = Some(fresh),
                 Err(e) => log::warn!("usage_guard: ledger after fork: {e}"),
             }
         }
-        live.as_ref().map(|l| (l.tx.clone(), l.counts.clone()))
+        live.as_ref().map(|l| l.queue.clone())
     }
 
     fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Msg) -> Result<T, LedgerError> {
         let (tx, rx) = mpsc::channel();
-        let Some((queue, _)) = self.current() else {
+        let Some(queue) = self.current() else {
             return Err(gone());
         };
-        if queue.send(make(tx)).is_err() {
+        if queue.state.lock().stopped {
             return Err(gone());
         }
+        queue.send(make(tx));
         rx.recv().map_err(|_| gone())?
     }
 
-    /// Queues a row.
+    /// Queues a row (waiting while the queue is full); a durable writer returns once the
+    /// row is committed.
     pub(crate) fn record(&self, row: LedgerRow) {
-        let Some((queue, counts)) = self.current() else {
-            self.closed.lock().dropped += 1;
+        let Some(queue) = self.current() else {
+            self.closed.lock().1 += 1;
             return;
         };
-        counts.lock().pending += 1;
-        if queue.send(Msg::Row(Box::new(row))).is_err() {
-            let mut c = counts.lock();
-            c.pending -= 1;
-            c.dropped += 1;
-        }
+        queue.record(row, self.durable);
     }
 
     /// Waits for every row queued so far to be written.
@@ -197,37 +184,29 @@ impl Writer {
             return Ok(());
         };
         if l.generation != crate::fork::generation() {
-            std::mem::forget(l.thread);
+            std::mem::forget(l);
             return Ok(());
         }
         let (reply, answer) = mpsc::channel();
-        let result = match l.tx.send(Msg::Stop(reply)) {
-            Ok(()) => answer.recv().unwrap_or_else(|_| Err(gone())),
-            Err(_) => Ok(()),
-        };
-        drop(l.tx);
+        l.queue.send(Msg::Stop(reply));
+        let result = answer.recv().unwrap_or_else(|_| Err(gone()));
         if let Some(thread) = l.thread {
             let _ = thread.join();
         }
-        let last = l.counts.lock();
-        *self.closed.lock() = Counts {
-            pending: last.pending,
-            dropped: last.dropped,
-        };
+        let (left, dropped) = l.queue.counts();
+        let mut closed = self.closed.lock();
+        closed.0 = left;
+        closed.1 += dropped;
         result
     }
 
     /// Rows not yet written, and rows dropped.
     pub(crate) fn pending(&self) -> (usize, u64) {
-        match self.live.lock().as_ref() {
-            Some(l) => {
-                let c = l.counts.lock();
-                (c.pending, c.dropped)
-            }
-            None => {
-                let c = self.closed.lock();
-                (c.pending, c.dropped)
-            }
+        let live = self.live.lock();
+        match live.as_ref() {
+            Some(l) if l.generation == crate::fork::generation() => l.queue.counts(),
+            Some(_) => (0, 0),
+            None => *self.closed.lock(),
         }
     }
 }
@@ -238,102 +217,60 @@ impl Drop for Writer {
     }
 }
 
-struct Loop {
+struct Loop<'q> {
     backend: Box<dyn Backend>,
     pending: Vec<LedgerRow>,
-    counts: Arc<Mutex<Counts>>,
+    queue: &'q Queue,
 }
 
-impl Loop {
-    /// Writes what is pending, a batch at a time; stops at the first failure.
+impl Loop<'_> {
+    /// Writes what is pending, a transaction at a time; stops at the first failure.
     fn write_pending(&mut self) -> Result<(), LedgerError> {
         while !self.pending.is_empty() {
-            let n = self.pending.len().min(BATCH_ROWS);
+            let n = self.pending.len().min(TX_ROWS);
             if let Err(e) = self.backend.write(&self.pending[..n]) {
                 log::warn!(
                     "ledger write failed ({} rows kept): {e}",
                     self.pending.len()
                 );
+                self.queue.failed();
                 return Err(LedgerError(e));
             }
             self.pending.drain(..n);
-            self.counts.lock().pending -= n;
+            self.queue.committed(n);
         }
         Ok(())
     }
-
-    fn take(&mut self, row: LedgerRow) {
-        if self.pending.len() >= MAX_PENDING {
-            self.pending.remove(0);
-            let mut c = self.counts.lock();
-            c.pending -= 1;
-            c.dropped += 1;
-        }
-        self.pending.push(row);
-    }
 }
 
-fn run(backend: Box<dyn Backend>, rx: Receiver<Msg>, counts: Arc<Mutex<Counts>>) {
+/// Takes everything queued, writes the rows, answers the rest in order; until `Stop`.
+fn run(backend: Box<dyn Backend>, queue: &Queue) {
     let mut l = Loop {
         backend,
         pending: Vec::new(),
-        counts,
+        queue,
     };
     loop {
-        let msg = if l.pending.is_empty() {
-            match rx.recv() {
-                Ok(m) => m,
-                Err(_) => break,
-            }
-        } else {
-            match rx.recv_timeout(RETRY_AFTER) {
-                Ok(m) => m,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let _ = l.write_pending();
-                    continue;
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-        };
-        match msg {
-            Msg::Row(row) => {
-                l.take(*row);
-                // Take whatever else is queued, then write it together.
-                let mut other = None;
-                while l.pending.len() < BATCH_ROWS {
-                    match rx.try_recv() {
-                        Ok(Msg::Row(row)) => l.take(*row),
-                        Ok(m) => {
-                            other = Some(m);
-                            break;
-                        }
-                        Err(_) => break,
-                    }
-                }
-                let _ = l.write_pending();
-                if let Some(m) = other {
+        let wait = (!l.pending.is_empty()).then_some(RETRY_AFTER);
+        let msgs = queue.take(wait);
+        for msg in msgs {
+            match msg {
+                Msg::Row(row) => l.pending.push(*row),
+                m => {
                     if !answer(&mut l, m) {
                         return;
                     }
                 }
             }
-            m => {
-                if !answer(&mut l, m) {
-                    return;
-                }
-            }
         }
+        let _ = l.write_pending();
     }
-    let _ = l.write_pending();
 }
 
 /// Answers a non-row message; false when the loop must stop.
-fn answer(l: &mut Loop, msg: Msg) -> bool {
+fn answer(l: &mut Loop<'_>, msg: Msg) -> bool {
     match msg {
-        Msg::Row(row) => {
-            l.take(*row);
-            let _ = l.write_pending();
-        }
+        Msg::Row(row) => l.pending.push(*row),
         Msg::Flush(reply) => {
             let _ = reply.send(l.write_pending());
         }

@@ -1,0 +1,208 @@
+//! The bounded queue between billing threads and a ledger's writer thread. It bounds two
+//! things: memory (at most `MAX_ROWS` rows recorded and not yet committed) and the loss
+//! window (while the writer is healthy, a row waits at most `WINDOW` before billing
+//! threads wait for the writer: a `kill -9` loses about the last `WINDOW` of rows). A writer
+//! that makes no progress never blocks a caller for more than `STALL` at a time.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use super::{LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
+use crate::guard::domain::rule::Metric;
+
+/// The most rows recorded and not yet committed (memory bound, ~20 MB). The loss window is
+/// kept by `WINDOW`; this bound only matters when the writer is stalled, and is several
+/// times what 250 ms of billing needs (Python billing without a ledger measured ~55,000/s).
+pub(crate) const MAX_ROWS: usize = 50_000;
+/// The age of the oldest uncommitted row past which billing waits for the writer. Below
+/// 250 ms so that the commit in flight (up to `TX_ROWS` rows) still lands inside the
+/// documented loss window.
+pub(crate) const WINDOW: Duration = Duration::from_millis(100);
+/// How long a caller waits for a writer that commits nothing before going on (a waiting row
+/// is then dropped and counted when the queue is full; a durable bill returns uncommitted).
+pub(crate) const STALL: Duration = Duration::from_secs(2);
+/// The longest a durable `record` waits for its commit while the writer is still trying.
+const DURABLE_WAIT: Duration = Duration::from_secs(30);
+
+/// Where an answer goes.
+pub(crate) type Reply<T> = Sender<Result<T, LedgerError>>;
+
+/// What the writer thread is asked, in order.
+pub(crate) enum Msg {
+    Row(Box<LedgerRow>),
+    Flush(Reply<()>),
+    Sum(SumFilter, Metric, Reply<u64>),
+    Query(UsageQuery, Reply<Vec<UsageGroup>>),
+    Stop(Reply<()>),
+}
+
+/// What the queue holds, under one lock.
+#[derive(Default)]
+pub(crate) struct State {
+    /// Messages for the writer, in order.
+    pub(crate) queue: VecDeque<Msg>,
+    /// When each row recorded and not yet committed was queued, oldest first.
+    times: VecDeque<Instant>,
+    /// Rows accepted so far (the sequence number of the last one).
+    accepted: u64,
+    /// Rows committed so far (every row with a sequence number up to it is in the database).
+    committed: u64,
+    pub(crate) dropped: u64,
+    /// The last commit (or the start).
+    progress: Option<Instant>,
+    /// The writer failed its last write, or a caller gave up waiting for it; cleared by the
+    /// next commit. While stalled, the loss window is not enforced and a full queue drops.
+    stalled: bool,
+    /// The writer thread has ended.
+    pub(crate) stopped: bool,
+    /// A drop was logged (once per stall).
+    drop_logged: bool,
+    /// An uncommitted durable row was logged (once per stall).
+    durable_logged: bool,
+}
+
+impl State {
+    /// Rows recorded and not yet committed.
+    pub(crate) fn pending(&self) -> usize {
+        self.times.len()
+    }
+
+    fn must_wait(&self, now: Instant) -> bool {
+        if self.pending() >= MAX_ROWS {
+            return true;
+        }
+        !self.stalled
+            && self
+                .times
+                .front()
+                .is_some_and(|t| now.duration_since(*t) >= WINDOW)
+    }
+}
+
+/// The queue shared by the handle and the writer thread.
+#[derive(Default)]
+pub(crate) struct Queue {
+    pub(crate) state: Mutex<State>,
+    /// Signalled when a message is queued.
+    pub(crate) arrived: Condvar,
+    /// Signalled when rows are committed or the writer fails or stops.
+    pub(crate) moved: Condvar,
+}
+
+impl Queue {
+    /// Queues a control message (flush, sum, query, stop).
+    pub(crate) fn send(&self, msg: Msg) {
+        self.state.lock().queue.push_back(msg);
+        self.arrived.notify_one();
+    }
+
+    /// Queues a row, waiting while the queue is full or its oldest row is past the window;
+    /// with `durable`, returns once the row is committed. Returns false when the row was
+    /// dropped (counted).
+    pub(crate) fn record(&self, row: LedgerRow, durable: bool) -> bool {
+        let mut st = self.state.lock();
+        let start = Instant::now();
+        while st.must_wait(Instant::now()) && !st.stopped {
+            if self.no_progress_for(&st, start) >= STALL || st.stalled {
+                st.stalled = true;
+                break;
+            }
+            let left = STALL.saturating_sub(self.no_progress_for(&st, start));
+            self.moved.wait_for(&mut st, left);
+        }
+        if st.pending() >= MAX_ROWS || st.stopped {
+            st.dropped += 1;
+            if !st.drop_logged {
+                st.drop_logged = true;
+                log::warn!(
+                    "usage_guard: the ledger writer is not keeping up (nothing committed for \
+                     {STALL:?} with {MAX_ROWS} rows waiting): dropping rows; see pending()"
+                );
+            }
+            return false;
+        }
+        st.queue.push_back(Msg::Row(Box::new(row)));
+        st.times.push_back(Instant::now());
+        st.accepted += 1;
+        let seq = st.accepted;
+        self.arrived.notify_one();
+        if durable {
+            self.wait_committed(st, seq);
+        }
+        true
+    }
+
+    fn no_progress_for(&self, st: &State, start: Instant) -> Duration {
+        let since = st.progress.map_or(start, |p| p.max(start));
+        Instant::now().duration_since(since)
+    }
+
+    /// Waits until row `seq` is committed, the writer fails or stops, or `DURABLE_WAIT`.
+    fn wait_committed(&self, mut st: MutexGuard<'_, State>, seq: u64) {
+        let deadline = Instant::now() + DURABLE_WAIT;
+        while st.committed < seq && !st.stopped {
+            if st.stalled || self.moved.wait_until(&mut st, deadline).timed_out() {
+                if st.committed < seq && !st.durable_logged {
+                    st.durable_logged = true;
+                    log::warn!(
+                        "usage_guard: a durable ledger row is not committed yet (the writer \
+                         is failing); it stays queued and is retried"
+                    );
+                }
+                return;
+            }
+        }
+    }
+
+    /// Takes every queued message (the writer thread), waiting up to `timeout` for one
+    /// (forever with `None`). Empty when the wait timed out.
+    pub(crate) fn take(&self, timeout: Option<Duration>) -> VecDeque<Msg> {
+        let mut st = self.state.lock();
+        while st.queue.is_empty() {
+            match timeout {
+                None => self.arrived.wait(&mut st),
+                Some(t) => {
+                    if self.arrived.wait_for(&mut st, t).timed_out() {
+                        break;
+                    }
+                }
+            }
+        }
+        std::mem::take(&mut st.queue)
+    }
+
+    /// `n` more rows are committed (the writer thread).
+    pub(crate) fn committed(&self, n: usize) {
+        let mut st = self.state.lock();
+        let n = n.min(st.times.len());
+        st.times.drain(..n);
+        st.committed += n as u64;
+        st.progress = Some(Instant::now());
+        st.stalled = false;
+        st.drop_logged = false;
+        st.durable_logged = false;
+        drop(st);
+        self.moved.notify_all();
+    }
+
+    /// A write failed (the writer thread): callers stop waiting for the loss window.
+    pub(crate) fn failed(&self) {
+        self.state.lock().stalled = true;
+        self.moved.notify_all();
+    }
+
+    /// The writer thread ended: nobody waits for it any more.
+    pub(crate) fn stop(&self) {
+        self.state.lock().stopped = true;
+        self.moved.notify_all();
+    }
+
+    /// `(rows recorded and not committed, rows dropped)`.
+    pub(crate) fn counts(&self) -> (usize, u64) {
+        let st = self.state.lock();
+        (st.pending(), st.dropped)
+    }
+}
