@@ -3,14 +3,15 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
 use serde_json::Value;
 
 use super::convert::{ceiling_to_py, json_to_py, py_to_json};
 use super::policy::PyPolicy;
+use super::provider::Provider;
 use crate::ceiling::{self, Api, Encoding, FitOptions, FitResult};
+use crate::error::Error;
 use crate::guard::domain::decide::UsageCeiling;
 use crate::guard::domain::policy::{ModelSpec, Prices};
 
@@ -20,23 +21,20 @@ const DETACH_BYTES: usize = 4096;
 fn count_u64(d: &Bound<'_, PyDict>, key: &str, required: bool) -> PyResult<Option<u64>> {
     let path = format!("ceiling.{key}");
     match d.get_item(key)? {
-        None if required => Err(PyValueError::new_err(format!(
-            "{path}: is required; a whole number of 0 or more"
-        ))),
+        None if required => {
+            Err(Error::invalid(&path, "", "is required; a whole number of 0 or more").into())
+        }
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
         Some(v) if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() => {
             v.extract::<u64>().map(Some).map_err(|_| {
-                PyValueError::new_err(format!(
-                    "{path}: must be a whole number of 0 or more (got {})",
-                    v.repr().map(|r| r.to_string()).unwrap_or_default()
-                ))
+                let given = v.repr().map(|r| r.to_string()).unwrap_or_default();
+                Error::invalid(&path, given, "must be a whole number of 0 or more").into()
             })
         }
-        Some(v) => Err(PyTypeError::new_err(format!(
-            "{path}: must be a whole number of 0 or more (got {})",
-            v.repr()?
-        ))),
+        Some(v) => {
+            Err(Error::wrong_type(&path, v.repr()?, "must be a whole number of 0 or more").into())
+        }
     }
 }
 
@@ -45,10 +43,7 @@ fn number(v: &Bound<'_, PyAny>, path: &str) -> PyResult<f64> {
         && !v.is_instance_of::<PyBool>();
     let f = if ok { v.extract::<f64>()? } else { f64::NAN };
     if !(f.is_finite() && f >= 0.0) {
-        return Err(PyValueError::new_err(format!(
-            "{path}: must be a number of 0 or more (got {})",
-            v.repr()?
-        )));
+        return Err(Error::invalid(path, v.repr()?, "must be a number of 0 or more").into());
     }
     Ok(f)
 }
@@ -57,8 +52,10 @@ fn number(v: &Bound<'_, PyAny>, path: &str) -> PyResult<f64> {
 /// Rates are dollars per million tokens.
 pub(crate) fn ceiling_from_py(value: &Bound<'_, PyAny>) -> PyResult<UsageCeiling> {
     let d = value.cast::<PyDict>().map_err(|_| {
-        PyTypeError::new_err(
-            "ceiling: must be a dict with tokens, cost_micros, rates, max_output_tokens, \
+        Error::wrong_type(
+            "ceiling",
+            "",
+            "must be a dict with tokens, cost_micros, rates, max_output_tokens, \
              min_output_tokens, margin (a ticket's .ceiling)",
         )
     })?;
@@ -73,16 +70,18 @@ pub(crate) fn ceiling_from_py(value: &Bound<'_, PyAny>) -> PyResult<UsageCeiling
     for k in d.keys() {
         let k: String = k.extract()?;
         if !KEYS.contains(&k.as_str()) {
-            return Err(PyValueError::new_err(format!(
-                "ceiling.{k}: is not a ceiling key; accepted: {}",
-                KEYS.join(", ")
-            )));
+            let accepted = format!("is not a ceiling key; accepted: {}", KEYS.join(", "));
+            return Err(Error::invalid(&format!("ceiling.{k}"), "", accepted).into());
         }
     }
     let rates = match d.get_item("rates")? {
         Some(r) if !r.is_none() => {
             let r = r.cast::<PyDict>().map_err(|_| {
-                PyTypeError::new_err("ceiling.rates: must be a dict of input, cached_input, output")
+                Error::wrong_type(
+                    "ceiling.rates",
+                    "",
+                    "must be a dict of input, cached_input, output",
+                )
             })?;
             let price = |key: &str| -> PyResult<u64> {
                 match r.get_item(key)? {
@@ -130,9 +129,9 @@ fn spec_for(policy: Option<&Bound<'_, PyPolicy>>, model: Option<&str>) -> Option
 #[pyo3(signature = (text, encoding = "o200k_base"))]
 fn count_tokens(py: Python<'_>, text: &Bound<'_, PyAny>, encoding: &str) -> PyResult<u64> {
     let encoding = Encoding::parse(encoding, "encoding")?;
-    let text: String = text.extract().map_err(|_| {
-        PyTypeError::new_err(format!("text: must be a str (got {})", text.get_type()))
-    })?;
+    let text: String = text
+        .extract()
+        .map_err(|_| Error::wrong_type("text", text.get_type(), "must be a str"))?;
     if text.len() > DETACH_BYTES {
         Ok(py.detach(move || encoding.count(&text)))
     } else {
@@ -143,15 +142,15 @@ fn count_tokens(py: Python<'_>, text: &Bound<'_, PyAny>, encoding: &str) -> PyRe
 /// Counts a request's prompt as `provider` sends it: `{"tokens", "exact", "encoding"}`.
 /// `model` may be a list of candidate models (a routing group): the largest count is taken.
 #[pyfunction]
-#[pyo3(signature = (request, provider = "openai", model = None, *, policy = None))]
+#[pyo3(signature = (request, provider = Provider::default(), model = None, *, policy = None), text_signature = "(request, provider='openai', model=None, *, policy=None)")]
 fn count_prompt<'py>(
     py: Python<'py>,
     request: &Bound<'py, PyAny>,
-    provider: &str,
+    provider: Provider,
     model: Option<&Bound<'py, PyAny>>,
     policy: Option<&Bound<'py, PyPolicy>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let api = Api::parse(provider, "provider")?;
+    let api = provider.0;
     let request = py_to_json(request, "request")?;
     let models: Vec<String> = match model.filter(|m| !m.is_none()) {
         None => request
@@ -163,10 +162,8 @@ fn count_prompt<'py>(
         Some(m) => match m.extract::<String>() {
             Ok(one) => vec![one],
             Err(_) => m.extract::<Vec<String>>().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "model: must be a model id or a list of model ids (got {})",
-                    m.repr().map(|r| r.to_string()).unwrap_or_default()
-                ))
+                let given = m.repr().map(|r| r.to_string()).unwrap_or_default();
+                Error::wrong_type("model", given, "must be a model id or a list of model ids")
             })?,
         },
     };
@@ -266,17 +263,17 @@ impl PyFitResult {
 /// Fits `request` into `ceiling` (a ticket's `.ceiling` dict); raises `UsageLimitDoesNotFit`
 /// or `ContextWindowExceeded` before any provider sees a call that cannot fit.
 #[pyfunction]
-#[pyo3(signature = (request, ceiling, provider = "openai", model = None, *, policy = None, require_full_output = false))]
+#[pyo3(signature = (request, ceiling, provider = Provider::default(), model = None, *, policy = None, require_full_output = false), text_signature = "(request, ceiling, provider='openai', model=None, *, policy=None, require_full_output=False)")]
 fn fit(
     py: Python<'_>,
     request: &Bound<'_, PyAny>,
     ceiling: &Bound<'_, PyAny>,
-    provider: &str,
+    provider: Provider,
     model: Option<String>,
     policy: Option<&Bound<'_, PyPolicy>>,
     require_full_output: bool,
 ) -> PyResult<PyFitResult> {
-    let api = Api::parse(provider, "provider")?;
+    let api = provider.0;
     let ceiling = ceiling_from_py(ceiling)?;
     let request = py_to_json(request, "request")?;
     let model = model.or_else(|| {
@@ -308,13 +305,10 @@ fn fit(
 fn usage_capped(
     response: &Bound<'_, PyAny>,
     fit_result: &Bound<'_, PyFitResult>,
-    provider: Option<&str>,
+    provider: Option<Provider>,
 ) -> PyResult<bool> {
     let fitted = fit_result.get();
-    let api = match provider {
-        Some(p) => Api::parse(p, "provider")?,
-        None => fitted.api,
-    };
+    let api = provider.map_or(fitted.api, |p| p.0);
     let response = py_to_json(response, "response")?;
     Ok(ceiling::usage_capped(&response, &fitted.inner, api))
 }

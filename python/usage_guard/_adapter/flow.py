@@ -64,8 +64,10 @@ def run_sync(
     return result
 
 
-class GuardedStream:
-    """A provider stream that bills when it ends, breaks, is closed or is dropped."""
+class _StreamProxy:
+    """What the sync and async guarded streams share: the call, the provider's stream (its
+    other attributes pass through), what was delivered, and the `usage_*` attributes set
+    once it settles."""
 
     def __init__(self, call: Call, inner: Any):
         self._call = call
@@ -81,6 +83,10 @@ class GuardedStream:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._inner, name)
+
+
+class GuardedStream(_StreamProxy):
+    """A provider stream that bills when it ends, breaks, is closed or is dropped."""
 
     def __iter__(self) -> GuardedStream:
         return self
@@ -151,23 +157,8 @@ async def run_async(
     return result
 
 
-class AsyncGuardedStream:
+class AsyncGuardedStream(_StreamProxy):
     """An async provider stream that bills when it ends, breaks, is closed or is dropped."""
-
-    def __init__(self, call: Call, inner: Any):
-        self._call = call
-        self._inner = inner
-        self._iter: Any = None
-        self._state = StreamState()
-        self._settled = False
-        self.usage_limits: Optional[dict[str, Any]] = None
-        self.usage_restriction: Optional[dict[str, Any]] = None
-        self.usage_billed: Optional[dict[str, Any]] = None
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._inner, name)
 
     def __aiter__(self) -> AsyncGuardedStream:
         return self
