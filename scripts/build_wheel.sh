@@ -26,8 +26,11 @@ else
 fi
 
 rm -f dist/usage_guard-*.whl dist/usage_guard-*.tar.gz
+# The wheel is built from the checkout, not from the unpacked sdist: cargo would take the
+# sdist's files (a new temporary path, old mtimes) for unchanged and reuse a stale core.
+"$VENV/bin/maturin" sdist --out dist 2>&1 | grep -v '^\s*Compiling ' >&2
 # maturin finds zig as `python -m ziglang` with the python first on the PATH: the venv's
-PATH="$(cd "$VENV" && pwd)/bin:$PATH" "$VENV/bin/maturin" build --release --sdist "${ZIG[@]}" \
+PATH="$(cd "$VENV" && pwd)/bin:$PATH" "$VENV/bin/maturin" build --release "${ZIG[@]}" \
   --out dist 2>&1 | grep -v '^\s*Compiling ' >&2
 
 "$VENV/bin/python" - <<'EOF'

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::admission::{demand, AdmitRequest, ReservedParts};
-use super::billing::{check_usage, ledger_row, usage_adds, BillInfo, Billed, Usage};
+use super::billing::{check_usage, ledger_row, record, usage_adds, BillInfo, Billed, Usage};
 use super::guard::Guard;
 use super::shared::{Resolved, Shared};
 use super::stats::{bump, log_store_error, store_answered};
@@ -323,14 +323,10 @@ impl BatchTicket {
         bump(&self.shared.stats.billed);
         if let Some(ledger) = self.shared.ledger.get() {
             let ticket_id = format!("{}/{result_id}", self.id);
-            ledger.record(ledger_row(
-                &self.path,
-                &self.source,
-                ticket_id,
-                now,
-                &billed,
-                info,
-            ));
+            record(
+                ledger.as_ref(),
+                ledger_row(&self.path, &self.source, ticket_id, now, &billed, info),
+            );
         }
         Ok(Some(billed))
     }

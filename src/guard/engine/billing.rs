@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::rule::{CounterId, Metric};
-use crate::guard::ledger::LedgerRow;
+use crate::guard::ledger::{Ledger, LedgerRow};
 use crate::guard::store::UsageAdd;
 
 /// What a call used, as the provider reported it.
@@ -73,6 +73,19 @@ pub struct BillInfo {
     pub request_id: Option<String>,
     /// Free JSON kept with the row.
     pub metadata: Option<serde_json::Value>,
+}
+
+/// Hands a row to the ledger. A durable ledger (or one applying backpressure) blocks until
+/// its row is committed; on a worker of the shared runtime (`bill_async`) that wait is
+/// announced to tokio, so the other tasks of that worker move on meanwhile.
+pub(crate) fn record(ledger: &dyn Ledger, row: LedgerRow) {
+    let on_worker = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if on_worker {
+        tokio::task::block_in_place(|| ledger.record(row));
+    } else {
+        ledger.record(row);
+    }
 }
 
 /// The ledger row of a bill.

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::billing::{check_usage, ledger_row, usage_adds};
+use super::billing::{check_usage, ledger_row, record, usage_adds};
 pub use super::billing::{BillInfo, Billed, Usage};
 use super::fitted::AdmittedRequest;
 use super::shared::Shared;
@@ -200,14 +200,17 @@ impl Ticket {
         billed.recorded = self.settle(adds, now, "bill").await;
         bump(&shared.stats.billed);
         if let Some(ledger) = shared.ledger.get() {
-            ledger.record(ledger_row(
-                &self.state.parts.path,
-                &self.state.parts.source,
-                self.state.parts.id.clone(),
-                now,
-                &billed,
-                info,
-            ));
+            record(
+                ledger.as_ref(),
+                ledger_row(
+                    &self.state.parts.path,
+                    &self.state.parts.source,
+                    self.state.parts.id.clone(),
+                    now,
+                    &billed,
+                    info,
+                ),
+            );
         }
         Ok(Some(billed))
     }
