@@ -27,12 +27,13 @@ pub use ceiling::{
     Encoding, FitOptions, FitResult, KnownModel, PromptCount, ReportedUsage, ThinkingRange,
     Tokenizer,
 };
+pub use ceiling::{HttpRefusal, HttpShape};
 pub use error::{Error, FieldError, Result};
 pub use guard::domain::clock::{iso8601, parse_iso8601, Clock, ManualClock, Millis, SystemClock};
 pub use guard::domain::decide::UsageCeiling;
 pub use guard::domain::path::{SourceKind, SourceRef};
 pub use guard::domain::policy::{Policy, Prices, MAX_AMOUNT};
-pub use guard::domain::refusal::{HttpRefusal, HttpShape, Reason, Refusal};
+pub use guard::domain::refusal::{Reason, Refusal};
 pub use guard::domain::rule::{CounterId, LimitType, Metric, Scope};
 pub use guard::domain::view::UsageView;
 pub use guard::domain::window::{CalendarUnit, Window};

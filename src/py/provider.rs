@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::ceiling::Api;
+use crate::ceiling::HttpShape;
 use crate::error::Error;
-use crate::guard::domain::refusal::HttpShape;
 
 /// The name every provider argument has in Python.
 const ARGUMENT: &str = "provider";

@@ -1,9 +1,11 @@
 //! Anthropic messages: `max_tokens`, `thinking.budget_tokens`, `stop_reason`, and usage with
 //! cache reads and writes reported apart from `input_tokens`.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use super::refusal::RefusalKind;
 use super::{n, ReportedUsage};
+use crate::guard::domain::refusal::Refusal;
 
 pub(super) const OUTPUT_PATH: [&str; 1] = ["max_tokens"];
 pub(super) const THINKING_PATH: [&str; 2] = ["thinking", "budget_tokens"];
@@ -29,5 +31,20 @@ pub(super) fn usage(response: &Value) -> Option<ReportedUsage> {
         output_tokens: n(u, "/output_tokens"),
         cached_input_tokens: read,
         reasoning_tokens: 0,
+    })
+}
+
+/// A refusal in Anthropic's error shape: `{"type": "error", "error": {type, message}}` (with
+/// our `code` beside them).
+pub(super) fn refusal_body(refusal: &Refusal, kind: RefusalKind) -> Value {
+    let kind_word = match kind {
+        RefusalKind::Limit => "rate_limit_error",
+        RefusalKind::Unavailable => "api_error",
+        RefusalKind::ContextWindow => "invalid_request_error",
+        RefusalKind::ModelNotFound => "not_found_error",
+    };
+    json!({
+        "type": "error",
+        "error": { "type": kind_word, "message": refusal.message, "code": refusal.http_code() }
     })
 }

@@ -1,11 +1,17 @@
 //! One file per provider: where its requests keep the output maximum, the answer count and
 //! the thinking budget; how its responses (and final stream events) report usage; and which
-//! finish reason means "stopped at the output maximum". Everything else asks here, by [`Api`].
+//! finish reason means "stopped at the output maximum"; and how it shapes a refusal
+//! (`refusal.rs` holds what the shapes share). Everything else asks here, by [`Api`].
 
 mod anthropic;
 mod gemini;
 mod ollama;
 mod openai;
+mod refusal;
+
+use crate::guard::domain::refusal::Refusal;
+pub use refusal::{HttpRefusal, HttpShape};
+use refusal::{RefusalKind, MAX_CLIENT_RETRY_WAIT_SECONDS};
 
 use serde_json::Value;
 
@@ -105,4 +111,38 @@ pub fn reported_usage(response: &Value, api: Api) -> Option<ReportedUsage> {
 /// A non-negative integer at `pointer`, 0 when absent or not one.
 fn n(value: &Value, pointer: &str) -> u64 {
     value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
+}
+
+impl Refusal {
+    /// The refusal as an HTTP answer in a provider's error shape. A usage limit says when to
+    /// come back (`retry-after` for a rate limit) or that retrying will not help
+    /// (`x-should-retry: false`); a request the limits can never admit answers 400 or 404.
+    pub fn to_http(&self, provider: HttpShape) -> HttpRefusal {
+        let kind = RefusalKind::of(self);
+        let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
+        if kind == RefusalKind::Limit {
+            if self.is_rate_limit() {
+                if let Some(seconds) = self.retry_after_seconds {
+                    headers.push(("retry-after".to_string(), seconds.max(1).to_string()));
+                    // SDKs that honour any Retry-After would hold the request that long.
+                    if seconds > MAX_CLIENT_RETRY_WAIT_SECONDS {
+                        headers.push(("x-should-retry".to_string(), "false".to_string()));
+                    }
+                }
+            } else {
+                // A limit that lasts until tomorrow: tell SDK clients not to retry.
+                headers.push(("x-should-retry".to_string(), "false".to_string()));
+            }
+        }
+        let body = match provider {
+            HttpShape::OpenAi => openai::refusal_body(self, kind),
+            HttpShape::Anthropic => anthropic::refusal_body(self, kind),
+            HttpShape::Ollama => ollama::refusal_body(self),
+        };
+        HttpRefusal {
+            status: kind.status(),
+            headers,
+            body,
+        }
+    }
 }

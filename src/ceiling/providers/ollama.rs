@@ -1,9 +1,10 @@
 //! Ollama `/api/chat`, `/api/generate` and `/api/embed`: `options.num_predict` (negative:
 //! no limit), `done_reason`, and `prompt_eval_count` / `eval_count`.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::ReportedUsage;
+use crate::guard::domain::refusal::Refusal;
 
 pub(super) const OUTPUT_PATH: [&str; 2] = ["options", "num_predict"];
 
@@ -29,4 +30,9 @@ pub(super) fn usage(response: &Value) -> Option<ReportedUsage> {
         output_tokens: output.unwrap_or(0),
         ..ReportedUsage::default()
     })
+}
+
+/// A refusal in Ollama's error shape: `{"error": message}`.
+pub(super) fn refusal_body(refusal: &Refusal) -> Value {
+    json!({ "error": refusal.message })
 }

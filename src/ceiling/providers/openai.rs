@@ -2,12 +2,14 @@
 //! `choices[].finish_reason`), responses (`max_output_tokens`, `incomplete_details`) and
 //! embeddings, with their usage fields.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use super::refusal::RefusalKind;
 use super::{n, ReportedUsage};
 use crate::ceiling::api::Api;
 use crate::ceiling::fields::read_count;
 use crate::error::Result;
+use crate::guard::domain::refusal::Refusal;
 
 /// Chat keeps the legacy `max_tokens` only when the caller set it and not the newer field.
 pub(super) fn output_path(request: &Value, api: Api) -> Vec<&'static str> {
@@ -76,6 +78,25 @@ pub(super) fn usage(response: &Value, api: Api) -> Option<ReportedUsage> {
             output_tokens: n(u, "/completion_tokens"),
             cached_input_tokens: n(u, "/prompt_tokens_details/cached_tokens"),
             reasoning_tokens: n(u, "/completion_tokens_details/reasoning_tokens"),
+        }
+    })
+}
+
+/// A refusal in OpenAI's error shape: `{"error": {message, type, param, code}}`.
+pub(super) fn refusal_body(refusal: &Refusal, kind: RefusalKind) -> Value {
+    let code = refusal.http_code();
+    let (kind_word, param) = match kind {
+        RefusalKind::Limit => (code, Value::Null),
+        RefusalKind::Unavailable => ("api_error", Value::Null),
+        RefusalKind::ContextWindow => ("invalid_request_error", json!("messages")),
+        RefusalKind::ModelNotFound => ("invalid_request_error", json!("model")),
+    };
+    json!({
+        "error": {
+            "message": refusal.message,
+            "type": kind_word,
+            "param": param,
+            "code": code,
         }
     })
 }

@@ -1,7 +1,5 @@
 //! Refusals: why a call was refused, in words and in each provider's HTTP error shape.
 
-use serde_json::{json, Value};
-
 use super::clock::{iso8601, Millis};
 use super::rule::{LimitType, Metric};
 use super::window::Window;
@@ -34,9 +32,6 @@ impl Reason {
         }
     }
 }
-
-/// A rate-limit refusal that frees up later than this also says `x-should-retry: false`.
-pub(crate) const MAX_CLIENT_RETRY_WAIT_SECONDS: u64 = 60;
 
 /// The message of every refusal for unavailable counters.
 pub(crate) const UNAVAILABLE_MESSAGE: &str = "Usage limits cannot be checked right now";
@@ -112,117 +107,4 @@ impl Refusal {
             Reason::DoesNotFit | Reason::LimitReached => "usage_limit_reached",
         }
     }
-
-    /// The refusal as an HTTP answer in a provider's error shape.
-    pub fn to_http(&self, provider: HttpShape) -> HttpRefusal {
-        match self.reason {
-            Reason::ContextWindowExceeded => return self.invalid_request_http(provider, 400),
-            Reason::ModelNotFound => return self.invalid_request_http(provider, 404),
-            _ => {}
-        }
-        let unavailable = self.reason == Reason::Unavailable;
-        let status = if unavailable { 503 } else { 429 };
-        let code = self.http_code();
-        let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
-        if !unavailable {
-            if self.is_rate_limit() {
-                if let Some(seconds) = self.retry_after_seconds {
-                    headers.push(("retry-after".to_string(), seconds.max(1).to_string()));
-                    // SDKs that honour any Retry-After would hold the request that long.
-                    if seconds > MAX_CLIENT_RETRY_WAIT_SECONDS {
-                        headers.push(("x-should-retry".to_string(), "false".to_string()));
-                    }
-                }
-            } else {
-                // A limit that lasts until tomorrow: tell SDK clients not to retry.
-                headers.push(("x-should-retry".to_string(), "false".to_string()));
-            }
-        }
-        let body = match provider {
-            HttpShape::OpenAi => json!({
-                "error": {
-                    "message": self.message,
-                    "type": if unavailable { "api_error" } else { code },
-                    "param": Value::Null,
-                    "code": code,
-                }
-            }),
-            HttpShape::Anthropic => json!({
-                "type": "error",
-                "error": {
-                    "type": if unavailable { "api_error" } else { "rate_limit_error" },
-                    "message": self.message,
-                    "code": code,
-                }
-            }),
-            HttpShape::Ollama => json!({ "error": self.message }),
-        };
-        HttpRefusal {
-            status,
-            headers,
-            body,
-        }
-    }
-}
-
-impl Refusal {
-    /// A refusal of the request itself, which waiting will not fix: a prompt over the
-    /// context window (400, `context_length_exceeded`) or a model the policy does not know
-    /// (404, `model_not_found`; Anthropic `not_found_error`).
-    fn invalid_request_http(&self, provider: HttpShape, status: u16) -> HttpRefusal {
-        let code = self.http_code();
-        let (param, anthropic_type) = if self.reason == Reason::ModelNotFound {
-            ("model", "not_found_error")
-        } else {
-            ("messages", "invalid_request_error")
-        };
-        let body = match provider {
-            HttpShape::OpenAi => json!({
-                "error": {
-                    "message": self.message,
-                    "type": "invalid_request_error",
-                    "param": param,
-                    "code": code,
-                }
-            }),
-            HttpShape::Anthropic => json!({
-                "type": "error",
-                "error": { "type": anthropic_type, "message": self.message, "code": code }
-            }),
-            HttpShape::Ollama => json!({ "error": self.message }),
-        };
-        HttpRefusal {
-            status,
-            headers: vec![("content-type".to_string(), "application/json".to_string())],
-            body,
-        }
-    }
-}
-
-/// Which provider's error shape to answer in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HttpShape {
-    OpenAi,
-    Anthropic,
-    Ollama,
-}
-
-impl HttpShape {
-    /// Parses `openai`, `anthropic` or `ollama`.
-    pub fn parse(word: &str) -> Option<HttpShape> {
-        match word {
-            "openai" => Some(HttpShape::OpenAi),
-            "anthropic" => Some(HttpShape::Anthropic),
-            "ollama" => Some(HttpShape::Ollama),
-            _ => None,
-        }
-    }
-}
-
-/// A refusal as an HTTP answer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HttpRefusal {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Value,
 }
