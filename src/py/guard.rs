@@ -244,7 +244,7 @@ impl PyTicket {
     /// request (`{}` when nothing changes or there was no request).
     #[getter]
     fn fitted<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let changes = self.inner.fitted_changes().cloned().unwrap_or_default();
+        let changes = self.inner.fitted_changes().unwrap_or_default();
         json_to_py(py, &serde_json::Value::Object(changes))
     }
 

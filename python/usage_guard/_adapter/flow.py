@@ -17,29 +17,13 @@ from .call import (
     Api,
     Call,
     StreamState,
-    Usage,
     begin_async,
     begin_sync,
-    g,
     settle_async,
     settle_sync,
 )
 
-__all__ = [
-    "Api",
-    "AsyncGuardedStream",
-    "Call",
-    "GuardedClient",
-    "GuardedStream",
-    "Proxy",
-    "StreamState",
-    "Usage",
-    "begin_async",
-    "begin_sync",
-    "g",
-    "settle_async",
-    "settle_sync",
-]
+__all__ = ["AsyncGuardedStream", "GuardedClient", "GuardedStream", "Proxy"]
 
 
 # -- the sync driver ---------------------------------------------------------------------------

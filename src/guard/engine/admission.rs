@@ -339,7 +339,6 @@ fn fit_request(
     Ok(Some(Box::new(AdmittedRequest {
         api: *api,
         prompt,
-        changes: fit.changes(),
         fit,
     })))
 }

@@ -10,7 +10,4 @@ pub(crate) struct AdmittedRequest {
     pub(crate) api: Api,
     pub(crate) prompt: Option<PromptCount>,
     pub(crate) fit: FitResult,
-    /// The top-level request keys the fit set or changed, with their new values: what the
-    /// caller must send instead of what it asked.
-    pub(crate) changes: serde_json::Map<String, serde_json::Value>,
 }

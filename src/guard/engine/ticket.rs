@@ -133,8 +133,8 @@ impl Ticket {
 
     /// The request keys to send instead of the caller's (output maximum, thinking budget
     /// or thinking turned off); empty when nothing changes or admission had no request.
-    pub fn fitted_changes(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
-        self.state.parts.request.as_ref().map(|r| &r.changes)
+    pub fn fitted_changes(&self) -> Option<serde_json::Map<String, serde_json::Value>> {
+        self.state.parts.request.as_ref().map(|r| r.fit.changes())
     }
 
     /// The prompt as counted at admission (once, with the policy's model spec); `None` when
