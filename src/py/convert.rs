@@ -1,7 +1,7 @@
 //! Conversions between Python objects and the core's types.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString};
 use serde_json::Value;
 
 use crate::error::Error;
@@ -12,85 +12,7 @@ use crate::guard::domain::policy::Prices;
 use crate::guard::domain::view::{RuleView, UsageView};
 use crate::guard::engine::ticket::{Billed, Usage};
 
-/// A Python value (dicts with string keys, lists, tuples, str, int, float, bool, None) as
-/// JSON. `path` names the value in errors.
-pub(crate) fn py_to_json(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
-    to_json(value, path, false)
-}
-
-/// Like [`py_to_json`], but a NaN or infinite float becomes its text ("nan", "inf"), so that
-/// a document validator reports it with the document's other errors.
-pub(crate) fn py_to_json_document(value: &Bound<'_, PyAny>) -> PyResult<Value> {
-    to_json(value, "", true)
-}
-
-fn to_json(value: &Bound<'_, PyAny>, path: &str, non_finite_as_text: bool) -> PyResult<Value> {
-    if value.is_none() {
-        return Ok(Value::Null);
-    }
-    if let Ok(b) = value.cast::<PyBool>() {
-        return Ok(Value::Bool(b.is_true()));
-    }
-    if value.is_instance_of::<PyInt>() {
-        if let Ok(n) = value.extract::<i64>() {
-            return Ok(Value::from(n));
-        }
-        if let Ok(n) = value.extract::<u64>() {
-            return Ok(Value::from(n));
-        }
-        return Err(Error::invalid(path, value, "is too large a number").into());
-    }
-    if let Ok(f) = value.cast::<PyFloat>() {
-        let f = f.value();
-        if non_finite_as_text && !f.is_finite() {
-            return Ok(Value::String(f.to_string()));
-        }
-        return serde_json::Number::from_f64(f)
-            .map(Value::Number)
-            .ok_or_else(|| Error::invalid(path, f, "must be a finite number").into());
-    }
-    if let Ok(s) = value.cast::<PyString>() {
-        return Ok(Value::String(s.extract::<String>()?));
-    }
-    if let Ok(d) = value.cast::<PyDict>() {
-        let mut map = serde_json::Map::with_capacity(d.len());
-        for (k, v) in d.iter() {
-            let key: String = k
-                .extract()
-                .map_err(|_| Error::wrong_type(path, k.get_type(), "keys must be strings"))?;
-            let child = if path.is_empty() {
-                key.clone()
-            } else {
-                format!("{path}.{key}")
-            };
-            map.insert(key, to_json(&v, &child, non_finite_as_text)?);
-        }
-        return Ok(Value::Object(map));
-    }
-    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
-        let mut items = Vec::new();
-        for (i, item) in value.try_iter()?.enumerate() {
-            items.push(to_json(
-                &item?,
-                &format!("{path}[{i}]"),
-                non_finite_as_text,
-            )?);
-        }
-        return Ok(Value::Array(items));
-    }
-    // Mappings and objects with a `model_dump` / `to_dict` (SDK models) convert too.
-    for method in ["model_dump", "to_dict"] {
-        if value.hasattr(method)? {
-            return to_json(&value.call_method0(method)?, path, non_finite_as_text);
-        }
-    }
-    Err(Error::wrong_type(
-        path,
-        value.get_type(),
-        "cannot use this type here; accepted: dict, list, str, int, float, bool, None",
-    )
-    .into())
-}
+pub(crate) use super::json::{py_to_json, py_to_json_document};
 
 /// JSON as Python objects.
 pub(crate) fn json_to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {

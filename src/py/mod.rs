@@ -7,6 +7,7 @@ mod clock;
 mod convert;
 mod errors;
 mod guard;
+mod json;
 mod ledger;
 mod policy;
 mod provider;

@@ -1,0 +1,84 @@
+"""No input ends the process: values nested without bound, or containing themselves, are
+refused with a ValueError naming the argument, also on a thread with a small (256 KiB)
+stack, and the guard goes on working."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import pytest
+import usage_guard as ug
+
+POLICY = {"models": {"m": {"display_name": "M", "max_output_tokens": 100}}}
+
+
+def nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def looped() -> dict[str, Any]:
+    value: dict[str, Any] = {"role": "user"}
+    value["content"] = value
+    return value
+
+
+def _guard() -> ug.Guard:
+    return ug.Guard(ug.Policy.from_dict(POLICY))
+
+
+CASES: dict[str, tuple[str, Callable[[ug.Guard, Any], Any]]] = {
+    "policy document": ("models", lambda g, v: ug.Policy.from_dict({"models": {"m": v}})),
+    "request": ("request", lambda g, v: g.admit("a", "m", request={"messages": [v]})),
+    "count_prompt": ("request", lambda g, v: ug.count_prompt({"messages": [v]})),
+    "metadata": (
+        "metadata",
+        lambda g, v: g.admit("a", "m", prompt_tokens=1, max_tokens=1).bill(1, 1, metadata=v),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("make", [lambda: nested(10_000), looped], ids=["deep", "self"])
+def test_hostile_input_is_a_value_error(case: str, make: Callable[[], Any]) -> None:
+    argument, call = CASES[case]
+    guard = _guard()
+    with pytest.raises(ValueError, match=rf"^{argument}: nests deeper than 64 levels"):
+        call(guard, make())
+    guard.admit("a", "m", prompt_tokens=1, max_tokens=1).bill(1, 1)  # still works
+
+
+def test_on_a_thread_with_a_small_stack() -> None:
+    outcomes: list[str] = []
+
+    def work() -> None:
+        guard = _guard()
+        for case in sorted(CASES):
+            argument, call = CASES[case]
+            try:
+                call(guard, nested(300))
+            except ValueError as refused:
+                outcomes.append(str(refused).split(":")[0] == argument and "refused" or "wrong")
+        # Within the bound, the same thread converts and counts without trouble.
+        within = {"role": "user", "content": nested(60)}
+        guard.admit("a", "m", request={"model": "m", "messages": [within]}).release()
+        outcomes.append("within")
+
+    previous = threading.stack_size(256 * 1024)
+    try:
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(previous)
+    assert outcomes == ["refused"] * len(CASES) + ["within"]
+
+
+def test_json_and_toml_documents_are_bounded_too() -> None:
+    with pytest.raises(ug.PolicyError, match="recursion limit"):
+        ug.Policy.from_json("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ug.PolicyError, match="recursion limit"):
+        ug.Policy.from_toml("a = " + "[" * 100_000 + "]" * 100_000)
