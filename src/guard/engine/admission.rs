@@ -67,7 +67,7 @@ impl Guard {
         let fit = |ceiling: &UsageCeiling| fit_request(&request, &path, prompt, ceiling);
         if path.is_unlimited() {
             let ceiling = unlimited_ceiling(&demand, settings);
-            let fitted = fit(&ceiling).map_err(|e| self.counted(e))?;
+            let fitted = fit(&ceiling).map_err(|e| self.count_refusal(e))?;
             bump(&self.shared.stats.admitted);
             return Ok(self.ticket(&path, None, ceiling, admitted_at, fitted, false));
         }
@@ -85,7 +85,7 @@ impl Guard {
             Err(error) => {
                 self.store_failed(&path, settings, &error)?;
                 let ceiling = unlimited_ceiling(&demand, settings);
-                let fitted = fit(&ceiling).map_err(|e| self.counted(e))?;
+                let fitted = fit(&ceiling).map_err(|e| self.count_refusal(e))?;
                 bump(&self.shared.stats.uncounted);
                 bump(&self.shared.stats.admitted);
                 Ok(self.ticket(&path, None, ceiling, admitted_at, fitted, true))
@@ -121,7 +121,7 @@ impl Guard {
                 Decision::Refuse(refusal) => return Err(self.refuse(refusal)),
                 Decision::Admit(plan) => plan,
             };
-            let extra = shape(&mut plan, &reads, now).map_err(|e| self.counted(e))?;
+            let extra = shape(&mut plan, &reads, now).map_err(|e| self.count_refusal(e))?;
             let minute = expiry_minute(now, hold_ms);
             match self
                 .shared
@@ -175,7 +175,7 @@ impl Guard {
     }
 
     /// Counts a refusal made outside `decide` (a request that cannot fit); other errors pass.
-    fn counted(&self, error: Error) -> Error {
+    fn count_refusal(&self, error: Error) -> Error {
         if matches!(error, Error::Refused(_)) {
             bump(&self.shared.stats.refused);
         }
