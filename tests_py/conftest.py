@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import pytest
 import usage_guard as ug
+from redis_harness import RedisServer
 
 START = "2026-11-30T08:00:00Z"
 
@@ -24,3 +26,13 @@ def make_guard(clock: ug.ManualClock) -> Callable[..., ug.Guard]:
         return ug.Guard(ug.Policy.from_dict(document), store=store, clock=clock)
 
     return make
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A fresh redis-server for one test, stopped by pid afterwards."""
+    server = RedisServer()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,15 +28,6 @@ POLICY = {
 }
 CHILDREN = 3
 CHILD_DEADLINE_S = 30.0
-
-
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _call(guard: ug.Guard, tokens: int) -> None:

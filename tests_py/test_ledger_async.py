@@ -1,5 +1,5 @@
-"""A durable ledger under asyncio: `bill_async` waits for its row's commit without stalling
-the runtime's other tasks, and every acknowledged row is in the database."""
+"""A durable ledger under asyncio: many concurrent `bill_async` calls each return once their
+row is committed, and every acknowledged row is in the database."""
 
 from __future__ import annotations
 

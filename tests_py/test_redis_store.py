@@ -13,16 +13,6 @@ import usage_guard as ug
 from redis_harness import BUDGET, BUDGET_POLICY, RedisCluster, RedisServer, budget_worker
 
 
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    """A fresh redis-server for one test, stopped by pid afterwards."""
-    server = RedisServer()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture(scope="module")
 def redis_cluster() -> Iterator[RedisCluster]:
     """One 3-master cluster for this module (tests use prefixes of their own)."""
