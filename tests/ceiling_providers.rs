@@ -3,7 +3,9 @@
 //! stream events.
 
 use serde_json::{json, Map, Value};
-use usage_guard::{fit, reported_usage, stopped_at_max, usage_capped, Api, FitOptions};
+use usage_guard::{
+    fit, reported_usage, stopped_at_max, usage_capped, usage_paths, Api, FitOptions,
+};
 use usage_guard::{ReportedUsage, UsageCeiling};
 
 fn ceiling(tokens: u64, max_out: u64) -> UsageCeiling {
@@ -175,6 +177,12 @@ fn usage_per_provider() {
             usage(125, 30, 100, 0),
         ),
         (
+            Api::Anthropic,
+            json!({"type": "message_start", "message": {"content": [],
+                "usage": {"input_tokens": 5, "cache_read_input_tokens": 7, "output_tokens": 1}}}),
+            usage(12, 1, 7, 0),
+        ),
+        (
             Api::Gemini,
             json!({"usageMetadata": {"promptTokenCount": 11, "candidatesTokenCount": 6,
                 "thoughtsTokenCount": 4, "cachedContentTokenCount": 3}}),
@@ -193,6 +201,12 @@ fn usage_per_provider() {
     ];
     for (api, response, expected) in cases {
         assert_eq!(reported_usage(&response, api), expected, "{api:?}");
+        // What a binding converts (only the usage paths) reads the same.
+        assert_eq!(
+            reported_usage(&only_usage(&response, api), api),
+            expected,
+            "{api:?}"
+        );
     }
     let chunk = json!({"choices": [{"delta": {"content": "x"}}]});
     assert_eq!(reported_usage(&chunk, Api::OpenAiChat), None);
@@ -200,4 +214,24 @@ fn usage_per_provider() {
         reported_usage(&json!({"done": false}), Api::OllamaChat),
         None
     );
+}
+
+/// `response` with only the parts at `usage_paths(api)` kept, as a binding converts it.
+fn only_usage(response: &Value, api: Api) -> Value {
+    let mut kept = json!({});
+    for path in usage_paths(api) {
+        let pointer: String = path.iter().map(|k| format!("/{k}")).collect();
+        if let Some(found) = response.pointer(&pointer) {
+            let mut at = &mut kept;
+            for key in &path[..path.len() - 1] {
+                at = at
+                    .as_object_mut()
+                    .unwrap()
+                    .entry(key.to_string())
+                    .or_insert_with(|| json!({}));
+            }
+            at[path[path.len() - 1]] = found.clone();
+        }
+    }
+    kept
 }

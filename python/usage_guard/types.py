@@ -19,6 +19,7 @@ __all__ = [
     "Metric",
     "PromptCount",
     "Provider",
+    "ReportedUsage",
     "Rates",
     "Reserved",
     "Restriction",
@@ -150,3 +151,13 @@ class PromptCount(TypedDict):
     tokens: int
     exact: bool
     encoding: str
+
+
+class ReportedUsage(TypedDict):
+    """`_core.reported_usage(...)`: what a provider reported, in one shape. `input_tokens`
+    includes the cached ones; `output_tokens` includes the reasoning ones."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    reasoning_tokens: int

@@ -27,5 +27,7 @@ pub(crate) use fit::fit_counted;
 pub use fit::{fit, requested_max_output, FitOptions, FitResult};
 pub use models::{known_model, tokenizer_for, KnownModel, ThinkingRange, Tokenizer};
 pub use prompt::{count_request, count_request_for_group, prompt_counts, PromptCount};
-pub use providers::{reported_usage, stopped_at_max, HttpRefusal, HttpShape, ReportedUsage};
+pub use providers::{
+    reported_usage, stopped_at_max, usage_paths, HttpRefusal, HttpShape, ReportedUsage,
+};
 pub use tokenizer::{count_tokens, Encoding};

@@ -13,6 +13,7 @@ mod policy;
 mod provider;
 mod redis_store;
 mod store;
+mod usage;
 
 use pyo3::prelude::*;
 
@@ -33,5 +34,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     guard::register(m)?;
     ceiling::register(m)?;
     ledger::register(m)?;
+    usage::register(m)?;
     Ok(())
 }

@@ -25,6 +25,7 @@ from .call import (
     begin_async,
     begin_sync,
     g,
+    reported,
     settle_async,
     settle_sync,
 )
@@ -33,21 +34,10 @@ from .flow import GuardedClient, Proxy
 __all__ = ["GuardedAnthropic", "GuardedAsyncAnthropic", "MESSAGES"]
 
 
-def _input(u: Any) -> tuple[int, int]:
-    """(every input token, the cached ones): Anthropic reports cache reads and writes apart."""
-    read = g(u, "cache_read_input_tokens", default=0)
-    created = g(u, "cache_creation_input_tokens", default=0)
-    return g(u, "input_tokens", default=0) + read + created, read
-
-
-def _usage(message: Any) -> Usage:
-    u = g(message, "usage")
-    total, cached = _input(u)
-    return Usage(
-        input_tokens=total,
-        cached_input_tokens=cached,
-        output_tokens=g(u, "output_tokens", default=0),
-    )
+def _usage(carrier: Any) -> Optional[Usage]:
+    """What a message, or a `message_start` / `message_delta` event, reports (the core adds
+    Anthropic's cache reads and writes into the input)."""
+    return reported(MESSAGES.word, carrier)
 
 
 def _thinking(message: Any) -> str:
@@ -61,7 +51,9 @@ def _thinking(message: Any) -> str:
 def _observe(state: StreamState, event: Any) -> None:
     kind = g(event, "type")
     if kind == "message_start":
-        state.input_tokens, state.cached_input_tokens = _input(g(event, "message", "usage"))
+        if (started := _usage(event)) is not None:
+            state.input_tokens = started.input_tokens
+            state.cached_input_tokens = started.cached_input_tokens
     elif kind == "content_block_delta":
         delta = g(event, "delta")
         dtype = g(delta, "type")
@@ -72,21 +64,18 @@ def _observe(state: StreamState, event: Any) -> None:
         elif dtype == "input_json_delta":
             state.text.append(g(delta, "partial_json", default=""))
     elif kind == "message_delta":
-        u = g(event, "usage")
-        if g(u, "input_tokens") is not None:
-            state.input_tokens, state.cached_input_tokens = _input(u)
-        state.usage = Usage(
-            input_tokens=state.input_tokens or 0,
-            cached_input_tokens=state.cached_input_tokens,
-            output_tokens=g(u, "output_tokens", default=0),
-        )
+        final = _usage(event) or Usage()
+        # A delta that reports no input leaves the message_start's count standing.
+        if g(event, "usage", "input_tokens") is None:
+            final.input_tokens = state.input_tokens or 0
+            final.cached_input_tokens = state.cached_input_tokens
+        state.usage = final
         reason = g(event, "delta", "stop_reason")
         state.finish_reason = str(reason) if reason else None
 
 
 MESSAGES = Api(
     word="anthropic",
-    usage=_usage,
     finish_reasons=lambda m: [str(r)] if (r := g(m, "stop_reason")) else [],
     reasoning_text=_thinking,
     observe=_observe,
@@ -106,7 +95,9 @@ def _snapshot_state(stream: Any) -> tuple[StreamState, bool]:
     if message is None:
         return state, False
     state.chunks = 1
-    state.input_tokens, state.cached_input_tokens = _input(g(message, "usage"))
+    if (started := _usage(message)) is not None:
+        state.input_tokens = started.input_tokens
+        state.cached_input_tokens = started.cached_input_tokens
     for block in g(message, "content", default=()):
         kind = g(block, "type")
         if kind == "text":
@@ -117,7 +108,7 @@ def _snapshot_state(stream: Any) -> tuple[StreamState, bool]:
             state.text.append(json.dumps(g(block, "input", default={})))
     stop = g(message, "stop_reason")
     if stop is not None:
-        state.usage = _usage(message)
+        state.usage = _usage(message) or Usage()
         state.finish_reason = str(stop)
     return state, stop is not None
 

@@ -81,6 +81,18 @@ class Usage:
     reasoning_tokens: int = 0
 
 
+def reported(word: str, carrier: Any) -> Optional[Usage]:
+    """The usage `carrier` (a response, or the stream event with the final usage) reports,
+    read by the core's provider module for `word`; None when it carries none. Never raises:
+    the call has run."""
+    try:
+        usage = _core.reported_usage(carrier, word)  # type: ignore[arg-type]
+    except Exception as exc:
+        log.warning("usage_guard: cannot read the reported usage: %s", exc)
+        return None
+    return None if usage is None else Usage(**usage)
+
+
 @dataclass
 class StreamState:
     """What a stream delivered so far."""
@@ -108,7 +120,6 @@ class Api:
     objects, stream chunks). Where the request keeps its fields is the core's business."""
 
     word: str  # the core's provider word: "openai", "openai.responses", ...
-    usage: Callable[[Any], Usage]  # the usage of a plain response
     # Why a plain response stopped, one reason per answer, read off the SDK object as is.
     finish_reasons: Callable[[Any], list[str]] = _no_reasons
     observe: Optional[Callable[[StreamState, Any], None]] = None  # one stream chunk
@@ -183,7 +194,7 @@ class Call:
         }
 
     def response_usage(self, response: Any) -> Usage:
-        usage = self.api.usage(response)
+        usage = reported(self.api.word, response) or Usage()
         if not usage.reasoning_tokens and self.api.reasoning_text is not None:
             usage.reasoning_tokens = self.count([self.api.reasoning_text(response)])
         return usage

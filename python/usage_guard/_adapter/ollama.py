@@ -14,21 +14,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from .call import Api, StreamState, Usage, g
+from .call import Api, StreamState, g, reported
 from .flow import GuardedClient
 
 __all__ = ["GuardedOllama", "GuardedAsyncOllama", "CHAT", "GENERATE", "EMBED"]
 
 
-def _usage(r: Any) -> Usage:
-    return Usage(
-        input_tokens=g(r, "prompt_eval_count", default=0),
-        output_tokens=g(r, "eval_count", default=0),
-    )
-
-
 def _observer(
-    text_path: tuple[str, ...], thinking_path: tuple[str, ...]
+    word: str, text_path: tuple[str, ...], thinking_path: tuple[str, ...]
 ) -> Callable[[StreamState, Any], None]:
     def observe(state: StreamState, chunk: Any) -> None:
         text = g(chunk, *text_path)
@@ -38,7 +31,7 @@ def _observer(
         if thinking:
             state.reasoning_text.append(thinking)
         if g(chunk, "done"):
-            state.usage = _usage(chunk)
+            state.usage = reported(word, chunk)
             reason = g(chunk, "done_reason")
             state.finish_reason = str(reason) if reason else None
 
@@ -50,10 +43,9 @@ def _api(
 ) -> Api:
     return Api(
         word=word,
-        usage=_usage,
         finish_reasons=lambda r: [str(d)] if (d := g(r, "done_reason")) else [],
         reasoning_text=lambda r: g(r, *thinking, default=""),
-        observe=_observer(text, thinking),
+        observe=_observer(word, text, thinking),
         positional=positional,
         lazy_stream=True,
     )
@@ -63,7 +55,6 @@ CHAT = _api("ollama", ("message", "content"), ("message", "thinking"), ("model",
 GENERATE = _api("ollama.generate", ("response",), ("thinking",), ("model", "prompt", "suffix"))
 EMBED = Api(
     word="ollama.embed",
-    usage=lambda r: Usage(input_tokens=g(r, "prompt_eval_count", default=0)),
     positional=("model", "input"),
     embeddings=True,
 )

@@ -14,28 +14,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .call import Api, StreamState, Usage, g
+from .call import Api, StreamState, g, reported
 from .flow import GuardedClient, Proxy
 
 __all__ = ["GuardedOpenAI", "GuardedAsyncOpenAI", "CHAT", "RESPONSES", "EMBEDDINGS"]
-
-
-def _chat_usage(u: Any) -> Usage:
-    return Usage(
-        input_tokens=g(u, "prompt_tokens", default=0),
-        output_tokens=g(u, "completion_tokens", default=0),
-        cached_input_tokens=g(u, "prompt_tokens_details", "cached_tokens", default=0),
-        reasoning_tokens=g(u, "completion_tokens_details", "reasoning_tokens", default=0),
-    )
-
-
-def _responses_usage(u: Any) -> Usage:
-    return Usage(
-        input_tokens=g(u, "input_tokens", default=0),
-        output_tokens=g(u, "output_tokens", default=0),
-        cached_input_tokens=g(u, "input_tokens_details", "cached_tokens", default=0),
-        reasoning_tokens=g(u, "output_tokens_details", "reasoning_tokens", default=0),
-    )
 
 
 def _chat_observe(state: StreamState, chunk: Any) -> None:
@@ -51,9 +33,8 @@ def _chat_observe(state: StreamState, chunk: Any) -> None:
         reason = g(choice, "finish_reason")
         if reason:
             state.finish_reason = str(reason)
-    usage = g(chunk, "usage")
-    if usage is not None:
-        state.usage = _chat_usage(usage)
+    if g(chunk, "usage") is not None:
+        state.usage = reported(CHAT.word, chunk)
 
 
 def _chat_stream_setup(kwargs: dict[str, Any]) -> bool:
@@ -87,9 +68,8 @@ def _responses_observe(state: StreamState, event: Any) -> None:
         state.reasoning_text.append(g(event, "delta", default=""))
     elif kind in _END_EVENTS:
         response = g(event, "response")
-        usage = g(response, "usage")
-        if usage is not None:
-            state.usage = _responses_usage(usage)
+        if g(response, "usage") is not None:
+            state.usage = reported(RESPONSES.word, event)
         reason = g(response, "incomplete_details", "reason")
         state.finish_reason = str(reason) if reason else None
 
@@ -105,7 +85,6 @@ def _chat_reasons(response: Any) -> list[str]:
 
 CHAT = Api(
     word="openai",
-    usage=lambda r: _chat_usage(g(r, "usage")),
     finish_reasons=_chat_reasons,
     observe=_chat_observe,
     stream_setup=_chat_stream_setup,
@@ -113,13 +92,11 @@ CHAT = Api(
 )
 RESPONSES = Api(
     word="openai.responses",
-    usage=lambda r: _responses_usage(g(r, "usage")),
     finish_reasons=_responses_reasons,
     observe=_responses_observe,
 )
 EMBEDDINGS = Api(
     word="openai.embeddings",
-    usage=lambda r: Usage(input_tokens=g(r, "usage", "prompt_tokens", default=0)),
     embeddings=True,
 )
 

@@ -108,6 +108,21 @@ pub fn reported_usage(response: &Value, api: Api) -> Option<ReportedUsage> {
     }
 }
 
+/// Where [`reported_usage`] looks in a response or stream event: the paths (object keys from
+/// the top) it reads, and nothing else. A binding converts only these parts of an SDK object,
+/// never the answer itself (an embeddings response's vectors, say).
+pub fn usage_paths(api: Api) -> &'static [&'static [&'static str]] {
+    match api {
+        Api::OpenAiChat | Api::OpenAiEmbeddings => &[&["usage"]],
+        Api::OpenAiResponses => &[&["usage"], &["response", "usage"]],
+        Api::Anthropic => &[&["usage"], &["message", "usage"]],
+        Api::Gemini => &[&["usageMetadata"], &["usage_metadata"]],
+        Api::OllamaChat | Api::OllamaGenerate | Api::OllamaEmbed => {
+            &[&["prompt_eval_count"], &["eval_count"]]
+        }
+    }
+}
+
 /// A non-negative integer at `pointer`, 0 when absent or not one.
 fn n(value: &Value, pointer: &str) -> u64 {
     value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
