@@ -10,6 +10,7 @@ storage) — check-then-increment per item, no reservation, no cost, no calendar
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -67,6 +68,23 @@ def bench_usage_guard() -> float:
     return per_op_us(once)
 
 
+def bench_usage_guard_async() -> float:
+    """`admit_async` + `bill_async` awaited in one task, same guard shape as the sync pair."""
+    guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), clock=ug.ManualClock("2026-11-30T14:20:00Z"))
+
+    async def run(n: int) -> float:
+        for _ in range(1000):
+            ticket = await guard.admit_async("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
+            await ticket.bill_async(1100, 800)
+        start = time.perf_counter()
+        for _ in range(n):
+            ticket = await guard.admit_async("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
+            await ticket.bill_async(1100, 800)
+        return (time.perf_counter() - start) / n * 1e6
+
+    return asyncio.run(run(N))
+
+
 def bench_limits() -> float | None:
     try:
         import limits  # noqa: F401
@@ -100,8 +118,13 @@ def bench_limits() -> float | None:
 
 def main() -> None:
     ours = bench_usage_guard()
+    ours_async = bench_usage_guard_async()
     theirs = bench_limits()
     print(f"usage_guard admit+bill, 6 rules, memory store: {ours:8.2f} µs per call")
+    print(
+        f"usage_guard admit_async+bill_async, same:       {ours_async:8.2f} µs per call"
+        f" ({ours_async / ours:.2f}x the sync pair; goal <= 2x)"
+    )
     if theirs is None:
         print("limits (not installed): skipped")
     else:

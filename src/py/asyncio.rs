@@ -1,62 +1,138 @@
-//! Coroutines for asyncio, run on the crate's shared runtime as it is in this process: a
-//! forked child spawns on its own runtime, never on the parent's (whose threads are gone).
+//! Coroutines for asyncio, without a thread hop when none is needed. Each call hands back an
+//! `asyncio.Future` of the running loop. Work that completes without waiting (every in-memory
+//! store operation) is polled once, inline, and the future comes back already resolved:
+//! awaiting it does not even yield to the loop. Other work runs on the crate's shared runtime
+//! (as it is in this process: a forked child has its own) and resolves the future with one
+//! `call_soon_threadsafe`. Cancelling the future drops the Rust work where it stands, so what
+//! that work holds is given back by its own drop.
 
-use std::cell::OnceCell;
 use std::future::Future;
-use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3_async_runtimes::generic::{ContextExt, Runtime};
-use pyo3_async_runtimes::TaskLocals;
+use pyo3::sync::PyOnceLock;
+use pyo3::{intern, IntoPyObjectExt};
 
-/// `pyo3_async_runtimes`' generic runtime over `crate::runtime::shared()`.
-struct Shared;
+static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-tokio::task_local! {
-    static TASK_LOCALS: OnceCell<TaskLocals>;
+/// Whether the work may be polled on the caller's thread (the event loop's) before it is
+/// handed to the runtime: only when nothing in it can block a thread (no ledger write or
+/// read: those wait on a queue or a database).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FirstPoll {
+    Inline,
+    OnRuntime,
 }
 
-impl Runtime for Shared {
-    type JoinError = tokio::task::JoinError;
-    type JoinHandle = tokio::task::JoinHandle<()>;
-
-    fn spawn<F>(fut: F) -> Self::JoinHandle
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        crate::runtime::shared().spawn(fut)
-    }
-
-    fn spawn_blocking<F>(f: F) -> Self::JoinHandle
-    where
-        F: FnOnce() + Send + 'static,
-    {
-        crate::runtime::shared().spawn_blocking(f)
+impl FirstPoll {
+    /// `Inline` unless the guard writes to or reads from a ledger.
+    pub(crate) fn unless_ledger(has_ledger: bool) -> Self {
+        if has_ledger {
+            FirstPoll::OnRuntime
+        } else {
+            FirstPoll::Inline
+        }
     }
 }
 
-impl ContextExt for Shared {
-    fn scope<F, R>(locals: TaskLocals, fut: F) -> Pin<Box<dyn Future<Output = R> + Send>>
-    where
-        F: Future<Output = R> + Send + 'static,
+/// Resolves an asyncio future with the outcome of `work`, on the loop's thread; does nothing
+/// to a future already done (cancelled meanwhile).
+#[pyfunction]
+fn _resolve(future: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    if future
+        .call_method0(intern!(future.py(), "done"))?
+        .is_truthy()?
     {
-        let cell = OnceCell::new();
-        let _ = cell.set(locals);
-        Box::pin(TASK_LOCALS.scope(cell, fut))
+        return Ok(());
     }
+    let method = if ok { "set_result" } else { "set_exception" };
+    future.call_method1(method, (value,))?;
+    Ok(())
+}
 
-    fn get_task_locals() -> Option<TaskLocals> {
-        TASK_LOCALS
-            .try_with(|c| c.get().cloned())
-            .unwrap_or_default()
+/// Aborts the runtime task of a future that was cancelled (its done-callback).
+#[pyclass(frozen)]
+struct AbortOnCancel(tokio::task::AbortHandle);
+
+#[pymethods]
+impl AbortOnCancel {
+    fn __call__(&self, future: &Bound<'_, PyAny>) -> PyResult<()> {
+        if future
+            .call_method0(intern!(future.py(), "cancelled"))?
+            .is_truthy()?
+        {
+            self.0.abort();
+        }
+        Ok(())
     }
 }
 
-/// An asyncio awaitable that resolves to what `fut` returns.
-pub(crate) fn future_into_py<F, T>(py: Python<'_>, fut: F) -> PyResult<Bound<'_, PyAny>>
+/// `(ok, value)`: the result converted, or the exception to set.
+fn outcome<T>(py: Python<'_>, out: PyResult<T>) -> (bool, Py<PyAny>)
+where
+    T: for<'py> IntoPyObject<'py>,
+{
+    match out.and_then(|v| v.into_py_any(py)) {
+        Ok(value) => (true, value),
+        Err(e) => (false, e.into_value(py).into_any()),
+    }
+}
+
+/// An `asyncio.Future` of the running loop that resolves to what `work` returns (see the
+/// module's note for when it is polled where).
+pub(crate) fn future_into_py<F, T>(
+    py: Python<'_>,
+    first_poll: FirstPoll,
+    work: F,
+) -> PyResult<Bound<'_, PyAny>>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'py> IntoPyObject<'py> + Send + 'static,
 {
-    pyo3_async_runtimes::generic::future_into_py::<Shared, F, T>(py, fut)
+    let get_loop = GET_RUNNING_LOOP.get_or_try_init(py, || {
+        py.import("asyncio")?
+            .getattr("get_running_loop")
+            .map(Bound::unbind)
+    })?;
+    let event_loop = get_loop.call0(py)?.into_bound(py);
+    let future = event_loop.call_method0(intern!(py, "create_future"))?;
+    let runtime = crate::runtime::shared();
+    let mut work = Box::pin(work);
+    if first_poll == FirstPoll::Inline {
+        let polled = py.detach(|| {
+            let _context = runtime.enter();
+            work.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+        });
+        if let Poll::Ready(out) = polled {
+            let (ok, value) = outcome(py, out);
+            _resolve(&future, ok, value.bind(py))?;
+            return Ok(future);
+        }
+    }
+    let (loop_ref, future_ref) = (event_loop.clone().unbind(), future.clone().unbind());
+    let task = runtime.spawn(async move {
+        let out = work.await;
+        Python::attach(|py| {
+            let (ok, value) = outcome(py, out);
+            let resolve = wrap_pyfunction!(_resolve, py)?;
+            loop_ref.call_method1(
+                py,
+                intern!(py, "call_soon_threadsafe"),
+                (resolve, future_ref, ok, value),
+            )?;
+            Ok::<(), PyErr>(())
+        })
+        .unwrap_or_else(|e: PyErr| {
+            // The loop closed before the work finished: nobody is left to tell.
+            log::debug!("an asyncio result had no loop to go to: {e}");
+        });
+    });
+    future
+        .call_method1(
+            intern!(py, "add_done_callback"),
+            (AbortOnCancel(task.abort_handle()),),
+        )
+        .map_err(|e| PyRuntimeError::new_err(format!("asyncio future: {e}")))?;
+    Ok(future)
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use super::asyncio::FirstPoll;
 use super::clock::PyManualClock;
 use super::convert::{
     billed_to_py, ceiling_to_py, json_to_py, prompt_count_to_py, py_to_json, reserved_to_py,
@@ -151,7 +152,8 @@ impl PyGuard {
     ) -> PyResult<Bound<'py, PyAny>> {
         let req = admit_request(user, model, request, prompt_tokens, max_tokens, provider)?;
         let guard = self.inner.clone();
-        super::asyncio::future_into_py(py, async move {
+        let first_poll = FirstPoll::unless_ledger(guard.ledger().is_some());
+        super::asyncio::future_into_py(py, first_poll, async move {
             let ticket = guard.admit(req).await?;
             Ok(PyTicket { inner: ticket })
         })
@@ -181,7 +183,8 @@ impl PyGuard {
         model: String,
     ) -> PyResult<Bound<'py, PyAny>> {
         let guard = self.inner.clone();
-        super::asyncio::future_into_py(py, async move {
+        let first_poll = FirstPoll::unless_ledger(guard.ledger().is_some());
+        super::asyncio::future_into_py(py, first_poll, async move {
             let view = guard.usage(user.as_deref(), &model).await?;
             Python::attach(|py| view_to_py(py, &view).map(Bound::unbind))
         })
@@ -334,7 +337,8 @@ impl PyTicket {
         )?;
         let info = bill_info(request_id, metadata)?;
         let ticket = self.inner.clone();
-        super::asyncio::future_into_py(py, async move {
+        let first_poll = FirstPoll::unless_ledger(ticket.has_ledger());
+        super::asyncio::future_into_py(py, first_poll, async move {
             let billed = ticket.bill_with(usage, info).await?;
             Python::attach(|py| billed_to_py(py, billed).map(|d| d.map(Bound::unbind)))
         })
@@ -349,7 +353,8 @@ impl PyTicket {
     /// `release` as a coroutine.
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let ticket = self.inner.clone();
-        super::asyncio::future_into_py(py, async move { Ok(ticket.release().await) })
+        let first_poll = FirstPoll::unless_ledger(ticket.has_ledger());
+        super::asyncio::future_into_py(py, first_poll, async move { Ok(ticket.release().await) })
     }
 
     fn __repr__(&self) -> String {

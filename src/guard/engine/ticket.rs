@@ -172,6 +172,11 @@ impl Ticket {
         self.state.settled.load(Ordering::SeqCst)
     }
 
+    /// Whether billing this ticket writes a ledger row (a write that may wait on the writer).
+    pub fn has_ledger(&self) -> bool {
+        self.state.parts.shared.ledger.get().is_some()
+    }
+
     fn claim(&self) -> bool {
         self.state
             .settled

@@ -1,0 +1,97 @@
+"""The asyncio bridge: work that needs no waiting (the in-memory store) comes back as an
+already-resolved future, with no thread hop; work that waits (Redis, a ledger) resolves on the
+caller's loop; refusals arrive as exceptions either way; a cancelled call's work is dropped and
+the loop keeps going."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import usage_guard as ug
+from redis_harness import RedisServer
+
+POLICY: dict[str, Any] = {
+    "models": {"m": {"display_name": "M", "max_output_tokens": 100}},
+    "limits": {
+        "direct": [
+            {
+                "user": "alice",
+                "model": "m",
+                "rules": [
+                    {"metric": "requests", "amount": 300, "window": "day"},
+                    {"metric": "tokens", "amount": 1_000_000, "window": "day"},
+                ],
+            }
+        ]
+    },
+}
+
+
+def guard(**kwargs: Any) -> ug.Guard:
+    return ug.Guard(ug.Policy.from_dict(POLICY), **kwargs)
+
+
+async def test_memory_store_answers_without_a_round_trip_through_the_loop() -> None:
+    g = guard()
+    pending = g.admit_async("alice", "m", prompt_tokens=10, max_tokens=5)
+    assert isinstance(pending, asyncio.Future) and pending.done()
+    ticket = await pending
+    billing = ticket.bill_async(10, 5)
+    assert billing.done()
+    billed = await billing
+    assert billed is not None and billed["output_tokens"] == 5 and billed["recorded"]
+    usage = g.usage_async("alice", "m")
+    assert usage.done() and (await usage)["rules"][0]["used"] == 1
+
+
+async def test_a_refusal_is_raised_by_await_on_either_path(redis_server: RedisServer) -> None:
+    for g in (guard(), guard(store=ug.RedisStore(redis_server.url, prefix="bridge"))):
+        with pytest.raises(ug.UsageLimitError):
+            await g.admit_async("alice", "m", prompt_tokens=2_000_000, max_tokens=5)
+        with pytest.raises(ValueError, match="model"):
+            await g.admit_async("alice", "", prompt_tokens=1, max_tokens=1)
+
+
+async def test_many_tasks_count_exactly_on_both_paths(redis_server: RedisServer) -> None:
+    for g in (guard(), guard(store=ug.RedisStore(redis_server.url, prefix="exact"))):
+
+        async def one(g: ug.Guard = g) -> bool:
+            try:
+                ticket = await g.admit_async("alice", "m", prompt_tokens=1, max_tokens=1)
+            except ug.UsageLimitError:
+                return False
+            await ticket.bill_async(1, 1)
+            return True
+
+        admitted = await asyncio.gather(*(one() for _ in range(400)))
+        assert sum(admitted) == 300  # exactly the requests/day amount, never more
+        view = await g.usage_async("alice", "m")
+        assert [r["used"] for r in view["rules"]] == [300, 600]
+
+
+async def test_waiting_work_resolves_on_the_loop(redis_server: RedisServer, tmp_path: Path) -> None:
+    waiting = [
+        guard(store=ug.RedisStore(redis_server.url, prefix="wait")),
+        guard(ledger=ug.SqliteLedger(str(tmp_path / "l.db"))),  # a ledger is never polled inline
+    ]
+    for g in waiting:
+        pending = g.admit_async("alice", "m", prompt_tokens=3, max_tokens=2)
+        assert not pending.done()
+        ticket = await asyncio.wait_for(pending, 10)
+        billed = await asyncio.wait_for(ticket.bill_async(3, 2), 10)
+        assert billed is not None and billed["input_tokens"] == 3 and billed["recorded"]
+
+
+async def test_a_cancelled_call_leaves_the_loop_working(redis_server: RedisServer) -> None:
+    g = guard(store=ug.RedisStore(redis_server.url, prefix="cancel"))
+    for _ in range(50):
+        pending = g.admit_async("alice", "m", prompt_tokens=1, max_tokens=1)
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+    await asyncio.sleep(0.2)  # late results must not be set on the cancelled futures
+    ticket = await g.admit_async("alice", "m", prompt_tokens=1, max_tokens=1)
+    assert await ticket.release_async()
