@@ -144,5 +144,38 @@ def main() -> None:
         print(f"{name:12} counts identical on every document and the whole corpus")
 
 
+def growing_chat(docs: list[str], turns: int = 200) -> None:
+    """An engine re-sends the whole conversation every turn: recount it each turn with
+    `count_prompt` (per-message cache) and with tiktoken over every message (no cache)."""
+    import tiktoken
+    import usage_guard as ug
+
+    enc = tiktoken.get_encoding("o200k_base")
+    texts = [docs[i % len(docs)][:3000] + f" turn {i}" for i in range(turns)]
+    roles = ["user", "assistant"]
+    messages = [{"role": roles[i % 2], "content": t} for i, t in enumerate(texts)]
+
+    def ours() -> int:
+        total = 0
+        for turn in range(1, turns + 1):
+            request = {"model": "gpt-5", "messages": messages[:turn]}
+            total += ug.count_prompt(request, "openai", "gpt-5")["tokens"]
+        return total
+
+    def tiktoken_recount() -> int:
+        total = 0
+        for turn in range(1, turns + 1):
+            total += sum(len(enc.encode_ordinary(m["content"])) for m in messages[:turn])
+        return total
+
+    ours_s, _ = best(ours, 1)
+    theirs_s, _ = best(tiktoken_recount, 1)
+    print(
+        f"growing chat, {turns} turns recounted each turn: usage_guard {ours_s:.3f} s, "
+        f"tiktoken recounting every message {theirs_s:.3f} s ({theirs_s / ours_s:.1f}x)"
+    )
+
+
 if __name__ == "__main__":
     main()
+    growing_chat(corpus(0.5))

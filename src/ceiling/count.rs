@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use super::message_cache::{self, Entry, Site};
 use super::tokenizer::Encoding;
 
 /// Accumulates a count; anything not counted exactly marks the whole count an estimate.
@@ -34,5 +35,27 @@ impl Counter {
             v => self.encoding.count(&v.to_string()),
         };
         self.estimate(n);
+    }
+    /// Counts one message with `count`, or adds its count from the per-message cache (see
+    /// `message_cache`): the same message at the same site, encoding and model always counts
+    /// the same, so a conversation re-sent every turn is tokenized only where it is new.
+    pub(crate) fn message(&mut self, site: Site, message: &Value, count: impl FnOnce(&mut Self)) {
+        let key = message_cache::key(site, self.encoding, self.model.as_deref(), message);
+        if let Some(entry) = key.and_then(message_cache::get) {
+            self.tokens += entry.tokens;
+            self.exact &= entry.exact;
+            return;
+        }
+        let (tokens_before, exact_before) = (self.tokens, self.exact);
+        self.exact = true;
+        count(self);
+        let entry = Entry {
+            tokens: self.tokens - tokens_before,
+            exact: self.exact,
+        };
+        self.exact &= exact_before;
+        if let Some(key) = key {
+            message_cache::put(key, entry);
+        }
     }
 }

@@ -14,6 +14,7 @@ mod fit;
 mod fit_checks;
 mod image;
 mod intersect;
+mod message_cache;
 mod models;
 mod openai;
 mod prompt;

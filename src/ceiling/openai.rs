@@ -8,6 +8,7 @@ use super::fields::field_error;
 use super::image::{
     data_dimensions, data_len, openai_image_rates, openai_tile_tokens, openai_tile_worst,
 };
+use super::message_cache::Site;
 use super::tokenizer::Encoding;
 use crate::error::{Error, Result};
 
@@ -45,8 +46,10 @@ pub(crate) fn chat(c: &mut Counter, request: &Value) -> Result<()> {
                 "must be an object with role and content",
             ));
         };
-        c.add(TOKENS_PER_MESSAGE);
-        message_fields(c, fields);
+        c.message(Site::OpenAiChat, m, |c| {
+            c.add(TOKENS_PER_MESSAGE);
+            message_fields(c, fields);
+        });
     }
     c.add(REPLY_PRIMING);
     let tools: Vec<&Value> = match (request.get("tools"), request.get("functions")) {
@@ -250,24 +253,7 @@ pub(crate) fn responses(c: &mut Counter, request: &Value) -> Result<()> {
         }
         Some(Value::Array(items)) => {
             for item in items {
-                c.add(TOKENS_PER_MESSAGE);
-                match item.get("type").and_then(Value::as_str) {
-                    Some("function_call") => function_call(c, item),
-                    Some("function_call_output") => {
-                        c.json(item.get("output").unwrap_or(&Value::Null))
-                    }
-                    Some("message") | None => {
-                        if let Some(Value::String(r)) = item.get("role") {
-                            c.text(r);
-                        }
-                        match item.get("content") {
-                            Some(Value::String(s)) => c.text(s),
-                            Some(Value::Array(parts)) => content_parts(c, parts),
-                            _ => {}
-                        }
-                    }
-                    Some(_) => c.json(item),
-                }
+                c.message(Site::OpenAiResponses, item, |c| input_item(c, item));
             }
         }
         Some(v) => {
@@ -301,4 +287,24 @@ pub(crate) fn responses(c: &mut Counter, request: &Value) -> Result<()> {
     }
     c.exact = false;
     Ok(())
+}
+
+/// One input item of a responses request, with its framing.
+fn input_item(c: &mut Counter, item: &Value) {
+    c.add(TOKENS_PER_MESSAGE);
+    match item.get("type").and_then(Value::as_str) {
+        Some("function_call") => function_call(c, item),
+        Some("function_call_output") => c.json(item.get("output").unwrap_or(&Value::Null)),
+        Some("message") | None => {
+            if let Some(Value::String(r)) = item.get("role") {
+                c.text(r);
+            }
+            match item.get("content") {
+                Some(Value::String(s)) => c.text(s),
+                Some(Value::Array(parts)) => content_parts(c, parts),
+                _ => {}
+            }
+        }
+        Some(_) => c.json(item),
+    }
 }

@@ -8,6 +8,7 @@ use super::api::Api;
 use super::count::Counter;
 use super::fields::field_error;
 use super::image::{anthropic_image_tokens, data_dimensions, data_len, gemini_image_tokens};
+use super::message_cache::Site;
 use super::models::tokenizer_for;
 use super::openai;
 use super::tokenizer::Encoding;
@@ -145,12 +146,14 @@ fn anthropic(c: &mut Counter, request: &Value) -> Result<()> {
         _ => {}
     }
     for m in messages(request, "messages")? {
-        c.add(MESSAGE_FRAMING);
-        match m.get("content") {
-            Some(Value::String(s)) => c.text(s),
-            Some(Value::Array(blocks)) => anthropic_blocks(c, blocks),
-            _ => {}
-        }
+        c.message(Site::Anthropic, m, |c| {
+            c.add(MESSAGE_FRAMING);
+            match m.get("content") {
+                Some(Value::String(s)) => c.text(s),
+                Some(Value::Array(blocks)) => anthropic_blocks(c, blocks),
+                _ => {}
+            }
+        });
     }
     c.add(MESSAGE_FRAMING);
     if let Some(Value::Array(tools)) = request.get("tools") {
@@ -214,8 +217,10 @@ fn gemini(c: &mut Counter, request: &Value) -> Result<()> {
     match get("contents", "contents") {
         Some(Value::Array(items)) => {
             for item in items {
-                c.add(MESSAGE_FRAMING);
-                gemini_content(c, item);
+                c.message(Site::Gemini, item, |c| {
+                    c.add(MESSAGE_FRAMING);
+                    gemini_content(c, item);
+                });
             }
         }
         Some(Value::String(s)) => c.text(s),
@@ -276,20 +281,24 @@ fn gemini_content(c: &mut Counter, content: &Value) {
 /// Ollama images: a model-dependent number of tokens; 768 as the estimate.
 const OLLAMA_IMAGE: u64 = 768;
 
+fn ollama_message(c: &mut Counter, m: &Value) {
+    c.add(MESSAGE_FRAMING);
+    for key in ["role", "content", "thinking"] {
+        if let Some(Value::String(s)) = m.get(key) {
+            c.text(s);
+        }
+    }
+    if let Some(Value::Array(images)) = m.get("images") {
+        c.estimate(OLLAMA_IMAGE * images.len() as u64);
+    }
+    if let Some(calls) = m.get("tool_calls") {
+        c.json(calls);
+    }
+}
+
 fn ollama_chat(c: &mut Counter, request: &Value) -> Result<()> {
     for m in messages(request, "messages")? {
-        c.add(MESSAGE_FRAMING);
-        for key in ["role", "content", "thinking"] {
-            if let Some(Value::String(s)) = m.get(key) {
-                c.text(s);
-            }
-        }
-        if let Some(Value::Array(images)) = m.get("images") {
-            c.estimate(OLLAMA_IMAGE * images.len() as u64);
-        }
-        if let Some(calls) = m.get("tool_calls") {
-            c.json(calls);
-        }
+        c.message(Site::OllamaChat, m, |c| ollama_message(c, m));
     }
     c.add(MESSAGE_FRAMING);
     if let Some(tools) = request.get("tools") {

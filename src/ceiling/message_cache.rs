@@ -1,0 +1,300 @@
+//! The per-message count cache. An engine re-sends the whole conversation every turn; each
+//! message's framed count is kept under a keyed hash of (where it is counted, the encoding,
+//! the model, the message), so a recount tokenizes only the new messages. No text is kept:
+//! an entry is 32 bytes of key and count. Bounded: two generations of at most `CAPACITY`
+//! entries each; a lookup that hits the older one moves the entry to the newer, so what is
+//! used stays (an LRU approximation). Keys are 128 bits from two SipHash keys drawn at random
+//! per process, so no input can be crafted to collide with another's count.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use super::tokenizer::Encoding;
+
+/// Entries per generation (at most twice this many are kept: about 2 MB).
+const CAPACITY: usize = 16_384;
+/// Messages with less text than this are counted directly: cheaper than a lookup.
+const MIN_TEXT_BYTES: usize = 256;
+
+/// Which counting code a message goes through (its framing differs per API).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Site {
+    OpenAiChat = 1,
+    OpenAiResponses = 2,
+    Anthropic = 3,
+    Gemini = 4,
+    OllamaChat = 5,
+}
+
+/// A message's framed count, and whether it is exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub tokens: u64,
+    pub exact: bool,
+}
+
+#[derive(Default)]
+struct Generations {
+    current: HashMap<u128, Entry>,
+    previous: HashMap<u128, Entry>,
+}
+
+static CACHE: Mutex<Option<Generations>> = Mutex::new(None);
+static HASH_KEYS: OnceLock<(RandomState, RandomState)> = OnceLock::new();
+/// Lookups answered from the cache: a diagnostic for tests.
+static HITS: AtomicU64 = AtomicU64::new(0);
+
+/// Feeds two hashers at once (a 128-bit key from two independently keyed SipHashes).
+struct Pair<H: Hasher>(H, H, usize);
+
+impl<H: Hasher> Pair<H> {
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.0.write(bytes);
+        self.1.write(bytes);
+    }
+    fn tag(&mut self, tag: u8, len: usize) {
+        self.bytes(&[tag]);
+        self.bytes(&(len as u64).to_le_bytes());
+    }
+    fn value(&mut self, v: &Value) {
+        match v {
+            Value::Null => self.tag(0, 0),
+            Value::Bool(b) => self.tag(1, usize::from(*b)),
+            Value::Number(n) => {
+                let text = n.to_string();
+                self.tag(2, text.len());
+                self.bytes(text.as_bytes());
+            }
+            Value::String(s) => {
+                self.tag(3, s.len());
+                self.bytes(s.as_bytes());
+                self.2 += s.len();
+            }
+            Value::Array(items) => {
+                self.tag(4, items.len());
+                items.iter().for_each(|item| self.value(item));
+            }
+            Value::Object(fields) => {
+                self.tag(5, fields.len());
+                for (k, item) in fields {
+                    self.tag(6, k.len());
+                    self.bytes(k.as_bytes());
+                    self.value(item);
+                }
+            }
+        }
+    }
+}
+
+/// The cache key of `message` counted at `site` with `encoding` for `model`; `None` when the
+/// message has too little text to be worth caching.
+pub(crate) fn key(
+    site: Site,
+    encoding: Encoding,
+    model: Option<&str>,
+    message: &Value,
+) -> Option<u128> {
+    #[cfg(test)]
+    if tests::BYPASS.with(std::cell::Cell::get) {
+        return None;
+    }
+    let (a, b) = HASH_KEYS.get_or_init(|| (RandomState::new(), RandomState::new()));
+    let mut pair = Pair(a.build_hasher(), b.build_hasher(), 0);
+    pair.tag(site as u8, 0);
+    pair.bytes(encoding.word().as_bytes());
+    let model = model.unwrap_or("");
+    pair.tag(7, model.len());
+    pair.bytes(model.as_bytes());
+    pair.value(message);
+    if pair.2 < MIN_TEXT_BYTES {
+        return None;
+    }
+    Some((u128::from(pair.0.finish()) << 64) | u128::from(pair.1.finish()))
+}
+
+/// The cached count under `key`, if any (moved to the newer generation).
+pub(crate) fn get(key: u128) -> Option<Entry> {
+    let mut cache = CACHE.lock();
+    let generations = cache.get_or_insert_with(Generations::default);
+    let found = match generations.current.get(&key) {
+        Some(entry) => Some(*entry),
+        None => {
+            let entry = generations.previous.remove(&key)?;
+            insert(generations, key, entry);
+            Some(entry)
+        }
+    };
+    if found.is_some() {
+        HITS.fetch_add(1, Ordering::Relaxed);
+    }
+    found
+}
+
+/// Keeps `entry` under `key`.
+pub(crate) fn put(key: u128, entry: Entry) {
+    let mut cache = CACHE.lock();
+    insert(cache.get_or_insert_with(Generations::default), key, entry);
+}
+
+fn insert(generations: &mut Generations, key: u128, entry: Entry) {
+    if generations.current.len() >= CAPACITY {
+        generations.previous = std::mem::take(&mut generations.current);
+    }
+    generations.current.insert(key, entry);
+}
+
+#[cfg(test)]
+pub(crate) fn hits() -> u64 {
+    HITS.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+pub(crate) fn entries() -> usize {
+    CACHE
+        .lock()
+        .as_ref()
+        .map_or(0, |g| g.current.len() + g.previous.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ceiling::{count_request, Api};
+    use serde_json::json;
+
+    thread_local! {
+        /// Counts on this thread without the cache (the reference for the property test).
+        pub(super) static BYPASS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    fn uncached(request: &Value, api: Api) -> crate::ceiling::PromptCount {
+        BYPASS.with(|b| b.set(true));
+        let count = count_request(request, api, Some("gpt-5"), None).unwrap();
+        BYPASS.with(|b| b.set(false));
+        count
+    }
+
+    /// A growing conversation, recounted every turn as an engine sends it: each count equals
+    /// the uncached one, and from the second turn on the old messages come from the cache.
+    #[test]
+    fn a_growing_chat_counts_the_same_and_hits_the_cache() {
+        let sentences = [
+            "The quick brown fox jumps over the lazy dog; ",
+            "fn main() { println!(\"{}\", 42); } // code ",
+            "日本語のテキストと絵文字 🎉🎉 を数える。",
+            "Ünïcödé and numbers 3.14159 2.71828 ",
+        ];
+        for api in [Api::OpenAiChat, Api::Anthropic, Api::OllamaChat] {
+            let mut messages = Vec::new();
+            for turn in 0..40 {
+                let text: String = (0..turn % 7 + 6)
+                    .map(|i| sentences[(turn + i) % sentences.len()])
+                    .collect();
+                let role = if turn % 2 == 0 { "user" } else { "assistant" };
+                messages.push(json!({"role": role, "content": format!("{turn}: {text}")}));
+                let request = json!({"model": "gpt-5", "messages": messages});
+                let hits_before = hits();
+                let cached = count_request(&request, api, Some("gpt-5"), None).unwrap();
+                assert_eq!(cached, uncached(&request, api), "{api:?} turn {turn}");
+                if turn > 0 {
+                    // Other tests share the cache; at least this chat's old messages hit.
+                    assert!(hits() - hits_before >= turn as u64, "{api:?} turn {turn}");
+                }
+            }
+        }
+        let input: Vec<Value> = (0..20)
+            .map(|i| json!({"role": "user", "content": format!("{i} {}", sentences[0].repeat(8))}))
+            .collect();
+        let request = json!({"model": "gpt-5", "input": input});
+        let first = count_request(&request, Api::OpenAiResponses, Some("gpt-5"), None).unwrap();
+        assert_eq!(first, uncached(&request, Api::OpenAiResponses));
+        let contents: Vec<Value> = (0..20)
+            .map(|i| json!({"role": "user", "parts": [{"text": format!("{i} {}", sentences[1].repeat(8))}]}))
+            .collect();
+        let request = json!({"contents": contents});
+        let first = count_request(&request, Api::Gemini, Some("gpt-5"), None).unwrap();
+        assert_eq!(
+            first,
+            count_request(&request, Api::Gemini, Some("gpt-5"), None).unwrap()
+        );
+        assert_eq!(first, uncached(&request, Api::Gemini));
+    }
+
+    #[test]
+    fn bounded_and_keeps_what_is_used() {
+        let long = "x".repeat(MIN_TEXT_BYTES);
+        let hot = key(
+            Site::OllamaChat,
+            Encoding::O200kBase,
+            None,
+            &Value::from(long.clone()),
+        )
+        .expect("long enough to cache");
+        put(
+            hot,
+            Entry {
+                tokens: 7,
+                exact: true,
+            },
+        );
+        for i in 0..3 * CAPACITY {
+            let k = key(
+                Site::OllamaChat,
+                Encoding::O200kBase,
+                None,
+                &Value::from(format!("{long}{i}")),
+            );
+            put(
+                k.unwrap(),
+                Entry {
+                    tokens: 1,
+                    exact: true,
+                },
+            );
+            if i % (CAPACITY / 2) == 0 {
+                assert_eq!(
+                    get(hot),
+                    Some(Entry {
+                        tokens: 7,
+                        exact: true
+                    })
+                );
+            }
+        }
+        assert!(entries() <= 2 * CAPACITY);
+        assert_eq!(
+            get(hot),
+            Some(Entry {
+                tokens: 7,
+                exact: true
+            })
+        );
+    }
+
+    #[test]
+    fn keys_tell_sites_encodings_and_models_apart() {
+        let m = Value::from("y".repeat(MIN_TEXT_BYTES));
+        let keys = [
+            key(Site::OpenAiChat, Encoding::O200kBase, None, &m),
+            key(Site::Anthropic, Encoding::O200kBase, None, &m),
+            key(Site::OpenAiChat, Encoding::Cl100kBase, None, &m),
+            key(Site::OpenAiChat, Encoding::O200kBase, Some("gpt-5"), &m),
+        ];
+        let distinct: std::collections::HashSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len());
+        assert_eq!(
+            key(
+                Site::OpenAiChat,
+                Encoding::O200kBase,
+                None,
+                &Value::from("short")
+            ),
+            None
+        );
+    }
+}
