@@ -22,9 +22,7 @@ CALL_COST = 100_000  # micro-dollars
 DAY_COST = 1_000_000
 
 
-def policy(
-    metric: str = "cost", amount: float = 1.0, **settings: Any
-) -> ug.Policy:
+def policy(metric: str = "cost", amount: float = 1.0, **settings: Any) -> ug.Policy:
     return ug.Policy.from_dict(
         {
             "models": {"m": MODEL},
@@ -137,8 +135,7 @@ def test_three_guards_one_recovers_none_overspends(
 ) -> None:
     ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
     guards = [
-        ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger)
-        for _ in range(3)
+        ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger) for _ in range(3)
     ]
     for _ in range(8):
         call(guards[0])

@@ -7,8 +7,6 @@ use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{EpochRead, StoreCheck, StoreFuture};
 
-pub(super) const EPOCH_LUA: &str = include_str!("../lua/epoch.lua");
-
 /// The key of a store's epoch.
 pub(super) fn epoch_key(counter_head: &str) -> String {
     // `{<prefix>}:c:` → `{<prefix>}:epoch`

@@ -8,16 +8,18 @@
 mod checks;
 mod connection;
 mod epoch;
+mod scripts;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClient;
-use redis::{Client, RedisError, Script};
+use redis::{Client, RedisError};
 
 use checks::Checks;
 use connection::{Conn, Target};
+use scripts::Scripts;
 
 use super::{
     CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, HoldRef, ReserveItem,
@@ -26,44 +28,10 @@ use super::{
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::escape_id;
 
-const COMMON_LUA: &str = include_str!("../lua/common.lua");
-const READ_LUA: &str = include_str!("../lua/read.lua");
-const FENCE_LUA: &str = include_str!("../lua/fence.lua");
-const RESERVE_LUA: &str = include_str!("../lua/reserve.lua");
-const SETTLE_LUA: &str = include_str!("../lua/settle.lua");
-const FILLED_LUA: &str = include_str!("../lua/filled.lua");
-const FILL_LUA: &str = include_str!("../lua/fill.lua");
-const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
-
 /// How long connecting, and each answer, may take before the store reports an error.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 /// The hard bound on one store operation, reconnecting included.
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(2_500);
-
-struct Scripts {
-    read: Script,
-    reserve: Script,
-    settle: Script,
-    filled: Script,
-    fill: Script,
-    mark_once: Script,
-    epoch: Script,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        let with_common = |body: &str| Script::new(&format!("{COMMON_LUA}\n{body}"));
-        Scripts {
-            read: with_common(READ_LUA),
-            reserve: with_common(&format!("{FENCE_LUA}\n{RESERVE_LUA}")),
-            settle: with_common(SETTLE_LUA),
-            filled: with_common(FILLED_LUA),
-            fill: with_common(FILL_LUA),
-            mark_once: Script::new(MARK_ONCE_LUA),
-            epoch: Script::new(epoch::EPOCH_LUA),
-        }
-    }
-}
 
 struct Inner {
     target: Target,
