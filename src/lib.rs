@@ -52,6 +52,6 @@ pub use guard::ledger::{
 #[cfg(feature = "redis")]
 pub use guard::store::RedisStore;
 pub use guard::store::{
-    expiry_minute, CounterKey, CounterRead, CounterStore, HoldRef, MemoryStore, ReserveItem,
-    ReserveOutcome, StoreError, StoreFuture, UsageAdd,
+    expiry_minute, CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, HoldRef,
+    MemoryStore, ReserveItem, ReserveOutcome, StoreCheck, StoreError, StoreFuture, UsageAdd,
 };

@@ -2,6 +2,7 @@
 
 usage-guard demo                a simulated day on the in-memory store, with a manual clock
 usage-guard check POLICY_FILE   validate a policy file and print every error
+usage-guard recover ...         lift the epoch fence after the counter store lost its state
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Optional, Sequence
 
 from . import Policy, PolicyError, __version__
 from .cli_demo import EXAMPLE_POLICY, run_day
+from .cli_recover import add_recover_command
 from .cli_usage import add_usage_command
 
 __all__ = ["EXAMPLE_POLICY", "build_parser", "check", "main", "run_day"]
@@ -72,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check_parser.add_argument("policy_file", metavar="POLICY_FILE")
     add_usage_command(commands)
+    add_recover_command(commands)
     return parser
 
 
@@ -80,7 +83,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "check":
             return check(args.policy_file)
-        if args.command == "usage":
+        if args.command in ("usage", "recover"):
             return int(args.func(args))
         run_day()
         return 0

@@ -50,7 +50,8 @@ class UsageLimitError(Exception):
 
     @property
     def reason(self) -> str:
-        """`USAGE_LIMIT_REACHED`, `USAGE_LIMIT_DOES_NOT_FIT` or `USAGE_LIMITS_UNAVAILABLE`."""
+        """`USAGE_LIMIT_REACHED`, `USAGE_LIMIT_DOES_NOT_FIT`, `USAGE_LIMITS_UNAVAILABLE` or
+        `USAGE_LIMITS_RECOVERING` (and the context-window / model codes of the subclasses)."""
         return self.refusal.reason if self.refusal is not None else "USAGE_LIMIT_REACHED"
 
     @property
@@ -101,7 +102,9 @@ class UsageLimitDoesNotFit(UsageLimitError):
 
 
 class UsageLimitsUnavailable(UsageLimitError):
-    """The counters cannot be checked right now (HTTP 503 usage_limits_unavailable)."""
+    """The counters cannot be checked right now (HTTP 503 usage_limits_unavailable), or the
+    counter store lost the state of a fenced rule and it is being recovered (reason
+    `USAGE_LIMITS_RECOVERING`, HTTP 503 budget_recovering; see docs/redis.md)."""
 
 
 class ContextWindowExceeded(UsageLimitError):

@@ -72,7 +72,7 @@ impl PyRefusal {
 
     #[getter]
     fn unavailable(&self) -> bool {
-        self.inner.reason == Reason::Unavailable
+        self.inner.unavailable_flag()
     }
 
     #[getter]
@@ -137,7 +137,9 @@ fn refusal_error(py: Python<'_>, refusal: Refusal) -> PyResult<PyErr> {
     let class = match refusal.reason {
         Reason::LimitReached => USAGE_LIMIT_ERROR.import(py, ERRORS_MODULE, "UsageLimitError")?,
         Reason::DoesNotFit => DOES_NOT_FIT.import(py, ERRORS_MODULE, "UsageLimitDoesNotFit")?,
-        Reason::Unavailable => UNAVAILABLE.import(py, ERRORS_MODULE, "UsageLimitsUnavailable")?,
+        Reason::Unavailable | Reason::Recovering => {
+            UNAVAILABLE.import(py, ERRORS_MODULE, "UsageLimitsUnavailable")?
+        }
         Reason::ContextWindowExceeded => {
             CONTEXT_WINDOW.import(py, ERRORS_MODULE, "ContextWindowExceeded")?
         }

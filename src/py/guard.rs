@@ -195,6 +195,15 @@ impl PyGuard {
         self.inner.set_policy((*policy.get().inner).clone());
     }
 
+    /// Lifts the epoch fence after the counter store lost its state: writes a new store epoch
+    /// (with a ledger, counters are then filled again from it; without one, `attest=True`
+    /// says the counters may be trusted as they are). Returns the new epoch's generation.
+    #[pyo3(signature = (*, attest = false))]
+    fn recover(&self, py: Python<'_>, attest: bool) -> PyResult<String> {
+        let guard = self.inner.clone();
+        Ok(py.detach(move || guard.recover_blocking(attest))?)
+    }
+
     /// The policy's version: 1 at start, +1 at each `set_policy`.
     #[getter]
     fn policy_version(&self) -> u64 {

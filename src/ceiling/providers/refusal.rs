@@ -53,7 +53,7 @@ pub(crate) enum RefusalKind {
 impl RefusalKind {
     pub(super) fn of(refusal: &Refusal) -> Self {
         match refusal.reason {
-            Reason::Unavailable => RefusalKind::Unavailable,
+            Reason::Unavailable | Reason::Recovering => RefusalKind::Unavailable,
             Reason::ContextWindowExceeded => RefusalKind::ContextWindow,
             Reason::ModelNotFound => RefusalKind::ModelNotFound,
             Reason::LimitReached | Reason::DoesNotFit => RefusalKind::Limit,

@@ -59,6 +59,21 @@ pub enum ReserveOutcome {
     Reserved,
     /// Item `item` did not fit; nothing was placed.
     Conflict { item: usize },
+    /// A fenced item's counters cannot be trusted (docs/redis.md, "The epoch fence");
+    /// nothing was placed.
+    Fenced(FenceAnswer),
+}
+
+/// Why a fenced reserve placed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceAnswer {
+    /// The epoch is missing or was written by another store process (restart, failover,
+    /// reload).
+    Untrusted,
+    /// The store's epoch is of another generation than the guard's (another guard recovered).
+    Stale,
+    /// A counter the epoch expects is missing (lost while the store kept running).
+    CounterLost,
 }
 
 /// A hold to give back when a ticket settles.

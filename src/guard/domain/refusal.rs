@@ -18,6 +18,10 @@ pub enum Reason {
     ContextWindowExceeded,
     /// The model is not one of the policy's and the policy refuses unknown models (HTTP 404).
     ModelNotFound,
+    /// The counter store lost (or may have lost) the state of a fenced rule: a restart,
+    /// failover or reload, a missing counter, or a failed enforced store check. Refused until
+    /// recovery (HTTP 503 `budget_recovering`); an unavailable refusal.
+    Recovering,
 }
 
 impl Reason {
@@ -29,12 +33,17 @@ impl Reason {
             Reason::Unavailable => "USAGE_LIMITS_UNAVAILABLE",
             Reason::ContextWindowExceeded => "CONTEXT_WINDOW_EXCEEDED",
             Reason::ModelNotFound => "MODEL_NOT_FOUND",
+            Reason::Recovering => "USAGE_LIMITS_RECOVERING",
         }
     }
 }
 
 /// The message of every refusal for unavailable counters.
 pub(crate) const UNAVAILABLE_MESSAGE: &str = "Usage limits cannot be checked right now";
+
+/// The message of every refusal while counters are being recovered.
+pub(crate) const RECOVERING_MESSAGE: &str =
+    "Usage limits are being recovered after the counter store lost its state; try again shortly";
 
 /// A refused call: the rule that refused it and when it resets.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -81,14 +90,23 @@ impl Refusal {
         }
     }
 
+    /// A refusal because a fenced rule's counters cannot be trusted until recovery.
+    pub fn recovering() -> Self {
+        Refusal {
+            reason: Reason::Recovering,
+            message: RECOVERING_MESSAGE.to_string(),
+            ..Self::unavailable()
+        }
+    }
+
     /// True for minute and hour (sliding) rules.
     pub fn is_rate_limit(&self) -> bool {
         self.window.is_some_and(Window::is_rate_limit)
     }
 
-    /// True when the counters could not be checked.
+    /// True when the counters could not be checked (unreachable, or being recovered).
     pub fn unavailable_flag(&self) -> bool {
-        self.reason == Reason::Unavailable
+        matches!(self.reason, Reason::Unavailable | Reason::Recovering)
     }
 
     /// `resets_at` as ISO 8601 UTC.
@@ -97,10 +115,12 @@ impl Refusal {
     }
 
     /// The error code of the HTTP answer: `rate_limit_exceeded` for minute/hour rules,
-    /// `usage_limit_reached` for day-or-longer rules, `usage_limits_unavailable`.
+    /// `usage_limit_reached` for day-or-longer rules, `usage_limits_unavailable`,
+    /// `budget_recovering`.
     pub fn http_code(&self) -> &'static str {
         match self.reason {
             Reason::Unavailable => "usage_limits_unavailable",
+            Reason::Recovering => "budget_recovering",
             Reason::ContextWindowExceeded => "context_length_exceeded",
             Reason::ModelNotFound => "model_not_found",
             _ if self.is_rate_limit() => "rate_limit_exceeded",

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::fitted::AdmittedRequest;
 use super::guard::Guard;
+use super::recovery::AfterFence;
 use super::shared::Resolved;
 use super::stats::{bump, log_store_error, store_answered};
 use super::ticket::{Ticket, TicketParts};
@@ -23,6 +24,8 @@ use crate::guard::store::{expiry_minute, HoldRef, ReserveOutcome, StoreError};
 pub(crate) const CALL_HOLD_MS: i64 = 15 * 60_000;
 /// How many times admission reads again after losing a race for what was left.
 pub(crate) const RESERVE_RETRIES: usize = 3;
+/// How many times admission reserves again after the epoch fence was lifted.
+const FENCE_RETRIES: usize = 2;
 
 /// What the caller knows about a call before it runs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -100,8 +103,10 @@ impl Guard {
 
     /// The one admission loop: read, decide, let `shape` adjust the plan (fit a request, or
     /// require a batch to fit in full; its error refuses), reserve all or none. A lost race
-    /// reads again, at most `RESERVE_RETRIES` times, then refuses as does-not-fit. The inner
-    /// `Err` is a store failure, left to the caller's failure rule.
+    /// reads again, at most `RESERVE_RETRIES` times, then refuses as does-not-fit. A reserve
+    /// the epoch fence stopped reserves again once the guard trusts the store's epoch (see
+    /// `recovery.rs`), else refuses with `budget_recovering`. The inner `Err` is a store
+    /// failure, left to the caller's failure rule.
     pub(crate) async fn reserve_loop<T>(
         &self,
         path: &Path,
@@ -111,7 +116,8 @@ impl Guard {
         mut shape: impl FnMut(&mut Plan, &[SlotRead], Millis) -> Result<T>,
     ) -> Result<std::result::Result<Reservation<T>, StoreError>> {
         let mut conflict: Option<(Plan, usize, Vec<SlotRead>)> = None;
-        for _attempt in 0..=RESERVE_RETRIES {
+        let (mut attempts, mut fences) = (0, 0);
+        while attempts <= RESERVE_RETRIES {
             let now = self.shared.clock.now_ms();
             let reads = match self.shared.read(path, now).await {
                 Ok(reads) => reads,
@@ -123,10 +129,14 @@ impl Guard {
             };
             let extra = shape(&mut plan, &reads, now).map_err(|e| self.count_refusal(e))?;
             let minute = expiry_minute(now, hold_ms);
-            match self
-                .shared
-                .store
-                .reserve(plan.items.clone(), minute, now)
+            let fence = self.fence_for(&plan.items, settings);
+            if fence.fenced.contains(&true) && !self.checks_allow(settings).await {
+                return Err(self.refuse_recovering());
+            }
+            let generation = fence.generation.clone();
+            let store = &self.shared.store;
+            match store
+                .reserve_fenced(plan.items.clone(), minute, now, fence)
                 .await
             {
                 Ok(ReserveOutcome::Reserved) => {
@@ -141,6 +151,16 @@ impl Guard {
                 Ok(ReserveOutcome::Conflict { item }) => {
                     bump(&self.shared.stats.reserve_retries);
                     conflict = Some((plan, item, reads));
+                    attempts += 1;
+                }
+                Ok(ReserveOutcome::Fenced(answer)) => {
+                    store_answered();
+                    fences += 1;
+                    match self.after_fence(answer, &generation, now).await {
+                        Ok(AfterFence::Retry) if fences <= FENCE_RETRIES => {}
+                        Ok(_) => return Err(self.refuse_recovering()),
+                        Err(e) => return Ok(Err(e)),
+                    }
                 }
                 Err(e) => return Ok(Err(e)),
             }

@@ -54,6 +54,12 @@ impl FillState {
         self.retry_at.lock().get(key).is_some_and(|&at| now < at)
     }
 
+    /// Forgets every counter known filled (a new epoch has every counter filled again).
+    pub(crate) fn forget_all(&self) {
+        self.known.lock().clear();
+        self.retry_at.lock().clear();
+    }
+
     fn lock_of(&self, key: &CounterKey) -> Arc<tokio::sync::Mutex<()>> {
         self.locks.lock().entry(key.clone()).or_default().clone()
     }

@@ -2,7 +2,7 @@
 //! together; admission reads, decides, fits and reserves; tickets and batches settle.
 //!
 //! Files import one way: stats ← fill ← shared ← billing, fitted ← ticket ← guard ←
-//! admission ← batch ← batch_state.
+//! recovery ← admission ← batch ← batch_state.
 
 pub(crate) mod admission;
 pub(crate) mod batch;
@@ -13,6 +13,7 @@ mod fitted;
 #[allow(clippy::module_inception)]
 pub(crate) mod guard;
 mod outage;
+mod recovery;
 pub(crate) mod shared;
 pub(crate) mod stats;
 pub(crate) mod ticket;

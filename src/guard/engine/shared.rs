@@ -57,6 +57,48 @@ pub(crate) struct Shared {
     /// Where billed calls are recorded, and counters filled from (set once).
     pub(crate) ledger: OnceLock<Arc<dyn Ledger>>,
     pub(crate) fill: FillState,
+    /// The store epoch this guard trusts (docs/redis.md, "The epoch fence").
+    pub(crate) epoch: EpochState,
+}
+
+/// The store epoch a guard trusts: its generation (empty until the first fenced reserve
+/// learns it), whether it ever trusted one, and one fence-handling step at a time.
+#[derive(Debug, Default)]
+pub(crate) struct EpochState {
+    generation: Mutex<String>,
+    seen: std::sync::atomic::AtomicBool,
+    /// Whether the fence was logged since the guard last trusted an epoch.
+    warned: std::sync::atomic::AtomicBool,
+    pub(crate) one: tokio::sync::Mutex<()>,
+}
+
+impl EpochState {
+    pub(crate) fn generation(&self) -> String {
+        self.generation.lock().clone()
+    }
+
+    /// Whether this guard ever trusted an epoch (a guard that did never adopts an empty
+    /// store: to it, an empty store is a lost one).
+    pub(crate) fn seen(&self) -> bool {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    /// True once until the guard trusts an epoch again (the fence is logged once).
+    pub(crate) fn warn_once(&self) -> bool {
+        !self.warned.swap(true, Ordering::AcqRel)
+    }
+
+    /// Trusts `generation`; returns whether it changed.
+    pub(crate) fn trust(&self, generation: &str) -> bool {
+        self.seen.store(true, Ordering::Release);
+        self.warned.store(false, Ordering::Release);
+        let mut current = self.generation.lock();
+        if *current == generation {
+            return false;
+        }
+        *current = generation.to_string();
+        true
+    }
 }
 
 impl Shared {
@@ -77,6 +119,7 @@ impl Shared {
             prefix_generation,
             ledger: OnceLock::new(),
             fill: FillState::default(),
+            epoch: EpochState::default(),
         }
     }
 

@@ -20,6 +20,11 @@ pub struct Stats {
     pub settle_failures: AtomicU64,
     /// Tickets dropped without bill or release (released when dropped).
     pub dropped: AtomicU64,
+    /// Calls refused because a fenced rule's counters could not be trusted.
+    pub recovering: AtomicU64,
+    /// New store epochs this guard wrote: recoveries (from the ledger or attested) and
+    /// initial adoptions.
+    pub epochs_written: AtomicU64,
 }
 
 impl Stats {
@@ -37,6 +42,8 @@ impl Stats {
             ("released", read(&self.released)),
             ("settle_failures", read(&self.settle_failures)),
             ("dropped", read(&self.dropped)),
+            ("recovering", read(&self.recovering)),
+            ("epochs_written", read(&self.epochs_written)),
         ]
     }
 }

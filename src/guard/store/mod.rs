@@ -15,8 +15,39 @@ pub use redis::RedisStore;
 pub(crate) use crate::guard::domain::clock::Millis;
 pub(crate) use crate::guard::domain::counter::hold_is_live;
 pub use crate::guard::domain::counter::{
-    expiry_minute, CounterKey, CounterRead, HoldRef, ReserveItem, ReserveOutcome, UsageAdd,
+    expiry_minute, CounterKey, CounterRead, FenceAnswer, HoldRef, ReserveItem, ReserveOutcome,
+    UsageAdd,
 };
+
+/// A store's epoch as read (docs/redis.md, "The epoch fence").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpochRead {
+    /// The generation, `None` when the store has no epoch.
+    pub generation: Option<String>,
+    /// Whether the epoch was written by the store process answering now (a restarted,
+    /// failed-over or reloaded Redis answers with another process).
+    pub trusted: bool,
+}
+
+/// What a fenced reserve needs: the generation the guard trusts (empty for none yet) and,
+/// per item, whether its rule is fenced.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Fence {
+    pub generation: String,
+    pub fenced: Vec<bool>,
+}
+
+/// The outcome of the store's configuration checks (`noeviction`, destructive commands
+/// denied to the connection's ACL user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreCheck {
+    /// Every check passed (or the store needs none).
+    Passed,
+    /// A check failed or could not be verified (an unreadable answer is not a pass).
+    Failed,
+    /// No check has finished yet.
+    Pending,
+}
 
 /// A store could not be reached or answered with an error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,6 +102,65 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
     ) -> StoreFuture<'_, bool> {
         let _ = (key, ledger_used, retain_until, now);
         Box::pin(std::future::ready(Ok(false)))
+    }
+
+    /// `reserve`, fenced: when any item is fenced and the store's epoch cannot be trusted
+    /// (missing, written by another store process, of another generation than
+    /// `fence.generation`, or a counter it expects is missing), places nothing and answers
+    /// `ReserveOutcome::Fenced`. The default (a store whose state dies with the process, like
+    /// the memory store) needs no fence and ignores it.
+    fn reserve_fenced(
+        &self,
+        items: Vec<ReserveItem>,
+        expiry_minute: i64,
+        now: Millis,
+        fence: Fence,
+    ) -> StoreFuture<'_, ReserveOutcome> {
+        let _ = fence;
+        self.reserve(items, expiry_minute, now)
+    }
+
+    /// Reads the epoch. The default: one generation (`""`), always trusted.
+    fn epoch(&self) -> StoreFuture<'_, EpochRead> {
+        Box::pin(std::future::ready(Ok(EpochRead {
+            generation: Some(String::new()),
+            trusted: true,
+        })))
+    }
+
+    /// Takes the recovery lock for `token` for `ttl_ms` (store time) if no one holds it.
+    /// The default always succeeds.
+    fn epoch_lock(&self, token: String, ttl_ms: u64) -> StoreFuture<'_, bool> {
+        let _ = (token, ttl_ms);
+        Box::pin(std::future::ready(Ok(true)))
+    }
+
+    /// Gives the recovery lock back if `token` holds it.
+    fn epoch_unlock(&self, token: String) -> StoreFuture<'_, ()> {
+        let _ = token;
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// Writes a new epoch of `generation` (written by the store process answering). With a
+    /// `token`, only while that token holds the recovery lock; with `adopt`, only when the
+    /// store has neither an epoch nor a counter (the initial adoption). Returns whether it
+    /// was written. The default writes nothing and answers true.
+    fn set_epoch(
+        &self,
+        generation: String,
+        now: Millis,
+        token: Option<String>,
+        adopt: bool,
+    ) -> StoreFuture<'_, bool> {
+        let _ = (generation, now, token, adopt);
+        Box::pin(std::future::ready(Ok(true)))
+    }
+
+    /// The latest outcome of the store checks; with `wait`, when none has finished yet,
+    /// runs one (coalesced with any in flight) and answers its outcome. The default: passed.
+    fn store_check(&self, wait: bool) -> StoreFuture<'_, StoreCheck> {
+        let _ = wait;
+        Box::pin(std::future::ready(Ok(StoreCheck::Passed)))
     }
 
     /// Sets the mark `mark` (any text; stores escape it) if it is not set, keeping it until

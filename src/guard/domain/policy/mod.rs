@@ -18,7 +18,7 @@ use crate::error::{Error, FieldError};
 pub(crate) use limits::{DirectLimit, PublicLimit, SubjectLimit, TeamLimit};
 pub use models::Prices;
 pub(crate) use models::{Counting, ModelSpec, Provider};
-pub(crate) use settings::{Settings, UnknownModels};
+pub(crate) use settings::{Settings, StoreChecks, UnknownModels};
 pub(crate) use teams::TeamSpec;
 pub use values::MAX_AMOUNT;
 

@@ -14,6 +14,15 @@ pub enum UnknownModels {
     Refuse,
 }
 
+/// What a failed store check does (`settings.store_checks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreChecks {
+    /// Log a warning; admission goes on.
+    Report,
+    /// Refuse fenced rules (`budget_recovering`) until a check passes.
+    Enforce,
+}
+
 /// Settings that shape admission and the usage ceiling.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -27,6 +36,12 @@ pub struct Settings {
     /// Metrics whose rules let calls through uncounted when the counter store is down
     /// (every other rule refuses them as unavailable).
     pub fail_open: Vec<Metric>,
+    // -- the epoch fence (docs/redis.md) --
+    /// Metrics whose rules the epoch fence guards: refused with `budget_recovering` when the
+    /// store lost (or may have lost) their counters. Always holds `cost`.
+    pub fenced_metrics: Vec<Metric>,
+    /// What a failed store check does.
+    pub store_checks: StoreChecks,
 }
 
 impl Default for Settings {
@@ -37,16 +52,21 @@ impl Default for Settings {
             default_max_output_tokens: 8192,
             unknown_models: UnknownModels::Allow,
             fail_open: Vec::new(),
+            fenced_metrics: vec![Metric::Cost],
+            store_checks: StoreChecks::Report,
         }
     }
 }
 
-const SETTINGS_KEYS: [&str; 5] = [
+const SETTINGS_KEYS: [&str; 7] = [
     "min_output_tokens",
     "margin",
     "default_max_output_tokens",
     "unknown_models",
     "fail_open",
+    // the epoch fence
+    "fenced_metrics",
+    "store_checks",
 ];
 
 impl Parser {
@@ -80,7 +100,17 @@ impl Parser {
             settings.unknown_models = self.unknown_models(v);
         }
         if let Some(v) = fields.get("fail_open") {
-            settings.fail_open = self.fail_open(v);
+            settings.fail_open = self.metrics("settings.fail_open", v);
+        }
+        // -- the epoch fence --
+        if let Some(v) = fields.get("fenced_metrics") {
+            settings.fenced_metrics = self.metrics("settings.fenced_metrics", v);
+            if !settings.fenced_metrics.contains(&Metric::Cost) {
+                settings.fenced_metrics.push(Metric::Cost);
+            }
+        }
+        if let Some(v) = fields.get("store_checks") {
+            settings.store_checks = self.store_checks(v);
         }
         settings
     }
@@ -100,15 +130,31 @@ impl Parser {
         }
     }
 
-    fn fail_open(&mut self, value: &Value) -> Vec<Metric> {
+    fn store_checks(&mut self, value: &Value) -> StoreChecks {
+        match value.as_str() {
+            Some("report") => StoreChecks::Report,
+            Some("enforce") => StoreChecks::Enforce,
+            _ => {
+                self.error(
+                    "settings.store_checks",
+                    Some(value),
+                    "accepted: report, enforce",
+                );
+                StoreChecks::Report
+            }
+        }
+    }
+
+    /// A list of metric names at `field`.
+    fn metrics(&mut self, field: &str, value: &Value) -> Vec<Metric> {
         let mut metrics = Vec::new();
-        for (i, item) in self.list("settings.fail_open", value).iter().enumerate() {
+        for (i, item) in self.list(field, value).iter().enumerate() {
             match item.as_str().and_then(Metric::parse) {
                 Some(m) => metrics.push(m),
                 None => {
                     let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
                     self.error(
-                        &format!("settings.fail_open[{i}]"),
+                        &format!("{field}[{i}]"),
                         Some(item),
                         format!("is not a metric; accepted: {}", words.join(", ")),
                     );

@@ -1,13 +1,16 @@
--- fill: KEYS[1] = a counter; ARGV = now, ledger_used, retain_until. Unless the counter is
--- already marked filled (`s`), sets u = max(u, ledger_used), marks it and keeps it until at
--- least retain_until, in one step. Returns 1 if this call filled it, else 0.
+-- fill: KEYS[1] = a counter, KEYS[2] = the epoch; ARGV = now, ledger_used, retain_until.
+-- Unless the counter is already marked filled in the epoch's generation (`s` = the epoch's
+-- `g`, '0' without an epoch), sets u = max(u, ledger_used), marks it and keeps it until at
+-- least retain_until, in one step. Returns 1 if this call filled it, else 0. A new epoch
+-- (a recovery) thus has every counter filled again.
 local now = tonumber(ARGV[1])
 local key = KEYS[1]
+local generation = redis.call('HGET', KEYS[2], 'g') or '0'
 local used, _, current = load_counter(key, now)
-if redis.call('HEXISTS', key, 's') == 1 then
+if redis.call('HGET', key, 's') == generation then
   return 0
 end
-redis.call('HSET', key, 's', '1')
+redis.call('HSET', key, 's', generation)
 if tonumber(ARGV[2]) > used then
   redis.call('HSET', key, 'u', ARGV[2])
 end

@@ -1,9 +1,11 @@
--- filled: KEYS = counters; ARGV[1] = now. Returns 1 per counter marked filled from the ledger
--- (`s`), 0 otherwise (a counter past its retention, or never written, is not).
+-- filled: KEYS = counters, then the epoch; ARGV[1] = now. Returns 1 per counter marked filled
+-- from the ledger in the epoch's generation (`s` = the epoch's `g`, '0' without an epoch),
+-- 0 otherwise (a counter past its retention, never written, or filled before a recovery).
 local now = tonumber(ARGV[1])
+local generation = redis.call('HGET', table.remove(KEYS), 'g') or '0'
 local out = {}
 for i = 1, #KEYS do
   load_counter(KEYS[i], now)
-  out[i] = redis.call('HEXISTS', KEYS[i], 's')
+  out[i] = (redis.call('HGET', KEYS[i], 's') == generation) and 1 or 0
 end
 return out

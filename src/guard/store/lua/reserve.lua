@@ -2,8 +2,12 @@
 -- carried, retain_until. Checks every item with a limit (counted = used + live holds +
 -- carried; it fits when counted < limit and counted + hold <= limit); only if all fit, adds
 -- each hold to r<minute>. Returns -1 when reserved, else the 0-based index of the first
--- item that did not fit (nothing placed).
+-- item that did not fit (nothing placed), or the fence's answer (fence.lua: -2, -3, -4).
 local now = tonumber(ARGV[1])
+local fenced = fence_check(now)
+if fenced then
+  return fenced
+end
 local minute = ARGV[2]
 local hold_until = tonumber(minute) * 60000
 local kept = {}
@@ -38,4 +42,5 @@ for i = 1, #KEYS do
     kept[key] = retain
   end
 end
+fence_register(kept, now)
 return -1

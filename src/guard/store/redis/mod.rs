@@ -5,59 +5,33 @@
 //! `{<prefix>}`, so one Lua script can read, reserve or settle several counters atomically,
 //! on one node or a cluster. Times are the caller's, never the server's.
 
+mod checks;
 mod connection;
+mod epoch;
+mod scripts;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClient;
-use redis::{Client, RedisError, Script};
+use redis::{Client, RedisError};
 
+use checks::Checks;
 use connection::{Conn, Target};
+use scripts::Scripts;
 
 use super::{
-    CounterKey, CounterRead, CounterStore, HoldRef, ReserveItem, ReserveOutcome, StoreError,
-    StoreFuture, UsageAdd,
+    CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, HoldRef, ReserveItem,
+    ReserveOutcome, StoreCheck, StoreError, StoreFuture, UsageAdd,
 };
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::escape_id;
-
-const COMMON_LUA: &str = include_str!("../lua/common.lua");
-const READ_LUA: &str = include_str!("../lua/read.lua");
-const RESERVE_LUA: &str = include_str!("../lua/reserve.lua");
-const SETTLE_LUA: &str = include_str!("../lua/settle.lua");
-const FILLED_LUA: &str = include_str!("../lua/filled.lua");
-const FILL_LUA: &str = include_str!("../lua/fill.lua");
-const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
 
 /// How long connecting, and each answer, may take before the store reports an error.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 /// The hard bound on one store operation, reconnecting included.
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(2_500);
-
-struct Scripts {
-    read: Script,
-    reserve: Script,
-    settle: Script,
-    filled: Script,
-    fill: Script,
-    mark_once: Script,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        let with_common = |body: &str| Script::new(&format!("{COMMON_LUA}\n{body}"));
-        Scripts {
-            read: with_common(READ_LUA),
-            reserve: with_common(RESERVE_LUA),
-            settle: with_common(SETTLE_LUA),
-            filled: with_common(FILLED_LUA),
-            fill: with_common(FILL_LUA),
-            mark_once: Script::new(MARK_ONCE_LUA),
-        }
-    }
-}
 
 struct Inner {
     target: Target,
@@ -66,6 +40,13 @@ struct Inner {
     key_head: String,
     /// `{<escaped prefix>}:m:`
     mark_head: String,
+    /// `{<escaped prefix>}:epoch` and its recovery lock `…:lock`.
+    epoch_key: String,
+    lock_key: String,
+    /// The ACL user the connection logs in as, if the URL names one (the store checks ask
+    /// whether it may run destructive commands).
+    acl_user: Option<String>,
+    checks: Checks,
     description: String,
 }
 
@@ -117,10 +98,13 @@ impl RedisStore {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500));
+        let user = client.get_connection_info().redis_settings().username();
+        let acl_user = user.map(str::to_string);
         Ok(Self::with_target(
             Target::single(client, config),
             prefix,
             url.to_string(),
+            acl_user,
         ))
     }
 
@@ -137,20 +121,38 @@ impl RedisStore {
             .retries(2)
             .build()
             .map_err(|e| store_error("cluster urls", e))?;
+        let acl_user = Client::open(urls[0].as_str()).ok().and_then(|c| {
+            c.get_connection_info()
+                .redis_settings()
+                .username()
+                .map(str::to_string)
+        });
         Ok(Self::with_target(
             Target::cluster(client),
             prefix,
             format!("cluster {}", urls.join(",")),
+            acl_user,
         ))
     }
 
-    fn with_target(target: Target, prefix: &str, description: String) -> Self {
+    fn with_target(
+        target: Target,
+        prefix: &str,
+        description: String,
+        acl_user: Option<String>,
+    ) -> Self {
+        let counter_head = key_head(prefix, "c");
+        let epoch_key = epoch::epoch_key(&counter_head);
         RedisStore {
             inner: Arc::new(Inner {
                 target,
                 scripts: Scripts::new(),
-                key_head: key_head(prefix, "c"),
+                lock_key: format!("{epoch_key}:lock"),
+                epoch_key,
+                key_head: counter_head,
                 mark_head: key_head(prefix, "m"),
+                acl_user,
+                checks: Checks::default(),
                 description,
             }),
         }
@@ -185,14 +187,16 @@ impl RedisStore {
                 let conn = inner.target.connection().await?;
                 op(inner.clone(), conn).await
             };
-            match tokio::time::timeout(OPERATION_TIMEOUT, work).await {
+            let outcome = match tokio::time::timeout(OPERATION_TIMEOUT, work).await {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(e)) => {
                     inner.target.forget_connection(&e);
                     Err(store_error(what, e))
                 }
                 Err(_) => Err(store_error(what, "timed out")),
-            }
+            };
+            Checks::after_operation(&inner, outcome.is_ok());
+            outcome
         });
         Box::pin(async move {
             handle
@@ -228,11 +232,22 @@ impl CounterStore for RedisStore {
         expiry_minute: i64,
         now: Millis,
     ) -> StoreFuture<'_, ReserveOutcome> {
+        self.reserve_fenced(items, expiry_minute, now, Fence::default())
+    }
+
+    fn reserve_fenced(
+        &self,
+        items: Vec<ReserveItem>,
+        expiry_minute: i64,
+        now: Millis,
+        fence: Fence,
+    ) -> StoreFuture<'_, ReserveOutcome> {
         if items.is_empty() {
             return Box::pin(std::future::ready(Ok(ReserveOutcome::Reserved)));
         }
-        let redis_keys: Vec<String> = items.iter().map(|i| self.redis_key(&i.key)).collect();
-        let mut args: Vec<String> = Vec::with_capacity(2 + items.len() * 4);
+        let mut redis_keys: Vec<String> = items.iter().map(|i| self.redis_key(&i.key)).collect();
+        redis_keys.push(self.inner.epoch_key.clone());
+        let mut args: Vec<String> = Vec::with_capacity(4 + items.len() * 4);
         args.push(now.to_string());
         args.push(expiry_minute.to_string());
         for item in &items {
@@ -241,16 +256,31 @@ impl CounterStore for RedisStore {
             args.push(item.carried.to_string());
             args.push(item.retain_until.to_string());
         }
+        // fence.lua takes these two off the end.
+        args.push(fence.generation);
+        args.push(
+            fence
+                .fenced
+                .iter()
+                .map(|&f| if f { '1' } else { '0' })
+                .collect(),
+        );
         self.run("reserve", move |inner, mut conn| async move {
             let mut call = inner.scripts.reserve.prepare_invoke();
             call.key(redis_keys).arg(args);
             let answer: i64 = call.invoke_async(&mut conn).await?;
-            Ok(if answer < 0 {
-                ReserveOutcome::Reserved
-            } else {
-                ReserveOutcome::Conflict {
-                    item: answer as usize,
-                }
+            if answer == -2 {
+                // Another Redis process answers: check its configuration too.
+                Checks::request(&inner);
+            }
+            Ok(match answer {
+                -2 => ReserveOutcome::Fenced(FenceAnswer::Untrusted),
+                -3 => ReserveOutcome::Fenced(FenceAnswer::Stale),
+                -4 => ReserveOutcome::Fenced(FenceAnswer::CounterLost),
+                a if a < 0 => ReserveOutcome::Reserved,
+                item => ReserveOutcome::Conflict {
+                    item: item as usize,
+                },
             })
         })
     }
@@ -293,7 +323,8 @@ impl CounterStore for RedisStore {
         if keys.is_empty() {
             return Box::pin(std::future::ready(Ok(Vec::new())));
         }
-        let redis_keys: Vec<String> = keys.iter().map(|k| self.redis_key(k)).collect();
+        let mut redis_keys: Vec<String> = keys.iter().map(|k| self.redis_key(k)).collect();
+        redis_keys.push(self.inner.epoch_key.clone());
         self.run("filled", move |inner, mut conn| async move {
             let mut call = inner.scripts.filled.prepare_invoke();
             call.key(redis_keys).arg(now);
@@ -309,16 +340,42 @@ impl CounterStore for RedisStore {
         retain_until: Millis,
         now: Millis,
     ) -> StoreFuture<'_, bool> {
-        let redis_key = self.redis_key(&key);
+        let redis_keys = [self.redis_key(&key), self.inner.epoch_key.clone()];
         self.run("fill", move |inner, mut conn| async move {
             let mut call = inner.scripts.fill.prepare_invoke();
-            call.key(redis_key)
+            call.key(&redis_keys[..])
                 .arg(now)
                 .arg(ledger_used)
                 .arg(retain_until);
             let filled: i64 = call.invoke_async(&mut conn).await?;
             Ok(filled == 1)
         })
+    }
+
+    fn epoch(&self) -> StoreFuture<'_, EpochRead> {
+        self.read_epoch()
+    }
+
+    fn epoch_lock(&self, token: String, ttl_ms: u64) -> StoreFuture<'_, bool> {
+        self.lock_epoch(token, ttl_ms)
+    }
+
+    fn epoch_unlock(&self, token: String) -> StoreFuture<'_, ()> {
+        self.unlock_epoch(token)
+    }
+
+    fn set_epoch(
+        &self,
+        generation: String,
+        now: Millis,
+        token: Option<String>,
+        adopt: bool,
+    ) -> StoreFuture<'_, bool> {
+        self.write_epoch(generation, now, token, adopt)
+    }
+
+    fn store_check(&self, wait: bool) -> StoreFuture<'_, StoreCheck> {
+        self.check_store(wait)
     }
 
     fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {

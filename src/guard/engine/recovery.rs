@@ -1,0 +1,231 @@
+//! The epoch fence, guard side (docs/redis.md, "The epoch fence"): which reserve items are
+//! fenced, what a fenced reserve does next, and recovery. With a ledger, a guard that finds
+//! the store's state untrusted writes a new epoch under the store's recovery lock (one guard
+//! does; the others wait briefly for its epoch, then refuse) and every counter is filled
+//! again from the ledger when next read. Without one, only an empty store on a guard's first
+//! use is adopted; anything else waits for the operator's `recover(attest=true)`.
+
+use std::time::Duration;
+
+use super::guard::Guard;
+use super::stats::bump;
+use crate::error::{Error, Result};
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::policy::{Settings, StoreChecks};
+use crate::guard::domain::refusal::Refusal;
+use crate::guard::store::{Fence, FenceAnswer, ReserveItem, StoreCheck, StoreError};
+
+/// How long the recovery lock is held at most (store time).
+const LOCK_MS: u64 = 10_000;
+/// How long a guard waits for another guard's recovery, in steps.
+const WAIT_STEP: Duration = Duration::from_millis(50);
+const WAIT_STEPS: usize = 40;
+
+/// What a fenced reserve leads to.
+pub(crate) enum AfterFence {
+    /// The guard now trusts the store's epoch: reserve again.
+    Retry,
+    /// Refuse the call with `budget_recovering`.
+    Refuse,
+}
+
+/// A new, unique generation: 64 random bits and the time, in hex.
+fn new_generation(now: Millis) -> String {
+    use std::hash::BuildHasher;
+    let seed = std::collections::hash_map::RandomState::new();
+    let bits = seed.hash_one((now, std::process::id(), std::thread::current().id()));
+    format!("{:x}-{bits:016x}", now.max(0))
+}
+
+impl Guard {
+    /// The fence of a reserve: the generation this guard trusts, and which items count a
+    /// fenced metric.
+    pub(crate) fn fence_for(&self, items: &[ReserveItem], settings: &Settings) -> Fence {
+        Fence {
+            generation: self.shared.epoch.generation(),
+            fenced: items
+                .iter()
+                .map(|i| settings.fenced_metrics.contains(&i.key.id.metric))
+                .collect(),
+        }
+    }
+
+    /// Under `store_checks = "enforce"`, whether the store checks passed (waiting for the
+    /// first one); always true under "report".
+    pub(crate) async fn checks_allow(&self, settings: &Settings) -> bool {
+        if settings.store_checks == StoreChecks::Report {
+            return true;
+        }
+        matches!(
+            self.shared.store.store_check(true).await,
+            Ok(StoreCheck::Passed)
+        )
+    }
+
+    /// The refusal of a call whose fenced rules cannot be trusted.
+    pub(crate) fn refuse_recovering(&self) -> Error {
+        bump(&self.shared.stats.recovering);
+        bump(&self.shared.stats.unavailable);
+        self.refuse(Refusal::recovering())
+    }
+
+    /// After a reserve fenced under `fenced_generation`: trusts the store's epoch when
+    /// another guard (or the operator) wrote a good one, recovers when this guard can, or
+    /// refuses.
+    pub(crate) async fn after_fence(
+        &self,
+        answer: FenceAnswer,
+        fenced_generation: &str,
+        now: Millis,
+    ) -> std::result::Result<AfterFence, StoreError> {
+        let epoch = &self.shared.epoch;
+        let _one = epoch.one.lock().await;
+        if epoch.generation() != fenced_generation {
+            return Ok(AfterFence::Retry);
+        }
+        let store = &self.shared.store;
+        let read = store.epoch().await?;
+        if self.trust_newer(&read, fenced_generation) {
+            return Ok(AfterFence::Retry);
+        }
+        if answer == FenceAnswer::Stale && read.trusted {
+            // Same generation again: nothing changed since the reserve.
+            return Ok(AfterFence::Refuse);
+        }
+        if self.ledger().is_some() {
+            return self.recover_locked(fenced_generation, now, true).await;
+        }
+        if !epoch.seen() && read.generation.is_none() {
+            let generation = new_generation(now);
+            if store.set_epoch(generation.clone(), now, None, true).await? {
+                log::info!(
+                    "counter store: no epoch and no counters; adopted it (epoch {generation})"
+                );
+                bump(&self.shared.stats.epochs_written);
+                self.trust(&generation);
+                return Ok(AfterFence::Retry);
+            }
+            if self.trust_newer(&store.epoch().await?, fenced_generation) {
+                return Ok(AfterFence::Retry);
+            }
+        }
+        if epoch.warn_once() {
+            log::warn!(
+                "counter store state cannot be trusted ({answer:?}); fenced rules are refused \
+                 until recovery (no ledger: `usage-guard recover --attest`)"
+            );
+        }
+        Ok(AfterFence::Refuse)
+    }
+
+    /// Trusts the store's epoch if it is good and not the one fenced; returns whether it did.
+    fn trust_newer(&self, read: &crate::guard::store::EpochRead, fenced: &str) -> bool {
+        match &read.generation {
+            Some(g) if read.trusted && g != fenced => {
+                self.trust(g);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn trust(&self, generation: &str) {
+        if self.shared.epoch.trust(generation) {
+            self.shared.fill.forget_all();
+        }
+    }
+
+    /// Writes a new epoch under the recovery lock, unless a good one replaced the fenced one
+    /// meanwhile. When another guard holds the lock and `wait`, waits for its epoch.
+    async fn recover_locked(
+        &self,
+        fenced: &str,
+        now: Millis,
+        wait: bool,
+    ) -> std::result::Result<AfterFence, StoreError> {
+        let store = &self.shared.store;
+        let token = new_generation(now);
+        if !store.epoch_lock(token.clone(), LOCK_MS).await? {
+            for _ in 0..if wait { WAIT_STEPS } else { 0 } {
+                // On the shared runtime: the caller may be on any executor (`block_on`).
+                let _ = crate::runtime::shared()
+                    .spawn(async { tokio::time::sleep(WAIT_STEP).await })
+                    .await;
+                if self.trust_newer(&store.epoch().await?, fenced) {
+                    return Ok(AfterFence::Retry);
+                }
+            }
+            return Ok(AfterFence::Refuse);
+        }
+        let written = async {
+            if self.trust_newer(&store.epoch().await?, fenced) {
+                return Ok(true);
+            }
+            let done = store
+                .set_epoch(token.clone(), now, Some(token.clone()), false)
+                .await?;
+            if done {
+                log::warn!(
+                    "counter store: wrote a new epoch {token} (counters refill from the ledger)"
+                );
+                bump(&self.shared.stats.epochs_written);
+                self.trust(&token);
+            }
+            Ok(done)
+        }
+        .await;
+        let _ = store.epoch_unlock(token).await;
+        Ok(if written? {
+            AfterFence::Retry
+        } else {
+            AfterFence::Refuse
+        })
+    }
+
+    /// The operator's recovery: writes a new store epoch, lifting the fence. With a ledger,
+    /// every counter is then filled again from it when next read. Without one, `attest`
+    /// must be true: the operator attests that the counters as they are may be trusted
+    /// (restored, or knowingly started over). Fails while another guard holds the recovery
+    /// lock. Returns the new epoch's generation.
+    pub async fn recover(&self, attest: bool) -> Result<String> {
+        if self.ledger().is_none() && !attest {
+            return Err(Error::invalid(
+                "attest",
+                "False",
+                "must be True to recover without a ledger: the operator attests that the \
+                 counters may be trusted as they are (what was lost is not counted)",
+            ));
+        }
+        let now = self.shared.clock.now_ms();
+        let _one = self.shared.epoch.one.lock().await;
+        let store = &self.shared.store;
+        let unavailable = |e: StoreError| {
+            crate::guard::engine::stats::log_store_error("recover", &e);
+            Error::Refused(Box::new(Refusal::unavailable()))
+        };
+        let token = new_generation(now);
+        if !store
+            .epoch_lock(token.clone(), LOCK_MS)
+            .await
+            .map_err(unavailable)?
+        {
+            return Err(self.refuse_recovering());
+        }
+        let written = store
+            .set_epoch(token.clone(), now, Some(token.clone()), false)
+            .await;
+        let _ = store.epoch_unlock(token.clone()).await;
+        if !written.map_err(unavailable)? {
+            return Err(self.refuse_recovering());
+        }
+        log::warn!("counter store: recovered by the operator (epoch {token})");
+        bump(&self.shared.stats.epochs_written);
+        self.trust(&token);
+        Ok(token)
+    }
+
+    /// `recover` from synchronous code.
+    pub fn recover_blocking(&self, attest: bool) -> Result<String> {
+        crate::runtime::block_on(self.recover(attest))
+    }
+}

@@ -1,0 +1,44 @@
+-- epoch: KEYS[1] = the epoch, KEYS[2] = the recovery lock; ARGV[1] = the operation.
+--   read                        -> {generation or '', 1 if written by this Redis process}
+--   write gen now token mode pattern
+--                               -> 'ok', or why not: 'unlocked' (token given and the lock is
+--                                  not its), 'exists' / 'counters' (mode 'adopt': an epoch,
+--                                  or a counter matching `pattern`, is already there)
+--   unlock token                -> 1 if the lock was the token's and is now gone
+local function run_id()
+  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+end
+local op = ARGV[1]
+if op == 'read' then
+  local e = redis.call('HMGET', KEYS[1], 'g', 'r')
+  if not e[1] then
+    return {'', 0}
+  end
+  return {e[1], (e[2] == run_id()) and 1 or 0}
+elseif op == 'write' then
+  if ARGV[4] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[4] then
+    return 'unlocked'
+  end
+  if ARGV[5] == 'adopt' then
+    if redis.call('EXISTS', KEYS[1]) == 1 then
+      return 'exists'
+    end
+    local cursor = '0'
+    repeat
+      local page = redis.call('SCAN', cursor, 'MATCH', ARGV[6], 'COUNT', 1000)
+      if #page[2] > 0 then
+        return 'counters'
+      end
+      cursor = page[1]
+    until cursor == '0'
+  end
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'g', ARGV[2], 'r', run_id(), 't', ARGV[3])
+  return 'ok'
+elseif op == 'unlock' then
+  if redis.call('GET', KEYS[2]) == ARGV[2] then
+    return redis.call('DEL', KEYS[2])
+  end
+  return 0
+end
+return redis.error_reply('epoch: unknown operation ' .. tostring(op))

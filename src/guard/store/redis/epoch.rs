@@ -1,0 +1,126 @@
+//! The epoch fence's store side (docs/redis.md, "The epoch fence"): the epoch hash
+//! `{<prefix>}:epoch` (generation, the writing Redis process's `run_id`, and the registries
+//! of fenced counters), the recovery lock `{<prefix>}:epoch:lock`, and the store checks.
+
+use super::checks::Checks;
+use super::RedisStore;
+use crate::guard::domain::clock::Millis;
+use crate::guard::store::{EpochRead, StoreCheck, StoreFuture};
+
+/// The key of a store's epoch.
+pub(super) fn epoch_key(counter_head: &str) -> String {
+    // `{<prefix>}:c:` → `{<prefix>}:epoch`
+    let tag_end = counter_head.len() - "c:".len();
+    format!("{}epoch", &counter_head[..tag_end])
+}
+
+/// A glob pattern matching every counter key of the store (glob characters escaped).
+fn counter_pattern(counter_head: &str) -> String {
+    let mut out = String::with_capacity(counter_head.len() + 4);
+    for c in counter_head.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('*');
+    out
+}
+
+impl RedisStore {
+    pub(super) fn read_epoch(&self) -> StoreFuture<'static, EpochRead> {
+        let keys = [self.inner.epoch_key.clone(), self.inner.lock_key.clone()];
+        self.run("epoch", move |inner, mut conn| async move {
+            let mut call = inner.scripts.epoch.prepare_invoke();
+            call.key(&keys[..]).arg("read");
+            let (generation, trusted): (String, i64) = call.invoke_async(&mut conn).await?;
+            Ok(EpochRead {
+                generation: (!generation.is_empty()).then_some(generation),
+                trusted: trusted == 1,
+            })
+        })
+    }
+
+    pub(super) fn lock_epoch(&self, token: String, ttl_ms: u64) -> StoreFuture<'static, bool> {
+        let key = self.inner.lock_key.clone();
+        self.run("epoch lock", move |_, mut conn| async move {
+            let set: redis::Value = redis::cmd("SET")
+                .arg(&key)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms.max(1))
+                .query_async(&mut conn)
+                .await?;
+            Ok(set != redis::Value::Nil)
+        })
+    }
+
+    pub(super) fn unlock_epoch(&self, token: String) -> StoreFuture<'static, ()> {
+        let keys = [self.inner.epoch_key.clone(), self.inner.lock_key.clone()];
+        self.run("epoch unlock", move |inner, mut conn| async move {
+            let mut call = inner.scripts.epoch.prepare_invoke();
+            call.key(&keys[..]).arg("unlock").arg(token);
+            let _: i64 = call.invoke_async(&mut conn).await?;
+            Ok(())
+        })
+    }
+
+    pub(super) fn write_epoch(
+        &self,
+        generation: String,
+        now: Millis,
+        token: Option<String>,
+        adopt: bool,
+    ) -> StoreFuture<'static, bool> {
+        let keys = [self.inner.epoch_key.clone(), self.inner.lock_key.clone()];
+        let pattern = counter_pattern(&self.inner.key_head);
+        self.run("epoch write", move |inner, mut conn| async move {
+            let mut call = inner.scripts.epoch.prepare_invoke();
+            call.key(&keys[..])
+                .arg("write")
+                .arg(generation)
+                .arg(now)
+                .arg(token.unwrap_or_default())
+                .arg(if adopt { "adopt" } else { "force" })
+                .arg(pattern);
+            let answer: String = call.invoke_async(&mut conn).await?;
+            Ok(answer == "ok")
+        })
+    }
+
+    pub(super) fn check_store(&self, wait: bool) -> StoreFuture<'static, StoreCheck> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            Ok(if wait {
+                Checks::wait(&inner).await
+            } else {
+                inner.checks.outcome()
+            })
+        })
+    }
+
+    /// Asks for the store checks to run again (coalesced with any in flight).
+    pub fn request_checks(&self) {
+        Checks::request(&self.inner);
+    }
+
+    /// How many times the store checks have run (one at a time, at most one follow-up).
+    pub fn check_runs(&self) -> u64 {
+        self.inner
+            .checks
+            .runs
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_epoch_lives_under_the_hash_tag() {
+        assert_eq!(epoch_key("{ug}:c:"), "{ug}:epoch");
+        assert_eq!(counter_pattern("{a*b}:c:"), "{a\\*b}:c:*");
+    }
+}

@@ -1,0 +1,39 @@
+//! The Lua scripts of the Redis store (`src/guard/store/lua/`), each loaded once and called by
+//! SHA.
+
+use redis::Script;
+
+const COMMON_LUA: &str = include_str!("../lua/common.lua");
+const READ_LUA: &str = include_str!("../lua/read.lua");
+const FENCE_LUA: &str = include_str!("../lua/fence.lua");
+const RESERVE_LUA: &str = include_str!("../lua/reserve.lua");
+const SETTLE_LUA: &str = include_str!("../lua/settle.lua");
+const FILLED_LUA: &str = include_str!("../lua/filled.lua");
+const FILL_LUA: &str = include_str!("../lua/fill.lua");
+const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
+const EPOCH_LUA: &str = include_str!("../lua/epoch.lua");
+
+pub(super) struct Scripts {
+    pub(super) read: Script,
+    pub(super) reserve: Script,
+    pub(super) settle: Script,
+    pub(super) filled: Script,
+    pub(super) fill: Script,
+    pub(super) mark_once: Script,
+    pub(super) epoch: Script,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Self {
+        let with_common = |body: &str| Script::new(&format!("{COMMON_LUA}\n{body}"));
+        Scripts {
+            read: with_common(READ_LUA),
+            reserve: with_common(&format!("{FENCE_LUA}\n{RESERVE_LUA}")),
+            settle: with_common(SETTLE_LUA),
+            filled: with_common(FILLED_LUA),
+            fill: with_common(FILL_LUA),
+            mark_once: Script::new(MARK_ONCE_LUA),
+            epoch: Script::new(EPOCH_LUA),
+        }
+    }
+}

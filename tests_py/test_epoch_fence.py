@@ -1,0 +1,224 @@
+"""The epoch fence (issue 10 item 3): a Redis that lost its state (restarted empty on the same
+port, a counter deleted) never reads as unspent capacity. Fenced rules are refused with
+`budget_recovering` until the ledger refills the counters (one guard recovers) or the
+operator attests; unfenced rules go on as before. Real redis-server, real SQLite ledger."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import usage_guard as ug
+from redis_harness import RedisServer
+
+# 1 token = $0.001 in and out: a call of 50 + 50 tokens costs $0.10; the day allows $1.00.
+MODEL: dict[str, Any] = {"provider": "openai", "prices": {"input": 1000.0, "output": 1000.0}}
+CALL_COST = 100_000  # micro-dollars
+DAY_COST = 1_000_000
+
+
+def policy(metric: str = "cost", amount: float = 1.0, **settings: Any) -> ug.Policy:
+    return ug.Policy.from_dict(
+        {
+            "models": {"m": MODEL},
+            "settings": settings,
+            "limits": {
+                "direct": [
+                    {
+                        "user": "alice",
+                        "model": "m",
+                        "rules": [{"metric": metric, "amount": amount, "window": "day"}],
+                    }
+                ]
+            },
+        }
+    )
+
+
+def call(guard: ug.Guard) -> None:
+    ticket = guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    assert ticket.bill(input_tokens=50, output_tokens=50) is not None
+
+
+def used(guard: ug.Guard) -> int:
+    return int(guard.usage("alice", "m")["rules"][0]["used"])
+
+
+def store(server: RedisServer, prefix: str = "fence") -> ug.RedisStore:
+    return ug.RedisStore(server.url, prefix)
+
+
+def reconnect(guard: ug.Guard) -> None:
+    """Reads until the guard's store answers again after a restart (reads are not fenced)."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            guard.usage("alice", "m")
+            return
+        except ug.UsageLimitsUnavailable:
+            assert time.monotonic() < deadline, "the store never answered again"
+            time.sleep(0.05)
+
+
+def refused_reason(guard: ug.Guard) -> str:
+    """The reason the next call is refused, once the store answers again after a restart
+    (the first call may still meet the broken connection: plain unavailable)."""
+    deadline = time.monotonic() + 5
+    while True:
+        with pytest.raises(ug.UsageLimitsUnavailable) as refused:
+            guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+        if refused.value.reason != "USAGE_LIMITS_UNAVAILABLE" or time.monotonic() > deadline:
+            return refused.value.reason
+        time.sleep(0.05)
+
+
+def test_a_restart_fences_cost_rules_until_the_operator_attests(
+    redis_server: RedisServer, clock: ug.ManualClock
+) -> None:
+    guard = ug.Guard(policy(), store=store(redis_server), clock=clock)
+    for _ in range(9):
+        call(guard)
+    assert used(guard) == 9 * CALL_COST
+    redis_server.restart()  # empty, on the same port
+    assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
+    for _ in range(2):
+        with pytest.raises(ug.UsageLimitsUnavailable) as refused:
+            guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    err = refused.value
+    assert err.reason == "USAGE_LIMITS_RECOVERING" and err.unavailable
+    status, _headers, body = err.to_http("openai")
+    assert status == 503 and body["error"]["code"] == "budget_recovering"
+    assert guard.stats()["recovering"] == 3
+    with pytest.raises(ValueError, match="attest"):
+        guard.recover()
+    guard.recover(attest=True)
+    call(guard)  # the operator's act: what was lost is not counted
+    assert used(guard) == CALL_COST
+
+
+def test_a_lost_counter_is_fenced(redis_server: RedisServer, clock: ug.ManualClock) -> None:
+    guard = ug.Guard(policy(), store=store(redis_server, "lost"), clock=clock)
+    for _ in range(3):
+        call(guard)
+    keys = redis_server.cli("--scan", "--pattern", "{lost}:c:*").split()
+    assert len(keys) == 1
+    redis_server.cli("del", keys[0])  # the epoch stays; the counter it lists is gone
+    assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
+
+
+def test_with_a_ledger_a_restart_refills_and_never_overspends(
+    redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
+) -> None:
+    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
+    guard = ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger)
+    for _ in range(9):
+        call(guard)
+    guard.close()
+    redis_server.restart()
+    reconnect(guard)
+    call(guard)  # refilled: 0.90 used, room for one more call
+    with pytest.raises(ug.UsageLimitError) as refused:
+        guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    assert refused.value.reason == "USAGE_LIMIT_REACHED"
+    assert used(guard) == DAY_COST
+    guard.close()
+    assert sum(g["cost_micros"] for g in ledger.query(group_by=["user"])) == DAY_COST
+
+
+def test_three_guards_one_recovers_none_overspends(
+    redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
+) -> None:
+    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
+    guards = [
+        ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger) for _ in range(3)
+    ]
+    for _ in range(8):
+        call(guards[0])
+    for g in guards[1:]:
+        g.usage("alice", "m")  # every guard is running
+    guards[0].close()
+    written = [g.stats()["epochs_written"] for g in guards]
+    redis_server.restart()
+    for g in guards:
+        reconnect(g)
+    barrier = threading.Barrier(3)
+    admitted = [0, 0, 0]
+    refusals: list[str] = []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        for _ in range(5):
+            try:
+                ticket = guards[i].admit("alice", "m", prompt_tokens=50, max_tokens=50)
+            except ug.UsageLimitError as e:
+                refusals.append(e.reason)
+                continue
+            admitted[i] += 1
+            assert ticket.bill(input_tokens=50, output_tokens=50) is not None
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ledger.flush()
+    after = [g.stats()["epochs_written"] - w for g, w in zip(guards, written)]
+    assert sum(after) == 1, after  # exactly one guard recovered
+    assert sum(admitted) == 2, (admitted, refusals)  # 0.80 used: two calls fit, no more
+    assert used(guards[0]) == DAY_COST
+    billed = sum(g["cost_micros"] for g in ledger.query(group_by=["user"]))
+    assert billed == DAY_COST
+
+
+def test_request_rules_are_not_fenced_unless_configured(
+    redis_server: RedisServer, clock: ug.ManualClock
+) -> None:
+    plain = ug.Guard(policy("requests", 100), store=store(redis_server, "r1"), clock=clock)
+    fenced = ug.Guard(
+        policy("requests", 100, fenced_metrics=["requests"]),
+        store=store(redis_server, "r2"),
+        clock=clock,
+    )
+    for guard in (plain, fenced):
+        call(guard)
+    redis_server.restart()
+    assert refused_reason(fenced) == "USAGE_LIMITS_RECOVERING"
+    reconnect(plain)
+    call(plain)  # as before: the request count starts over
+
+
+def test_a_first_start_on_an_empty_store_adopts(redis_server: RedisServer) -> None:
+    guard = ug.Guard(policy(), store=store(redis_server, "adopt"))
+    call(guard)
+    assert guard.stats()["epochs_written"] == 1
+    other = ug.Guard(policy(), store=store(redis_server, "adopt"))
+    call(other)  # a second guard trusts the epoch the first wrote
+    assert other.stats()["epochs_written"] == 0
+    assert used(other) == 2 * CALL_COST
+
+
+def test_memory_store_needs_no_fence() -> None:
+    guard = ug.Guard(policy())
+    call(guard)
+    assert isinstance(guard.recover(attest=True), str)  # nothing to lift: state dies with it
+    assert guard.stats()["recovering"] == 0
+
+
+def test_cli_recover_lifts_the_fence(redis_server: RedisServer) -> None:
+    guard = ug.Guard(policy(), store=store(redis_server, "cli"))
+    call(guard)
+    redis_server.restart()
+    assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
+    base = [sys.executable, "-m", "usage_guard.cli", "recover", "--redis", redis_server.url]
+    no_attest = subprocess.run([*base, "--prefix", "cli"], capture_output=True, text=True)
+    assert no_attest.returncode == 2 and "--attest" in no_attest.stderr
+    done = subprocess.run(
+        [*base, "--prefix", "cli", "--attest"], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.startswith("recovered: new epoch ")
+    call(guard)
