@@ -375,3 +375,18 @@ def test_manual_clock_advance_refuses_moves_out_of_range(kw: dict[str, Any]) -> 
     assert clock.now() == "2026-11-30T08:00:00Z"
     clock.advance(1.5, minutes=2)
     assert clock.now_ms() - ug.ManualClock("2026-11-30T08:00:00Z").now_ms() == 121_500
+
+
+def test_a_roomy_cost_rule_never_lowers_the_output_by_a_rounding(
+    make_guard: Callable[..., ug.Guard],
+) -> None:
+    # Prompt and output cost fractions of a micro-dollar a token: the cost held must pay for
+    # the model's whole maximum whatever the prompt's fraction, or the fit lowers the output
+    # by a token or two and reports a cap no limit made.
+    guard = make_guard(POLICY)
+    for words in range(12):
+        request = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "word " * words}]}
+        ticket = guard.admit("alice", "gpt-4.1", request, provider="openai")
+        assert ticket.fitted == {"max_completion_tokens": 32768}, words
+        assert not ticket.capped("length")
+        ticket.release()
