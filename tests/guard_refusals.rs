@@ -156,3 +156,35 @@ fn the_context_window_comes_first_for_everyone() {
         }
     }
 }
+
+#[test]
+fn a_cost_refusal_waits_for_what_the_call_holds() {
+    // Prices of fractions of a micro-dollar a token: a 1-token prompt costs 2 (1.1 rounded
+    // up), 1 output token 1 (0.8 rounded up). With 2 left the call does not fit, and the
+    // refusal must not say it fits now.
+    let toml = r#"
+[models.m]
+display_name = "M"
+prices = { input = 1.1, output = 0.8 }
+
+[[limits.direct]]
+user = "alice"
+model = "m"
+rules = [{ metric = "cost", amount = 0.001, window = "day" }]
+"#;
+    let s = setup(toml, "2026-11-30T14:20:00Z");
+    let t = s.guard.admit_blocking(call("alice", "m", 0, 0)).unwrap();
+    let used = Usage {
+        cost_micros: Some(998),
+        ..Usage::default()
+    };
+    t.bill_blocking(used).unwrap().unwrap();
+    let r = refusal(s.guard.admit_blocking(call("alice", "m", 1, 1)));
+    assert_eq!(r.reason, Reason::DoesNotFit);
+    assert_eq!(
+        r.resets_at,
+        Some(at("2026-12-01T00:00:00Z")),
+        "{}",
+        r.message
+    );
+}

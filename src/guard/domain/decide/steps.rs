@@ -152,7 +152,7 @@ impl Snapshot<'_> {
         let need = |metric: Metric| match metric {
             Metric::InputTokens => prompt,
             Metric::OutputTokens => out_need,
-            Metric::Cost => prices.dearest_cost_micros(prompt, out_need),
+            Metric::Cost => Holds::new(prompt, out_need, prices).cost,
             _ => prompt.saturating_add(out_need),
         };
         let mut max_out = demand.max_output_tokens;
