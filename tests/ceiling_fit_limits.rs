@@ -69,7 +69,7 @@ fn context_window_pre_check() {
         Err(Error::Refused(r)) => {
             assert_eq!(r.reason, Reason::ContextWindowExceeded);
             assert_eq!(r.amount, Some(8192));
-            assert!(r.message.contains("8192"), "{}", r.message);
+            assert!(r.message.contains("8,192 tokens"), "{}", r.message);
             let http = r.to_http(usage_guard::HttpShape::OpenAi);
             assert_eq!(http.status, 400);
             assert_eq!(http.body["error"]["code"], json!("context_length_exceeded"));
@@ -83,10 +83,12 @@ fn context_window_pre_check() {
     // Default policy: the caller's cap is lowered to the room left in the window.
     let r = run(&request, Api::OpenAiChat, &ceiling(None, 8192)).unwrap();
     assert_eq!(r.max_output_tokens, Some(8192 - prompt));
-    assert!(r.output_capped);
+    // Lowered, but by the context window, not by a usage limit: not capped.
+    assert!(r.lowered && !r.output_capped);
     // require_full_output: the cap that would have to shrink is refused.
     let strict = FitOptions {
         require_full_output: true,
+        ..FitOptions::default()
     };
     let err = fit(
         &request,

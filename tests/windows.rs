@@ -253,3 +253,97 @@ proptest! {
         prop_assert_eq!(Window::Calendar(CalendarUnit::Month).bucket_end(midnight(first)), midnight(next_month));
     }
 }
+
+proptest! {
+    /// For any sliding state, `room_at(need)` is the first whole second (or `now`) at which
+    /// `counted + need <= amount` with no new use, and `None` exactly when `need` is over
+    /// the amount.
+    #[test]
+    fn sliding_room_at_is_the_first_second_the_need_fits(
+        seconds in prop::sample::select(vec![60u32, 600, 3600]),
+        amount in 1u64..5_000,
+        current in 0u64..6_000,
+        previous in 0u64..6_000,
+        need in 0u64..6_000,
+        offset_ms in 0i64..7_200_000,
+    ) {
+        let w = Window::Sliding { seconds };
+        let now = at("2026-11-30T00:00:00Z") + offset_ms % (i64::from(seconds) * 1000);
+        let end = w.bucket_end(w.bucket_start(now));
+        let counted_at = |t: i64| {
+            if t < end {
+                w.counted(current, previous, t)
+            } else if t < end + i64::from(seconds) * 1000 {
+                w.counted(0, current, t)
+            } else {
+                0
+            }
+        };
+        match w.room_at(amount, current, previous, need, now) {
+            None => prop_assert!(need > amount),
+            Some(t) if t == now => prop_assert!(counted_at(now) + need <= amount),
+            Some(t) => {
+                prop_assert!(counted_at(now) + need > amount);
+                prop_assert_eq!(t % 1000, 0);
+                prop_assert!(t > now);
+                prop_assert!(counted_at(t) + need <= amount, "the need does not fit then");
+                let before = t - 1000;
+                if before >= now {
+                    prop_assert!(counted_at(before) + need > amount, "it fit a second earlier");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn room_at_bucket_edges() {
+    let hour = Window::Sliding { seconds: 3600 };
+    // 14:20: 500 in this bucket, 1,200 in the previous: 800 carried, 1,300 counted of 2,000.
+    let now = at("2026-11-30T14:20:00Z");
+    assert_eq!(hour.counted(500, 1200, now), 1300);
+    // 700 fits now; 1,000 fits once the previous bucket carries 500: 25 minutes left of
+    // the bucket (ceil(1,200 × 1,500 s / 3,600 s) = 500), at 14:35.
+    assert_eq!(hour.room_at(2000, 500, 1200, 700, now), Some(now));
+    assert_eq!(
+        hour.room_at(2000, 500, 1200, 1000, now).map(iso8601),
+        Some("2026-11-30T14:35:00Z".into())
+    );
+    // 1,500 needs the previous bucket gone: exactly the bucket's end.
+    assert_eq!(
+        hour.room_at(2000, 500, 1200, 1500, now).map(iso8601),
+        Some("2026-11-30T15:00:00Z".into())
+    );
+    // 1,900 needs this bucket (then the previous) to carry at most 100: ceil(500 × r / 3600)
+    // ≤ 100 from r = 720 s before 16:00, at 15:48.
+    assert_eq!(
+        hour.room_at(2000, 500, 1200, 1900, now).map(iso8601),
+        Some("2026-11-30T15:48:00Z".into())
+    );
+    // The whole amount: when nothing counts any more, the end of the next bucket.
+    assert_eq!(
+        hour.room_at(2000, 500, 1200, 2000, now).map(iso8601),
+        Some("2026-11-30T16:00:00Z".into())
+    );
+    // More than the amount: never.
+    assert_eq!(hour.room_at(2000, 0, 0, 2001, now), None);
+    // At the very last millisecond of a bucket and at the first of the next.
+    let last = at("2026-11-30T14:59:59Z") + 999;
+    assert_eq!(
+        hour.room_at(100, 100, 0, 1, last),
+        Some(at("2026-11-30T15:00:36Z"))
+    );
+    let first = at("2026-11-30T15:00:00Z");
+    assert_eq!(
+        hour.room_at(100, 0, 100, 1, first),
+        Some(at("2026-11-30T15:00:36Z"))
+    );
+    // Calendar windows: the end of the bucket, or now when it fits already.
+    let day = Window::Calendar(CalendarUnit::Day);
+    assert_eq!(day.room_at(10, 5, 0, 5, now), Some(now));
+    assert_eq!(
+        day.room_at(10, 6, 0, 5, now),
+        Some(at("2026-12-01T00:00:00Z"))
+    );
+    assert_eq!(day.room_at(10, 0, 0, 11, now), None);
+}

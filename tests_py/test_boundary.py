@@ -182,12 +182,14 @@ def test_error_shape_literal_is_exactly_what_to_http_accepts(guard: ug.Guard) ->
         (
             lambda g: g.admit("alice", "gpt-5", prompt_tokens=-1),
             ValueError,
-            r"prompt_tokens must be a whole number of 0 or more \(got -1\)",
+            r"prompt_tokens must be a whole number from 0 to 18446744073709551615 \(2\*\*64-1\) "
+            r"\(got -1\)",
         ),
         (
             lambda g: g.admit("alice", "gpt-5", max_tokens="9"),
             TypeError,
-            r"max_tokens must be a whole number of 0 or more \(got '9'\)",
+            r"max_tokens must be a whole number from 0 to 18446744073709551615 \(2\*\*64-1\) "
+            r"\(an int\), not str \(got '9'\)",
         ),
         (
             lambda g: g.admit("alice", "gpt-5", {"messages": [{1: "x"}]}),

@@ -226,7 +226,7 @@ def test_context_window_refusal_http_shape() -> None:
         ug.fit(req, ceiling(None))
     status, _headers, body = info.value.to_http("openai")
     assert status == 400 and body["error"]["code"] == "context_length_exceeded"
-    assert "8192" in str(info.value)
+    assert "8,192 tokens" in str(info.value)
     capped = {
         "model": "gpt-4",
         "max_completion_tokens": 8000,

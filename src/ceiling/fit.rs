@@ -25,7 +25,16 @@ pub struct FitOptions {
     /// Refuse a caller's output cap that would have to shrink (to the context window or to
     /// what is left) instead of lowering it.
     pub require_full_output: bool,
+    /// The output maximum a call gets when neither the caller nor the policy's model entry
+    /// sets one (the policy's `settings.default_max_output_tokens`); `None`: 8,192. Only what
+    /// a usage limit lowers below it (or below the caller's or the model's maximum) is
+    /// `output_capped`.
+    pub default_max_output_tokens: Option<u64>,
 }
+
+/// The output maximum of a call that sets none, on a model whose maximum the policy does not
+/// give (`settings.default_max_output_tokens`'s default).
+pub(crate) const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 8192;
 
 /// A call fitted into a ceiling.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,8 +54,11 @@ pub struct FitResult {
     pub thinking_budget: Option<u64>,
     /// True when the ceiling turned thinking off.
     pub thinking_disabled: bool,
-    /// True when the output maximum in force is the ceiling's (below the caller's, or the
-    /// model's when the caller gave none): an answer stopping there was capped by the ceiling.
+    /// True when a usage limit set the output maximum in force: the ceiling (what is left,
+    /// or its `max_output_tokens`) lowered it below what the call has without usage limits —
+    /// the caller's maximum, else the model's, else the default — and below the room the
+    /// context window leaves. An answer stopping there was cut short by a usage limit. A
+    /// model's own maximum or the default written into a capless call is not a cap.
     pub output_capped: bool,
     /// True when the ceiling lowered (or set below the default) anything in the request.
     pub lowered: bool,
@@ -83,6 +95,9 @@ struct Output {
     caller: Option<u64>,
     /// What the call would have without the ceiling: the caller's, capped by the model's.
     natural: Option<u64>,
+    /// What the call would have with no usage limit: the caller's (else the policy model's,
+    /// else the default), capped by the model's maximum and the context window's room.
+    unlimited: u64,
 }
 
 /// The output maximum: the caller's, the model's and the ceiling's (shared among the answers
@@ -97,6 +112,10 @@ fn output_maximum(
 ) -> Result<Output> {
     let caller = requested_max_output(request, api)?;
     let natural = min_opt(caller, lim.max_output);
+    let asked = caller
+        .or(lim.policy_max_output)
+        .or(options.default_max_output_tokens)
+        .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
     let answers = choices(request, api)?;
     let per_answer = ceiling.max_output_tokens / answers;
     let desired = min_opt(natural, Some(per_answer)).unwrap_or(per_answer);
@@ -142,6 +161,7 @@ fn output_maximum(
         out,
         caller,
         natural,
+        unlimited: min_opt(min_opt(natural, Some(asked)), ctx_room).unwrap_or(asked),
     };
     if options.require_full_output {
         check_full_output(&o, ctx_room, ceiling, p, lim)?;
@@ -195,8 +215,9 @@ fn apply(
         set(&mut fitted, &path, json!(o.out));
         changed.push(path[0]);
     }
-    // The ceiling's maximum is in force when the call's own is absent or higher.
-    let output_capped = o.natural.is_none_or(|n| o.out < n);
+    // A usage limit cut the output when it is below what the call has without one.
+    let output_capped = o.out < o.unlimited;
+    let lowered = o.natural.is_none_or(|n| o.out < n);
     let (thinking_budget, thinking_disabled, thinking_lowered) =
         fit_thinking(&mut fitted, api, o.out, lim.thinking)?;
     if thinking_lowered {
@@ -213,7 +234,7 @@ fn apply(
         thinking_budget,
         thinking_disabled,
         output_capped,
-        lowered: output_capped || thinking_lowered,
+        lowered: lowered || thinking_lowered,
         changed,
     })
 }
@@ -265,7 +286,7 @@ pub(crate) fn fit_counted(
     let model = model.or_else(|| request.get("model").and_then(Value::as_str));
     let lim = limits(api, model, spec);
     let p = Prompt::new(count, ceiling);
-    check_window(&p, &lim, api)?;
+    check_window(p.tokens, &lim, api.is_embeddings())?;
     check_left(&p, ceiling)?;
     if api.is_embeddings() {
         return Ok(FitResult {

@@ -15,6 +15,9 @@ pub(super) struct Limits {
     pub(super) context_window: Option<u64>,
     pub(super) max_input: Option<u64>,
     pub(super) max_output: Option<u64>,
+    /// The maximum the policy's model entry gives (what admission reserves for a capless
+    /// call), without the registry's.
+    pub(super) policy_max_output: Option<u64>,
     pub(super) thinking: Option<ThinkingRange>,
     pub(super) name: String,
 }
@@ -35,12 +38,18 @@ pub(super) fn limits(api: Api, model: Option<&str>, spec: Option<&ModelSpec>) ->
         context_window: spec
             .and_then(|s| s.context_window)
             .or(known.and_then(|k| k.context_window)),
-        max_input: spec
-            .and_then(|s| s.max_input_tokens)
-            .or(known.and_then(|k| k.max_input_tokens)),
+        // A policy that gives the window gives the model's limits: the registry's input
+        // limit (derived from the registry's own window) is not mixed in.
+        max_input: match spec {
+            Some(s) if s.context_window.is_some() => s.max_input_tokens,
+            _ => spec
+                .and_then(|s| s.max_input_tokens)
+                .or(known.and_then(|k| k.max_input_tokens)),
+        },
         max_output: spec
             .and_then(|s| s.max_output_tokens)
             .or(known.and_then(|k| k.max_output_tokens)),
+        policy_max_output: spec.and_then(|s| s.max_output_tokens),
         thinking,
         name: spec
             .map(|s| s.display_name.clone())
@@ -125,27 +134,55 @@ pub(super) fn check_ceiling(ceiling: &UsageCeiling) -> Result<()> {
 }
 
 /// The context-window pre-check: a prompt that cannot fit is refused with no round trip.
-pub(super) fn check_window(p: &Prompt, lim: &Limits, api: Api) -> Result<()> {
-    let (prompt, name) = (p.tokens, &lim.name);
+/// Over the model's input limit, or filling its context window (over it, for embeddings,
+/// which produce no output), is `CONTEXT_WINDOW_EXCEEDED`, named with the model's display
+/// name and the window the policy (else the registry) gives.
+pub(super) fn check_window(prompt: u64, lim: &Limits, embeddings: bool) -> Result<()> {
+    let name = &lim.name;
+    let tokens = |n: u64| Metric::Tokens.amount_phrase(n);
     if let Some(max_in) = lim.max_input.filter(|&m| prompt > m) {
         return Err(context_refusal(
             max_in,
-            format!("The prompt is {prompt} tokens, over {name}'s input limit of {max_in} tokens."),
+            format!(
+                "The prompt is {}, over {name}'s input limit of {}.",
+                tokens(prompt),
+                tokens(max_in)
+            ),
         ));
     }
     if let Some(window) = lim.context_window {
-        let over = if api.is_embeddings() {
+        let over = if embeddings {
             prompt > window
         } else {
             prompt >= window
         };
         if over {
-            return Err(context_refusal(window, format!(
-                "The prompt is {prompt} tokens and leaves no room in {name}'s context window of {window} tokens."
-            )));
+            return Err(context_refusal(
+                window,
+                format!(
+                    "The prompt is {} and leaves no room for output in {name}'s context \
+                     window of {}.",
+                    tokens(prompt),
+                    tokens(window)
+                ),
+            ));
         }
     }
     Ok(())
+}
+
+/// The context-window pre-check admission runs first, before any usage limit is read: a
+/// prompt of `prompt_tokens` to `model` (with the policy's `spec`) that cannot fit its
+/// window or input limit is refused with `CONTEXT_WINDOW_EXCEEDED` (HTTP 400), whoever
+/// calls. `embeddings`: the call produces no output, so a prompt may fill the window.
+pub(crate) fn check_context(
+    prompt_tokens: u64,
+    api: Api,
+    model: Option<&str>,
+    spec: Option<&ModelSpec>,
+    embeddings: bool,
+) -> Result<()> {
+    check_window(prompt_tokens, &limits(api, model, spec), embeddings)
 }
 
 /// Refuses a prompt that alone is over the tokens or cost left.

@@ -26,6 +26,7 @@ pub use api::Api;
 pub use capped::usage_capped;
 pub(crate) use fit::fit_counted;
 pub use fit::{fit, requested_max_output, FitOptions, FitResult};
+pub(crate) use fit_checks::check_context;
 pub use models::{known_model, tokenizer_for, KnownModel, ThinkingRange, Tokenizer};
 pub use prompt::{count_request, count_request_for_group, prompt_counts, PromptCount};
 pub use providers::{

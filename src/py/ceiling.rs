@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
 use serde_json::Value;
 
-use super::convert::{ceiling_to_py, json_to_py, py_to_json};
+use super::convert::{ceiling_to_py, json_to_py, py_to_json, whole, Range};
 use super::policy::PyPolicy;
 use super::provider::Provider;
 use crate::ceiling::{self, Api, Encoding, FitOptions, FitResult};
@@ -22,28 +22,26 @@ fn count_u64(d: &Bound<'_, PyDict>, key: &str, required: bool) -> PyResult<Optio
     let path = format!("ceiling.{key}");
     match d.get_item(key)? {
         None if required => {
-            Err(Error::invalid(&path, "", "is required; a whole number of 0 or more").into())
+            Err(Error::invalid(&path, "", format!("is required; {}", Range::Count.words())).into())
         }
         None => Ok(None),
-        Some(v) if v.is_none() => Ok(None),
-        Some(v) if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() => {
-            v.extract::<u64>().map(Some).map_err(|_| {
-                let given = v.repr().map(|r| r.to_string()).unwrap_or_default();
-                Error::invalid(&path, given, "must be a whole number of 0 or more").into()
-            })
-        }
-        Some(v) => {
-            Err(Error::wrong_type(&path, v.repr()?, "must be a whole number of 0 or more").into())
-        }
+        Some(v) => whole(&path, Some(&v), Range::Count),
     }
 }
 
+/// A number (int or float, not bool) that is finite and ≥ 0: another type is a `TypeError`,
+/// NaN, infinities and negatives a `ValueError`.
 fn number(v: &Bound<'_, PyAny>, path: &str) -> PyResult<f64> {
+    let accepted = "must be a finite number of 0 or more (an int or a float)";
     let ok = (v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>())
         && !v.is_instance_of::<PyBool>();
-    let f = if ok { v.extract::<f64>()? } else { f64::NAN };
+    if !ok {
+        return Err(Error::wrong_type(path, v.repr()?, accepted).into());
+    }
+    // An int too large for a double is out of range, not an error of another kind.
+    let f = v.extract::<f64>().unwrap_or(f64::INFINITY);
     if !(f.is_finite() && f >= 0.0) {
-        return Err(Error::invalid(path, v.repr()?, "must be a number of 0 or more").into());
+        return Err(Error::invalid(path, v.repr()?, accepted).into());
     }
     Ok(f)
 }
@@ -285,6 +283,7 @@ fn fit(
     let spec = spec_for(policy, model.as_deref());
     let options = FitOptions {
         require_full_output,
+        default_max_output_tokens: policy.map(|p| p.get().inner.settings.default_max_output_tokens),
     };
     let inner = py.detach(|| {
         ceiling::fit(

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 
 use crate::error::Error;
 use crate::guard::domain::clock::{
@@ -51,6 +51,26 @@ pub(crate) fn instant(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Millis> 
     .into())
 }
 
+/// One argument of `advance`: an int or a float, not a bool (absent: 0). NaN and
+/// infinities pass here and are refused with the total, as a `ValueError`.
+fn duration(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(0.0);
+    };
+    let number = (value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>())
+        && !value.is_instance_of::<PyBool>();
+    if !number {
+        return Err(Error::wrong_type(
+            name,
+            value.repr()?,
+            "must be a number of units to move the clock by (an int or a float)",
+        )
+        .into());
+    }
+    // An int too large for a double moves the clock out of range: refused with the total.
+    Ok(value.extract::<f64>().unwrap_or(f64::INFINITY))
+}
+
 #[pymethods]
 impl PyManualClock {
     /// A clock at `start` (ISO 8601 or datetime), or at the current time.
@@ -82,10 +102,25 @@ impl PyManualClock {
         Ok(())
     }
 
-    /// Moves the clock forward (or back, with negative values).
-    #[pyo3(signature = (seconds = 0.0, *, minutes = 0.0, hours = 0.0, days = 0.0))]
-    fn advance(&self, seconds: f64, minutes: f64, hours: f64, days: f64) -> PyResult<()> {
-        let total = seconds + minutes * 60.0 + hours * 3600.0 + days * 86400.0;
+    /// Moves the clock forward (or back, with negative values). Each argument is an int or
+    /// a float (not a bool); the move must be finite and keep the clock in years 1 to 9999.
+    #[pyo3(signature = (seconds = None, *, minutes = None, hours = None, days = None), text_signature = "($self, seconds=0.0, *, minutes=0.0, hours=0.0, days=0.0)")]
+    fn advance(
+        &self,
+        seconds: Option<&Bound<'_, PyAny>>,
+        minutes: Option<&Bound<'_, PyAny>>,
+        hours: Option<&Bound<'_, PyAny>>,
+        days: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let mut total = 0.0;
+        for (name, value, unit) in [
+            ("seconds", seconds, 1.0),
+            ("minutes", minutes, 60.0),
+            ("hours", hours, 3600.0),
+            ("days", days, 86400.0),
+        ] {
+            total += duration(name, value)? * unit;
+        }
         if !total.is_finite() {
             return Err(Error::invalid(
                 "seconds",

@@ -127,21 +127,75 @@ pub(crate) fn view_to_py<'py>(py: Python<'py>, v: &UsageView) -> PyResult<Bound<
     Ok(d)
 }
 
-/// A whole number ≥ 0 from an optional Python int, with an error naming the argument.
-pub(crate) fn whole(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
-    let Some(value) = value.filter(|v| !v.is_none()) else {
-        return Ok(None);
-    };
-    // The sentence starts with the argument's name: "max_tokens must be a whole number ...".
-    // Built only on the error paths: this runs for every argument of every admit and bill.
-    let accepted = || format!("{name} must be a whole number of 0 or more");
-    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        return Err(Error::wrong_type("", value.repr()?, accepted()).into());
+/// The accepted range of a whole-number argument, as its error says it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Range {
+    /// A count compared with the model's limits (`prompt_tokens`, `max_tokens`, ceiling
+    /// fields): any `u64`; a prompt over the model's window is refused, not rejected.
+    Count,
+    /// An amount that goes into the counters (`bill`'s usage): up to 2**53, exact in every
+    /// store.
+    Amount,
+}
+
+impl Range {
+    fn max(self) -> u64 {
+        match self {
+            Range::Count => u64::MAX,
+            Range::Amount => crate::guard::domain::policy::MAX_AMOUNT,
+        }
     }
-    value.extract::<u64>().map(Some).map_err(|_| {
-        let given = value.repr().map(|r| r.to_string()).unwrap_or_default();
-        Error::invalid("", given, accepted()).into()
-    })
+
+    /// "a whole number from 0 to 9007199254740992 (2**53)".
+    pub(crate) fn words(self) -> String {
+        let bound = match self {
+            Range::Count => "2**64-1",
+            Range::Amount => "2**53",
+        };
+        format!("a whole number from 0 to {} ({bound})", self.max())
+    }
+}
+
+/// A whole number in `range` from a Python int, with the one rule of every numeric
+/// argument: another type (float, even `100.0`; str; bool) is a `TypeError`, an int out of
+/// range a `ValueError`; both name the argument, the value and the accepted range.
+pub(crate) fn whole_in(name: &str, value: &Bound<'_, PyAny>, range: Range) -> PyResult<u64> {
+    // Messages are built only on the error paths: this runs for every admit and bill.
+    let given = || value.repr().map(|r| r.to_string()).unwrap_or_default();
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        let type_name = value
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        let accepted = format!("{name} must be {} (an int), not {type_name}", range.words());
+        return Err(Error::wrong_type("", given(), accepted).into());
+    }
+    match value.extract::<u64>() {
+        Ok(n) if n <= range.max() => Ok(n),
+        _ => Err(Error::invalid("", given(), format!("{name} must be {}", range.words())).into()),
+    }
+}
+
+/// `whole_in` for an optional argument: `None` stays `None`.
+pub(crate) fn whole(
+    name: &str,
+    value: Option<&Bound<'_, PyAny>>,
+    range: Range,
+) -> PyResult<Option<u64>> {
+    match value.filter(|v| !v.is_none()) {
+        Some(v) => whole_in(name, v, range).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// `whole_in` for a required argument: `None` is a `TypeError` (required means required).
+pub(crate) fn required(name: &str, value: &Bound<'_, PyAny>, range: Range) -> PyResult<u64> {
+    if value.is_none() {
+        let accepted = format!("{name} is required: {} (an int), not None", range.words());
+        return Err(Error::wrong_type("", "", accepted).into());
+    }
+    whole_in(name, value, range)
 }
 
 /// What a bill recorded, as a dict (`None` when the ticket had already settled).
@@ -173,7 +227,8 @@ pub(crate) fn reserved_to_py<'py>(
     Ok(d)
 }
 
-/// A bill's usage from its Python arguments, each a whole number ≥ 0.
+/// A bill's usage from its Python arguments, each a whole number from 0 to 2**53;
+/// `input_tokens` and `output_tokens` are required (None is a `TypeError`).
 pub(crate) fn usage_from_py(
     input_tokens: &Bound<'_, PyAny>,
     output_tokens: &Bound<'_, PyAny>,
@@ -182,13 +237,14 @@ pub(crate) fn usage_from_py(
     cost_micros: Option<&Bound<'_, PyAny>>,
     compute_ms: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Usage> {
+    let a = Range::Amount;
     Ok(Usage {
-        input_tokens: whole("input_tokens", Some(input_tokens))?.unwrap_or(0),
-        output_tokens: whole("output_tokens", Some(output_tokens))?.unwrap_or(0),
-        cached_input_tokens: whole("cached_input_tokens", cached_input_tokens)?.unwrap_or(0),
-        reasoning_tokens: whole("reasoning_tokens", reasoning_tokens)?.unwrap_or(0),
-        cost_micros: whole("cost_micros", cost_micros)?,
-        compute_ms: whole("compute_ms", compute_ms)?,
+        input_tokens: required("input_tokens", input_tokens, a)?,
+        output_tokens: required("output_tokens", output_tokens, a)?,
+        cached_input_tokens: whole("cached_input_tokens", cached_input_tokens, a)?.unwrap_or(0),
+        reasoning_tokens: whole("reasoning_tokens", reasoning_tokens, a)?.unwrap_or(0),
+        cost_micros: whole("cost_micros", cost_micros, a)?,
+        compute_ms: whole("compute_ms", compute_ms, a)?,
     })
 }
 

@@ -10,7 +10,7 @@ use super::asyncio::FirstPoll;
 use super::clock::PyManualClock;
 use super::convert::{
     billed_to_py, ceiling_to_py, json_to_py, prompt_count_to_py, py_to_json, reserved_to_py,
-    source_to_py, usage_from_py, view_to_py, whole,
+    source_to_py, usage_from_py, view_to_py, whole, Range,
 };
 use super::ledger::{
     admit_batch, bill_info, close_guard, extract_ledger, resume_batch, PyBatchTicket,
@@ -56,9 +56,9 @@ fn admit_request(
     Ok(AdmitRequest {
         user,
         model,
-        prompt_tokens: whole("prompt_tokens", prompt_tokens)?,
+        prompt_tokens: whole("prompt_tokens", prompt_tokens, Range::Count)?,
         prompt_is_estimate: false,
-        max_output_tokens: whole("max_tokens", max_tokens)?,
+        max_output_tokens: whole("max_tokens", max_tokens, Range::Count)?,
         request,
     })
 }

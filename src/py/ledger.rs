@@ -8,7 +8,7 @@ use pyo3::types::{PyDict, PyList};
 
 use super::clock::instant;
 use super::convert::{
-    billed_to_py, py_to_json, reserved_to_py, source_to_py, usage_from_py, whole,
+    billed_to_py, py_to_json, reserved_to_py, source_to_py, usage_from_py, whole, Range,
 };
 use crate::error::Error;
 use crate::guard::engine::batch::{BatchRequest, BatchTicket};
@@ -259,9 +259,17 @@ fn batch_requests(requests: &Bound<'_, PyAny>) -> PyResult<Vec<BatchRequest>> {
         };
         out.push(BatchRequest {
             id,
-            prompt_tokens: whole("prompt_tokens", d.get_item("prompt_tokens")?.as_ref())?
-                .unwrap_or(0),
-            max_output_tokens: whole("max_tokens", d.get_item("max_tokens")?.as_ref())?,
+            prompt_tokens: whole(
+                &format!("requests[{i}].prompt_tokens"),
+                d.get_item("prompt_tokens")?.as_ref(),
+                Range::Count,
+            )?
+            .unwrap_or(0),
+            max_output_tokens: whole(
+                &format!("requests[{i}].max_tokens"),
+                d.get_item("max_tokens")?.as_ref(),
+                Range::Count,
+            )?,
         });
     }
     Ok(out)

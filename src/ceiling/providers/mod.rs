@@ -136,17 +136,17 @@ impl Refusal {
         let kind = RefusalKind::of(self);
         let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
         if kind == RefusalKind::Limit {
-            if self.is_rate_limit() {
-                if let Some(seconds) = self.retry_after_seconds {
+            match self.retry_after_seconds.filter(|_| self.is_rate_limit()) {
+                Some(seconds) => {
                     headers.push(("retry-after".to_string(), seconds.max(1).to_string()));
                     // SDKs that honour any Retry-After would hold the request that long.
                     if seconds > MAX_CLIENT_RETRY_WAIT_SECONDS {
                         headers.push(("x-should-retry".to_string(), "false".to_string()));
                     }
                 }
-            } else {
-                // A limit that lasts until tomorrow: tell SDK clients not to retry.
-                headers.push(("x-should-retry".to_string(), "false".to_string()));
+                // A limit that lasts until tomorrow, or a call it never admits: tell SDK
+                // clients not to retry.
+                None => headers.push(("x-should-retry".to_string(), "false".to_string())),
             }
         }
         let body = match provider {

@@ -114,16 +114,19 @@ impl Refusal {
         self.resets_at.map(iso8601)
     }
 
-    /// The error code of the HTTP answer: `rate_limit_exceeded` for minute/hour rules,
-    /// `usage_limit_reached` for day-or-longer rules, `usage_limits_unavailable`,
-    /// `budget_recovering`.
+    /// The error code of the HTTP answer: `rate_limit_exceeded` for minute/hour rules that
+    /// free up at a known time (`retry_after_seconds`), `usage_limit_reached` for
+    /// day-or-longer rules and for calls a rule never admits, `usage_limits_unavailable`,
+    /// `budget_recovering`, `context_length_exceeded`, `model_not_found`.
     pub fn http_code(&self) -> &'static str {
         match self.reason {
             Reason::Unavailable => "usage_limits_unavailable",
             Reason::Recovering => "budget_recovering",
             Reason::ContextWindowExceeded => "context_length_exceeded",
             Reason::ModelNotFound => "model_not_found",
-            _ if self.is_rate_limit() => "rate_limit_exceeded",
+            _ if self.is_rate_limit() && self.retry_after_seconds.is_some() => {
+                "rate_limit_exceeded"
+            }
             Reason::DoesNotFit | Reason::LimitReached => "usage_limit_reached",
         }
     }

@@ -135,28 +135,41 @@ impl Window {
         match self {
             Window::Calendar(_) => Some(self.bucket_end(self.bucket_start(now))),
             Window::WhileRunning => None,
-            Window::Sliding { seconds } => {
-                if amount == 0 || self.counted(current, previous, now) < amount {
-                    return None;
-                }
-                let w = Self::sliding_ms(seconds) as u128;
-                let end = self.bucket_end(self.bucket_start(now));
-                // In this bucket: current + ceil(previous × r / w) < amount, r = end − t.
-                if current < amount && previous > 0 {
-                    let room = (amount - current - 1) as u128;
-                    let r_max = (room * w / previous as u128) as i64;
-                    let t = ceil_to_second((end - r_max).max(now));
-                    if t <= end {
-                        return Some(t);
-                    }
-                }
-                // In the next bucket, this one is the previous: ceil(current × r / w) < amount.
-                let r_max = ((amount - 1) as u128 * w / current.max(1) as u128) as i64;
-                let next_end = end + w as i64;
-                Some(ceil_to_second(
-                    (next_end - r_max.min(w as i64)).max(end).max(now),
-                ))
-            }
+            Window::Sliding { .. } if self.counted(current, previous, now) < amount => None,
+            Window::Sliding { .. } => self.room_at(amount, current, previous, 1, now),
+        }
+    }
+
+    /// When `need` more fits, with no new use: the first instant at or after `now` at which
+    /// `counted + need <= amount` (for sliding windows the first whole second, as the
+    /// weighted previous bucket decays and the current one becomes the previous; for
+    /// calendar windows the end of the current bucket, or `now` when it fits already).
+    /// `None` when it never will (`need` is over the amount) and for concurrency.
+    pub fn room_at(
+        self,
+        amount: u64,
+        current: u64,
+        previous: u64,
+        need: u64,
+        now: Millis,
+    ) -> Option<Millis> {
+        if need > amount {
+            return None;
+        }
+        let fits_now = self.counted(current, previous, now).saturating_add(need) <= amount;
+        match self {
+            Window::WhileRunning => None,
+            Window::Calendar(_) if fits_now => Some(now),
+            Window::Calendar(_) => Some(self.bucket_end(self.bucket_start(now))),
+            Window::Sliding { .. } if fits_now => Some(now),
+            Window::Sliding { seconds } => Some(sliding_room_at(
+                seconds,
+                amount - need,
+                current,
+                previous,
+                now,
+                self,
+            )),
         }
     }
 
@@ -256,6 +269,32 @@ fn ceil_weighted(value: u64, numerator: u64, denominator: u64) -> u64 {
     let product = value as u128 * numerator as u128;
     let d = denominator as u128;
     product.div_ceil(d).min(u64::MAX as u128) as u64
+}
+
+/// The first whole second at or after `now` at which a sliding rule counts at most `room`:
+/// `current + ceil(previous × r / w) <= room` in this bucket (`r` = its end − t), else
+/// `ceil(current × r / w) <= room` in the next one (this bucket is then the previous), else
+/// the end of the next bucket, when nothing of `current` counts any more.
+fn sliding_room_at(
+    seconds: u32,
+    room: u64,
+    current: u64,
+    previous: u64,
+    now: Millis,
+    window: Window,
+) -> Millis {
+    let w = Window::sliding_ms(seconds);
+    let end = window.bucket_end(window.bucket_start(now));
+    if current <= room {
+        // previous > 0 here: otherwise it would fit now.
+        let r_max = (u128::from(room - current) * w as u128 / u128::from(previous.max(1))) as i64;
+        let t = ceil_to_second((end - r_max.min(w)).max(now));
+        if t <= end {
+            return t;
+        }
+    }
+    let r_max = (u128::from(room) * w as u128 / u128::from(current.max(1))) as i64;
+    ceil_to_second((end + w - r_max.min(w)).max(end).max(now))
 }
 
 fn ceil_to_second(ms: Millis) -> Millis {

@@ -65,9 +65,12 @@ impl Guard {
             .resolve(request.user.as_deref(), &request.model)?;
         let settings = &policy.settings;
         let (request, prompt) = counted(request, &path)?;
+        // Context first, for everyone: a prompt the model cannot take is a 400 that no usage
+        // limit (and no waiting) changes.
+        check_context(&request, &path).map_err(|e| self.count_refusal(e))?;
         let demand = demand(&path, &request, settings);
         let admitted_at = self.shared.clock.now_ms();
-        let fit = |ceiling: &UsageCeiling| fit_request(&request, &path, prompt, ceiling);
+        let fit = |ceiling: &UsageCeiling| fit_request(&request, &path, settings, prompt, ceiling);
         if path.is_unlimited() {
             let ceiling = unlimited_ceiling(&demand, settings);
             let fitted = fit(&ceiling).map_err(|e| self.count_refusal(e))?;
@@ -180,12 +183,10 @@ impl Guard {
             .min_by_key(|r| r.rule.amount)
             .expect("a conflicting item has a checked rule");
         let state = decide::rule_state(rule, reads, now);
+        let need = plan.items[item].hold;
+        let resets_at = decide::room_at(rule, reads, need, now);
         self.refuse(decide::does_not_fit(
-            path,
-            rule,
-            state.left,
-            state.resets_at,
-            now,
+            path, rule, state.left, need, resets_at, now,
         ))
     }
 
@@ -339,11 +340,27 @@ fn counted(mut request: AdmitRequest, path: &Path) -> Result<(AdmitRequest, Opti
     Ok((request, prompt))
 }
 
+/// Refuses a prompt over the model's context window or input limit (the policy's model
+/// entry, else the registry), before any usage limit is read.
+fn check_context(request: &AdmitRequest, path: &Path) -> Result<()> {
+    let Some(prompt) = request.prompt_tokens else {
+        return Ok(());
+    };
+    let (api, embeddings) = match &request.request {
+        Some((_, api)) => (*api, api.is_embeddings()),
+        // Without a request, a call that asks for no output may fill the window.
+        None => (Api::OpenAiChat, request.max_output_tokens == Some(0)),
+    };
+    let spec = path.model_spec.as_deref();
+    ceiling::check_context(prompt, api, Some(&path.model), spec, embeddings)
+}
+
 /// Fits the provider request (when the caller gave one) into `ceiling`, with the policy's
 /// model spec.
 fn fit_request(
     request: &AdmitRequest,
     path: &Path,
+    settings: &Settings,
     prompt: Option<PromptCount>,
     ceiling: &UsageCeiling,
 ) -> Result<Option<Box<AdmittedRequest>>> {
@@ -351,7 +368,11 @@ fn fit_request(
         return Ok(None);
     };
     let spec = path.model_spec.as_deref();
-    let (model, options) = (Some(&*path.model), &FitOptions::default());
+    let options = &FitOptions {
+        require_full_output: false,
+        default_max_output_tokens: Some(settings.default_max_output_tokens),
+    };
+    let model = Some(&*path.model);
     let fit = match &prompt {
         Some(count) => ceiling::fit_counted(body, ceiling, *api, model, spec, count, options)?,
         None => ceiling::fit(body, ceiling, *api, model, spec, options)?,

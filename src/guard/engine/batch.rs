@@ -203,13 +203,11 @@ impl BatchNeed {
             .checked_rules(plan.source_index)
             .find(|r| rule_left(r, reads, now) < self.of(r.rule.metric))
         {
-            let state = decide::rule_state(rule, reads, now);
+            let left = rule_left(rule, reads, now);
+            let need = self.of(rule.rule.metric);
+            let resets_at = decide::room_at(rule, reads, need, now);
             return Err(Error::Refused(Box::new(decide::does_not_fit(
-                path,
-                rule,
-                state.left,
-                state.resets_at,
-                now,
+                path, rule, left, need, resets_at, now,
             ))));
         }
         for item in &mut plan.items {

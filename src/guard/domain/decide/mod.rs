@@ -93,6 +93,24 @@ pub(crate) fn rule_state(rule: &PathRule, reads: &[SlotRead], now: Millis) -> Ru
     }
 }
 
+/// When `need` more fits in `rule` with no new use (the weighted previous bucket decays, the
+/// current one slides out), or `None` when it never will (`need` is over the amount).
+pub(crate) fn room_at(
+    rule: &PathRule,
+    reads: &[SlotRead],
+    need: u64,
+    now: Millis,
+) -> Option<Millis> {
+    let read = reads[rule.slot];
+    rule.rule.window.room_at(
+        rule.rule.amount,
+        read.current.total().saturating_add(read.previous.held),
+        read.previous.used,
+        need,
+        now,
+    )
+}
+
 /// The usage ceiling handed to the client: what the call may use.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UsageCeiling {

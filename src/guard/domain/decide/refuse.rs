@@ -20,15 +20,26 @@ pub(crate) fn reached(path: &Path, rule: &PathRule, state: &RuleState, now: Mill
     refusal(Reason::LimitReached, rule, state.resets_at, message, now)
 }
 
-/// The refusal for a call that does not fit in what is left of `rule`.
+/// The refusal for a call that needs `need` of `rule`, of which only `left` is left:
+/// `resets_at` is when that much is free (`room_at`), `None` when it never will.
 pub(crate) fn does_not_fit(
     path: &Path,
     rule: &PathRule,
     left: u64,
+    need: u64,
     resets_at: Option<Millis>,
     now: Millis,
 ) -> Refusal {
-    let message = message::does_not_fit(path, rule, &rule.team_name, left);
+    let mut message = message::does_not_fit(path, rule, &rule.team_name, left);
+    let r = &rule.rule;
+    match resets_at {
+        _ if need > r.amount => message.push_str(&format!(
+            " It never will: this call needs {}, more than the rule allows.",
+            r.metric.amount_phrase(need)
+        )),
+        Some(at) => message.push_str(&format!(" Enough is free at {}.", iso8601(at))),
+        None => {}
+    }
     refusal(Reason::DoesNotFit, rule, resets_at, message, now)
 }
 

@@ -2,7 +2,8 @@
 //! output in what is left, and lay out the holds to reserve. Pure functions of the snapshot.
 
 use super::{
-    does_not_fit, reached, rule_left, rule_state, Demand, RuleState, SlotRead, UsageCeiling,
+    does_not_fit, reached, room_at, rule_left, rule_state, Demand, RuleState, SlotRead,
+    UsageCeiling,
 };
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::counter::{CounterKey, ReserveItem};
@@ -68,11 +69,17 @@ pub(super) struct Holds {
 
 impl Holds {
     pub(super) fn new(prompt: u64, max_out: u64, prices: &Prices) -> Self {
+        // The prompt and the output each rounded up, as the fit takes them apart: the cost
+        // held then pays for the whole output maximum (`cost_output_room` of it ≥ max_out),
+        // so a roomy cost rule never lowers the output by a rounding.
+        let cost = prices
+            .dearest_cost_micros(prompt, 0)
+            .saturating_add(prices.dearest_cost_micros(0, max_out));
         Holds {
             prompt,
             max_out,
             tokens: prompt.saturating_add(max_out),
-            cost: prices.dearest_cost_micros(prompt, max_out),
+            cost,
         }
     }
 
@@ -121,11 +128,12 @@ impl Snapshot<'_> {
         team_refusal.map_or(Ok(None), Err)
     }
 
-    /// The refusal for the rule that sets what is left of `metric`.
-    fn not_fit(&self, least: &Least, metric: Metric) -> Refusal {
+    /// The refusal for the rule that sets what is left of `metric`, for a call that needs
+    /// `need` of it: with when that much is free, or that it never will be.
+    fn not_fit(&self, least: &Least, metric: Metric, need: u64) -> Refusal {
         let (left, rule) = least[metric as usize].expect("a rule of that metric");
-        let resets_at = rule_state(rule, self.reads, self.now).resets_at;
-        does_not_fit(self.path, rule, left, resets_at, self.now)
+        let resets_at = room_at(rule, self.reads, need, self.now);
+        does_not_fit(self.path, rule, left, need, resets_at, self.now)
     }
 
     /// The output maximum that fits what is left of every metric, or the refusal for the
@@ -138,6 +146,15 @@ impl Snapshot<'_> {
         prompt: u64,
         prices: &Prices,
     ) -> Result<u64, Refusal> {
+        // The least output the call can run with: the smaller of min_output_tokens and what
+        // the caller asked for. What each metric needs for it is what a refusal waits for.
+        let out_need = settings.min_output_tokens.min(demand.max_output_tokens);
+        let need = |metric: Metric| match metric {
+            Metric::InputTokens => prompt,
+            Metric::OutputTokens => out_need,
+            Metric::Cost => Holds::new(prompt, out_need, prices).cost,
+            _ => prompt.saturating_add(out_need),
+        };
         let mut max_out = demand.max_output_tokens;
         let mut bound_by: Option<Metric> = None;
         let mut lower = |max_out: &mut u64, room: u64, metric: Metric| {
@@ -148,7 +165,7 @@ impl Snapshot<'_> {
         };
         if let Some(l) = left_of(least, Metric::InputTokens) {
             if prompt > l {
-                return Err(self.not_fit(least, Metric::InputTokens));
+                return Err(self.not_fit(least, Metric::InputTokens, need(Metric::InputTokens)));
             }
         }
         if let Some(l) = left_of(least, Metric::OutputTokens) {
@@ -156,25 +173,22 @@ impl Snapshot<'_> {
         }
         if let Some(l) = left_of(least, Metric::Tokens) {
             if prompt > l {
-                return Err(self.not_fit(least, Metric::Tokens));
+                return Err(self.not_fit(least, Metric::Tokens, need(Metric::Tokens)));
             }
             lower(&mut max_out, l - prompt, Metric::Tokens);
         }
         if let Some(l) = left_of(least, Metric::Cost) {
             let prompt_cost = prices.dearest_cost_micros(prompt, 0);
             if prompt_cost > l {
-                return Err(self.not_fit(least, Metric::Cost));
+                return Err(self.not_fit(least, Metric::Cost, need(Metric::Cost)));
             }
             if let Some(room) = cost_output_room(l, prompt_cost, prices) {
                 lower(&mut max_out, room, Metric::Cost);
             }
         }
-        // Refuse what cannot produce at least the smaller of min_output_tokens and what the
-        // caller asked for.
         if let Some(metric) = bound_by {
-            let need = settings.min_output_tokens.min(demand.max_output_tokens);
-            if max_out < need {
-                return Err(self.not_fit(least, metric));
+            if max_out < out_need {
+                return Err(self.not_fit(least, metric, need(metric)));
             }
         }
         Ok(max_out)
