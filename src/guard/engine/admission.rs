@@ -27,7 +27,8 @@ pub(crate) const RESERVE_RETRIES: usize = 3;
 /// What the caller knows about a call before it runs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AdmitRequest {
-    /// The person calling; `None` for a call the platform makes itself (no limits).
+    /// The person calling; `None` for a call with no user (`settings.anonymous` says what
+    /// it may do: no limits by default).
     pub user: Option<String>,
     pub model: String,
     /// The prompt's tokens, if counted.

@@ -1,5 +1,7 @@
 //! The `settings` section: what shapes admission and the usage ceiling.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::values::Parser;
@@ -12,6 +14,17 @@ pub enum UnknownModels {
     Allow,
     /// Refuse it.
     Refuse,
+}
+
+/// What a call with no user (`user=None`) may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anonymous {
+    /// It runs with no limits (a call the platform makes itself); the default.
+    Unlimited,
+    /// It is refused: every call must name its user.
+    Refuse,
+    /// It is counted and limited as this user's call.
+    As(Arc<str>),
 }
 
 /// Settings that shape admission and the usage ceiling.
@@ -27,6 +40,8 @@ pub struct Settings {
     /// Metrics whose rules let calls through uncounted when the counter store is down
     /// (every other rule refuses them as unavailable).
     pub fail_open: Vec<Metric>,
+    /// What a call with no user may do (`settings.anonymous`).
+    pub anonymous: Anonymous,
 }
 
 impl Default for Settings {
@@ -37,23 +52,25 @@ impl Default for Settings {
             default_max_output_tokens: 8192,
             unknown_models: UnknownModels::Allow,
             fail_open: Vec::new(),
+            anonymous: Anonymous::Unlimited,
         }
     }
 }
 
-const SETTINGS_KEYS: [&str; 5] = [
+const SETTINGS_KEYS: &[&str] = &[
     "min_output_tokens",
     "margin",
     "default_max_output_tokens",
     "unknown_models",
     "fail_open",
+    "anonymous",
 ];
 
 impl Parser {
     /// The `settings` table; a field in error keeps its default.
     pub(super) fn settings(&mut self, value: &Value) -> Settings {
         let mut settings = Settings::default();
-        let Some(fields) = self.table("settings", value, &SETTINGS_KEYS) else {
+        let Some(fields) = self.table("settings", value, SETTINGS_KEYS) else {
             return settings;
         };
         if let Some(v) = fields.get("min_output_tokens") {
@@ -81,6 +98,9 @@ impl Parser {
         }
         if let Some(v) = fields.get("fail_open") {
             settings.fail_open = self.fail_open(v);
+        }
+        if let Some(v) = fields.get("anonymous") {
+            settings.anonymous = self.anonymous(v);
         }
         settings
     }
@@ -116,5 +136,22 @@ impl Parser {
             }
         }
         metrics
+    }
+
+    fn anonymous(&mut self, value: &Value) -> Anonymous {
+        match value.as_str() {
+            Some("unlimited") => Anonymous::Unlimited,
+            Some("refuse") => Anonymous::Refuse,
+            Some(user) if !user.trim().is_empty() => Anonymous::As(Arc::from(user)),
+            _ => {
+                self.error(
+                    "settings.anonymous",
+                    Some(value),
+                    "accepted: \"unlimited\" (calls with no user have no limits), \"refuse\", \
+                     or the id of the user to count them as",
+                );
+                Anonymous::Unlimited
+            }
+        }
     }
 }
