@@ -23,7 +23,8 @@ test-wheels: ## Test that wheel on CPython 3.9-3.13 with no Rust toolchain, and 
 dev: .venv/bin/python ## Build the extension into .venv for development
 	VIRTUAL_ENV=$(CURDIR)/.venv .venv/bin/maturin develop
 
-bench: .venv/bin/python ## Run the benchmarks: criterion, Python vs limits, Redis, token counting vs tiktoken
+bench: .venv/bin/python ## Run the benchmarks (installs limits, tiktoken; redis-server via apt-get)
+	command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null
 	cargo bench --bench admit_bill
 	.venv/bin/pip install -q limits tiktoken
 	VIRTUAL_ENV=$(CURDIR)/.venv .venv/bin/maturin develop --release --quiet

@@ -1,6 +1,6 @@
 """A model engine that wraps its OpenAI client with usage_guard.
 
-    pip install usage-guard openai
+    pip install . openai    # from the checkout's root (`usage-guard` once it is on PyPI)
     OPENAI_API_KEY=... python examples/openai_engine.py alice "Write a haiku about budgets."
 
 Any OpenAI-compatible server works: set OPENAI_BASE_URL (e.g. http://localhost:11434/v1).

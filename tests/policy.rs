@@ -23,10 +23,12 @@ members = ["alice"]
 [[limits.team]]
 team = "research"
 model = "gpt-5"
+each_member = [{ metric = "requests", amount = 5, window = "minute" }]
 
 [[limits.team]]
 team = "research"
 model = "gpt-6"
+each_member = [{ metric = "requests", amount = 5, window = "minute" }]
 
 [[limits.team]]
 team = "research"
@@ -89,5 +91,35 @@ fn json_and_toml_documents_agree() {
     assert_eq!(
         toml.models[0].prices.cached_input, 1_500_000,
         "cached input defaults to input"
+    );
+}
+
+#[test]
+fn a_json_key_given_twice_is_an_error_with_its_path() {
+    let text = r#"{"limits": {"direct": [{"user": "mallory", "model": "m", "rules": [{"metric": "tokens", "amount": 150, "window": "day"}]}]},
+                   "models": {"m": {}},
+                   "limits": {"platform": {"rules": [{"metric": "requests", "amount": 9, "window": "hour"}]}}}"#;
+    let found: Vec<String> = match Policy::from_json(text) {
+        Err(Error::Policy(errors)) => errors.iter().map(|e| e.to_string()).collect(),
+        other => panic!("expected policy errors, got {other:?}"),
+    };
+    assert_eq!(
+        found,
+        vec![
+            "limits: is given twice in one table; JSON parsers keep only the last, so give it once"
+        ]
+    );
+}
+
+#[test]
+fn a_valid_policy_carries_its_warnings() {
+    let p = Policy::from_toml(
+        "[settings]\nanonymous = \"refuse\"\n[[limits.user_total]]\nuser = \"a\"\nrules = [{ metric = \"cost\", amount = 0, window = \"week\" }]\n",
+    )
+    .unwrap();
+    let warnings: Vec<String> = p.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(
+        warnings,
+        vec!["limits.user_total[0].rules[0].amount: is 0: every call this rule counts is refused (got 0)"]
     );
 }

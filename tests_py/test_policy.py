@@ -169,7 +169,7 @@ MALFORMED: list[tuple[str, dict[str, Any], list[tuple[str, str, str]]]] = [
         doc(
             limits={
                 "team": [
-                    {"team": "research", "model": "gpt-5"},
+                    {"team": "research", "model": "gpt-5", "shared": [rule()]},
                     {"team": "research", "model": "gpt-5", "shared": [rule(window="fortnight")]},
                 ]
             }

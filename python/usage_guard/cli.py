@@ -1,7 +1,8 @@
 """The `usage-guard` command.
 
 usage-guard demo                a simulated day on the in-memory store, with a manual clock
-usage-guard check POLICY_FILE   validate a policy file and print every error
+usage-guard check POLICY_FILE   validate a policy file and print every error and warning
+                                (--strict: warnings fail too)
 usage-guard recover ...         lift the epoch fence after the counter store lost its state
 """
 
@@ -32,8 +33,9 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def check(path: str) -> int:
-    """Validates a policy file; prints a summary (exit 0) or every error (exit 1)."""
+def check(path: str, strict: bool = False) -> int:
+    """Validates a policy file and prints a summary, every warning and every error. Exits 1
+    on errors, and on warnings too when `strict`; else 0."""
     try:
         policy = Policy.load(path)
     except PolicyError as e:
@@ -42,12 +44,18 @@ def check(path: str) -> int:
         for error in errors:
             print(format_error(error))
         return 1
-    models, teams = policy.models, policy.teams
-    print(
+    models, teams, warnings = policy.models, policy.teams, policy.warnings
+    summary = (
         f"{path}: valid ({_count(len(models), 'model')}: {', '.join(models) or '-'}; "
         f"{_count(len(teams), 'team')}: {', '.join(teams) or '-'})"
     )
-    return 0
+    if warnings:
+        failing = " (--strict: failing)" if strict else ""
+        summary += f", {_count(len(warnings), 'warning')}{failing}"
+    print(summary)
+    for warning in warnings:
+        print(f"warning: {format_error(warning)}")
+    return 1 if strict and warnings else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,10 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check_parser = commands.add_parser(
         "check",
-        help="validate a policy file (.toml, else JSON) and print every error",
-        description="Validate a policy file. Exits 1 and prints every error when it is invalid.",
+        help="validate a policy file (.toml, else JSON) and print every error and warning",
+        description=(
+            "Validate a policy file. Prints every error and every warning (what is valid but "
+            "probably not meant, such as an amount of 0). Exits 1 when the policy is invalid, "
+            "or with --strict when it has warnings."
+        ),
     )
     check_parser.add_argument("policy_file", metavar="POLICY_FILE")
+    check_parser.add_argument(
+        "--strict", action="store_true", help="exit 1 when the policy has warnings too"
+    )
     add_usage_command(commands)
     add_recover_command(commands)
     return parser
@@ -82,7 +97,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "check":
-            return check(args.policy_file)
+            return check(args.policy_file, strict=args.strict)
         if args.command in ("usage", "recover"):
             return int(args.func(args))
         run_day()

@@ -77,6 +77,9 @@ rules = [{ metric = "cost", amount = 20.0, window = "week" }]
 
 [limits.platform]                    # the General Platform Limit: per person, across all models
 rules = [{ metric = "requests", amount = 600, window = "hour" }]
+
+[settings]
+anonymous = "unlimited"              # a call with no user (the platform's own) has no limits
 """
 
 DEMO_START = "2026-11-30T08:00:00Z"

@@ -97,7 +97,10 @@ def add_usage_command(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _cost(micros: int) -> str:
-    return f"${micros / 1_000_000:,.6f}".rstrip("0").rstrip(".")
+    """Dollars to the micro-dollar, always six decimals (exact: no float), so the column
+    reads with one precision: `$1.500000`, `$0.000125`."""
+    dollars, rest = divmod(micros, 1_000_000)
+    return f"${dollars:,}.{rest:06d}"
 
 
 def _table(groups: list[dict[str, Any]], keys: list[str], out: TextIO) -> None:

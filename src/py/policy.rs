@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList};
 
 use super::convert::py_to_json_document;
 use crate::guard::domain::policy::Policy;
@@ -60,6 +60,22 @@ impl PyPolicy {
     #[getter]
     fn teams<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         PyList::new(py, self.inner.teams.iter().map(|t| t.id.to_string()))
+    }
+
+    /// What the policy holds that is valid but probably not meant (an amount of 0, calls
+    /// with no user unlimited by default), as `{"path", "value", "message"}` dicts like
+    /// `PolicyError.errors`; the policy works as written.
+    #[getter]
+    fn warnings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for w in &self.inner.warnings {
+            let d = PyDict::new(py);
+            d.set_item("path", &w.path)?;
+            d.set_item("value", &w.value)?;
+            d.set_item("message", &w.message)?;
+            list.append(d)?;
+        }
+        Ok(list)
     }
 
     /// A model's display name (its id when the policy does not list it).

@@ -146,7 +146,10 @@ class Call:
             kwargs[name] = value
         if len(args) > len(api.positional):
             raise TypeError(f"too many positional arguments ({len(args)})")
-        self.user: Optional[str] = kwargs.pop("user", owner._guard_user)
+        # A per-call `user=None` means the client's user, never "no user": dropping every
+        # limit is the policy's choice (settings.anonymous), not a keyword's.
+        call_user: Optional[str] = kwargs.pop("user", None)
+        self.user: Optional[str] = owner._guard_user if call_user is None else call_user
         self.guard: Any = owner._guard
         self.api = api
         self.kwargs = kwargs

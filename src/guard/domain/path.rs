@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::policy::{
-    DirectLimit, ModelSpec, Policy, PublicLimit, TeamLimit, TeamSpec, UnknownModels,
+    Anonymous, DirectLimit, ModelSpec, Policy, PublicLimit, TeamLimit, TeamSpec, UnknownModels,
 };
 use super::refusal::Refusal;
 use super::rule::RuleSpec;
@@ -280,7 +280,33 @@ fn known_model(policy: &Policy, model: &str) -> Result<Option<Arc<ModelSpec>>, E
     Ok(model_spec)
 }
 
-/// Resolves the path of `user` on `model`. A call with no user has no limits.
+/// Who a call counts as: the user given, which must not be blank; for a call with no user,
+/// what `settings.anonymous` says (no one: no limits; refused; or a user id).
+pub(crate) fn caller<'a>(
+    policy: &'a Policy,
+    user: Option<&'a str>,
+) -> Result<Option<&'a str>, Error> {
+    match (user, &policy.settings.anonymous) {
+        (Some(user), _) if user.trim().is_empty() => Err(Error::invalid(
+            "user",
+            serde_json::Value::from(user),
+            "must not be empty or blank; pass None for a call with no user \
+             (settings.anonymous decides what such a call may do)",
+        )),
+        (Some(user), _) => Ok(Some(user)),
+        (None, Anonymous::Unlimited) => Ok(None),
+        (None, Anonymous::Refuse) => Err(Error::invalid(
+            "user",
+            "None",
+            "is required: this policy refuses calls with no user \
+             (settings.anonymous = \"refuse\"); pass the id of the person calling",
+        )),
+        (None, Anonymous::As(id)) => Ok(Some(id)),
+    }
+}
+
+/// Resolves the path of `user` on `model`. A call with no user has no limits (the caller
+/// maps it first, see [`caller`]).
 pub(crate) fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Result<Path, Error> {
     let model_spec = known_model(policy, model)?;
     let model: Arc<str> = model_spec

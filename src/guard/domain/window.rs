@@ -238,8 +238,7 @@ impl Window {
     /// Parses the policy words: `minute`, `hour`, `N seconds`, `N minutes`, `N hours`
     /// (sliding) and `day`, `week`, `month`, `year` (calendar).
     pub fn parse(text: &str) -> Option<Window> {
-        let text = text.trim().to_ascii_lowercase();
-        let calendar = match text.as_str() {
+        let calendar = match text {
             "day" => Some(CalendarUnit::Day),
             "week" => Some(CalendarUnit::Week),
             "month" => Some(CalendarUnit::Month),
@@ -249,9 +248,14 @@ impl Window {
         if let Some(unit) = calendar {
             return Some(Window::Calendar(unit));
         }
+        // A bare unit is one of it only in the singular: "minutes" alone names no length.
         let (count, unit) = match text.split_once(' ') {
-            Some((n, unit)) => (n.trim().parse::<u32>().ok()?, unit.trim()),
-            None => (1, text.as_str()),
+            Some((n, unit)) if n.bytes().all(|b| b.is_ascii_digit()) => {
+                (n.parse::<u32>().ok()?, unit)
+            }
+            Some(_) => return None,
+            None if matches!(text, "minute" | "hour") => (1, text),
+            None => return None,
         };
         let unit_seconds: u32 = match unit {
             "second" | "seconds" => 1,
@@ -359,6 +363,14 @@ mod tests {
         assert_eq!(Window::parse("0 minutes"), None);
         assert_eq!(Window::parse("fortnight"), None);
         assert_eq!(Window::parse("ten minutes"), None);
+        assert_eq!(Window::parse("minutes"), None);
+        assert_eq!(Window::parse("second"), None);
+        assert_eq!(Window::parse("Day"), None);
+        assert_eq!(Window::parse("10  minutes"), None);
+        assert_eq!(
+            Window::parse("1 minute"),
+            Some(Window::Sliding { seconds: 60 })
+        );
     }
 
     #[test]

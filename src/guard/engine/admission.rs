@@ -30,7 +30,8 @@ const FENCE_RETRIES: usize = 2;
 /// What the caller knows about a call before it runs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AdmitRequest {
-    /// The person calling; `None` for a call the platform makes itself (no limits).
+    /// The person calling; `None` for a call with no user (`settings.anonymous` says what
+    /// it may do: no limits by default).
     pub user: Option<String>,
     pub model: String,
     /// The prompt's tokens, if counted.

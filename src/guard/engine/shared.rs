@@ -138,11 +138,12 @@ impl Shared {
     }
 
     /// The person's path on the model, from the cache when fresh (30 s, same policy
-    /// version), with the policy it belongs to.
+    /// version), with the policy it belongs to. A call with no user counts as
+    /// `settings.anonymous` says; a blank user is refused.
     pub(crate) fn resolve(&self, user: Option<&str>, model: &str) -> Result<Resolved> {
         let now = self.clock.now_ms();
         let (policy, version) = self.policy();
-        let Some(user) = user else {
+        let Some(user) = path::caller(&policy, user)? else {
             let path = Arc::new(path::resolve(&policy, None, model)?);
             return Ok(Resolved { path, policy });
         };

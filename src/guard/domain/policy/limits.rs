@@ -123,6 +123,26 @@ impl Parser {
         }
     }
 
+    /// Reports a limit whose two rule lists are both missing or empty: it would bill its
+    /// calls with no limit at all.
+    fn some_rules(&mut self, path: &str, map: &Map<String, Value>, keys: [&str; 2]) {
+        let listed = |key: &str| {
+            map.get(key)
+                .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
+        };
+        if !keys.iter().any(|k| listed(k)) {
+            self.error(
+                path,
+                None,
+                format!(
+                    "lists no rules: give {} or {} at least one rule (a limit with no rules \
+                     limits nothing)",
+                    keys[0], keys[1]
+                ),
+            );
+        }
+    }
+
     /// The required `model` of a limit, a model of the policy.
     fn model_of(
         &mut self,
@@ -170,6 +190,7 @@ impl Parser {
             let model = self.model_of(&path, map, known);
             let shared = self.rule_list(&path, map, "shared", false);
             let each_member = self.rule_list(&path, map, "each_member", false);
+            self.some_rules(&path, map, ["shared", "each_member"]);
             let (Some(team), Some(model)) = (team, model) else {
                 continue;
             };
@@ -196,6 +217,7 @@ impl Parser {
             let model = self.model_of(&path, map, known);
             let shared = self.rule_list(&path, map, "shared", false);
             let each_person = self.rule_list(&path, map, "each_person", false);
+            self.some_rules(&path, map, ["shared", "each_person"]);
             let Some(model) = model else {
                 continue;
             };

@@ -1,6 +1,7 @@
 //! The policy: models, teams and limits, validated from a closed vocabulary. Every error of a
 //! document is reported at once, each naming the field's path, the value and what is accepted.
 
+mod json;
 mod limits;
 mod models;
 mod parse;
@@ -18,7 +19,7 @@ use crate::error::{Error, FieldError};
 pub(crate) use limits::{DirectLimit, PublicLimit, SubjectLimit, TeamLimit};
 pub use models::Prices;
 pub(crate) use models::{Counting, ModelSpec, Provider};
-pub(crate) use settings::{Settings, StoreChecks, UnknownModels};
+pub(crate) use settings::{Anonymous, Settings, StoreChecks, UnknownModels};
 pub(crate) use teams::TeamSpec;
 pub use values::MAX_AMOUNT;
 
@@ -37,6 +38,9 @@ pub struct Policy {
     pub user_total: Vec<SubjectLimit>,
     pub platform: Vec<RuleSpec>,
     pub settings: Settings,
+    /// What is valid but probably not meant (an amount of 0, anonymous calls unlimited by
+    /// default), each with its path; a policy with warnings works as written.
+    pub warnings: Vec<FieldError>,
     index: Index,
 }
 
@@ -62,16 +66,24 @@ impl Policy {
         Ok(policy)
     }
 
-    /// Validates a JSON policy document.
+    /// Validates a JSON policy document. A key given twice in one table is an error (with its
+    /// path), reported with every other error of the document.
     pub fn from_json(text: &str) -> Result<Policy, Error> {
-        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        let (value, repeated) = json::parse_strict(text).map_err(|e| {
             Error::Policy(vec![FieldError::new(
                 "",
                 "",
                 format!("not valid JSON: {e}"),
             )])
         })?;
-        Self::from_value(&value)
+        match (Self::from_value(&value), repeated.is_empty()) {
+            (result, true) => result,
+            (Ok(_), false) => Err(Error::Policy(repeated)),
+            (Err(Error::Policy(rest)), false) => {
+                Err(Error::Policy(repeated.into_iter().chain(rest).collect()))
+            }
+            (Err(other), false) => Err(other),
+        }
     }
 
     /// Validates a TOML policy document.
@@ -160,6 +172,17 @@ impl Policy {
             }
         }
         self.index = index;
+    }
+
+    /// Whether any limit is defined (a policy of models and teams only limits nothing).
+    pub fn has_limits(&self) -> bool {
+        !(self.direct.is_empty()
+            && self.team.is_empty()
+            && self.public.is_empty()
+            && self.team_total.is_empty()
+            && self.model_total.is_empty()
+            && self.user_total.is_empty()
+            && self.platform.is_empty())
     }
 
     /// The model entry, if the policy lists the model.

@@ -136,6 +136,10 @@ impl Parser {
         let mut models = Vec::new();
         for (id, entry) in map {
             let path = key_path("models", id);
+            if id.trim().is_empty() {
+                self.error(&path, None, "a model id must not be empty or blank");
+                continue;
+            }
             if let Some(fields) = self.table(&path, entry, &MODEL_KEYS) {
                 models.push(Arc::new(self.model(&path, id, fields)));
             }

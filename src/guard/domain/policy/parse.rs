@@ -12,11 +12,14 @@ use super::values::Parser;
 use super::Policy;
 use crate::error::Error;
 
-/// The policy a document describes, or every error found in it, in document order.
+/// The policy a document describes (with its warnings), or every error found in it, in
+/// document order.
 pub(super) fn parse(doc: &Value) -> Result<Policy, Error> {
     let mut p = Parser::new();
     let policy = p.policy(doc);
-    p.finish(policy)
+    let (mut policy, warnings) = p.finish(policy)?;
+    policy.warnings = warnings;
+    Ok(policy)
 }
 
 /// The ids of a top-level table (`models`, `teams`), for references from the limits.
@@ -46,6 +49,18 @@ impl Parser {
         let team_ids = ids(top, "teams");
         if let Some(limits) = top.get("limits") {
             self.limits(limits, &mut Known::new(&model_ids, &team_ids), &mut policy);
+        }
+        let anonymous_written = top
+            .get("settings")
+            .and_then(Value::as_object)
+            .is_some_and(|s| s.contains_key("anonymous"));
+        if !anonymous_written && policy.has_limits() {
+            self.warn(
+                "settings.anonymous",
+                None,
+                "is not set, so calls with no user (user=None) run with no limits; set it to \
+                 \"unlimited\" to mean that, \"refuse\", or a user id to count them as",
+            );
         }
         policy
     }

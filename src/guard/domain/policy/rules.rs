@@ -9,7 +9,8 @@ use crate::guard::domain::window::Window;
 const WINDOW_WORDS: &str = "minute, hour, N seconds, N minutes, N hours, day, week, month, year";
 
 impl Parser {
-    /// The rule list at `map[key]` (reported when `required` and missing).
+    /// The rule list at `map[key]`; when `required`, it must be there and list a rule (a
+    /// limit with no rules would grant what it seems to deny).
     pub(super) fn rule_list(
         &mut self,
         path: &str,
@@ -24,8 +25,17 @@ impl Parser {
         };
         let Some(list) = list else { return Vec::new() };
         let list_path = key_path(path, key);
+        let items = self.list(&list_path, list);
+        if required && items.is_empty() && list.is_array() {
+            self.error(
+                &list_path,
+                Some(list),
+                "must list at least one rule: a limit with no rules limits nothing (remove the \
+                 limit to leave its calls to the next source)",
+            );
+        }
         let mut rules: Vec<RuleSpec> = Vec::new();
-        for (i, item) in self.list(&list_path, list).iter().enumerate() {
+        for (i, item) in items.iter().enumerate() {
             let rule_path = format!("{list_path}[{i}]");
             let Some(rule) = self.rule(&rule_path, item) else {
                 continue;
@@ -57,12 +67,18 @@ impl Parser {
             .and_then(|v| self.metric(&key_path(path, "metric"), v));
         let window = self.window(&key_path(path, "window"), metric, fields.get("window"));
         let amount_path = key_path(path, "amount");
-        let amount = self
-            .required(path, fields, "amount")
-            .and_then(|v| match metric {
-                Some(Metric::Cost) => self.dollars(&amount_path, v, "an amount of cost"),
-                _ => self.whole(&amount_path, v, 0),
-            });
+        let amount_value = self.required(path, fields, "amount");
+        let amount = amount_value.and_then(|v| match metric {
+            Some(Metric::Cost) => self.cost_amount(&amount_path, v),
+            _ => self.whole(&amount_path, v, 0),
+        });
+        if amount == Some(0) {
+            self.warn(
+                &amount_path,
+                amount_value,
+                "is 0: every call this rule counts is refused",
+            );
+        }
         Some(RuleSpec {
             metric: metric?,
             amount: amount?,
@@ -104,14 +120,28 @@ impl Parser {
             (_, Some(v)) => {
                 let window = v.as_str().and_then(Window::parse);
                 if window.is_none() {
+                    let hint = v.as_str().map(window_hint).unwrap_or_default();
                     self.error(
                         path,
                         Some(v),
-                        format!("is not a window; accepted: {WINDOW_WORDS}"),
+                        format!("is not a window{hint}; accepted: {WINDOW_WORDS}"),
                     );
                 }
                 window
             }
         }
     }
+}
+
+/// Why a window text is close to a word but not one: the wrong case or spaces around it, or
+/// a plural unit with no number.
+fn window_hint(text: &str) -> String {
+    let lower = text.trim().to_ascii_lowercase();
+    if lower != text && Window::parse(&lower).is_some() {
+        return format!(" (did you mean \"{lower}\"? window words are lower case)");
+    }
+    if matches!(lower.as_str(), "seconds" | "minutes" | "hours") {
+        return format!(" (it needs a number: \"10 {lower}\")");
+    }
+    String::new()
 }

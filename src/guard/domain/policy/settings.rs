@@ -1,5 +1,7 @@
 //! The `settings` section: what shapes admission and the usage ceiling.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::values::Parser;
@@ -23,6 +25,17 @@ pub enum StoreChecks {
     Enforce,
 }
 
+/// What a call with no user (`user=None`) may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anonymous {
+    /// It runs with no limits (a call the platform makes itself); the default.
+    Unlimited,
+    /// It is refused: every call must name its user.
+    Refuse,
+    /// It is counted and limited as this user's call.
+    As(Arc<str>),
+}
+
 /// Settings that shape admission and the usage ceiling.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -42,6 +55,8 @@ pub struct Settings {
     pub fenced_metrics: Vec<Metric>,
     /// What a failed store check does.
     pub store_checks: StoreChecks,
+    /// What a call with no user may do (`settings.anonymous`).
+    pub anonymous: Anonymous,
 }
 
 impl Default for Settings {
@@ -54,11 +69,12 @@ impl Default for Settings {
             fail_open: Vec::new(),
             fenced_metrics: vec![Metric::Cost],
             store_checks: StoreChecks::Report,
+            anonymous: Anonymous::Unlimited,
         }
     }
 }
 
-const SETTINGS_KEYS: [&str; 7] = [
+const SETTINGS_KEYS: &[&str] = &[
     "min_output_tokens",
     "margin",
     "default_max_output_tokens",
@@ -67,13 +83,14 @@ const SETTINGS_KEYS: [&str; 7] = [
     // the epoch fence
     "fenced_metrics",
     "store_checks",
+    "anonymous",
 ];
 
 impl Parser {
     /// The `settings` table; a field in error keeps its default.
     pub(super) fn settings(&mut self, value: &Value) -> Settings {
         let mut settings = Settings::default();
-        let Some(fields) = self.table("settings", value, &SETTINGS_KEYS) else {
+        let Some(fields) = self.table("settings", value, SETTINGS_KEYS) else {
             return settings;
         };
         if let Some(v) = fields.get("min_output_tokens") {
@@ -111,6 +128,9 @@ impl Parser {
         }
         if let Some(v) = fields.get("store_checks") {
             settings.store_checks = self.store_checks(v);
+        }
+        if let Some(v) = fields.get("anonymous") {
+            settings.anonymous = self.anonymous(v);
         }
         settings
     }
@@ -162,5 +182,22 @@ impl Parser {
             }
         }
         metrics
+    }
+
+    fn anonymous(&mut self, value: &Value) -> Anonymous {
+        match value.as_str() {
+            Some("unlimited") => Anonymous::Unlimited,
+            Some("refuse") => Anonymous::Refuse,
+            Some(user) if !user.trim().is_empty() => Anonymous::As(Arc::from(user)),
+            _ => {
+                self.error(
+                    "settings.anonymous",
+                    Some(value),
+                    "accepted: \"unlimited\" (calls with no user have no limits), \"refuse\", \
+                     or the id of the user to count them as",
+                );
+                Anonymous::Unlimited
+            }
+        }
     }
 }

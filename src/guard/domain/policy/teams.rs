@@ -31,6 +31,10 @@ impl Parser {
         let mut teams = Vec::new();
         for (id, entry) in map {
             let path = key_path("teams", id);
+            if id.trim().is_empty() {
+                self.error(&path, None, "a team id must not be empty or blank");
+                continue;
+            }
             let accepted = ["members", "display_name", "priority"];
             if let Some(fields) = self.table(&path, entry, &accepted) {
                 teams.push(self.team(&path, id, fields));

@@ -13,9 +13,11 @@ use crate::error::{Error, FieldError};
 /// computes in doubles (Redis Lua).
 pub const MAX_AMOUNT: u64 = 1 << 53;
 
-/// Walks a document and collects every error instead of stopping at the first.
+/// Walks a document and collects every error instead of stopping at the first, and the
+/// warnings: what is valid but probably not meant.
 pub(super) struct Parser {
     errors: Vec<FieldError>,
+    warnings: Vec<FieldError>,
 }
 
 /// A field path: `limits.team[2].shared[0]`.
@@ -60,16 +62,29 @@ pub(super) fn kind(value: &Value) -> &'static str {
 
 impl Parser {
     pub(super) fn new() -> Self {
-        Parser { errors: Vec::new() }
+        Parser {
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        }
     }
 
-    /// `value` when no error was reported, else every error reported, in order.
-    pub(super) fn finish<T>(self, value: T) -> Result<T, Error> {
+    /// `value` and the warnings when no error was reported, else every error reported, in
+    /// order.
+    pub(super) fn finish<T>(self, value: T) -> Result<(T, Vec<FieldError>), Error> {
         if self.errors.is_empty() {
-            Ok(value)
+            Ok((value, self.warnings))
         } else {
             Err(Error::Policy(self.errors))
         }
+    }
+
+    /// Records what is valid but probably not meant; the policy carries it.
+    pub(super) fn warn(&mut self, path: &str, value: Option<&Value>, message: impl Into<String>) {
+        self.warnings.push(FieldError::new(
+            path,
+            value.map(shown).unwrap_or_default(),
+            message,
+        ));
     }
 
     pub(super) fn error(&mut self, path: &str, value: Option<&Value>, message: impl Into<String>) {
@@ -130,7 +145,7 @@ impl Parser {
         match value {
             Value::String(s) if !s.trim().is_empty() => Some(s.clone()),
             Value::String(_) => {
-                self.error(path, Some(value), "must not be empty");
+                self.error(path, Some(value), "must not be empty or blank");
                 None
             }
             other => {
@@ -203,6 +218,23 @@ impl Parser {
             );
         }
         micros.map(|m| m as u64)
+    }
+
+    /// A cost amount: dollars that do not round to $0 unless written as 0 (cost is counted in
+    /// whole micro-dollars, so $0.0000004 would silently refuse every call).
+    pub(super) fn cost_amount(&mut self, path: &str, value: &Value) -> Option<u64> {
+        let micros = self.dollars(path, value, "an amount of cost")?;
+        let written_zero = value.as_f64() == Some(0.0);
+        if micros == 0 && !written_zero {
+            self.error(
+                path,
+                Some(value),
+                "rounds to $0: cost is counted in whole micro-dollars, so the least amount is \
+                 0.000001 (write 0 to refuse every call on purpose)",
+            );
+            return None;
+        }
+        Some(micros)
     }
 
     /// The id of a `what` (model, team) the policy defines.
