@@ -99,7 +99,7 @@ def test_usage_cost_column_has_one_precision(tmp_path: Path, clock: ug.ManualClo
     }
     db = str(tmp_path / "ledger.db")
     guard = ug.Guard(ug.Policy.from_dict(policy), clock=clock, ledger=ug.SqliteLedger(db))
-    for user, prompt, output in (("alice", 1_000, 200), ("bob", 2_000_000, 0), ("carol", 0, 0)):
+    for user, prompt, output in (("alice", 1_000, 200), ("bob", 200_000, 0), ("carol", 0, 0)):
         guard.admit(user, "gpt-5", prompt_tokens=prompt, max_tokens=output).bill(
             input_tokens=prompt, output_tokens=output
         )
@@ -109,5 +109,5 @@ def test_usage_cost_column_has_one_precision(tmp_path: Path, clock: ug.ManualClo
     header, *rows = done.stdout.splitlines()
     column = header.split().index("cost")
     costs = {row.split()[0]: row.split()[column] for row in rows}
-    # $0.003250 (not $0.00325), $2.500000 (not $2.5), $0.000000 (not $0): one precision.
-    assert costs == {"alice": "$0.003250", "bob": "$2.500000", "carol": "$0.000000"}
+    # $0.003250 (not $0.00325), $0.250000 (not $0.25), $0.000000 (not $0): one precision.
+    assert costs == {"alice": "$0.003250", "bob": "$0.250000", "carol": "$0.000000"}
