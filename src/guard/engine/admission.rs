@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::fitted::AdmittedRequest;
 use super::guard::Guard;
+use super::settling::InFlight;
 use super::shared::Resolved;
 use super::stats::{bump, log_store_error, store_answered};
 use super::ticket::{Ticket, TicketParts};
@@ -19,8 +20,7 @@ use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::CounterId;
 use crate::guard::store::{expiry_minute, HoldRef, ReserveOutcome, StoreError};
 
-/// How long a call's holds live if it never settles.
-pub(crate) const CALL_HOLD_MS: i64 = 15 * 60_000;
+pub(crate) use super::settling::CALL_HOLD_MS;
 /// How many times admission reads again after losing a race for what was left.
 pub(crate) const RESERVE_RETRIES: usize = 3;
 
@@ -65,22 +65,38 @@ impl Guard {
         let demand = demand(&path, &request, settings);
         let admitted_at = self.shared.clock.now_ms();
         let fit = |ceiling: &UsageCeiling| fit_request(&request, &path, prompt, ceiling);
+        let id = self.shared.ticket_id();
+        let ticket = |reserved, ceiling, fitted, uncounted| {
+            self.ticket(
+                id.clone(),
+                &path,
+                reserved,
+                ceiling,
+                admitted_at,
+                fitted,
+                uncounted,
+            )
+        };
         if path.is_unlimited() {
             let ceiling = unlimited_ceiling(&demand, settings);
             let fitted = fit(&ceiling).map_err(|e| self.count_refusal(e))?;
             bump(&self.shared.stats.admitted);
-            return Ok(self.ticket(&path, None, ceiling, admitted_at, fitted, false));
+            return Ok(ticket(None, ceiling, fitted, false));
         }
         let end = self
-            .reserve_loop(&path, &demand, settings, CALL_HOLD_MS, |plan, _, _| {
+            .reserve_loop(&id, &path, &demand, settings, CALL_HOLD_MS, |plan, _, _| {
                 fit(&plan.ceiling)
             })
             .await?;
         match end {
             Ok(done) => {
                 let ceiling = done.plan.ceiling.clone();
-                let parts = Some((&done.plan, done.minute));
-                Ok(self.ticket(&path, parts, ceiling, admitted_at, done.extra, false))
+                Ok(ticket(
+                    Some((&done.plan, done.minute)),
+                    ceiling,
+                    done.extra,
+                    false,
+                ))
             }
             Err(error) => {
                 self.store_failed(&path, settings, &error)?;
@@ -88,7 +104,7 @@ impl Guard {
                 let fitted = fit(&ceiling).map_err(|e| self.count_refusal(e))?;
                 bump(&self.shared.stats.uncounted);
                 bump(&self.shared.stats.admitted);
-                Ok(self.ticket(&path, None, ceiling, admitted_at, fitted, true))
+                Ok(ticket(None, ceiling, fitted, true))
             }
         }
     }
@@ -99,11 +115,14 @@ impl Guard {
     }
 
     /// The one admission loop: read, decide, let `shape` adjust the plan (fit a request, or
-    /// require a batch to fit in full; its error refuses), reserve all or none. A lost race
-    /// reads again, at most `RESERVE_RETRIES` times, then refuses as does-not-fit. The inner
-    /// `Err` is a store failure, left to the caller's failure rule.
+    /// require a batch to fit in full; its error refuses), reserve all or none for ticket
+    /// `id`. A lost race reads again, at most `RESERVE_RETRIES` times, then refuses as
+    /// does-not-fit. The inner `Err` is a store failure, left to the caller's failure rule.
+    /// A reservation whose round trip failed, or whose caller gave up while it was in flight
+    /// (this future dropped), is given back by ticket id in the background.
     pub(crate) async fn reserve_loop<T>(
         &self,
+        id: &str,
         path: &Path,
         demand: &Demand,
         settings: &Settings,
@@ -123,12 +142,18 @@ impl Guard {
             };
             let extra = shape(&mut plan, &reads, now).map_err(|e| self.count_refusal(e))?;
             let minute = expiry_minute(now, hold_ms);
-            match self
+            let in_flight = InFlight::new(&self.shared, id, plan.holds(), minute);
+            let outcome = self
                 .shared
                 .store
-                .reserve(plan.items.clone(), minute, now)
-                .await
-            {
+                .reserve(id.to_string(), plan.items.clone(), minute, now)
+                .await;
+            if outcome.is_ok() {
+                in_flight.answered();
+            } else {
+                drop(in_flight);
+            }
+            match outcome {
                 Ok(ReserveOutcome::Reserved) => {
                     store_answered();
                     bump(&self.shared.stats.admitted);
@@ -141,6 +166,11 @@ impl Guard {
                 Ok(ReserveOutcome::Conflict { item }) => {
                     bump(&self.shared.stats.reserve_retries);
                     conflict = Some((plan, item, reads));
+                }
+                Ok(ReserveOutcome::Settled) => {
+                    return Ok(Err(StoreError(format!(
+                        "ticket {id} was settled before its reservation landed"
+                    ))))
                 }
                 Err(e) => return Ok(Err(e)),
             }
@@ -200,10 +230,12 @@ impl Guard {
         Ok(())
     }
 
-    /// A ticket for an admitted call; `reserved` is the plan and expiry minute of its holds
-    /// (none for a call admitted without counting).
+    /// Ticket `id` for an admitted call; `reserved` is the plan and expiry minute of its
+    /// holds (none for a call admitted without counting).
+    #[allow(clippy::too_many_arguments)]
     fn ticket(
         &self,
+        id: String,
         path: &Arc<Path>,
         reserved: Option<(&Plan, i64)>,
         ceiling: UsageCeiling,
@@ -218,7 +250,7 @@ impl Guard {
             adds,
         } = ReservedParts::of(path, reserved);
         Ticket::new(TicketParts {
-            id: self.shared.ticket_id(),
+            id,
             shared: self.shared.clone(),
             path: path.clone(),
             source,

@@ -1,9 +1,12 @@
 //! The Redis store: counters shared by every guard that points at one Redis or Redis Cluster.
 //!
-//! Each counter is a hash (`u` used, `s` filled mark, `e` retain-until, `r<minute>` holds by
-//! expiry minute) at `{<prefix>}:c:<counter>:<bucket>`. Every key of a store shares the hash tag
-//! `{<prefix>}`, so one Lua script can read, reserve or settle several counters atomically,
-//! on one node or a cluster. Times are the caller's, never the server's.
+//! Each counter bucket is a hash (`u` used, `s` filled mark, `e` retain-until) at
+//! `{<prefix>}:c:<counter>:<bucket>`; a counter's holds, whatever their bucket, are one hash of
+//! sums by expiry minute (`r<minute>`) at `{<prefix>}:h:<counter>`; a ticket's record (its
+//! reservation landed, or it settled) is a string at `{<prefix>}:t:<ticket id>`. Every key of a
+//! store shares the hash tag `{<prefix>}`, so one Lua script can read, reserve or settle
+//! several counters atomically, on one node or a cluster. Times are the caller's, never the
+//! server's.
 
 mod connection;
 
@@ -17,8 +20,8 @@ use redis::{Client, RedisError, Script};
 use connection::{Conn, Target};
 
 use super::{
-    CounterKey, CounterRead, CounterStore, HoldRef, ReserveItem, ReserveOutcome, StoreError,
-    StoreFuture, UsageAdd,
+    CounterKey, CounterRead, CounterStore, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
+    StoreError, StoreFuture,
 };
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::escape_id;
@@ -31,10 +34,28 @@ const FILLED_LUA: &str = include_str!("../lua/filled.lua");
 const FILL_LUA: &str = include_str!("../lua/fill.lua");
 const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
 
-/// How long connecting, and each answer, may take before the store reports an error.
+/// How long connecting, and each answer, may take before the store reports an error, unless
+/// the store is given its own `timeout`.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
-/// The hard bound on one store operation, reconnecting included.
-const OPERATION_TIMEOUT: Duration = Duration::from_millis(2_500);
+/// The accepted range of a store's `timeout`.
+pub(crate) const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1)..=Duration::from_secs(60);
+
+/// The hard bound on one store operation, reconnecting included: 2.5 answers.
+fn operation_timeout(timeout: Duration) -> Duration {
+    timeout * 5 / 2
+}
+
+/// Checks a store's `timeout` against `TIMEOUT_RANGE`.
+fn check_timeout(timeout: Duration) -> Result<(), StoreError> {
+    if TIMEOUT_RANGE.contains(&timeout) {
+        return Ok(());
+    }
+    Err(StoreError(format!(
+        "timeout {} s is out of range: must be from 0.001 to 60 seconds",
+        timeout.as_secs_f64()
+    )))
+}
 
 struct Scripts {
     read: Script,
@@ -66,6 +87,12 @@ struct Inner {
     key_head: String,
     /// `{<escaped prefix>}:m:`
     mark_head: String,
+    /// `{<escaped prefix>}:h:`
+    holds_head: String,
+    /// `{<escaped prefix>}:t:`
+    ticket_head: String,
+    /// The bound on one operation.
+    operation_timeout: Duration,
     description: String,
 }
 
@@ -73,10 +100,12 @@ struct Inner {
 /// same server and prefix. Cheap to clone; clones share one multiplexed connection.
 ///
 /// Guarantees: `reserve` checks and places all holds in one Lua script (all or none);
-/// `settle` takes holds back and adds use in one script, never taking a hold below zero;
-/// expired holds are ignored and deleted; every operation is one round trip (plus one
-/// `SCRIPT LOAD` the first time a server sees a script) and fails with `StoreError` within
-/// about 2.5 s when Redis cannot answer; the store reconnects by itself when Redis is back.
+/// `settle` takes holds back and adds use in one script, never taking a hold below zero, once
+/// per ticket id (a settled mark outlives any hold of the ticket, so a late reservation
+/// places nothing); expired holds are ignored and deleted; every operation is one round trip
+/// (plus one `SCRIPT LOAD` the first time a server sees a script) and fails with `StoreError`
+/// within 2.5 × the store's timeout (1 s unless given) when Redis cannot answer; the store
+/// reconnects by itself when Redis is back.
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
@@ -110,10 +139,21 @@ impl RedisStore {
     /// hash tag `{prefix}`. Only the URL is checked here: the connection is made on first use
     /// and remade after failures, so a guard can start while Redis is down.
     pub fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
+        Self::connect_with_timeout(url, prefix, REDIS_TIMEOUT)
+    }
+
+    /// `connect`, with `timeout` (within `TIMEOUT_RANGE`) as the bound on connecting and on
+    /// each answer; one operation fails after at most 2.5 × `timeout`.
+    pub fn connect_with_timeout(
+        url: &str,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        check_timeout(timeout)?;
         let client = Client::open(url).map_err(|e| store_error("url", e))?;
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(REDIS_TIMEOUT))
-            .set_response_timeout(Some(REDIS_TIMEOUT))
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500));
@@ -121,6 +161,7 @@ impl RedisStore {
             Target::single(client, config),
             prefix,
             url.to_string(),
+            timeout,
         ))
     }
 
@@ -128,12 +169,22 @@ impl RedisStore {
     /// hash tag `{prefix}` (so all of this store's counters live in one slot). Only the URLs
     /// are checked here; the cluster is connected on first use.
     pub fn cluster(urls: &[String], prefix: &str) -> Result<Self, StoreError> {
+        Self::cluster_with_timeout(urls, prefix, REDIS_TIMEOUT)
+    }
+
+    /// `cluster`, with `timeout` as in `connect_with_timeout`.
+    pub fn cluster_with_timeout(
+        urls: &[String],
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        check_timeout(timeout)?;
         if urls.is_empty() {
             return Err(StoreError("redis cluster: no node URL given".into()));
         }
         let client = ClusterClient::builder(urls.iter().map(String::as_str))
-            .connection_timeout(REDIS_TIMEOUT)
-            .response_timeout(REDIS_TIMEOUT)
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
             .retries(2)
             .build()
             .map_err(|e| store_error("cluster urls", e))?;
@@ -141,16 +192,20 @@ impl RedisStore {
             Target::cluster(client),
             prefix,
             format!("cluster {}", urls.join(",")),
+            timeout,
         ))
     }
 
-    fn with_target(target: Target, prefix: &str, description: String) -> Self {
+    fn with_target(target: Target, prefix: &str, description: String, timeout: Duration) -> Self {
         RedisStore {
             inner: Arc::new(Inner {
                 target,
                 scripts: Scripts::new(),
                 key_head: key_head(prefix, "c"),
                 mark_head: key_head(prefix, "m"),
+                holds_head: key_head(prefix, "h"),
+                ticket_head: key_head(prefix, "t"),
+                operation_timeout: operation_timeout(timeout),
                 description,
             }),
         }
@@ -161,6 +216,20 @@ impl RedisStore {
     pub fn redis_key(&self, key: &CounterKey) -> String {
         let mut out = self.inner.key_head.clone();
         out.push_str(&key.render());
+        out
+    }
+
+    /// The Redis key of a counter's holds (of every bucket): `{<prefix>}:h:<counter>`.
+    pub fn holds_key(&self, key: &CounterKey) -> String {
+        let mut out = self.inner.holds_head.clone();
+        out.push_str(&key.id.render());
+        out
+    }
+
+    /// The Redis key of a ticket's record: `{<prefix>}:t:<escaped ticket id>`.
+    pub fn ticket_key(&self, ticket: &str) -> String {
+        let mut out = self.inner.ticket_head.clone();
+        escape_id(ticket, &mut out);
         out
     }
 
@@ -185,7 +254,7 @@ impl RedisStore {
                 let conn = inner.target.connection().await?;
                 op(inner.clone(), conn).await
             };
-            match tokio::time::timeout(OPERATION_TIMEOUT, work).await {
+            match tokio::time::timeout(inner.operation_timeout, work).await {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(e)) => {
                     inner.target.forget_connection(&e);
@@ -207,7 +276,10 @@ impl CounterStore for RedisStore {
         if keys.is_empty() {
             return Box::pin(std::future::ready(Ok(Vec::new())));
         }
-        let redis_keys: Vec<String> = keys.iter().map(|k| self.redis_key(k)).collect();
+        let redis_keys: Vec<String> = keys
+            .iter()
+            .flat_map(|k| [self.redis_key(k), self.holds_key(k)])
+            .collect();
         self.run("read", move |inner, mut conn| async move {
             let mut call = inner.scripts.read.prepare_invoke();
             call.key(redis_keys).arg(now);
@@ -224,6 +296,7 @@ impl CounterStore for RedisStore {
 
     fn reserve(
         &self,
+        ticket: String,
         items: Vec<ReserveItem>,
         expiry_minute: i64,
         now: Millis,
@@ -231,49 +304,48 @@ impl CounterStore for RedisStore {
         if items.is_empty() {
             return Box::pin(std::future::ready(Ok(ReserveOutcome::Reserved)));
         }
-        let redis_keys: Vec<String> = items.iter().map(|i| self.redis_key(&i.key)).collect();
-        let mut args: Vec<String> = Vec::with_capacity(2 + items.len() * 4);
+        let mut redis_keys: Vec<String> = Vec::with_capacity(1 + items.len() * 2);
+        redis_keys.push(self.ticket_key(&ticket));
+        let mut args: Vec<String> = Vec::with_capacity(2 + items.len() * 3);
         args.push(now.to_string());
         args.push(expiry_minute.to_string());
         for item in &items {
+            redis_keys.push(self.redis_key(&item.key));
+            redis_keys.push(self.holds_key(&item.key));
             args.push(item.hold.to_string());
             args.push(item.limit.map(|l| l.to_string()).unwrap_or_default());
             args.push(item.carried.to_string());
-            args.push(item.retain_until.to_string());
         }
         self.run("reserve", move |inner, mut conn| async move {
             let mut call = inner.scripts.reserve.prepare_invoke();
             call.key(redis_keys).arg(args);
             let answer: i64 = call.invoke_async(&mut conn).await?;
-            Ok(if answer < 0 {
-                ReserveOutcome::Reserved
-            } else {
-                ReserveOutcome::Conflict {
-                    item: answer as usize,
-                }
+            Ok(match answer {
+                -1 => ReserveOutcome::Reserved,
+                -2 => ReserveOutcome::Settled,
+                item => ReserveOutcome::Conflict {
+                    item: item as usize,
+                },
             })
         })
     }
 
-    fn settle(
-        &self,
-        holds: Vec<HoldRef>,
-        expiry_minute: i64,
-        adds: Vec<UsageAdd>,
-        now: Millis,
-    ) -> StoreFuture<'_, ()> {
-        let holds: Vec<HoldRef> = holds.into_iter().filter(|h| h.amount > 0).collect();
-        let adds: Vec<UsageAdd> = adds.into_iter().filter(|a| a.amount > 0).collect();
+    fn settle(&self, settle: Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
+        let holds: Vec<_> = settle.holds.iter().filter(|h| h.amount > 0).collect();
+        let adds: Vec<_> = settle.adds.iter().filter(|a| a.amount > 0).collect();
         if holds.is_empty() && adds.is_empty() {
-            return Box::pin(std::future::ready(Ok(())));
+            return Box::pin(std::future::ready(Ok(SettleOutcome::Settled)));
         }
-        let mut redis_keys: Vec<String> = Vec::with_capacity(holds.len() + adds.len());
-        let mut args: Vec<String> = Vec::with_capacity(3 + holds.len() + adds.len() * 2);
+        let mut redis_keys: Vec<String> = Vec::with_capacity(2 + holds.len() + adds.len());
+        redis_keys.push(self.ticket_key(&settle.id));
+        redis_keys.push(self.ticket_key(&settle.ticket));
+        let mut args: Vec<String> = Vec::with_capacity(4 + holds.len() + adds.len() * 2);
         args.push(now.to_string());
-        args.push(expiry_minute.to_string());
+        args.push(settle.expiry_minute.to_string());
         args.push(holds.len().to_string());
+        args.push(settle.settled_until.to_string());
         for hold in &holds {
-            redis_keys.push(self.redis_key(&hold.key));
+            redis_keys.push(self.holds_key(&hold.key));
             args.push(hold.amount.to_string());
         }
         for add in &adds {
@@ -284,8 +356,12 @@ impl CounterStore for RedisStore {
         self.run("settle", move |inner, mut conn| async move {
             let mut call = inner.scripts.settle.prepare_invoke();
             call.key(redis_keys).arg(args);
-            let _: i64 = call.invoke_async(&mut conn).await?;
-            Ok(())
+            let answer: i64 = call.invoke_async(&mut conn).await?;
+            Ok(if answer == 0 {
+                SettleOutcome::Settled
+            } else {
+                SettleOutcome::AlreadySettled
+            })
         })
     }
 
