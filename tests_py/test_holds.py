@@ -103,19 +103,19 @@ async def test_admissions_given_up_by_asyncio_leave_no_hold(
 def test_a_hung_redis_leaves_no_hold_after_it_answers(redis_server: RedisServer) -> None:
     guard = ug.Guard(ug.Policy.from_dict(ONE_AT_A_TIME), store=ug.RedisStore(redis_server.url))
     stop = threading.Event()
-    outcomes = {"admitted": 0, "refused": 0}
+    admitted = [0]
 
     def loop() -> None:
         while not stop.is_set():
             try:
                 guard.admit("alice", "gpt-5", prompt_tokens=1, max_tokens=1).release()
-                outcomes["admitted"] += 1
+                admitted[0] += 1
             except ug.UsageLimitError:
-                outcomes["refused"] += 1
-                time.sleep(0.01)
+                time.sleep(0.001)
 
-    worker = threading.Thread(target=loop)
-    worker.start()
+    workers = [threading.Thread(target=loop) for _ in range(4)]
+    for worker in workers:
+        worker.start()
     try:
         time.sleep(0.2)
         with _hung(redis_server):
@@ -124,11 +124,12 @@ def test_a_hung_redis_leaves_no_hold_after_it_answers(redis_server: RedisServer)
         time.sleep(0.3)
     finally:
         stop.set()
-        worker.join()
-    assert outcomes["admitted"] > 0 and outcomes["refused"] > 0, outcomes
+        for worker in workers:
+            worker.join()
+    assert admitted[0] > 0
+    assert guard.stats()["store_errors"] > 0, "the hang was felt"
     _within(2.0 - (time.monotonic() - recovered), lambda: _admits(guard), "a normal admit")
     assert _rule(guard, "concurrency")["reserved"] == 0
-    assert guard.stats()["given_up"] > 0
 
 
 def test_a_bill_during_a_hang_counts_exactly_once(redis_server: RedisServer) -> None:

@@ -81,10 +81,12 @@ class MemoryStore:
 
 @final
 class RedisStore:
-    def __new__(cls, url: str, prefix: str = "ug", timeout: float = 1.0) -> RedisStore: ...
+    def __new__(
+        cls, url: str, prefix: str = "ug", timeout: Optional[float] = None
+    ) -> RedisStore: ...
     @classmethod
     def cluster(
-        cls, urls: Sequence[str], prefix: str = "ug", timeout: float = 1.0
+        cls, urls: Sequence[str], prefix: str = "ug", timeout: Optional[float] = None
     ) -> RedisStore: ...
     @property
     def prefix(self) -> str: ...

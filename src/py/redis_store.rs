@@ -8,11 +8,11 @@ use pyo3::types::{PyBool, PyString, PyType};
 use crate::error::Error;
 use crate::guard::store::{RedisStore, StoreError, REDIS_TIMEOUT_RANGE};
 
-/// Counters in Redis (`RedisStore(url, prefix="ug", timeout=1.0)`) or Redis Cluster
-/// (`RedisStore.cluster([urls], prefix="ug", timeout=1.0)`), shared by every guard, in any
+/// Counters in Redis (`RedisStore(url, prefix="ug", timeout=None)`) or Redis Cluster
+/// (`RedisStore.cluster([urls], prefix="ug", timeout=None)`), shared by every guard, in any
 /// process, that uses the same server and prefix. Connects on first use and reconnects by
-/// itself. `timeout` (seconds, 0.001 to 60) bounds connecting and each answer; one operation
-/// fails after at most 2.5 × `timeout`.
+/// itself. `timeout` (seconds, 0.001 to 60; `None` is 1 s) bounds connecting and each
+/// answer; one operation fails after at most 2.5 × `timeout`.
 #[pyclass(name = "RedisStore", module = "usage_guard._core", frozen)]
 pub struct PyRedisStore {
     pub inner: RedisStore,

@@ -362,7 +362,7 @@ pub fn holds_count_across_buckets(kind: Kind) {
     let m = expiry_minute(late, HOLD_MS);
     block_on(s.reserve(tid(), vec![item(&today, 9, Some(10), 0)], m, late)).unwrap();
     assert_eq!(
-        read(s, &[tomorrow.clone()], midnight + 1_000),
+        read(s, std::slice::from_ref(&tomorrow), midnight + 1_000),
         vec![rd(0, 9)]
     );
     let out = block_on(s.reserve(

@@ -9,6 +9,7 @@
 //! server's.
 
 mod connection;
+mod keys;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,13 +19,13 @@ use redis::cluster::ClusterClient;
 use redis::{Client, RedisError, Script};
 
 use connection::{Conn, Target};
+use keys::key_head;
 
 use super::{
     CounterKey, CounterRead, CounterStore, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
     StoreError, StoreFuture,
 };
 use crate::guard::domain::clock::Millis;
-use crate::guard::domain::rule::escape_id;
 
 const COMMON_LUA: &str = include_str!("../lua/common.lua");
 const READ_LUA: &str = include_str!("../lua/read.lua");
@@ -34,27 +35,23 @@ const FILLED_LUA: &str = include_str!("../lua/filled.lua");
 const FILL_LUA: &str = include_str!("../lua/fill.lua");
 const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
 
-/// How long connecting, and each answer, may take before the store reports an error, unless
-/// the store is given its own `timeout`.
+/// How long connecting, and each answer, may take unless the store is given a `timeout`.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 /// The accepted range of a store's `timeout`.
 pub(crate) const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_millis(1)..=Duration::from_secs(60);
 
-/// The hard bound on one store operation, reconnecting included: 2.5 answers.
-fn operation_timeout(timeout: Duration) -> Duration {
-    timeout * 5 / 2
-}
-
 /// Checks a store's `timeout` against `TIMEOUT_RANGE`.
 fn check_timeout(timeout: Duration) -> Result<(), StoreError> {
-    if TIMEOUT_RANGE.contains(&timeout) {
-        return Ok(());
-    }
-    Err(StoreError(format!(
-        "timeout {} s is out of range: must be from 0.001 to 60 seconds",
-        timeout.as_secs_f64()
-    )))
+    TIMEOUT_RANGE
+        .contains(&timeout)
+        .then_some(())
+        .ok_or_else(|| {
+            let given = timeout.as_secs_f64();
+            StoreError(format!(
+                "timeout {given} s: must be from 0.001 to 60 seconds"
+            ))
+        })
 }
 
 struct Scripts {
@@ -122,16 +119,6 @@ impl std::fmt::Debug for RedisStore {
 
 fn store_error(context: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError(format!("redis {context}: {e}"))
-}
-
-fn key_head(prefix: &str, kind: &str) -> String {
-    let mut head = String::with_capacity(prefix.len() + 6);
-    head.push('{');
-    escape_id(prefix, &mut head);
-    head.push_str("}:");
-    head.push_str(kind);
-    head.push(':');
-    head
 }
 
 impl RedisStore {
@@ -205,39 +192,11 @@ impl RedisStore {
                 mark_head: key_head(prefix, "m"),
                 holds_head: key_head(prefix, "h"),
                 ticket_head: key_head(prefix, "t"),
-                operation_timeout: operation_timeout(timeout),
+                // The hard bound on one operation, reconnecting included: 2.5 answers.
+                operation_timeout: timeout * 5 / 2,
                 description,
             }),
         }
-    }
-
-    /// The Redis key of a counter: `{<prefix>}:c:<counter>:<bucket seconds>`. Ids are escaped
-    /// (see `CounterId::render`), so no id can reach another counter's key or the hash tag.
-    pub fn redis_key(&self, key: &CounterKey) -> String {
-        let mut out = self.inner.key_head.clone();
-        out.push_str(&key.render());
-        out
-    }
-
-    /// The Redis key of a counter's holds (of every bucket): `{<prefix>}:h:<counter>`.
-    pub fn holds_key(&self, key: &CounterKey) -> String {
-        let mut out = self.inner.holds_head.clone();
-        out.push_str(&key.id.render());
-        out
-    }
-
-    /// The Redis key of a ticket's record: `{<prefix>}:t:<escaped ticket id>`.
-    pub fn ticket_key(&self, ticket: &str) -> String {
-        let mut out = self.inner.ticket_head.clone();
-        escape_id(ticket, &mut out);
-        out
-    }
-
-    /// The Redis key of a `mark_once` mark: `{<prefix>}:m:<escaped mark>`.
-    pub fn mark_key(&self, mark: &str) -> String {
-        let mut out = self.inner.mark_head.clone();
-        escape_id(mark, &mut out);
-        out
     }
 
     /// Runs `op` with a connection on the shared runtime, bounded by `OPERATION_TIMEOUT`, so
