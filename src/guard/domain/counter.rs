@@ -86,8 +86,9 @@ pub struct Settle {
     pub expiry_minute: i64,
     /// Use to add, in the buckets of the moment of billing.
     pub adds: Vec<UsageAdd>,
-    /// Until when the settled mark of `id` is kept: at least as long as a reservation of the
-    /// ticket could still land and place a live hold.
+    /// Until when the settled mark of `id` is kept (a retry of this settle sent before then
+    /// finds it). A whole ticket whose reservation never landed keeps its mark at least until
+    /// `expiry_minute` starts, so a reservation landing late places nothing.
     pub settled_until: Millis,
 }
 

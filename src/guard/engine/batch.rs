@@ -384,7 +384,7 @@ impl BatchTicket {
             holds,
             expiry_minute: self.expiry_minute,
             adds,
-            settled_until: settling::settled_until(self.expiry_minute, now),
+            settled_until: settling::settled_until(now),
         };
         match settling::settle(&self.shared, settle, "batch settle").await {
             Some(_) => Recorded::Yes,

@@ -44,8 +44,8 @@ pub enum Recorded {
     /// The store took the bill (exactly once).
     Yes,
     /// The store did not answer: the bill may have landed, or may still land. The guard
-    /// retries it in the background by ticket id until the store answers (for up to the
-    /// ticket's hold life plus 7.5 minutes); it counts exactly once if it lands at all.
+    /// retries it in the background by ticket id until the store answers (for up to 5
+    /// minutes); it counts exactly once if it lands at all.
     Pending,
 }
 

@@ -14,14 +14,18 @@ use crate::guard::store::{HoldRef, Settle, SettleOutcome, StoreError, UsageAdd};
 
 /// How long a call's holds live if it never settles.
 pub(crate) const CALL_HOLD_MS: i64 = 15 * 60_000;
+/// How long a settled mark is kept, and so how long a bill the store did not answer is
+/// retried: a retry sent within it finds the mark of an attempt that landed, so it never
+/// counts twice. (A ticket whose reservation never landed keeps its mark at least until its
+/// holds would have expired, so a late reservation places nothing.)
+pub(crate) const SETTLED_KEEP_MS: i64 = 5 * 60_000;
 /// The first pause between retries; it doubles up to `RETRY_MAX`.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 /// The longest pause between retries: a store that answers again takes the retry within it.
 const RETRY_MAX: Duration = Duration::from_millis(250);
 
 /// A settle of ticket `id` (a call or a whole batch) giving back `holds` (placed under
-/// `expiry_minute`) and adding `adds`, with its settled mark kept a call's hold life past
-/// the later of the holds' expiry and `now`, so a late reservation or a retry finds it.
+/// `expiry_minute`) and adding `adds`, its settled mark kept `SETTLED_KEEP_MS` from `now`.
 pub(crate) fn whole(
     id: &str,
     holds: Vec<HoldRef>,
@@ -35,25 +39,23 @@ pub(crate) fn whole(
         holds,
         expiry_minute,
         adds,
-        settled_until: settled_until(expiry_minute, now),
+        settled_until: settled_until(now),
     }
 }
 
-/// How long a settled mark is kept: a call's hold life past the later of the holds' expiry
-/// and `now`.
-pub(crate) fn settled_until(expiry_minute: i64, now: Millis) -> Millis {
-    (expiry_minute * 60_000).max(now) + CALL_HOLD_MS
+/// How long a settled mark made at `now` is kept.
+pub(crate) fn settled_until(now: Millis) -> Millis {
+    now + SETTLED_KEEP_MS
 }
 
-/// Until when a failed settle is retried: a give-back while its holds could still count; a
-/// bill half a hold life more, well inside its settled mark's life (so a retry never counts
-/// twice).
-fn give_up_at(settle: &Settle, now: Millis) -> Millis {
-    let hold_until = settle.expiry_minute * 60_000;
+/// Until when a failed settle is retried: one that only gives holds back, while they could
+/// still count (giving back is harmless once the mark is gone: nothing is recorded then); one
+/// that adds use, only while its settled mark lives (so a retry never counts twice).
+fn give_up_at(settle: &Settle) -> Millis {
     if settle.adds.is_empty() {
-        hold_until
+        settle.expiry_minute * 60_000
     } else {
-        hold_until.max(now) + CALL_HOLD_MS / 2
+        settle.settled_until
     }
 }
 
@@ -74,7 +76,7 @@ pub(crate) async fn settle(
         Err(e) => {
             bump(&shared.stats.settle_failures);
             failed(shared, operation, &e);
-            retry(shared.clone(), settle, now, operation);
+            retry(shared.clone(), settle, operation);
             None
         }
     }
@@ -100,7 +102,7 @@ pub(crate) fn in_background(
                     bump(&shared.stats.settle_failures);
                 }
                 failed(&shared, operation, &e);
-                retry(shared, settle, now, operation);
+                retry(shared, settle, operation);
             }
         }
     });
@@ -113,8 +115,8 @@ fn failed(shared: &Shared, operation: &str, error: &StoreError) {
 
 /// Retries `settle` on the shared runtime until the store answers, pausing at most
 /// `RETRY_MAX` between attempts, and gives up once the settle no longer matters.
-fn retry(shared: Arc<Shared>, settle: Settle, first_try: Millis, operation: &'static str) {
-    let give_up = give_up_at(&settle, first_try);
+fn retry(shared: Arc<Shared>, settle: Settle, operation: &'static str) {
+    let give_up = give_up_at(&settle);
     crate::runtime::shared().spawn(async move {
         let mut pause = RETRY_FIRST;
         loop {

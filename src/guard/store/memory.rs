@@ -238,7 +238,10 @@ impl MemoryStore {
             inner.give_back(&settle.holds, settle.expiry_minute);
         }
         inner.add(&settle.adds, now);
-        let until = settle.settled_until.max(now + 1);
+        let mut until = settle.settled_until.max(now + 1);
+        if whole && !landed {
+            until = until.max(settle.expiry_minute * 60_000);
+        }
         inner
             .tickets
             .insert(settle.id, (Record::Settled { landed }, until));

@@ -47,5 +47,10 @@ local until_ms = tonumber(ARGV[4])
 if until_ms <= now then
   until_ms = now + 1
 end
+-- A ticket whose reservation never landed: a late one must find the mark while its holds
+-- could still count.
+if whole and not landed and tonumber(ARGV[2]) * 60000 > until_ms then
+  until_ms = tonumber(ARGV[2]) * 60000
+end
 set_ticket(KEYS[1], landed and 's' or 'n', until_ms, now)
 return 0
