@@ -167,12 +167,12 @@ impl CounterStore for RivalStore {
                 adds: Vec::<UsageAdd>::new(),
                 settled_until: now + 3_600_000,
             };
-            self.inner.settle(settle, now).await?;
+            self.inner.settle(&settle, now).await?;
             Ok(outcome)
         })
     }
 
-    fn settle(&self, settle: Settle, now: i64) -> StoreFuture<'_, SettleOutcome> {
+    fn settle(&self, settle: &Settle, now: i64) -> StoreFuture<'_, SettleOutcome> {
         self.inner.settle(settle, now)
     }
 }

@@ -141,7 +141,7 @@ pub fn limits_are_checked_at_their_edges(kind: Kind) {
     let a = day("edge");
     let m = expiry_minute(T0, HOLD_MS);
     let s = fx.store.as_ref();
-    block_on(s.settle(adds_only(m, vec![add(&a, 30)]), T0)).unwrap();
+    block_on(s.settle(&adds_only(m, vec![add(&a, 30)]), T0)).unwrap();
     let r = |hold| block_on(s.reserve(tid(), vec![item(&a, hold, Some(100), 0)], m, T0)).unwrap();
     assert_eq!(r(71), ReserveOutcome::Conflict { item: 0 });
     assert_eq!(
@@ -163,7 +163,7 @@ pub fn carried_counts_against_the_limit(kind: Kind) {
     let cur = counter("slide", minute, T0 - 30_000);
     let m = expiry_minute(T0, HOLD_MS);
     let s = fx.store.as_ref();
-    block_on(s.settle(adds_only(m, vec![add(&cur, 10)]), T0)).unwrap();
+    block_on(s.settle(&adds_only(m, vec![add(&cur, 10)]), T0)).unwrap();
     let r = |hold, carried| {
         block_on(s.reserve(tid(), vec![item(&cur, hold, Some(100), carried)], m, T0)).unwrap()
     };
@@ -223,14 +223,14 @@ pub fn settle_gives_back_and_never_goes_negative(kind: Kind) {
     .unwrap();
     let holds = vec![hold(&a, 50), hold(&b, 50)];
     let adds = vec![add(&a, 30), add(&b, 30)];
-    let out = block_on(s.settle(whole(&t, holds.clone(), m, adds.clone()), T0 + 1));
+    let out = block_on(s.settle(&whole(&t, holds.clone(), m, adds.clone()), T0 + 1));
     assert_eq!(out.unwrap(), SettleOutcome::Settled);
     assert_eq!(
         read(s, &[a.clone(), b.clone()], T0 + 1),
         vec![rd(30, 0), rd(30, 0)]
     );
     // Settling the same ticket again does nothing: use is added once.
-    let out = block_on(s.settle(whole(&t, holds, m, adds), T0 + 2));
+    let out = block_on(s.settle(&whole(&t, holds, m, adds), T0 + 2));
     assert_eq!(out.unwrap(), SettleOutcome::AlreadySettled);
     assert_eq!(
         read(s, &[a.clone(), b.clone()], T0 + 2),
@@ -239,12 +239,12 @@ pub fn settle_gives_back_and_never_goes_negative(kind: Kind) {
     // A hold bigger than what is held in its minute empties it, no further.
     let t2 = tid();
     block_on(s.reserve(t2.clone(), vec![item(&a, 20, None, 0)], m, T0 + 3)).unwrap();
-    block_on(s.settle(whole(&t2, vec![hold(&a, 1_000)], m, vec![]), T0 + 4)).unwrap();
+    block_on(s.settle(&whole(&t2, vec![hold(&a, 1_000)], m, vec![]), T0 + 4)).unwrap();
     assert_eq!(read(s, std::slice::from_ref(&a), T0 + 4), vec![rd(30, 0)]);
     // A hold in another minute is untouched by settling this one.
     let t3 = tid();
     block_on(s.reserve(t3.clone(), vec![item(&a, 20, None, 0)], m + 1, T0 + 5)).unwrap();
-    block_on(s.settle(whole(&t3, vec![hold(&a, 20)], m, vec![]), T0 + 6)).unwrap();
+    block_on(s.settle(&whole(&t3, vec![hold(&a, 20)], m, vec![]), T0 + 6)).unwrap();
     assert_eq!(read(s, &[a], T0 + 6), vec![rd(30, 20)]);
 }
 
@@ -258,7 +258,7 @@ pub fn settle_after_expiry_only_adds(kind: Kind) {
     let late = m * 60_000 + 5_000;
     let m_late = expiry_minute(late, HOLD_MS);
     block_on(s.reserve(tid(), vec![item(&a, 25, None, 0)], m_late, late)).unwrap();
-    block_on(s.settle(whole(&t, vec![hold(&a, 50)], m, vec![add(&a, 45)]), late)).unwrap();
+    block_on(s.settle(&whole(&t, vec![hold(&a, 50)], m, vec![add(&a, 45)]), late)).unwrap();
     assert_eq!(
         read(s, &[a], late),
         vec![rd(45, 25)],
@@ -275,7 +275,7 @@ pub fn release_of_a_reserve_that_never_landed_is_a_no_op(kind: Kind) {
     let m = expiry_minute(T0, HOLD_MS);
     block_on(s.reserve(tid(), vec![item(&a, 30, Some(100), 0)], m, T0)).unwrap();
     let lost = tid();
-    let out = block_on(s.settle(whole(&lost, vec![hold(&a, 30)], m, vec![]), T0 + 1));
+    let out = block_on(s.settle(&whole(&lost, vec![hold(&a, 30)], m, vec![]), T0 + 1));
     assert_eq!(out.unwrap(), SettleOutcome::Settled);
     assert_eq!(read(s, std::slice::from_ref(&a), T0 + 1), vec![rd(0, 30)]);
     let late = block_on(s.reserve(lost, vec![item(&a, 30, Some(100), 0)], m, T0 + 2));
@@ -299,7 +299,7 @@ pub fn reserve_after_settle_places_nothing(kind: Kind) {
         "not placed twice"
     );
     assert_eq!(read(s, std::slice::from_ref(&a), T0 + 1), vec![rd(0, 40)]);
-    block_on(s.settle(whole(&t, vec![hold(&a, 40)], m, vec![add(&a, 10)]), T0 + 2)).unwrap();
+    block_on(s.settle(&whole(&t, vec![hold(&a, 40)], m, vec![add(&a, 10)]), T0 + 2)).unwrap();
     assert_eq!(r(T0 + 3).unwrap(), ReserveOutcome::Settled);
     assert_eq!(read(s, &[a], T0 + 3), vec![rd(10, 0)]);
 }
@@ -314,10 +314,10 @@ pub fn bill_twice_counts_once(kind: Kind) {
     let t = tid();
     block_on(s.reserve(t.clone(), vec![item(&a, 40, Some(100), 0)], m, T0)).unwrap();
     let bill = whole(&t, vec![hold(&a, 40)], m, vec![add(&a, 25)]);
-    let first = block_on(s.settle(bill.clone(), T0 + 1)).unwrap();
-    let again = block_on(s.settle(bill.clone(), T0 + 2)).unwrap();
+    let first = block_on(s.settle(&bill, T0 + 1)).unwrap();
+    let again = block_on(s.settle(&bill, T0 + 2)).unwrap();
     let past_hold = m * 60_000 + 60_000;
-    let late = block_on(s.settle(bill, past_hold)).unwrap();
+    let late = block_on(s.settle(&bill, past_hold)).unwrap();
     assert_eq!(first, SettleOutcome::Settled);
     assert_eq!(
         (again, late),
@@ -385,11 +385,11 @@ pub fn counters_are_gone_after_retention(kind: Kind) {
         amount: 7,
         retain_until: keep,
     };
-    block_on(s.settle(adds_only(m, vec![usage]), T0)).unwrap();
+    block_on(s.settle(&adds_only(m, vec![usage]), T0)).unwrap();
     assert_eq!(read(s, std::slice::from_ref(&a), keep - 1), vec![rd(7, 0)]);
     let after = keep + 120_000;
     // Any write lets a store sweep what it no longer keeps.
-    block_on(s.settle(adds_only(m, vec![add(&other, 1)]), after)).unwrap();
+    block_on(s.settle(&adds_only(m, vec![add(&other, 1)]), after)).unwrap();
     block_on(s.reserve(
         tid(),
         vec![item(&other, 1, None, 0)],
@@ -460,7 +460,7 @@ pub fn weird_ids_never_collide(kind: Kind) {
         .enumerate()
         .map(|(i, k)| add(k, i as u64 + 1))
         .collect();
-    block_on(s.settle(adds_only(m, adds), T0)).unwrap();
+    block_on(s.settle(&adds_only(m, adds), T0)).unwrap();
     let expected: Vec<CounterRead> = (0..ids.len()).map(|i| rd(i as u64 + 1, 0)).collect();
     assert_eq!(read(s, &keys, T0), expected);
     let team = CounterKey {
@@ -521,6 +521,6 @@ pub fn empty_operations_are_no_ops(kind: Kind) {
         block_on(s.reserve(tid(), vec![], 1, T0)).unwrap(),
         ReserveOutcome::Reserved
     );
-    block_on(s.settle(adds_only(1, vec![]), T0)).unwrap();
+    block_on(s.settle(&adds_only(1, vec![]), T0)).unwrap();
     assert_eq!(read(s, &[day("none")], T0), vec![rd(0, 0)]);
 }

@@ -142,7 +142,7 @@ impl Guard {
             };
             let extra = shape(&mut plan, &reads, now).map_err(|e| self.count_refusal(e))?;
             let minute = expiry_minute(now, hold_ms);
-            let in_flight = InFlight::new(&self.shared, id, plan.holds(), minute);
+            let in_flight = InFlight::new(&self.shared, id, &plan, minute);
             let outcome = self
                 .shared
                 .store

@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::shared::Shared;
 use super::stats::{bump, log_store_error, store_answered};
 use crate::guard::domain::clock::Millis;
+use crate::guard::domain::decide::Plan;
 use crate::guard::store::{HoldRef, Settle, SettleOutcome, StoreError, UsageAdd};
 
 /// How long a call's holds live if it never settles.
@@ -68,7 +69,7 @@ pub(crate) async fn settle(
     operation: &'static str,
 ) -> Option<SettleOutcome> {
     let now = shared.clock.now_ms();
-    match shared.store.settle(settle.clone(), now).await {
+    match shared.store.settle(&settle, now).await {
         Ok(outcome) => {
             store_answered();
             Some(outcome)
@@ -95,7 +96,7 @@ pub(crate) fn in_background(
 ) {
     crate::runtime::run_or_spawn(async move {
         let now = shared.clock.now_ms();
-        match shared.store.settle(settle.clone(), now).await {
+        match shared.store.settle(&settle, now).await {
             Ok(_) => store_answered(),
             Err(e) => {
                 if release {
@@ -123,7 +124,7 @@ fn retry(shared: Arc<Shared>, settle: Settle, operation: &'static str) {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(RETRY_MAX);
             let now = shared.clock.now_ms();
-            match shared.store.settle(settle.clone(), now).await {
+            match shared.store.settle(&settle, now).await {
                 Ok(_) => {
                     store_answered();
                     bump(&shared.stats.settles_retried);
@@ -147,25 +148,26 @@ fn retry(shared: Arc<Shared>, settle: Settle, operation: &'static str) {
 /// timeout, cancel, dropped future) or left armed after a failed round trip (the request may
 /// have reached the store), the ticket's holds are given back by id in the background. A
 /// reservation that lands later finds the ticket settled and places nothing.
-pub(crate) struct InFlight {
-    shared: Arc<Shared>,
-    id: String,
-    holds: Vec<HoldRef>,
+/// (It borrows what it needs: nothing is copied on the path where the store answers.)
+pub(crate) struct InFlight<'a> {
+    shared: &'a Arc<Shared>,
+    id: &'a str,
+    plan: &'a Plan,
     expiry_minute: i64,
     armed: bool,
 }
 
-impl InFlight {
+impl<'a> InFlight<'a> {
     pub(crate) fn new(
-        shared: &Arc<Shared>,
-        id: &str,
-        holds: Vec<HoldRef>,
+        shared: &'a Arc<Shared>,
+        id: &'a str,
+        plan: &'a Plan,
         expiry_minute: i64,
     ) -> Self {
         InFlight {
-            shared: shared.clone(),
-            id: id.to_string(),
-            holds,
+            shared,
+            id,
+            plan,
             expiry_minute,
             armed: true,
         }
@@ -177,15 +179,20 @@ impl InFlight {
     }
 }
 
-impl Drop for InFlight {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if !self.armed {
             return;
         }
         bump(&self.shared.stats.given_up);
         let now = self.shared.clock.now_ms();
-        let holds = std::mem::take(&mut self.holds);
-        let settle = whole(&self.id, holds, self.expiry_minute, Vec::new(), now);
+        let settle = whole(
+            self.id,
+            self.plan.holds(),
+            self.expiry_minute,
+            Vec::new(),
+            now,
+        );
         let operation = "give back of an abandoned reservation";
         in_background(self.shared.clone(), settle, operation, false);
     }

@@ -221,7 +221,7 @@ impl MemoryStore {
         ReserveOutcome::Reserved
     }
 
-    fn settle_now(&self, settle: Settle, now: Millis) -> SettleOutcome {
+    fn settle_now(&self, settle: &Settle, now: Millis) -> SettleOutcome {
         let mut inner = self.inner.lock();
         inner.sweep(now);
         let whole = settle.is_whole();
@@ -244,7 +244,7 @@ impl MemoryStore {
         }
         inner
             .tickets
-            .insert(settle.id, (Record::Settled { landed }, until));
+            .insert(settle.id.clone(), (Record::Settled { landed }, until));
         SettleOutcome::Settled
     }
 }
@@ -311,7 +311,7 @@ impl CounterStore for MemoryStore {
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
-    fn settle(&self, settle: Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
+    fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
         let outcome = self.settle_now(settle, now);
         Box::pin(std::future::ready(Ok(outcome)))
     }

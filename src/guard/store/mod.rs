@@ -50,7 +50,7 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
 
     /// In one step, unless `settle.id` already settled: gives back `settle.holds` (see
     /// `Settle`), adds `settle.adds` and marks `settle.id` settled. Idempotent by id.
-    fn settle(&self, settle: Settle, now: Millis) -> StoreFuture<'_, SettleOutcome>;
+    fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome>;
 
     /// Whether each key is marked filled from the ledger (a counter past its retention, or
     /// never written, is not). The default, for stores that cannot fill, reports every

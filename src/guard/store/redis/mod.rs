@@ -289,7 +289,7 @@ impl CounterStore for RedisStore {
         })
     }
 
-    fn settle(&self, settle: Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
+    fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
         let holds: Vec<_> = settle.holds.iter().filter(|h| h.amount > 0).collect();
         let adds: Vec<_> = settle.adds.iter().filter(|a| a.amount > 0).collect();
         if holds.is_empty() && adds.is_empty() {
