@@ -41,7 +41,7 @@ pub use guard::engine::admission::AdmitRequest;
 pub use guard::engine::batch::{BatchRequest, BatchTicket};
 pub use guard::engine::guard::Guard;
 pub use guard::engine::stats::Stats;
-pub use guard::engine::ticket::{BillInfo, Billed, Ticket, Usage};
+pub use guard::engine::ticket::{BillInfo, Billed, Recorded, Ticket, Usage};
 #[cfg(feature = "postgres")]
 pub use guard::ledger::PostgresLedger;
 #[cfg(feature = "sqlite")]
@@ -53,5 +53,6 @@ pub use guard::ledger::{
 pub use guard::store::RedisStore;
 pub use guard::store::{
     expiry_minute, CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, HoldRef,
-    MemoryStore, ReserveItem, ReserveOutcome, StoreCheck, StoreError, StoreFuture, UsageAdd,
+    MemoryStore, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError,
+    StoreFuture, UsageAdd,
 };

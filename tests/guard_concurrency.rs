@@ -9,7 +9,8 @@ use std::thread;
 
 use common::*;
 use usage_guard::{
-    CounterRead, CounterStore, HoldRef, ReserveItem, ReserveOutcome, StoreFuture, UsageAdd,
+    CounterRead, CounterStore, HoldRef, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
+    StoreFuture, UsageAdd,
 };
 use usage_guard::{Error, Guard, ManualClock, MemoryStore, Reason, Usage};
 
@@ -128,15 +129,16 @@ impl CounterStore for RivalStore {
 
     fn reserve(
         &self,
+        ticket: String,
         items: Vec<ReserveItem>,
         minute: i64,
         now: i64,
     ) -> StoreFuture<'_, ReserveOutcome> {
         Box::pin(async move {
             if self.races.load(Ordering::SeqCst) == 0 {
-                return self.inner.reserve(items, minute, now).await;
+                return self.inner.reserve(ticket, items, minute, now).await;
             }
-            self.races.fetch_sub(1, Ordering::SeqCst);
+            let race = self.races.fetch_sub(1, Ordering::SeqCst);
             let item = items.iter().find(|i| i.limit.is_some()).unwrap().clone();
             let read = self.inner.read(vec![item.key.clone()], now).await?[0];
             let rival = item.limit.unwrap() - read.total() - item.carried;
@@ -145,30 +147,33 @@ impl CounterStore for RivalStore {
                 limit: None,
                 ..item.clone()
             };
+            let rival_id = format!("rival-{race}");
             assert_eq!(
-                self.inner.reserve(vec![rival_item], minute, now).await?,
+                self.inner
+                    .reserve(rival_id.clone(), vec![rival_item], minute, now)
+                    .await?,
                 ReserveOutcome::Reserved
             );
-            let outcome = self.inner.reserve(items, minute, now).await?;
+            let outcome = self.inner.reserve(ticket, items, minute, now).await?;
             let hold = HoldRef {
                 key: item.key,
                 amount: rival,
             };
-            self.inner
-                .settle(vec![hold], minute, Vec::<UsageAdd>::new(), now)
-                .await?;
+            let settle = Settle {
+                id: rival_id.clone(),
+                ticket: rival_id,
+                holds: vec![hold],
+                expiry_minute: minute,
+                adds: Vec::<UsageAdd>::new(),
+                settled_until: now + 3_600_000,
+            };
+            self.inner.settle(&settle, now).await?;
             Ok(outcome)
         })
     }
 
-    fn settle(
-        &self,
-        holds: Vec<HoldRef>,
-        minute: i64,
-        adds: Vec<UsageAdd>,
-        now: i64,
-    ) -> StoreFuture<'_, ()> {
-        self.inner.settle(holds, minute, adds, now)
+    fn settle(&self, settle: &Settle, now: i64) -> StoreFuture<'_, SettleOutcome> {
+        self.inner.settle(settle, now)
     }
 }
 

@@ -486,18 +486,21 @@ fn the_memory_store_forgets_buckets_after_their_retention() {
         .unwrap();
     assert_eq!(s.store.len(), 1);
     // Kept while it can still be the previous bucket (window + a minute after its end)...
+    // (holds live beside the buckets: only a bill writes a bucket)
     s.clock.set(at("2026-11-30T10:20:59Z"));
     s.guard
         .admit_blocking(call("alice", "gpt-5", 1, 1))
         .unwrap()
-        .release_blocking();
+        .bill_blocking(usage(1, 1))
+        .unwrap();
     assert_eq!(s.store.len(), 2);
     // ...and swept after.
     s.clock.set(at("2026-11-30T10:45:00Z"));
     s.guard
         .admit_blocking(call("alice", "gpt-5", 1, 1))
         .unwrap()
-        .release_blocking();
+        .bill_blocking(usage(1, 1))
+        .unwrap();
     assert_eq!(s.store.len(), 1, "only the current bucket is left");
 }
 

@@ -131,9 +131,10 @@ fn redis_down_refuses_as_unavailable_then_recovers_by_itself() {
     assert_eq!(r.message, "Usage limits cannot be checked right now");
     let http = r.to_http(usage_guard::HttpShape::OpenAi);
     assert_eq!(http.status, 503);
-    // A bill that cannot reach Redis is not an error: it is counted and its hold expires.
+    // A bill that cannot reach Redis is not an error: it is counted, reported as pending
+    // (it may still land) and retried in the background by ticket id.
     let billed = held.bill_blocking(used(10, 10)).unwrap().unwrap();
-    assert!(!billed.recorded);
+    assert_eq!(billed.recorded, usage_guard::Recorded::Pending);
     assert!(
         g.stats()
             .settle_failures

@@ -111,6 +111,43 @@ def test_a_lost_counter_is_fenced(redis_server: RedisServer, clock: ug.ManualClo
     assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
 
 
+def test_a_counter_lost_after_its_first_bill_is_fenced(
+    redis_server: RedisServer, clock: ug.ManualClock
+) -> None:
+    """A reserve no longer writes the bucket: the bill that first wrote it lists it."""
+    guard = ug.Guard(policy(), store=store(redis_server, "first"), clock=clock)
+    call(guard)
+    keys = redis_server.cli("--scan", "--pattern", "{first}:c:*").split()
+    assert len(keys) == 1
+    redis_server.cli("del", keys[0])
+    assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
+
+
+def test_a_released_ticket_is_no_lost_counter(
+    redis_server: RedisServer, clock: ug.ManualClock
+) -> None:
+    """A reserve writes only the counter's holds; released, nothing was added: neither the
+    bucket (never written) nor the holds hash (its last hold given back) reads as lost."""
+    guard = ug.Guard(policy(), store=store(redis_server, "rel"), clock=clock)
+    for _ in range(3):
+        guard.admit("alice", "m", prompt_tokens=50, max_tokens=50).release()
+    assert redis_server.cli("--scan", "--pattern", "{rel}:c:*").split() == []
+    call(guard)
+    assert used(guard) == CALL_COST
+
+
+def test_a_lost_holds_key_is_fenced(redis_server: RedisServer, clock: ug.ManualClock) -> None:
+    """An open call's holds hash deleted under a running store: the hold it counted is gone,
+    so the next reserve is fenced (not admitted into capacity the open call still uses)."""
+    guard = ug.Guard(policy(), store=store(redis_server, "lh"), clock=clock)
+    open_call = guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    keys = redis_server.cli("--scan", "--pattern", "{lh}:h:*").split()
+    assert len(keys) == 1
+    redis_server.cli("del", keys[0])
+    assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
+    open_call.release()
+
+
 def test_with_a_ledger_a_restart_refills_and_never_overspends(
     redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
 ) -> None:

@@ -349,7 +349,7 @@ def test_unlimited_path_never_touches_the_store(make_guard: MakeGuard) -> None:
     }
     guard.admit("bob", "auto").release()
     assert len(store) == 0
-    guard.admit("alice", "gpt-5", max_tokens=10).release()
+    guard.admit("alice", "gpt-5", max_tokens=10).bill(input_tokens=1, output_tokens=1)
     assert len(store) > 0
 
 

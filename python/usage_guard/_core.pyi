@@ -84,11 +84,17 @@ class MemoryStore:
 
 @final
 class RedisStore:
-    def __new__(cls, url: str, prefix: str = "ug") -> RedisStore: ...
+    def __new__(
+        cls, url: str, prefix: str = "ug", timeout: Optional[float] = None
+    ) -> RedisStore: ...
     @classmethod
-    def cluster(cls, urls: Sequence[str], prefix: str = "ug") -> RedisStore: ...
+    def cluster(
+        cls, urls: Sequence[str], prefix: str = "ug", timeout: Optional[float] = None
+    ) -> RedisStore: ...
     @property
     def prefix(self) -> str: ...
+    @property
+    def timeout(self) -> float: ...
 
 @final
 class Ticket:

@@ -130,7 +130,12 @@ class Billed(TypedDict):
     reasoning_tokens: int
     cost_micros: int
     compute_ms: int
-    recorded: bool
+    recorded: Optional[bool]
+    """`True`: the use is in the counters (exactly once). `None`: the counter store did not
+    answer, so whether the bill landed is not known yet; the guard retries it in the
+    background by ticket id until the store answers (for up to 5 minutes), and it counts
+    exactly once if it lands at all. Never `False` for a bill that
+    may still land."""
 
 
 class Reserved(TypedDict, total=False):

@@ -10,7 +10,7 @@ use crate::guard::domain::decide::UsageCeiling;
 use crate::guard::domain::path::SourceRef;
 use crate::guard::domain::policy::Prices;
 use crate::guard::domain::view::{RuleView, UsageView};
-use crate::guard::engine::ticket::{Billed, Usage};
+use crate::guard::engine::ticket::{Billed, Recorded, Usage};
 
 pub(crate) use super::json::{py_to_json, py_to_json_document};
 
@@ -211,7 +211,12 @@ pub(crate) fn billed_to_py<'py>(
     d.set_item("reasoning_tokens", b.reasoning_tokens)?;
     d.set_item("cost_micros", b.cost_micros)?;
     d.set_item("compute_ms", b.compute_ms)?;
-    d.set_item("recorded", b.recorded)?;
+    // True: in the counters; None: the store did not answer, retried in the background.
+    let recorded = match b.recorded {
+        Recorded::Yes => Some(true),
+        Recorded::Pending => None,
+    };
+    d.set_item("recorded", recorded)?;
     Ok(Some(d))
 }
 

@@ -1,20 +1,43 @@
 //! `usage_guard.RedisStore`: the Redis counter store as a Python object. Conversion only.
 
+use std::time::Duration;
+
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyType};
+use pyo3::types::{PyBool, PyString, PyType};
 
 use crate::error::Error;
-use crate::guard::store::{RedisStore, StoreError};
+use crate::guard::store::{RedisStore, StoreError, REDIS_TIMEOUT_RANGE};
 
-/// Counters in Redis (`RedisStore(url, prefix="ug")`) or Redis Cluster
-/// (`RedisStore.cluster([urls], prefix="ug")`), shared by every guard, in any process, that
-/// uses the same server and prefix. Connects on first use and reconnects by itself.
+/// Counters in Redis (`RedisStore(url, prefix="ug", timeout=None)`) or Redis Cluster
+/// (`RedisStore.cluster([urls], prefix="ug", timeout=None)`), shared by every guard, in any
+/// process, that uses the same server and prefix. Connects on first use and reconnects by
+/// itself. `timeout` (seconds, 0.001 to 60; `None` is 1 s) bounds connecting and each
+/// answer; one operation fails after at most 2.5 × `timeout`.
 #[pyclass(name = "RedisStore", module = "usage_guard._core", frozen)]
 pub struct PyRedisStore {
     pub inner: RedisStore,
     target: String,
     prefix: String,
+    timeout: f64,
 }
+
+/// The `timeout` argument as a duration in the accepted range.
+fn timeout_of(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    const ACCEPTED: &str = "must be a number of seconds from 0.001 to 60";
+    let given = || value.repr().map(|r| r.to_string()).unwrap_or_default();
+    if value.cast::<PyBool>().is_ok() {
+        return Err(Error::wrong_type("timeout", given(), ACCEPTED).into());
+    }
+    let seconds: f64 = value
+        .extract()
+        .map_err(|_| Error::wrong_type("timeout", given(), ACCEPTED))?;
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| REDIS_TIMEOUT_RANGE.contains(d))
+        .ok_or_else(|| Error::invalid("timeout", given(), ACCEPTED).into())
+}
+
+const DEFAULT: Duration = crate::guard::store::REDIS_TIMEOUT;
 
 /// A store that cannot be set up from `argument` (`url` or `urls`).
 fn setup_error(argument: &str, given: &str, e: StoreError) -> Error {
@@ -24,20 +47,29 @@ fn setup_error(argument: &str, given: &str, e: StoreError) -> Error {
 #[pymethods]
 impl PyRedisStore {
     #[new]
-    #[pyo3(signature = (url, prefix = "ug"))]
-    fn new(url: &str, prefix: &str) -> PyResult<Self> {
+    #[pyo3(signature = (url, prefix = "ug", timeout = None))]
+    fn new(url: &str, prefix: &str, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let duration = timeout.map(timeout_of).transpose()?.unwrap_or(DEFAULT);
         Ok(Self {
-            inner: RedisStore::connect(url, prefix).map_err(|e| setup_error("url", url, e))?,
+            inner: RedisStore::connect_with_timeout(url, prefix, duration)
+                .map_err(|e| setup_error("url", url, e))?,
             target: url.to_string(),
             prefix: prefix.to_string(),
+            timeout: duration.as_secs_f64(),
         })
     }
 
     /// A store on a Redis Cluster reachable through any of `urls`.
     #[classmethod]
-    #[pyo3(signature = (urls, prefix = "ug"))]
-    fn cluster(_cls: &Bound<'_, PyType>, urls: &Bound<'_, PyAny>, prefix: &str) -> PyResult<Self> {
+    #[pyo3(signature = (urls, prefix = "ug", timeout = None))]
+    fn cluster(
+        _cls: &Bound<'_, PyType>,
+        urls: &Bound<'_, PyAny>,
+        prefix: &str,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         const ACCEPTED: &str = "must be a list of node URLs (str)";
+        let duration = timeout.map(timeout_of).transpose()?.unwrap_or(DEFAULT);
         if urls.cast::<PyString>().is_ok() {
             return Err(Error::wrong_type("urls", urls.repr()?, ACCEPTED).into());
         }
@@ -46,10 +78,11 @@ impl PyRedisStore {
             .map_err(|_| Error::wrong_type("urls", urls.get_type(), ACCEPTED))?;
         let given = format!("{urls:?}");
         Ok(Self {
-            inner: RedisStore::cluster(&urls, prefix)
+            inner: RedisStore::cluster_with_timeout(&urls, prefix, duration)
                 .map_err(|e| setup_error("urls", &given, e))?,
             target: format!("cluster {}", urls.join(",")),
             prefix: prefix.to_string(),
+            timeout: duration.as_secs_f64(),
         })
     }
 
@@ -59,8 +92,17 @@ impl PyRedisStore {
         &self.prefix
     }
 
+    /// How long connecting, and each answer, may take (seconds).
+    #[getter]
+    fn timeout(&self) -> f64 {
+        self.timeout
+    }
+
     fn __repr__(&self) -> String {
-        format!("RedisStore({:?}, prefix={:?})", self.target, self.prefix)
+        format!(
+            "RedisStore({:?}, prefix={:?}, timeout={})",
+            self.target, self.prefix, self.timeout
+        )
     }
 }
 

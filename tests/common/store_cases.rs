@@ -4,9 +4,12 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use futures::executor::block_on;
 use usage_guard::{
-    expiry_minute, CounterKey, CounterRead, HoldRef, ReserveItem, ReserveOutcome, UsageAdd,
+    expiry_minute, CounterKey, CounterRead, HoldRef, ReserveItem, ReserveOutcome, Settle,
+    SettleOutcome, UsageAdd,
 };
 use usage_guard::{CounterId, Scope};
 use usage_guard::{Metric, Millis, Window};
@@ -53,6 +56,36 @@ pub fn add(key: &CounterKey, amount: u64) -> UsageAdd {
     }
 }
 
+/// A ticket id not used before in this process.
+pub fn tid() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("t-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A whole settle of ticket `id`: gives back `holds` (under minute `m`) and adds `adds`.
+pub fn whole(id: &str, holds: Vec<HoldRef>, m: i64, adds: Vec<UsageAdd>) -> Settle {
+    Settle {
+        id: id.to_string(),
+        ticket: id.to_string(),
+        holds,
+        expiry_minute: m,
+        adds,
+        settled_until: m * 60_000 + HOLD_MS,
+    }
+}
+
+/// A settle that only adds use, under a new ticket id.
+pub fn adds_only(m: i64, adds: Vec<UsageAdd>) -> Settle {
+    whole(&tid(), Vec::new(), m, adds)
+}
+
+pub fn hold(key: &CounterKey, amount: u64) -> HoldRef {
+    HoldRef {
+        key: key.clone(),
+        amount,
+    }
+}
+
 pub fn read(
     store: &dyn usage_guard::CounterStore,
     keys: &[CounterKey],
@@ -71,6 +104,7 @@ pub fn reserve_is_all_or_none(kind: Kind) {
     let m = expiry_minute(T0, HOLD_MS);
     let s = fx.store.as_ref();
     let out = block_on(s.reserve(
+        tid(),
         vec![item(&a, 60, Some(100), 0), item(&b, 60, Some(50), 0)],
         m,
         T0,
@@ -81,6 +115,7 @@ pub fn reserve_is_all_or_none(kind: Kind) {
         vec![rd(0, 0), rd(0, 0)]
     );
     let out = block_on(s.reserve(
+        tid(),
         vec![item(&a, 60, Some(100), 0), item(&b, 40, None, 0)],
         m,
         T0,
@@ -92,6 +127,7 @@ pub fn reserve_is_all_or_none(kind: Kind) {
     );
     // The first item now conflicts; the second (which fits) is not placed either.
     let out = block_on(s.reserve(
+        tid(),
         vec![item(&a, 41, Some(100), 0), item(&b, 1, Some(50), 0)],
         m,
         T0,
@@ -105,8 +141,8 @@ pub fn limits_are_checked_at_their_edges(kind: Kind) {
     let a = day("edge");
     let m = expiry_minute(T0, HOLD_MS);
     let s = fx.store.as_ref();
-    block_on(s.settle(vec![], m, vec![add(&a, 30)], T0)).unwrap();
-    let r = |hold| block_on(s.reserve(vec![item(&a, hold, Some(100), 0)], m, T0)).unwrap();
+    block_on(s.settle(&adds_only(m, vec![add(&a, 30)]), T0)).unwrap();
+    let r = |hold| block_on(s.reserve(tid(), vec![item(&a, hold, Some(100), 0)], m, T0)).unwrap();
     assert_eq!(r(71), ReserveOutcome::Conflict { item: 0 });
     assert_eq!(
         r(70),
@@ -127,9 +163,9 @@ pub fn carried_counts_against_the_limit(kind: Kind) {
     let cur = counter("slide", minute, T0 - 30_000);
     let m = expiry_minute(T0, HOLD_MS);
     let s = fx.store.as_ref();
-    block_on(s.settle(vec![], m, vec![add(&cur, 10)], T0)).unwrap();
+    block_on(s.settle(&adds_only(m, vec![add(&cur, 10)]), T0)).unwrap();
     let r = |hold, carried| {
-        block_on(s.reserve(vec![item(&cur, hold, Some(100), carried)], m, T0)).unwrap()
+        block_on(s.reserve(tid(), vec![item(&cur, hold, Some(100), carried)], m, T0)).unwrap()
     };
     assert_eq!(r(31, 60), ReserveOutcome::Conflict { item: 0 });
     assert_eq!(r(1, 90), ReserveOutcome::Conflict { item: 0 });
@@ -149,8 +185,8 @@ pub fn holds_expire_by_minute(kind: Kind) {
     let later = T0 + 5 * 60_000;
     let m2 = expiry_minute(later, HOLD_MS);
     assert!(m2 > m1);
-    block_on(s.reserve(vec![item(&a, 40, Some(100), 0)], m1, T0)).unwrap();
-    block_on(s.reserve(vec![item(&a, 50, Some(100), 0)], m2, later)).unwrap();
+    block_on(s.reserve(tid(), vec![item(&a, 40, Some(100), 0)], m1, T0)).unwrap();
+    block_on(s.reserve(tid(), vec![item(&a, 50, Some(100), 0)], m2, later)).unwrap();
     assert_eq!(
         read(s, std::slice::from_ref(&a), m1 * 60_000 - 1),
         vec![rd(0, 90)]
@@ -160,7 +196,7 @@ pub fn holds_expire_by_minute(kind: Kind) {
         vec![rd(0, 50)],
         "first minute expired"
     );
-    let out = block_on(s.reserve(vec![item(&a, 50, Some(100), 0)], m2, m1 * 60_000));
+    let out = block_on(s.reserve(tid(), vec![item(&a, 50, Some(100), 0)], m2, m1 * 60_000));
     assert_eq!(
         out.unwrap(),
         ReserveOutcome::Reserved,
@@ -177,48 +213,38 @@ pub fn settle_gives_back_and_never_goes_negative(kind: Kind) {
     let (a, b) = (day("s1"), day("s2"));
     let s = fx.store.as_ref();
     let m = expiry_minute(T0, HOLD_MS);
+    let t = tid();
     block_on(s.reserve(
+        t.clone(),
         vec![item(&a, 50, Some(100), 0), item(&b, 50, None, 0)],
         m,
         T0,
     ))
     .unwrap();
-    let holds = vec![
-        HoldRef {
-            key: a.clone(),
-            amount: 50,
-        },
-        HoldRef {
-            key: b.clone(),
-            amount: 50,
-        },
-    ];
-    block_on(s.settle(holds.clone(), m, vec![add(&a, 30), add(&b, 30)], T0 + 1)).unwrap();
+    let holds = vec![hold(&a, 50), hold(&b, 50)];
+    let adds = vec![add(&a, 30), add(&b, 30)];
+    let out = block_on(s.settle(&whole(&t, holds.clone(), m, adds.clone()), T0 + 1));
+    assert_eq!(out.unwrap(), SettleOutcome::Settled);
     assert_eq!(
         read(s, &[a.clone(), b.clone()], T0 + 1),
         vec![rd(30, 0), rd(30, 0)]
     );
-    // Settling the same holds again takes nothing below zero.
-    block_on(s.settle(holds, m, vec![], T0 + 2)).unwrap();
+    // Settling the same ticket again does nothing: use is added once.
+    let out = block_on(s.settle(&whole(&t, holds, m, adds), T0 + 2));
+    assert_eq!(out.unwrap(), SettleOutcome::AlreadySettled);
     assert_eq!(
         read(s, &[a.clone(), b.clone()], T0 + 2),
         vec![rd(30, 0), rd(30, 0)]
     );
     // A hold bigger than what is held in its minute empties it, no further.
-    block_on(s.reserve(vec![item(&a, 20, None, 0)], m, T0 + 3)).unwrap();
-    let big = vec![HoldRef {
-        key: a.clone(),
-        amount: 1_000,
-    }];
-    block_on(s.settle(big, m, vec![], T0 + 4)).unwrap();
+    let t2 = tid();
+    block_on(s.reserve(t2.clone(), vec![item(&a, 20, None, 0)], m, T0 + 3)).unwrap();
+    block_on(s.settle(&whole(&t2, vec![hold(&a, 1_000)], m, vec![]), T0 + 4)).unwrap();
     assert_eq!(read(s, std::slice::from_ref(&a), T0 + 4), vec![rd(30, 0)]);
     // A hold in another minute is untouched by settling this one.
-    block_on(s.reserve(vec![item(&a, 20, None, 0)], m + 1, T0 + 5)).unwrap();
-    let other = vec![HoldRef {
-        key: a.clone(),
-        amount: 20,
-    }];
-    block_on(s.settle(other, m, vec![], T0 + 6)).unwrap();
+    let t3 = tid();
+    block_on(s.reserve(t3.clone(), vec![item(&a, 20, None, 0)], m + 1, T0 + 5)).unwrap();
+    block_on(s.settle(&whole(&t3, vec![hold(&a, 20)], m, vec![]), T0 + 6)).unwrap();
     assert_eq!(read(s, &[a], T0 + 6), vec![rd(30, 20)]);
 }
 
@@ -227,20 +253,125 @@ pub fn settle_after_expiry_only_adds(kind: Kind) {
     let a = day("late");
     let s = fx.store.as_ref();
     let m = expiry_minute(T0, HOLD_MS);
-    block_on(s.reserve(vec![item(&a, 50, Some(100), 0)], m, T0)).unwrap();
+    let t = tid();
+    block_on(s.reserve(t.clone(), vec![item(&a, 50, Some(100), 0)], m, T0)).unwrap();
     let late = m * 60_000 + 5_000;
     let m_late = expiry_minute(late, HOLD_MS);
-    block_on(s.reserve(vec![item(&a, 25, None, 0)], m_late, late)).unwrap();
-    let hold = vec![HoldRef {
-        key: a.clone(),
-        amount: 50,
-    }];
-    block_on(s.settle(hold, m, vec![add(&a, 45)], late)).unwrap();
+    block_on(s.reserve(tid(), vec![item(&a, 25, None, 0)], m_late, late)).unwrap();
+    block_on(s.settle(&whole(&t, vec![hold(&a, 50)], m, vec![add(&a, 45)]), late)).unwrap();
     assert_eq!(
         read(s, &[a], late),
         vec![rd(45, 25)],
         "a newer minute's hold is kept"
     );
+}
+
+/// Releasing a ticket whose reservation never landed gives back nothing (another ticket's
+/// holds stay), and its reservation landing afterwards places nothing.
+pub fn release_of_a_reserve_that_never_landed_is_a_no_op(kind: Kind) {
+    let fx = fixture(kind, "never-landed");
+    let a = day("nl");
+    let s = fx.store.as_ref();
+    let m = expiry_minute(T0, HOLD_MS);
+    block_on(s.reserve(tid(), vec![item(&a, 30, Some(100), 0)], m, T0)).unwrap();
+    let lost = tid();
+    let out = block_on(s.settle(&whole(&lost, vec![hold(&a, 30)], m, vec![]), T0 + 1));
+    assert_eq!(out.unwrap(), SettleOutcome::Settled);
+    assert_eq!(read(s, std::slice::from_ref(&a), T0 + 1), vec![rd(0, 30)]);
+    let late = block_on(s.reserve(lost, vec![item(&a, 30, Some(100), 0)], m, T0 + 2));
+    assert_eq!(late.unwrap(), ReserveOutcome::Settled);
+    assert_eq!(read(s, &[a], T0 + 2), vec![rd(0, 30)], "nothing placed");
+}
+
+/// A reservation arriving after its ticket was billed places nothing; one arriving twice
+/// places its holds once.
+pub fn reserve_after_settle_places_nothing(kind: Kind) {
+    let fx = fixture(kind, "after-settle");
+    let a = day("as");
+    let s = fx.store.as_ref();
+    let m = expiry_minute(T0, HOLD_MS);
+    let t = tid();
+    let r = |now| block_on(s.reserve(t.clone(), vec![item(&a, 40, Some(100), 0)], m, now));
+    assert_eq!(r(T0).unwrap(), ReserveOutcome::Reserved);
+    assert_eq!(
+        r(T0 + 1).unwrap(),
+        ReserveOutcome::Reserved,
+        "not placed twice"
+    );
+    assert_eq!(read(s, std::slice::from_ref(&a), T0 + 1), vec![rd(0, 40)]);
+    block_on(s.settle(&whole(&t, vec![hold(&a, 40)], m, vec![add(&a, 10)]), T0 + 2)).unwrap();
+    assert_eq!(r(T0 + 3).unwrap(), ReserveOutcome::Settled);
+    assert_eq!(read(s, &[a], T0 + 3), vec![rd(10, 0)]);
+}
+
+/// A bill retried (its first answer lost) counts once, also when the retry comes after the
+/// holds expired; the settled mark outlives the holds.
+pub fn bill_twice_counts_once(kind: Kind) {
+    let fx = fixture(kind, "twice");
+    let a = day("tw");
+    let s = fx.store.as_ref();
+    let m = expiry_minute(T0, HOLD_MS);
+    let t = tid();
+    block_on(s.reserve(t.clone(), vec![item(&a, 40, Some(100), 0)], m, T0)).unwrap();
+    let bill = whole(&t, vec![hold(&a, 40)], m, vec![add(&a, 25)]);
+    let first = block_on(s.settle(&bill, T0 + 1)).unwrap();
+    let again = block_on(s.settle(&bill, T0 + 2)).unwrap();
+    let past_hold = m * 60_000 + 60_000;
+    let late = block_on(s.settle(&bill, past_hold)).unwrap();
+    assert_eq!(first, SettleOutcome::Settled);
+    assert_eq!(
+        (again, late),
+        (SettleOutcome::AlreadySettled, SettleOutcome::AlreadySettled)
+    );
+    assert_eq!(read(s, &[a], past_hold), vec![rd(25, 0)]);
+}
+
+/// A hold counts in every bucket of its counter until it is settled or expires: the next
+/// buckets (sliding minutes, the next calendar day) read it in full.
+pub fn holds_count_across_buckets(kind: Kind) {
+    let fx = fixture(kind, "buckets");
+    let s = fx.store.as_ref();
+    let minute = Window::parse("minute").unwrap();
+    let start = T0 - 30_000;
+    let at = |offset: i64| counter("bk", minute, start + offset);
+    let m = expiry_minute(T0, HOLD_MS);
+    let t = tid();
+    block_on(s.reserve(t.clone(), vec![item(&at(0), 7, Some(10), 0)], m, T0)).unwrap();
+    for n in [1, 2, 5, 14] {
+        let now = start + n * 60_000;
+        assert_eq!(
+            read(s, &[at(n * 60_000)], now),
+            vec![rd(0, 7)],
+            "minute {n}"
+        );
+        let out = block_on(s.reserve(tid(), vec![item(&at(n * 60_000), 4, Some(10), 0)], m, now));
+        assert_eq!(
+            out.unwrap(),
+            ReserveOutcome::Conflict { item: 0 },
+            "minute {n}"
+        );
+    }
+    let now = start + 20 * 60_000;
+    assert_eq!(read(s, &[at(20 * 60_000)], now), vec![rd(0, 0)], "expired");
+    // A day counter: a hold placed just before midnight counts the next day.
+    let day_window = Window::parse("day").unwrap();
+    let midnight = (T0 / 86_400_000 + 1) * 86_400_000;
+    let today = counter("edge", day_window, midnight - 86_400_000);
+    let tomorrow = counter("edge", day_window, midnight);
+    let late = midnight - 1_000;
+    let m = expiry_minute(late, HOLD_MS);
+    block_on(s.reserve(tid(), vec![item(&today, 9, Some(10), 0)], m, late)).unwrap();
+    assert_eq!(
+        read(s, std::slice::from_ref(&tomorrow), midnight + 1_000),
+        vec![rd(0, 9)]
+    );
+    let out = block_on(s.reserve(
+        tid(),
+        vec![item(&tomorrow, 2, Some(10), 0)],
+        m,
+        midnight + 1_000,
+    ));
+    assert_eq!(out.unwrap(), ReserveOutcome::Conflict { item: 0 });
 }
 
 pub fn counters_are_gone_after_retention(kind: Kind) {
@@ -254,12 +385,13 @@ pub fn counters_are_gone_after_retention(kind: Kind) {
         amount: 7,
         retain_until: keep,
     };
-    block_on(s.settle(vec![], m, vec![usage], T0)).unwrap();
+    block_on(s.settle(&adds_only(m, vec![usage]), T0)).unwrap();
     assert_eq!(read(s, std::slice::from_ref(&a), keep - 1), vec![rd(7, 0)]);
     let after = keep + 120_000;
     // Any write lets a store sweep what it no longer keeps.
-    block_on(s.settle(vec![], m, vec![add(&other, 1)], after)).unwrap();
+    block_on(s.settle(&adds_only(m, vec![add(&other, 1)]), after)).unwrap();
     block_on(s.reserve(
+        tid(),
         vec![item(&other, 1, None, 0)],
         expiry_minute(after, HOLD_MS),
         after,
@@ -328,7 +460,7 @@ pub fn weird_ids_never_collide(kind: Kind) {
         .enumerate()
         .map(|(i, k)| add(k, i as u64 + 1))
         .collect();
-    block_on(s.settle(vec![], m, adds, T0)).unwrap();
+    block_on(s.settle(&adds_only(m, adds), T0)).unwrap();
     let expected: Vec<CounterRead> = (0..ids.len()).map(|i| rd(i as u64 + 1, 0)).collect();
     assert_eq!(read(s, &keys, T0), expected);
     let team = CounterKey {
@@ -368,7 +500,8 @@ pub fn concurrent_reservations_never_exceed_the_limit(kind: Kind) {
             std::thread::spawn(move || {
                 (0..40)
                     .filter(|_| {
-                        let out = block_on(store.reserve(vec![item(&a, 3, Some(100), 0)], m, T0));
+                        let out =
+                            block_on(store.reserve(tid(), vec![item(&a, 3, Some(100), 0)], m, T0));
                         out.unwrap() == ReserveOutcome::Reserved
                     })
                     .count()
@@ -385,9 +518,9 @@ pub fn empty_operations_are_no_ops(kind: Kind) {
     let s = fx.store.as_ref();
     assert_eq!(read(s, &[], T0), vec![]);
     assert_eq!(
-        block_on(s.reserve(vec![], 1, T0)).unwrap(),
+        block_on(s.reserve(tid(), vec![], 1, T0)).unwrap(),
         ReserveOutcome::Reserved
     );
-    block_on(s.settle(vec![], 1, vec![], T0)).unwrap();
+    block_on(s.settle(&adds_only(1, vec![]), T0)).unwrap();
     assert_eq!(read(s, &[day("none")], T0), vec![rd(0, 0)]);
 }

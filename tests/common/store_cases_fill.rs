@@ -5,7 +5,7 @@ use futures::executor::block_on;
 use usage_guard::{expiry_minute, ReserveOutcome};
 
 use crate::fixture;
-use crate::store_cases_core::{add, day, item, rd, read, HOLD_MS, T0};
+use crate::store_cases_core::{add, adds_only, day, item, rd, read, tid, HOLD_MS, T0};
 use crate::Kind;
 
 pub fn large_amounts_stay_exact(kind: Kind) {
@@ -14,9 +14,9 @@ pub fn large_amounts_stay_exact(kind: Kind) {
     let a = day("big");
     let max = 1u64 << 53;
     let m = expiry_minute(T0, HOLD_MS);
-    block_on(s.settle(vec![], m, vec![add(&a, max - 3)], T0)).unwrap();
+    block_on(s.settle(&adds_only(m, vec![add(&a, max - 3)]), T0)).unwrap();
     assert_eq!(read(s, std::slice::from_ref(&a), T0), vec![rd(max - 3, 0)]);
-    let r = |hold| block_on(s.reserve(vec![item(&a, hold, Some(max), 0)], m, T0)).unwrap();
+    let r = |hold| block_on(s.reserve(tid(), vec![item(&a, hold, Some(max), 0)], m, T0)).unwrap();
     assert_eq!(r(4), ReserveOutcome::Conflict { item: 0 });
     assert_eq!(r(2), ReserveOutcome::Reserved);
     assert_eq!(
@@ -34,7 +34,7 @@ pub fn fill_happens_once_and_keeps_the_larger(kind: Kind) {
     let (a, b) = (day("fa"), day("fb"));
     let m = expiry_minute(T0, HOLD_MS);
     let keep = T0 + 86_400_000;
-    block_on(s.settle(vec![], m, vec![add(&a, 50)], T0)).unwrap();
+    block_on(s.settle(&adds_only(m, vec![add(&a, 50)]), T0)).unwrap();
     assert_eq!(
         block_on(s.filled(vec![a.clone(), b.clone()], T0)).unwrap(),
         vec![false, false]
@@ -58,7 +58,7 @@ pub fn fill_happens_once_and_keeps_the_larger(kind: Kind) {
     );
     // Past its retention a counter is gone, mark included.
     let after = keep + 120_000;
-    block_on(s.settle(vec![], m, vec![add(&day("other"), 1)], after)).unwrap();
+    block_on(s.settle(&adds_only(m, vec![add(&day("other"), 1)]), after)).unwrap();
     assert_eq!(
         block_on(s.filled(vec![b.clone()], after)).unwrap(),
         vec![false]

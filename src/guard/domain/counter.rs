@@ -1,5 +1,12 @@
 //! Counter keys and the values that cross the store boundary: what a store reads, the holds
-//! an all-or-none reservation places, and the use a settle adds. Plain data, no I/O.
+//! an all-or-none reservation places, and what a settle gives back and adds. Plain data, no I/O.
+//!
+//! Holds belong to a counter, not to one of its buckets: a read of any bucket of a counter
+//! counts every live hold of that counter, so an open call counts in full in every window it
+//! overlaps until it is settled or its holds expire. Every reservation carries its ticket id;
+//! the store records that the reservation landed, and a settle by ticket id gives back exactly
+//! that reservation (nothing if it never landed) and leaves a settled mark, so settles are
+//! idempotent and a reservation that lands after its ticket settled places nothing.
 
 use std::sync::Arc;
 
@@ -21,11 +28,11 @@ impl CounterKey {
     }
 }
 
-/// What a counter holds at an instant: billed use and live holds.
+/// What a counter holds at an instant: billed use in the bucket read, and live holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CounterRead {
     pub used: u64,
-    /// The sum of holds that have not expired.
+    /// The sum of the counter's holds that have not expired, whatever bucket was read.
     pub held: u64,
 }
 
@@ -55,13 +62,16 @@ pub struct ReserveItem {
 /// The outcome of a reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReserveOutcome {
-    /// Every hold was placed.
+    /// Every hold was placed (or this ticket's reservation had already landed: a reservation
+    /// is placed at most once per ticket id).
     Reserved,
     /// Item `item` did not fit; nothing was placed.
     Conflict { item: usize },
     /// A fenced item's counters cannot be trusted (docs/redis.md, "The epoch fence");
     /// nothing was placed.
     Fenced(FenceAnswer),
+    /// The ticket was already settled (given up, released or billed): nothing was placed.
+    Settled,
 }
 
 /// Why a fenced reserve placed nothing.
@@ -74,6 +84,43 @@ pub enum FenceAnswer {
     Stale,
     /// A counter the epoch expects is missing (lost while the store kept running).
     CounterLost,
+}
+
+/// A settle: gives back a reservation's holds and adds use, once per `id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settle {
+    /// The id settled: a second settle of the same id does nothing (until `settled_until`).
+    pub id: String,
+    /// The ticket whose reservation `holds` belong to: `id` itself for a call or a whole
+    /// batch; the batch's id when `id` is one of its parts (then `holds` is the part's share,
+    /// given back if the batch's reservation landed, whether or not the batch finished).
+    pub ticket: String,
+    /// The holds to give back (placed under `expiry_minute`). For a whole settle they are
+    /// given back only if the ticket's reservation landed; a hold already expired is left.
+    pub holds: Vec<HoldRef>,
+    pub expiry_minute: i64,
+    /// Use to add, in the buckets of the moment of billing.
+    pub adds: Vec<UsageAdd>,
+    /// Until when the settled mark of `id` is kept (a retry of this settle sent before then
+    /// finds it). A whole ticket whose reservation never landed keeps its mark at least until
+    /// `expiry_minute` starts, so a reservation landing late places nothing.
+    pub settled_until: Millis,
+}
+
+impl Settle {
+    /// Whether this settles a whole ticket (not a part of a batch).
+    pub fn is_whole(&self) -> bool {
+        self.id == self.ticket
+    }
+}
+
+/// The outcome of a settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleOutcome {
+    /// This call settled the id.
+    Settled,
+    /// The id was already settled: nothing was given back or added.
+    AlreadySettled,
 }
 
 /// A hold to give back when a ticket settles.

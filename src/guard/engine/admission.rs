@@ -7,21 +7,20 @@ use std::sync::Arc;
 use super::fitted::AdmittedRequest;
 use super::guard::Guard;
 use super::recovery::AfterFence;
+use super::settling::InFlight;
 use super::shared::Resolved;
 use super::stats::{bump, log_store_error, store_answered};
-use super::ticket::{Ticket, TicketParts};
+use super::ticket::{ReservedParts, Ticket, TicketParts};
 use crate::ceiling::{self, Api, FitOptions, PromptCount};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{self, Decision, Demand, Plan, SlotRead, UsageCeiling};
-use crate::guard::domain::path::{Path, SourceRef};
+use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::{Settings, MAX_AMOUNT};
 use crate::guard::domain::refusal::Refusal;
-use crate::guard::domain::rule::CounterId;
-use crate::guard::store::{expiry_minute, HoldRef, ReserveOutcome, StoreError};
+use crate::guard::store::{expiry_minute, ReserveOutcome, StoreError};
 
-/// How long a call's holds live if it never settles.
-pub(crate) const CALL_HOLD_MS: i64 = 15 * 60_000;
+pub(crate) use super::settling::CALL_HOLD_MS;
 /// How many times admission reads again after losing a race for what was left.
 pub(crate) const RESERVE_RETRIES: usize = 3;
 /// How many times admission reserves again after the epoch fence was lifted.
@@ -72,22 +71,38 @@ impl Guard {
         let demand = demand(&path, &request, settings);
         let admitted_at = self.shared.clock.now_ms();
         let fit = |ceiling: &UsageCeiling| fit_request(&request, &path, settings, prompt, ceiling);
+        let id = self.shared.ticket_id();
+        let ticket = |reserved, ceiling, fitted, uncounted| {
+            self.ticket(
+                id.clone(),
+                &path,
+                reserved,
+                ceiling,
+                admitted_at,
+                fitted,
+                uncounted,
+            )
+        };
         if path.is_unlimited() {
             let ceiling = unlimited_ceiling(&demand, settings);
             let fitted = fit(&ceiling).map_err(|e| self.count_refusal(e))?;
             bump(&self.shared.stats.admitted);
-            return Ok(self.ticket(&path, None, ceiling, admitted_at, fitted, false));
+            return Ok(ticket(None, ceiling, fitted, false));
         }
         let end = self
-            .reserve_loop(&path, &demand, settings, CALL_HOLD_MS, |plan, _, _| {
+            .reserve_loop(&id, &path, &demand, settings, CALL_HOLD_MS, |plan, _, _| {
                 fit(&plan.ceiling)
             })
             .await?;
         match end {
             Ok(done) => {
                 let ceiling = done.plan.ceiling.clone();
-                let parts = Some((&done.plan, done.minute));
-                Ok(self.ticket(&path, parts, ceiling, admitted_at, done.extra, false))
+                Ok(ticket(
+                    Some((&done.plan, done.minute)),
+                    ceiling,
+                    done.extra,
+                    false,
+                ))
             }
             Err(error) => {
                 self.store_failed(&path, settings, &error)?;
@@ -95,7 +110,7 @@ impl Guard {
                 let fitted = fit(&ceiling).map_err(|e| self.count_refusal(e))?;
                 bump(&self.shared.stats.uncounted);
                 bump(&self.shared.stats.admitted);
-                Ok(self.ticket(&path, None, ceiling, admitted_at, fitted, true))
+                Ok(ticket(None, ceiling, fitted, true))
             }
         }
     }
@@ -106,13 +121,16 @@ impl Guard {
     }
 
     /// The one admission loop: read, decide, let `shape` adjust the plan (fit a request, or
-    /// require a batch to fit in full; its error refuses), reserve all or none. A lost race
-    /// reads again, at most `RESERVE_RETRIES` times, then refuses as does-not-fit. A reserve
-    /// the epoch fence stopped reserves again once the guard trusts the store's epoch (see
-    /// `recovery.rs`), else refuses with `budget_recovering`. The inner `Err` is a store
-    /// failure, left to the caller's failure rule.
+    /// require a batch to fit in full; its error refuses), reserve all or none for ticket
+    /// `id`. A lost race reads again, at most `RESERVE_RETRIES` times, then refuses as
+    /// does-not-fit. A reserve the epoch fence stopped reserves again once the guard trusts
+    /// the store's epoch (see `recovery.rs`), else refuses with `budget_recovering`. The inner
+    /// `Err` is a store failure, left to the caller's failure rule. A reservation whose round
+    /// trip failed, or whose caller gave up while it was in flight (this future dropped), is
+    /// given back by ticket id in the background.
     pub(crate) async fn reserve_loop<T>(
         &self,
+        id: &str,
         path: &Path,
         demand: &Demand,
         settings: &Settings,
@@ -138,11 +156,18 @@ impl Guard {
                 return Err(self.refuse_recovering());
             }
             let generation = fence.generation.clone();
-            let store = &self.shared.store;
-            match store
-                .reserve_fenced(plan.items.clone(), minute, now, fence)
-                .await
-            {
+            let in_flight = InFlight::new(&self.shared, id, &plan, minute);
+            let outcome = self
+                .shared
+                .store
+                .reserve_fenced(id.to_string(), plan.items.clone(), minute, now, fence)
+                .await;
+            if outcome.is_ok() {
+                in_flight.answered();
+            } else {
+                drop(in_flight);
+            }
+            match outcome {
                 Ok(ReserveOutcome::Reserved) => {
                     store_answered();
                     bump(&self.shared.stats.admitted);
@@ -165,6 +190,11 @@ impl Guard {
                         Ok(_) => return Err(self.refuse_recovering()),
                         Err(e) => return Ok(Err(e)),
                     }
+                }
+                Ok(ReserveOutcome::Settled) => {
+                    return Ok(Err(StoreError(format!(
+                        "ticket {id} was settled before its reservation landed"
+                    ))))
                 }
                 Err(e) => return Ok(Err(e)),
             }
@@ -222,10 +252,12 @@ impl Guard {
         Ok(())
     }
 
-    /// A ticket for an admitted call; `reserved` is the plan and expiry minute of its holds
-    /// (none for a call admitted without counting).
+    /// Ticket `id` for an admitted call; `reserved` is the plan and expiry minute of its
+    /// holds (none for a call admitted without counting).
+    #[allow(clippy::too_many_arguments)]
     fn ticket(
         &self,
+        id: String,
         path: &Arc<Path>,
         reserved: Option<(&Plan, i64)>,
         ceiling: UsageCeiling,
@@ -240,7 +272,7 @@ impl Guard {
             adds,
         } = ReservedParts::of(path, reserved);
         Ticket::new(TicketParts {
-            id: self.shared.ticket_id(),
+            id,
             shared: self.shared.clone(),
             path: path.clone(),
             source,
@@ -252,36 +284,6 @@ impl Guard {
             uncounted,
             request,
         })
-    }
-}
-
-/// What an admitted call or batch keeps of its reservation: the source billed, its holds and
-/// their expiry minute, and the counters a bill adds to.
-pub(crate) struct ReservedParts {
-    pub(crate) source: SourceRef,
-    pub(crate) holds: Vec<HoldRef>,
-    pub(crate) expiry_minute: i64,
-    pub(crate) adds: Vec<Arc<CounterId>>,
-}
-
-impl ReservedParts {
-    /// The parts of `reserved` (a plan and its expiry minute); none held when admitted
-    /// without counting, billed to the path's default source.
-    pub(crate) fn of(path: &Path, reserved: Option<(&Plan, i64)>) -> Self {
-        match reserved {
-            Some((plan, minute)) => ReservedParts {
-                source: plan.source.clone(),
-                holds: plan.holds(),
-                expiry_minute: minute,
-                adds: plan.added_counters(path),
-            },
-            None => ReservedParts {
-                source: path.default_source.clone(),
-                holds: Vec::new(),
-                expiry_minute: 0,
-                adds: Vec::new(),
-            },
-        }
     }
 }
 

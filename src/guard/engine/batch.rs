@@ -6,18 +6,22 @@
 
 use std::sync::Arc;
 
-use super::admission::{demand, AdmitRequest, ReservedParts};
-use super::billing::{check_usage, ledger_row, record, usage_adds, BillInfo, Billed, Usage};
+use super::admission::{demand, AdmitRequest};
+use super::billing::{
+    check_usage, ledger_row, record, usage_adds, BillInfo, Billed, Recorded, Usage,
+};
 use super::guard::Guard;
+use super::settling;
 use super::shared::{Resolved, Shared};
-use super::stats::{bump, log_store_error, store_answered};
+use super::stats::{bump, log_store_error};
+use super::ticket::ReservedParts;
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{self, rule_left, Demand, Plan, SlotRead};
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, Metric};
-use crate::guard::store::HoldRef;
+use crate::guard::store::{HoldRef, Settle, UsageAdd};
 
 /// How long a batch's holds live if it never finishes.
 pub(crate) const BATCH_HOLD_MS: i64 = 25 * 3_600_000;
@@ -83,7 +87,14 @@ impl Guard {
             need.require(&path, plan, reads, now)
         };
         let end = self
-            .reserve_loop(&path, &demand, &policy.settings, BATCH_HOLD_MS, in_full)
+            .reserve_loop(
+                &id,
+                &path,
+                &demand,
+                &policy.settings,
+                BATCH_HOLD_MS,
+                in_full,
+            )
             .await?;
         match end {
             Ok(done) => Ok(self.batch(id, &path, Some((&done.plan, done.minute)), request_ids)),
@@ -317,7 +328,8 @@ impl BatchTicket {
         let holds = self.give_back(index, now).await.unwrap_or_default();
         let mut billed = Billed::of(&self.path, &usage, 0);
         let adds = usage_adds(&self.adds, &billed, now);
-        billed.recorded = self.settle(holds, adds, now).await;
+        let part = format!("{}/{result_id}", self.id);
+        billed.recorded = self.settle(part, holds, adds, now).await;
         bump(&self.shared.stats.billed);
         if let Some(ledger) = self.shared.ledger.get() {
             let ticket_id = format!("{}/{result_id}", self.id);
@@ -347,35 +359,35 @@ impl BatchTicket {
                 }
             }
         }
-        self.settle(holds, Vec::new(), now).await;
+        self.settle(self.id.clone(), holds, Vec::new(), now).await;
         bump(&self.shared.stats.released);
         Ok(given)
     }
 
+    /// Settles `id` (the batch, or one of its parts `<batch id>/<result id>`) once, giving
+    /// back `holds` of the batch's reservation; retried in the background by id when the
+    /// store does not answer.
     async fn settle(
         &self,
+        id: String,
         holds: Vec<HoldRef>,
-        adds: Vec<crate::guard::store::UsageAdd>,
+        adds: Vec<UsageAdd>,
         now: Millis,
-    ) -> bool {
+    ) -> Recorded {
         if holds.is_empty() && adds.is_empty() {
-            return true;
+            return Recorded::Yes;
         }
-        match self
-            .shared
-            .store
-            .settle(holds, self.expiry_minute, adds, now)
-            .await
-        {
-            Ok(()) => {
-                store_answered();
-                true
-            }
-            Err(e) => {
-                bump(&self.shared.stats.settle_failures);
-                log_store_error("batch settle", &e);
-                false
-            }
+        let settle = Settle {
+            id,
+            ticket: self.id.clone(),
+            holds,
+            expiry_minute: self.expiry_minute,
+            adds,
+            settled_until: settling::settled_until(now),
+        };
+        match settling::settle(&self.shared, settle, "batch settle").await {
+            Some(_) => Recorded::Yes,
+            None => Recorded::Pending,
         }
     }
 }

@@ -34,8 +34,19 @@ pub struct Billed {
     pub reasoning_tokens: u64,
     pub cost_micros: u64,
     pub compute_ms: u64,
-    /// False when the store did not take the bill (logged; the holds expire on their own).
-    pub recorded: bool,
+    /// Whether the use is in the counters.
+    pub recorded: Recorded,
+}
+
+/// Whether a bill's use is in the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// The store took the bill (exactly once).
+    Yes,
+    /// The store did not answer: the bill may have landed, or may still land. The guard
+    /// retries it in the background by ticket id until the store answers (for up to 5
+    /// minutes); it counts exactly once if it lands at all.
+    Pending,
 }
 
 impl Billed {
@@ -61,7 +72,7 @@ impl Billed {
             reasoning_tokens: usage.reasoning_tokens,
             cost_micros,
             compute_ms: usage.compute_ms.unwrap_or(measured_ms),
-            recorded: false,
+            recorded: Recorded::Pending,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The engine: a guard ties a policy, a counter store, a clock and an optional ledger
 //! together; admission reads, decides, fits and reserves; tickets and batches settle.
 //!
-//! Files import one way: stats ← fill ← shared ← billing, fitted ← ticket ← guard ←
+//! Files import one way: stats ← fill ← shared ← settling, billing, fitted ← ticket ← guard ←
 //! recovery ← admission ← batch ← batch_state.
 
 pub(crate) mod admission;
@@ -14,6 +14,7 @@ mod fitted;
 pub(crate) mod guard;
 mod outage;
 mod recovery;
+mod settling;
 pub(crate) mod shared;
 pub(crate) mod stats;
 pub(crate) mod ticket;

@@ -227,7 +227,9 @@ fn random_prefix(clock: &dyn Clock) -> u64 {
 }
 
 /// The keys to read for a path at `now`: each counter's current bucket, then, for sliding
-/// windows, its previous bucket (with the index of each counter's previous-bucket key).
+/// windows, its previous bucket (with the index of each counter's previous-bucket key). A
+/// calendar window's previous bucket is not read: its use no longer counts, and holds are the
+/// counter's (read with the current bucket).
 fn read_keys(path: &Path, now: Millis) -> (Vec<CounterKey>, Vec<Option<usize>>) {
     let mut keys = Vec::with_capacity(path.counters.len() * 2);
     let mut previous_at = Vec::with_capacity(path.counters.len());
@@ -239,6 +241,9 @@ fn read_keys(path: &Path, now: Millis) -> (Vec<CounterKey>, Vec<Option<usize>>) 
         previous_at.push(None);
     }
     for (slot, id) in path.counters.iter().enumerate() {
+        if !id.window.is_sliding() {
+            continue;
+        }
         if let Some(prev) = id.window.previous_bucket_start(id.window.bucket_start(now)) {
             previous_at[slot] = Some(keys.len());
             keys.push(CounterKey {

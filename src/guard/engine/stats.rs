@@ -16,8 +16,11 @@ pub struct Stats {
     pub reserve_retries: AtomicU64,
     pub billed: AtomicU64,
     pub released: AtomicU64,
-    /// Bills or releases the store did not take (their holds expire on their own).
+    /// Settle attempts (bill, release, give-back) the store did not answer; each is retried
+    /// in the background by ticket id until the store answers.
     pub settle_failures: AtomicU64,
+    /// Settles that landed on a background retry.
+    pub settles_retried: AtomicU64,
     /// Tickets dropped without bill or release (released when dropped).
     pub dropped: AtomicU64,
     /// Calls refused because a fenced rule's counters could not be trusted.
@@ -25,6 +28,9 @@ pub struct Stats {
     /// New store epochs this guard wrote: recoveries (from the ledger or attested) and
     /// initial adoptions.
     pub epochs_written: AtomicU64,
+    /// Reservations the caller gave up on before the store answered (timeout, cancel,
+    /// failed round trip): given back by ticket id in the background.
+    pub given_up: AtomicU64,
 }
 
 impl Stats {
@@ -41,9 +47,11 @@ impl Stats {
             ("billed", read(&self.billed)),
             ("released", read(&self.released)),
             ("settle_failures", read(&self.settle_failures)),
+            ("settles_retried", read(&self.settles_retried)),
             ("dropped", read(&self.dropped)),
             ("recovering", read(&self.recovering)),
             ("epochs_written", read(&self.epochs_written)),
+            ("given_up", read(&self.given_up)),
         ]
     }
 }

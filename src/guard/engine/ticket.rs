@@ -5,14 +5,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::billing::{check_usage, ledger_row, record, usage_adds};
-pub use super::billing::{BillInfo, Billed, Usage};
+pub use super::billing::{BillInfo, Billed, Recorded, Usage};
 use super::fitted::AdmittedRequest;
+use super::settling;
 use super::shared::Shared;
-use super::stats::{bump, log_store_error, store_answered};
+use super::stats::bump;
 use crate::ceiling::{usage_capped, Api, FitResult, PromptCount};
 use crate::error::Result;
 use crate::guard::domain::clock::Millis;
-use crate::guard::domain::decide::UsageCeiling;
+use crate::guard::domain::decide::{Plan, UsageCeiling};
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::rule::{CounterId, Metric};
 use crate::guard::store::{HoldRef, UsageAdd};
@@ -39,7 +40,8 @@ struct TicketState {
 }
 
 /// A ticket dropped without bill or release (an abandoned or cancelled call) gives its
-/// holds back at once instead of leaving them to expire 15 minutes later.
+/// holds back by ticket id at once (retried in the background while the store does not
+/// answer) instead of leaving them to expire 15 minutes later.
 impl Drop for TicketState {
     fn drop(&mut self) {
         if self.settled.load(Ordering::SeqCst) || self.parts.holds.is_empty() {
@@ -47,16 +49,16 @@ impl Drop for TicketState {
         }
         let shared = &self.parts.shared;
         bump(&shared.stats.dropped);
-        let store = shared.store.clone();
-        let stats = shared.clone();
         let holds = std::mem::take(&mut self.parts.holds);
-        let (minute, now) = (self.parts.expiry_minute, shared.clock.now_ms());
-        crate::runtime::run_or_spawn(async move {
-            if let Err(e) = store.settle(holds, minute, Vec::new(), now).await {
-                bump(&stats.stats.settle_failures);
-                log_store_error("release of a dropped ticket", &e);
-            }
-        });
+        let now = shared.clock.now_ms();
+        let settle = settling::whole(
+            &self.parts.id,
+            holds,
+            self.parts.expiry_minute,
+            Vec::new(),
+            now,
+        );
+        settling::in_background(shared.clone(), settle, "release of a dropped ticket", true);
     }
 }
 
@@ -186,7 +188,9 @@ impl Ticket {
 
     /// Replaces the whole reservation with what the call used, in one store operation; use
     /// goes into the buckets of the moment of billing, even past an amount (real use is never
-    /// dropped). Returns `None` if the ticket had already settled.
+    /// dropped). Returns `None` if the ticket had already settled. When the store does not
+    /// answer, `recorded` is `Recorded::Pending` and the bill is retried in the background by
+    /// ticket id: it counts exactly once.
     pub async fn bill(&self, usage: Usage) -> Result<Option<Billed>> {
         self.bill_with(usage, BillInfo::default()).await
     }
@@ -221,7 +225,8 @@ impl Ticket {
     }
 
     /// Gives the reservation back (the call failed and used nothing). Returns false if the
-    /// ticket had already settled.
+    /// ticket had already settled. When the store does not answer, the release is retried in
+    /// the background by ticket id.
     pub async fn release(&self) -> bool {
         if !self.claim() {
             return false;
@@ -232,27 +237,21 @@ impl Ticket {
         true
     }
 
-    async fn settle(&self, adds: Vec<UsageAdd>, now: Millis, operation: &str) -> bool {
+    async fn settle(&self, adds: Vec<UsageAdd>, now: Millis, operation: &'static str) -> Recorded {
         let parts = &self.state.parts;
         if parts.holds.is_empty() && adds.is_empty() {
-            return true;
+            return Recorded::Yes;
         }
-        match parts
-            .shared
-            .store
-            .settle(parts.holds.clone(), parts.expiry_minute, adds, now)
-            .await
-        {
-            Ok(()) => {
-                store_answered();
-                true
-            }
-            Err(e) => {
-                bump(&parts.shared.stats.settle_failures);
-                bump(&parts.shared.stats.store_errors);
-                log_store_error(operation, &e);
-                false
-            }
+        let settle = settling::whole(
+            &parts.id,
+            parts.holds.clone(),
+            parts.expiry_minute,
+            adds,
+            now,
+        );
+        match settling::settle(&parts.shared, settle, operation).await {
+            Some(_) => Recorded::Yes,
+            None => Recorded::Pending,
         }
     }
 
@@ -269,5 +268,35 @@ impl Ticket {
     /// `release` from synchronous code.
     pub fn release_blocking(&self) -> bool {
         crate::runtime::block_on(self.release())
+    }
+}
+
+/// What an admitted call or batch keeps of its reservation: the source billed, its holds and
+/// their expiry minute, and the counters a bill adds to.
+pub(crate) struct ReservedParts {
+    pub(crate) source: SourceRef,
+    pub(crate) holds: Vec<HoldRef>,
+    pub(crate) expiry_minute: i64,
+    pub(crate) adds: Vec<Arc<CounterId>>,
+}
+
+impl ReservedParts {
+    /// The parts of `reserved` (a plan and its expiry minute); none held when admitted
+    /// without counting, billed to the path's default source.
+    pub(crate) fn of(path: &Path, reserved: Option<(&Plan, i64)>) -> Self {
+        match reserved {
+            Some((plan, minute)) => ReservedParts {
+                source: plan.source.clone(),
+                holds: plan.holds(),
+                expiry_minute: minute,
+                adds: plan.added_counters(path),
+            },
+            None => ReservedParts {
+                source: path.default_source.clone(),
+                holds: Vec::new(),
+                expiry_minute: 0,
+                adds: Vec::new(),
+            },
+        }
     }
 }

@@ -1,16 +1,19 @@
 //! The in-memory store: one process, one lock, so checking and holding several counters is
-//! one atomic step. Counters past their retention are swept as time passes.
+//! one atomic step. Counters past their retention, expired holds and expired ticket records
+//! are swept as time passes.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use super::{
     hold_is_live, CounterKey, CounterRead, CounterStore, HoldRef, ReserveItem, ReserveOutcome,
-    StoreFuture, UsageAdd,
+    Settle, SettleOutcome, StoreFuture, UsageAdd,
 };
 use crate::guard::domain::clock::Millis;
+use crate::guard::domain::rule::CounterId;
 
 const SWEEP_EVERY_MS: i64 = 60_000;
 
@@ -19,23 +22,36 @@ struct Cell {
     used: u64,
     /// Filled from the ledger.
     filled: bool,
-    /// (expiry minute, amount held), few entries: one per minute with calls in flight.
-    holds: Vec<(i64, u64)>,
     retain_until: Millis,
 }
 
 impl Cell {
-    fn held(&mut self, now: Millis) -> u64 {
-        self.holds
-            .retain(|&(minute, amount)| amount > 0 && hold_is_live(minute, now));
-        self.holds
-            .iter()
-            .fold(0u64, |sum, &(_, amount)| sum.saturating_add(amount))
-    }
-
     fn keep_until(&mut self, until: Millis) {
         self.retain_until = self.retain_until.max(until);
     }
+}
+
+/// A counter's holds: (expiry minute, amount held), few entries: one per minute with calls
+/// in flight.
+#[derive(Debug, Default)]
+struct Holds(Vec<(i64, u64)>);
+
+impl Holds {
+    fn held(&mut self, now: Millis) -> u64 {
+        self.0
+            .retain(|&(minute, amount)| amount > 0 && hold_is_live(minute, now));
+        self.0
+            .iter()
+            .fold(0u64, |sum, &(_, amount)| sum.saturating_add(amount))
+    }
+}
+
+/// What is known of a ticket id: its reservation landed (and is not settled), or it settled
+/// (after its reservation landed, or without one), kept until `until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record {
+    Held,
+    Settled { landed: bool },
 }
 
 /// Counter keys hash as (precomputed id hash, bucket): mixing two words is enough.
@@ -65,6 +81,9 @@ impl Hasher for KeyHasher {
 #[derive(Debug, Default)]
 struct Inner {
     cells: HashMap<CounterKey, Cell, BuildHasherDefault<KeyHasher>>,
+    holds: HashMap<Arc<CounterId>, Holds, BuildHasherDefault<KeyHasher>>,
+    /// Ticket records and when they may go.
+    tickets: HashMap<String, (Record, Millis)>,
     /// `mark_once` marks and when they may go.
     marks: HashMap<String, Millis>,
     next_sweep: Millis,
@@ -76,16 +95,58 @@ impl Inner {
             return;
         }
         self.next_sweep = now + SWEEP_EVERY_MS;
-        self.cells
-            .retain(|_, cell| cell.retain_until > now || cell.held(now) > 0);
+        self.cells.retain(|_, cell| cell.retain_until > now);
+        self.holds.retain(|_, holds| holds.held(now) > 0);
+        self.tickets.retain(|_, (_, until)| *until > now);
         self.marks.retain(|_, until| *until > now);
     }
 
     /// The cell of `key` if it is still kept at `now`.
     fn live_cell(&mut self, key: &CounterKey, now: Millis) -> Option<&mut Cell> {
         let cell = self.cells.get_mut(key)?;
-        let live = cell.retain_until > now || cell.held(now) > 0;
-        live.then_some(cell)
+        (cell.retain_until > now).then_some(cell)
+    }
+
+    fn used(&mut self, key: &CounterKey, now: Millis) -> u64 {
+        self.live_cell(key, now).map_or(0, |cell| cell.used)
+    }
+
+    fn held(&mut self, id: &CounterId, now: Millis) -> u64 {
+        self.holds.get_mut(id).map_or(0, |holds| holds.held(now))
+    }
+
+    /// The record of ticket `id` if it is still kept at `now`.
+    fn record(&self, id: &str, now: Millis) -> Option<Record> {
+        self.tickets
+            .get(id)
+            .filter(|(_, until)| *until > now)
+            .map(|(record, _)| *record)
+    }
+
+    fn give_back(&mut self, holds: &[HoldRef], expiry_minute: i64) {
+        for hold in holds {
+            let Some(entries) = self.holds.get_mut(&hold.key.id) else {
+                continue;
+            };
+            if let Some(pos) = entries.0.iter().position(|(m, _)| *m == expiry_minute) {
+                let entry = &mut entries.0[pos].1;
+                *entry = entry.saturating_sub(hold.amount);
+                if *entry == 0 {
+                    entries.0.swap_remove(pos);
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, adds: &[UsageAdd], now: Millis) {
+        for add in adds {
+            if self.live_cell(&add.key, now).is_none() {
+                self.cells.remove(&add.key);
+            }
+            let cell = self.cells.entry(add.key.clone()).or_default();
+            cell.used = cell.used.saturating_add(add.amount);
+            cell.keep_until(add.retain_until);
+        }
     }
 }
 
@@ -116,69 +177,75 @@ impl MemoryStore {
     pub fn read_now(&self, keys: &[CounterKey], now: Millis) -> Vec<CounterRead> {
         let mut inner = self.inner.lock();
         keys.iter()
-            .map(|key| match inner.cells.get_mut(key) {
-                Some(cell) => CounterRead {
-                    used: cell.used,
-                    held: cell.held(now),
-                },
-                None => CounterRead::default(),
+            .map(|key| CounterRead {
+                used: inner.used(key, now),
+                held: inner.held(&key.id, now),
             })
             .collect()
     }
 
     fn reserve_now(
         &self,
+        ticket: String,
         items: &[ReserveItem],
         expiry_minute: i64,
         now: Millis,
     ) -> ReserveOutcome {
         let mut inner = self.inner.lock();
         inner.sweep(now);
+        match inner.record(&ticket, now) {
+            Some(Record::Held) => return ReserveOutcome::Reserved,
+            Some(Record::Settled { .. }) => return ReserveOutcome::Settled,
+            None => {}
+        }
         for (i, item) in items.iter().enumerate() {
             let Some(limit) = item.limit else { continue };
-            let counted = match inner.cells.get_mut(&item.key) {
-                Some(cell) => cell.used.saturating_add(cell.held(now)),
-                None => 0,
-            }
-            .saturating_add(item.carried);
+            let counted = inner
+                .used(&item.key, now)
+                .saturating_add(inner.held(&item.key.id, now))
+                .saturating_add(item.carried);
             if counted >= limit || counted.saturating_add(item.hold) > limit {
                 return ReserveOutcome::Conflict { item: i };
             }
         }
-        let hold_until = expiry_minute * 60_000;
-        for item in items {
-            let cell = inner.cells.entry(item.key.clone()).or_default();
-            cell.keep_until(item.retain_until.max(hold_until));
-            if item.hold == 0 {
-                continue;
-            }
-            match cell.holds.iter_mut().find(|(m, _)| *m == expiry_minute) {
+        for item in items.iter().filter(|i| i.hold > 0) {
+            let holds = &mut inner.holds.entry(item.key.id.clone()).or_default().0;
+            match holds.iter_mut().find(|(m, _)| *m == expiry_minute) {
                 Some((_, amount)) => *amount = amount.saturating_add(item.hold),
-                None => cell.holds.push((expiry_minute, item.hold)),
+                None => holds.push((expiry_minute, item.hold)),
             }
         }
+        inner
+            .tickets
+            .insert(ticket, (Record::Held, expiry_minute * 60_000));
         ReserveOutcome::Reserved
     }
 
-    fn settle_now(&self, holds: &[HoldRef], expiry_minute: i64, adds: &[UsageAdd], now: Millis) {
+    fn settle_now(&self, settle: &Settle, now: Millis) -> SettleOutcome {
         let mut inner = self.inner.lock();
         inner.sweep(now);
-        for hold in holds {
-            if let Some(cell) = inner.cells.get_mut(&hold.key) {
-                if let Some(pos) = cell.holds.iter().position(|(m, _)| *m == expiry_minute) {
-                    let entry = &mut cell.holds[pos].1;
-                    *entry = entry.saturating_sub(hold.amount);
-                    if *entry == 0 {
-                        cell.holds.swap_remove(pos);
-                    }
-                }
-            }
+        let whole = settle.is_whole();
+        let mark = inner.record(&settle.id, now);
+        let landed = match (whole, mark) {
+            (true, Some(Record::Held)) => true,
+            (_, Some(_)) => return SettleOutcome::AlreadySettled,
+            (true, None) => false,
+            (false, None) => inner
+                .record(&settle.ticket, now)
+                .is_some_and(|r| matches!(r, Record::Held | Record::Settled { landed: true })),
+        };
+        if landed {
+            inner.give_back(&settle.holds, settle.expiry_minute);
         }
-        for add in adds {
-            let cell = inner.cells.entry(add.key.clone()).or_default();
-            cell.used = cell.used.saturating_add(add.amount);
-            cell.keep_until(add.retain_until);
+        inner.add(&settle.adds, now);
+        let mut until = settle.settled_until.max(now + 1);
+        if whole && !landed {
+            until = until.max(settle.expiry_minute * 60_000);
         }
+        inner
+            .tickets
+            .insert(settle.id.clone(), (Record::Settled { landed }, until));
+        SettleOutcome::Settled
     }
 }
 
@@ -235,23 +302,18 @@ impl CounterStore for MemoryStore {
 
     fn reserve(
         &self,
+        ticket: String,
         items: Vec<ReserveItem>,
         expiry_minute: i64,
         now: Millis,
     ) -> StoreFuture<'_, ReserveOutcome> {
-        let outcome = self.reserve_now(&items, expiry_minute, now);
+        let outcome = self.reserve_now(ticket, &items, expiry_minute, now);
         Box::pin(std::future::ready(Ok(outcome)))
     }
 
-    fn settle(
-        &self,
-        holds: Vec<HoldRef>,
-        expiry_minute: i64,
-        adds: Vec<UsageAdd>,
-        now: Millis,
-    ) -> StoreFuture<'_, ()> {
-        self.settle_now(&holds, expiry_minute, &adds, now);
-        Box::pin(std::future::ready(Ok(())))
+    fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
+        let outcome = self.settle_now(settle, now);
+        Box::pin(std::future::ready(Ok(outcome)))
     }
 
     fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {

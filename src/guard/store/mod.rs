@@ -11,12 +11,14 @@ use std::pin::Pin;
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
+#[cfg(feature = "redis")]
+pub(crate) use redis::{REDIS_TIMEOUT, TIMEOUT_RANGE as REDIS_TIMEOUT_RANGE};
 
 pub(crate) use crate::guard::domain::clock::Millis;
 pub(crate) use crate::guard::domain::counter::hold_is_live;
 pub use crate::guard::domain::counter::{
     expiry_minute, CounterKey, CounterRead, FenceAnswer, HoldRef, ReserveItem, ReserveOutcome,
-    UsageAdd,
+    Settle, SettleOutcome, UsageAdd,
 };
 
 /// A store's epoch as read (docs/redis.md, "The epoch fence").
@@ -58,29 +60,27 @@ pub struct StoreError(pub String);
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// Where counters live. Implementations make `reserve` and `settle` atomic across all
-/// their items, and ignore (and clean) expired holds.
+/// their items, and ignore (and clean) expired holds. Holds belong to a counter, not to a
+/// bucket, and are known by ticket id (see `counter`).
 pub trait CounterStore: Send + Sync + std::fmt::Debug {
-    /// Reads every key at `now`, in order. Missing counters read as zero.
+    /// Reads every key at `now`, in order: the bucket's use and every live hold of its
+    /// counter. Missing counters read as zero.
     fn read(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<CounterRead>>;
 
-    /// Checks every item with a limit and, only if all fit, places every hold under
-    /// `expiry_minute`.
+    /// For ticket `ticket`: unless it already settled (`Settled`) or already reserved
+    /// (`Reserved`, nothing placed twice), checks every item with a limit and, only if all
+    /// fit, places every hold under `expiry_minute` and records that the reservation landed.
     fn reserve(
         &self,
+        ticket: String,
         items: Vec<ReserveItem>,
         expiry_minute: i64,
         now: Millis,
     ) -> StoreFuture<'_, ReserveOutcome>;
 
-    /// In one step, takes back `holds` (placed under `expiry_minute`; a hold already expired
-    /// is left alone) and adds `adds` to the counters.
-    fn settle(
-        &self,
-        holds: Vec<HoldRef>,
-        expiry_minute: i64,
-        adds: Vec<UsageAdd>,
-        now: Millis,
-    ) -> StoreFuture<'_, ()>;
+    /// In one step, unless `settle.id` already settled: gives back `settle.holds` (see
+    /// `Settle`), adds `settle.adds` and marks `settle.id` settled. Idempotent by id.
+    fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome>;
 
     /// Whether each key is marked filled from the ledger (a counter past its retention, or
     /// never written, is not). The default, for stores that cannot fill, reports every
@@ -111,13 +111,14 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
     /// the memory store) needs no fence and ignores it.
     fn reserve_fenced(
         &self,
+        ticket: String,
         items: Vec<ReserveItem>,
         expiry_minute: i64,
         now: Millis,
         fence: Fence,
     ) -> StoreFuture<'_, ReserveOutcome> {
         let _ = fence;
-        self.reserve(items, expiry_minute, now)
+        self.reserve(ticket, items, expiry_minute, now)
     }
 
     /// Reads the epoch. The default: one generation (`""`), always trusted.

@@ -17,7 +17,9 @@ use std::sync::Arc;
 pub(crate) use refuse::{does_not_fit, reached};
 use steps::{held_prompt, least_left, usage_ceiling, Holds, Snapshot};
 
-/// A counter's current and previous bucket as read at one instant.
+/// A counter's current and previous bucket as read at one instant. Holds belong to the
+/// counter, not to a bucket: `current.held` is every live hold of the counter (an open call
+/// counts in full in every window it overlaps), and `previous.held` is never counted again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct SlotRead {
     pub current: CounterRead,
@@ -48,12 +50,10 @@ pub(crate) struct RuleState {
 
 impl SlotRead {
     /// What the previous bucket adds at `now`: its billed use weighted by how much of the
-    /// current bucket is left (sliding windows only), plus its live holds in full — a call
-    /// admitted in the previous bucket bills into the current one.
+    /// current bucket is left (sliding windows only). Its holds are the counter's, already
+    /// in `current.held`.
     pub(crate) fn carried(&self, window: Window, now: Millis) -> u64 {
-        window
-            .carried(self.previous.used, now)
-            .saturating_add(self.previous.held)
+        window.carried(self.previous.used, now)
     }
 
     /// Billed use + live holds + what the previous bucket carries.
@@ -75,7 +75,7 @@ pub(crate) fn rule_state(rule: &PathRule, reads: &[SlotRead], now: Millis) -> Ru
     let read = reads[rule.slot];
     let window = rule.rule.window;
     let counted = read.counted(window, now);
-    let held = read.current.held.saturating_add(read.previous.held);
+    let held = read.current.held;
     RuleState {
         counted,
         used: read
@@ -86,7 +86,7 @@ pub(crate) fn rule_state(rule: &PathRule, reads: &[SlotRead], now: Millis) -> Ru
         left: rule.rule.amount.saturating_sub(counted),
         resets_at: window.resets_at(
             rule.rule.amount,
-            read.current.total().saturating_add(read.previous.held),
+            read.current.total(),
             read.previous.used,
             now,
         ),

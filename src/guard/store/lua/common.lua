@@ -1,44 +1,92 @@
--- Shared by every usage_guard script (prepended to each). A counter is a hash:
+-- Shared by every usage_guard script (prepended to each). A counter bucket is a hash:
 --   u         used (integer)
 --   s         filled mark (reserved for filling from the logs)
 --   e         retain-until, ms on the guard's clock (the counter is gone after it)
+-- A counter's holds (of every bucket) are one hash beside it:
 --   r<minute> holds that expire at the start of <minute> (minutes since the epoch)
+--   k         present while the epoch fence lists the key (fence.lua): so the hash outlives
+--             its last hold given back, and only a lost key is missing
+-- A ticket's record is a string: h<until> its reservation landed and is held;
+-- s<until> settled after its reservation landed; n<until> settled, nothing landed.
 -- Times come from the caller's clock, never the server's, so a manual clock drives these
 -- scripts exactly like the memory store. Amounts stay below 2^53, so Lua numbers are exact.
 
--- Loads a counter at `now`: deletes holds that have expired (and the whole counter when it
--- is past its retention with no live hold). Returns used, live held, retain-until (0 if none).
+-- Loads a counter bucket at `now` (deleting it when it is past its retention). Returns used,
+-- 0 (holds live in the holds hash), retain-until (0 if none).
 local function load_counter(key, now)
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then
     return 0, 0, 0
   end
-  local used, held, until_ms = 0, 0, nil
-  local dead = {}
+  local used, until_ms = 0, nil
   for i = 1, #flat, 2 do
     local field, value = flat[i], flat[i + 1]
     if field == 'u' then
       used = tonumber(value)
     elseif field == 'e' then
       until_ms = tonumber(value)
-    elseif string.sub(field, 1, 1) == 'r' then
-      local minute = tonumber(string.sub(field, 2))
-      local amount = tonumber(value)
-      if minute == nil or minute * 60000 <= now or amount <= 0 then
-        dead[#dead + 1] = field
-      else
-        held = held + amount
-      end
     end
   end
-  if held == 0 and until_ms ~= nil and until_ms <= now then
+  if until_ms ~= nil and until_ms <= now then
     redis.call('DEL', key)
     return 0, 0, 0
+  end
+  return used, 0, until_ms or 0
+end
+
+-- The live holds of a counter at `now` (its holds hash); deletes the expired ones.
+local function load_holds(key, now)
+  local flat = redis.call('HGETALL', key)
+  local held = 0
+  local dead = {}
+  for i = 1, #flat, 2 do
+    local minute = tonumber(string.sub(flat[i], 2))
+    local amount = tonumber(flat[i + 1])
+    if flat[i] == 'k' then
+      -- the fence's presence mark, not a hold
+    elseif minute == nil or minute * 60000 <= now or amount <= 0 then
+      dead[#dead + 1] = flat[i]
+    else
+      held = held + amount
+    end
   end
   if #dead > 0 then
     redis.call('HDEL', key, unpack(dead))
   end
-  return used, held, until_ms or 0
+  return held
+end
+
+-- The state of a ticket record at `now`: 'h', 's', 'n', or nil (none, or expired).
+local function ticket_state(key, now)
+  local value = redis.call('GET', key)
+  if not value then
+    return nil
+  end
+  local until_ms = tonumber(string.sub(value, 2))
+  if until_ms == nil or until_ms <= now then
+    return nil
+  end
+  return string.sub(value, 1, 1)
+end
+
+-- Sets a key's time to live to at least `until_ms - now` (at least 1 s); never shortens it.
+local function live_at_least(key, until_ms, now)
+  local ttl = until_ms - now
+  if ttl < 1000 then
+    ttl = 1000
+  end
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, string.format('%d', ttl))
+  end
+end
+
+-- Writes a ticket record `state` kept until `until_ms` (guard clock).
+local function set_ticket(key, state, until_ms, now)
+  local ttl = until_ms - now
+  if ttl < 1000 then
+    ttl = 1000
+  end
+  redis.call('SET', key, state .. string.format('%d', until_ms), 'PX', string.format('%d', ttl))
 end
 
 -- Keeps a counter until at least `until_ms` (guard clock), given its current retain-until
@@ -49,11 +97,5 @@ local function keep_until(key, until_ms, current, now)
     return
   end
   redis.call('HSET', key, 'e', string.format('%d', until_ms))
-  local ttl = until_ms - now
-  if ttl < 1000 then
-    ttl = 1000
-  end
-  if redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIRE', key, string.format('%d', ttl))
-  end
+  live_at_least(key, until_ms, now)
 end

@@ -1,28 +1,37 @@
--- The epoch fence (docs/redis.md, "The epoch fence"), prepended to reserve after common.lua.
--- The caller appends the epoch key to KEYS and two arguments to ARGV: the generation the guard
--- trusts ('' for none yet) and one character per counter key ('1' fenced, '0' not). They are
+-- The epoch fence (docs/redis.md, "The epoch fence"), prepended to reserve and settle after
+-- common.lua. The caller appends the epoch key to KEYS and two arguments to ARGV: the
+-- generation the guard trusts ('' for none yet) and one character per key: '1' a fenced
+-- counter bucket, 'h' a fenced counter's holds, '0' not fenced (settle passes '' for both:
+-- it checks nothing and lists what it adds to under the store's own generation). They are
 -- taken off here, so the script body sees its own keys and arguments only.
 --
 -- The epoch is a hash: g generation (unique text), r run_id of the Redis process that wrote
--- it, t guard time it was written, x<bucket> until when the registry of that bucket is kept.
--- A registry `<epoch key>:<g>:<bucket>` lists every fenced counter of the bucket written in
--- generation g, with the time it is kept until: a listed counter that is missing was lost.
+-- it, t guard time it was written, x<bucket> until when the registry of that bucket is kept
+-- (bucket 'h' for the holds keys). A registry `<epoch key>:<g>:<bucket>` lists every counter
+-- key of the bucket written in generation g, with the time it is kept until: a listed key
+-- that is missing was lost. A bucket is listed when use is added to it (settle) or a reserve
+-- finds it; a holds key when holds are placed in it (it then keeps a `k` field, so giving
+-- its holds back never empties it). A key never written is never listed.
 local FENCE_EPOCH = table.remove(KEYS)
 local FENCE_FLAGS = table.remove(ARGV)
 local FENCE_GEN = table.remove(ARGV)
-local FENCE_ON = string.find(FENCE_FLAGS, '1', 1, true) ~= nil
+local FENCE_ON = string.find(FENCE_FLAGS, '[1h]') ~= nil
 
 local function fence_run_id()
   return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 end
 
-local function fence_bucket(key)
+-- The registry bucket of KEYS[i]: 'h' for a holds key, else the key's bucket.
+local function fence_bucket(i, key)
+  if string.sub(FENCE_FLAGS, i, i) == 'h' then
+    return 'h'
+  end
   return string.match(key, ':(%-?%d+)$') or '0'
 end
 
--- nil when every fenced counter can be trusted; else the reserve's answer: -2 the epoch is
+-- nil when every fenced key can be trusted; else the reserve's answer: -2 the epoch is
 -- missing or was written by another Redis process, -3 the guard's generation is not the
--- store's (it reads the epoch again), -4 a counter the epoch expects is missing.
+-- store's (it reads the epoch again), -4 a key the epoch expects is missing.
 local function fence_check(now)
   if not FENCE_ON then
     return nil
@@ -35,8 +44,8 @@ local function fence_check(now)
     return -3
   end
   for i = 1, #KEYS do
-    if string.sub(FENCE_FLAGS, i, i) == '1' and redis.call('EXISTS', KEYS[i]) == 0 then
-      local bucket = fence_bucket(KEYS[i])
+    if string.sub(FENCE_FLAGS, i, i) ~= '0' and redis.call('EXISTS', KEYS[i]) == 0 then
+      local bucket = fence_bucket(i, KEYS[i])
       local registry = FENCE_EPOCH .. ':' .. FENCE_GEN .. ':' .. bucket
       local listed = redis.call('HGET', registry, KEYS[i])
       if listed and tonumber(listed) > now then
@@ -51,8 +60,41 @@ local function fence_check(now)
   return nil
 end
 
--- After a reserve placed its holds: lists each fenced counter in its bucket's registry with
--- `kept[key]` (its retain-until), and keeps the registry (and its entry in the epoch) as long.
+-- Lists `key` in the registry of `bucket` under generation `gen` until `until_ms` (never
+-- lowered), and keeps the registry (and its entry in the epoch) as long. Returns whether
+-- the entry was written.
+local function fence_list(gen, bucket, key, until_ms, now)
+  local registry = FENCE_EPOCH .. ':' .. gen .. ':' .. bucket
+  local listed = redis.call('HGET', registry, key)
+  if listed and tonumber(listed) >= until_ms then
+    return false
+  end
+  local text = string.format('%d', until_ms)
+  redis.call('HSET', registry, key, text)
+  local field = 'x' .. bucket
+  local kept = tonumber(redis.call('HGET', FENCE_EPOCH, field) or '0')
+  if until_ms > kept then
+    if kept == 0 then
+      -- a new bucket: forget the registries whose time is over
+      local flat = redis.call('HGETALL', FENCE_EPOCH)
+      for j = 1, #flat, 2 do
+        if string.sub(flat[j], 1, 1) == 'x' and tonumber(flat[j + 1]) <= now then
+          redis.call('HDEL', FENCE_EPOCH, flat[j])
+        end
+      end
+    end
+    redis.call('HSET', FENCE_EPOCH, field, text)
+    local ttl = math.max(until_ms - now, 1000)
+    if redis.call('PTTL', registry) < ttl then
+      redis.call('PEXPIRE', registry, string.format('%d', ttl))
+    end
+  end
+  return true
+end
+
+-- After a reserve (whose fence_check passed): lists each fenced key in `kept` (key -> until
+-- when it is kept: a bucket found, a holds key holds were placed in). A holds key listed
+-- gets its `k` field.
 local function fence_register(kept, now)
   if not FENCE_ON then
     return
@@ -60,31 +102,28 @@ local function fence_register(kept, now)
   for i = 1, #KEYS do
     local key = KEYS[i]
     local until_ms = kept[key]
-    if string.sub(FENCE_FLAGS, i, i) == '1' and until_ms and until_ms > now then
-      local bucket = fence_bucket(key)
-      local registry = FENCE_EPOCH .. ':' .. FENCE_GEN .. ':' .. bucket
-      local text = string.format('%d', until_ms)
-      if redis.call('HGET', registry, key) ~= text then
-        redis.call('HSET', registry, key, text)
-        local field = 'x' .. bucket
-        local listed = tonumber(redis.call('HGET', FENCE_EPOCH, field) or '0')
-        if until_ms > listed then
-          if listed == 0 then
-            -- a new bucket: forget the registries whose time is over
-            local flat = redis.call('HGETALL', FENCE_EPOCH)
-            for j = 1, #flat, 2 do
-              if string.sub(flat[j], 1, 1) == 'x' and tonumber(flat[j + 1]) <= now then
-                redis.call('HDEL', FENCE_EPOCH, flat[j])
-              end
-            end
-          end
-          redis.call('HSET', FENCE_EPOCH, field, text)
-          local ttl = math.max(until_ms - now, 1000)
-          if redis.call('PTTL', registry) < ttl then
-            redis.call('PEXPIRE', registry, string.format('%d', ttl))
-          end
-        end
+    if string.sub(FENCE_FLAGS, i, i) ~= '0' and until_ms and until_ms > now then
+      local bucket = fence_bucket(i, key)
+      if fence_list(FENCE_GEN, bucket, key, until_ms, now) and bucket == 'h' then
+        redis.call('HSET', key, 'k', '1')
       end
+    end
+  end
+end
+
+-- After a settle added use: lists each bucket in `added` (key -> its retain-until) under the
+-- store's generation, if it has an epoch (without one, fenced reserves are refused anyway).
+local function fence_register_adds(added, now)
+  local gen = nil
+  for key, until_ms in pairs(added) do
+    if until_ms > now then
+      if gen == nil then
+        gen = redis.call('HGET', FENCE_EPOCH, 'g') or false
+      end
+      if not gen then
+        return
+      end
+      fence_list(gen, string.match(key, ':(%-?%d+)$') or '0', key, until_ms, now)
     end
   end
 end

@@ -1,29 +1,61 @@
--- settle: KEYS = holds' counters, then adds' counters; ARGV = now, minute, number of holds,
--- then per hold: amount; then per add: amount, retain_until. Takes each hold back from
--- r<minute> (never below zero; a hold already gone or expired is left alone), then adds use
--- to u. All in one step.
+-- settle: KEYS = the record of the id settled, the record of the ticket holding, then per
+-- hold: its counter's holds; then per add: its counter bucket. ARGV = now, minute, number of
+-- holds, settled_until, then per hold: amount; then per add: amount, retain_until.
+-- Unless the id already settled (returns 1, nothing done): gives back each hold from
+-- r<minute> (never below zero; a hold already expired is left) when the ticket's reservation
+-- landed (a whole ticket: it is held; a batch part: its batch landed), adds use to u, and
+-- marks the id settled until settled_until, and lists the buckets added to in the epoch
+-- fence's registry (fence.lua). Returns 0. All in one step.
 local now = tonumber(ARGV[1])
 local field = 'r' .. ARGV[2]
 local live = tonumber(ARGV[2]) * 60000 > now
 local holds = tonumber(ARGV[3])
-for i = 1, holds do
-  local key = KEYS[i]
-  local current = tonumber(redis.call('HGET', key, field) or '0')
-  if current > 0 then
-    local amount = tonumber(ARGV[3 + i])
-    if not live or current <= amount then
-      redis.call('HDEL', key, field)
-    else
-      redis.call('HINCRBY', key, field, '-' .. ARGV[3 + i])
+local whole = KEYS[1] == KEYS[2]
+local mark = ticket_state(KEYS[1], now)
+if mark ~= nil and not (whole and mark == 'h') then
+  return 1
+end
+local landed
+if whole then
+  landed = mark == 'h'
+else
+  local holder = ticket_state(KEYS[2], now)
+  landed = holder == 'h' or holder == 's'
+end
+if landed then
+  for i = 1, holds do
+    local key = KEYS[2 + i]
+    local current = tonumber(redis.call('HGET', key, field) or '0')
+    if current > 0 then
+      local amount = tonumber(ARGV[4 + i])
+      if not live or current <= amount then
+        redis.call('HDEL', key, field)
+      else
+        redis.call('HINCRBY', key, field, '-' .. ARGV[4 + i])
+      end
     end
   end
 end
-local base = 3 + holds
-for i = holds + 1, #KEYS do
+local base = 4 + holds
+local added = {}
+for i = holds + 1, #KEYS - 2 do
   local j = base + (i - holds - 1) * 2
-  local key = KEYS[i]
+  local key = KEYS[2 + i]
   local _, _, current = load_counter(key, now)
   redis.call('HINCRBY', key, 'u', ARGV[j + 1])
-  keep_until(key, tonumber(ARGV[j + 2]), current, now)
+  local retain = tonumber(ARGV[j + 2])
+  keep_until(key, retain, current, now)
+  added[key] = math.max(retain, current)
 end
+fence_register_adds(added, now)
+local until_ms = tonumber(ARGV[4])
+if until_ms <= now then
+  until_ms = now + 1
+end
+-- A ticket whose reservation never landed: a late one must find the mark while its holds
+-- could still count.
+if whole and not landed and tonumber(ARGV[2]) * 60000 > until_ms then
+  until_ms = tonumber(ARGV[2]) * 60000
+end
+set_ticket(KEYS[1], landed and 's' or 'n', until_ms, now)
 return 0

@@ -1,13 +1,17 @@
 //! The Redis store: counters shared by every guard that points at one Redis or Redis Cluster.
 //!
-//! Each counter is a hash (`u` used, `s` filled mark, `e` retain-until, `r<minute>` holds by
-//! expiry minute) at `{<prefix>}:c:<counter>:<bucket>`. Every key of a store shares the hash tag
-//! `{<prefix>}`, so one Lua script can read, reserve or settle several counters atomically,
-//! on one node or a cluster. Times are the caller's, never the server's.
+//! Each counter bucket is a hash (`u` used, `s` filled mark, `e` retain-until) at
+//! `{<prefix>}:c:<counter>:<bucket>`; a counter's holds, whatever their bucket, are one hash of
+//! sums by expiry minute (`r<minute>`) at `{<prefix>}:h:<counter>`; a ticket's record (its
+//! reservation landed, or it settled) is a string at `{<prefix>}:t:<ticket id>`. Every key of a
+//! store shares the hash tag `{<prefix>}`, so one Lua script can read, reserve or settle
+//! several counters atomically, on one node or a cluster. Times are the caller's, never the
+//! server's.
 
 mod checks;
 mod connection;
 mod epoch;
+mod keys;
 mod scripts;
 
 use std::sync::Arc;
@@ -19,19 +23,33 @@ use redis::{Client, RedisError};
 
 use checks::Checks;
 use connection::{Conn, Target};
+use keys::key_head;
 use scripts::Scripts;
 
 use super::{
-    CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, HoldRef, ReserveItem,
-    ReserveOutcome, StoreCheck, StoreError, StoreFuture, UsageAdd,
+    CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, ReserveItem,
+    ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError, StoreFuture,
 };
 use crate::guard::domain::clock::Millis;
-use crate::guard::domain::rule::escape_id;
 
-/// How long connecting, and each answer, may take before the store reports an error.
+/// How long connecting, and each answer, may take unless the store is given a `timeout`.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
-/// The hard bound on one store operation, reconnecting included.
-const OPERATION_TIMEOUT: Duration = Duration::from_millis(2_500);
+/// The accepted range of a store's `timeout`.
+pub(crate) const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1)..=Duration::from_secs(60);
+
+/// Checks a store's `timeout` against `TIMEOUT_RANGE`.
+fn check_timeout(timeout: Duration) -> Result<(), StoreError> {
+    TIMEOUT_RANGE
+        .contains(&timeout)
+        .then_some(())
+        .ok_or_else(|| {
+            let given = timeout.as_secs_f64();
+            StoreError(format!(
+                "timeout {given} s: must be from 0.001 to 60 seconds"
+            ))
+        })
+}
 
 struct Inner {
     target: Target,
@@ -47,6 +65,12 @@ struct Inner {
     /// whether it may run destructive commands).
     acl_user: Option<String>,
     checks: Checks,
+    /// `{<escaped prefix>}:h:`
+    holds_head: String,
+    /// `{<escaped prefix>}:t:`
+    ticket_head: String,
+    /// The bound on one operation.
+    operation_timeout: Duration,
     description: String,
 }
 
@@ -54,10 +78,12 @@ struct Inner {
 /// same server and prefix. Cheap to clone; clones share one multiplexed connection.
 ///
 /// Guarantees: `reserve` checks and places all holds in one Lua script (all or none);
-/// `settle` takes holds back and adds use in one script, never taking a hold below zero;
-/// expired holds are ignored and deleted; every operation is one round trip (plus one
-/// `SCRIPT LOAD` the first time a server sees a script) and fails with `StoreError` within
-/// about 2.5 s when Redis cannot answer; the store reconnects by itself when Redis is back.
+/// `settle` takes holds back and adds use in one script, never taking a hold below zero, once
+/// per ticket id (a settled mark outlives any hold of the ticket, so a late reservation
+/// places nothing); expired holds are ignored and deleted; every operation is one round trip
+/// (plus one `SCRIPT LOAD` the first time a server sees a script) and fails with `StoreError`
+/// within 2.5 × the store's timeout (1 s unless given) when Redis cannot answer; the store
+/// reconnects by itself when Redis is back.
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
@@ -76,25 +102,26 @@ fn store_error(context: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError(format!("redis {context}: {e}"))
 }
 
-fn key_head(prefix: &str, kind: &str) -> String {
-    let mut head = String::with_capacity(prefix.len() + 6);
-    head.push('{');
-    escape_id(prefix, &mut head);
-    head.push_str("}:");
-    head.push_str(kind);
-    head.push(':');
-    head
-}
-
 impl RedisStore {
     /// A store on one Redis node at `url` (`redis://host:port/db`), with every key under the
     /// hash tag `{prefix}`. Only the URL is checked here: the connection is made on first use
     /// and remade after failures, so a guard can start while Redis is down.
     pub fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
+        Self::connect_with_timeout(url, prefix, REDIS_TIMEOUT)
+    }
+
+    /// `connect`, with `timeout` (within `TIMEOUT_RANGE`) as the bound on connecting and on
+    /// each answer; one operation fails after at most 2.5 × `timeout`.
+    pub fn connect_with_timeout(
+        url: &str,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        check_timeout(timeout)?;
         let client = Client::open(url).map_err(|e| store_error("url", e))?;
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(REDIS_TIMEOUT))
-            .set_response_timeout(Some(REDIS_TIMEOUT))
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_millis(500));
@@ -104,6 +131,7 @@ impl RedisStore {
             Target::single(client, config),
             prefix,
             url.to_string(),
+            timeout,
             acl_user,
         ))
     }
@@ -112,12 +140,22 @@ impl RedisStore {
     /// hash tag `{prefix}` (so all of this store's counters live in one slot). Only the URLs
     /// are checked here; the cluster is connected on first use.
     pub fn cluster(urls: &[String], prefix: &str) -> Result<Self, StoreError> {
+        Self::cluster_with_timeout(urls, prefix, REDIS_TIMEOUT)
+    }
+
+    /// `cluster`, with `timeout` as in `connect_with_timeout`.
+    pub fn cluster_with_timeout(
+        urls: &[String],
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        check_timeout(timeout)?;
         if urls.is_empty() {
             return Err(StoreError("redis cluster: no node URL given".into()));
         }
         let client = ClusterClient::builder(urls.iter().map(String::as_str))
-            .connection_timeout(REDIS_TIMEOUT)
-            .response_timeout(REDIS_TIMEOUT)
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
             .retries(2)
             .build()
             .map_err(|e| store_error("cluster urls", e))?;
@@ -131,6 +169,7 @@ impl RedisStore {
             Target::cluster(client),
             prefix,
             format!("cluster {}", urls.join(",")),
+            timeout,
             acl_user,
         ))
     }
@@ -139,6 +178,7 @@ impl RedisStore {
         target: Target,
         prefix: &str,
         description: String,
+        timeout: Duration,
         acl_user: Option<String>,
     ) -> Self {
         let counter_head = key_head(prefix, "c");
@@ -153,27 +193,16 @@ impl RedisStore {
                 mark_head: key_head(prefix, "m"),
                 acl_user,
                 checks: Checks::default(),
+                holds_head: key_head(prefix, "h"),
+                ticket_head: key_head(prefix, "t"),
+                // The hard bound on one operation, reconnecting included: 2.5 answers.
+                operation_timeout: timeout * 5 / 2,
                 description,
             }),
         }
     }
 
-    /// The Redis key of a counter: `{<prefix>}:c:<counter>:<bucket seconds>`. Ids are escaped
-    /// (see `CounterId::render`), so no id can reach another counter's key or the hash tag.
-    pub fn redis_key(&self, key: &CounterKey) -> String {
-        let mut out = self.inner.key_head.clone();
-        out.push_str(&key.render());
-        out
-    }
-
-    /// The Redis key of a `mark_once` mark: `{<prefix>}:m:<escaped mark>`.
-    pub fn mark_key(&self, mark: &str) -> String {
-        let mut out = self.inner.mark_head.clone();
-        escape_id(mark, &mut out);
-        out
-    }
-
-    /// Runs `op` with a connection on the shared runtime, bounded by `OPERATION_TIMEOUT`, so
+    /// Runs `op` with a connection on the shared runtime, bounded by `operation_timeout`, so
     /// it works from any thread and any executor (including `block_on`).
     fn run<T, F, Fut>(&self, what: &'static str, op: F) -> StoreFuture<'static, T>
     where
@@ -187,7 +216,7 @@ impl RedisStore {
                 let conn = inner.target.connection().await?;
                 op(inner.clone(), conn).await
             };
-            let outcome = match tokio::time::timeout(OPERATION_TIMEOUT, work).await {
+            let outcome = match tokio::time::timeout(inner.operation_timeout, work).await {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(e)) => {
                     inner.target.forget_connection(&e);
@@ -211,7 +240,10 @@ impl CounterStore for RedisStore {
         if keys.is_empty() {
             return Box::pin(std::future::ready(Ok(Vec::new())));
         }
-        let redis_keys: Vec<String> = keys.iter().map(|k| self.redis_key(k)).collect();
+        let redis_keys: Vec<String> = keys
+            .iter()
+            .flat_map(|k| [self.redis_key(k), self.holds_key(k)])
+            .collect();
         self.run("read", move |inner, mut conn| async move {
             let mut call = inner.scripts.read.prepare_invoke();
             call.key(redis_keys).arg(now);
@@ -228,15 +260,17 @@ impl CounterStore for RedisStore {
 
     fn reserve(
         &self,
+        ticket: String,
         items: Vec<ReserveItem>,
         expiry_minute: i64,
         now: Millis,
     ) -> StoreFuture<'_, ReserveOutcome> {
-        self.reserve_fenced(items, expiry_minute, now, Fence::default())
+        self.reserve_fenced(ticket, items, expiry_minute, now, Fence::default())
     }
 
     fn reserve_fenced(
         &self,
+        ticket: String,
         items: Vec<ReserveItem>,
         expiry_minute: i64,
         now: Millis,
@@ -245,26 +279,7 @@ impl CounterStore for RedisStore {
         if items.is_empty() {
             return Box::pin(std::future::ready(Ok(ReserveOutcome::Reserved)));
         }
-        let mut redis_keys: Vec<String> = items.iter().map(|i| self.redis_key(&i.key)).collect();
-        redis_keys.push(self.inner.epoch_key.clone());
-        let mut args: Vec<String> = Vec::with_capacity(4 + items.len() * 4);
-        args.push(now.to_string());
-        args.push(expiry_minute.to_string());
-        for item in &items {
-            args.push(item.hold.to_string());
-            args.push(item.limit.map(|l| l.to_string()).unwrap_or_default());
-            args.push(item.carried.to_string());
-            args.push(item.retain_until.to_string());
-        }
-        // fence.lua takes these two off the end.
-        args.push(fence.generation);
-        args.push(
-            fence
-                .fenced
-                .iter()
-                .map(|&f| if f { '1' } else { '0' })
-                .collect(),
-        );
+        let (redis_keys, args) = self.reserve_call(&ticket, &items, expiry_minute, now, fence);
         self.run("reserve", move |inner, mut conn| async move {
             let mut call = inner.scripts.reserve.prepare_invoke();
             call.key(redis_keys).arg(args);
@@ -277,7 +292,8 @@ impl CounterStore for RedisStore {
                 -2 => ReserveOutcome::Fenced(FenceAnswer::Untrusted),
                 -3 => ReserveOutcome::Fenced(FenceAnswer::Stale),
                 -4 => ReserveOutcome::Fenced(FenceAnswer::CounterLost),
-                a if a < 0 => ReserveOutcome::Reserved,
+                -1 => ReserveOutcome::Reserved,
+                -5 => ReserveOutcome::Settled,
                 item => ReserveOutcome::Conflict {
                     item: item as usize,
                 },
@@ -285,37 +301,19 @@ impl CounterStore for RedisStore {
         })
     }
 
-    fn settle(
-        &self,
-        holds: Vec<HoldRef>,
-        expiry_minute: i64,
-        adds: Vec<UsageAdd>,
-        now: Millis,
-    ) -> StoreFuture<'_, ()> {
-        let holds: Vec<HoldRef> = holds.into_iter().filter(|h| h.amount > 0).collect();
-        let adds: Vec<UsageAdd> = adds.into_iter().filter(|a| a.amount > 0).collect();
-        if holds.is_empty() && adds.is_empty() {
-            return Box::pin(std::future::ready(Ok(())));
-        }
-        let mut redis_keys: Vec<String> = Vec::with_capacity(holds.len() + adds.len());
-        let mut args: Vec<String> = Vec::with_capacity(3 + holds.len() + adds.len() * 2);
-        args.push(now.to_string());
-        args.push(expiry_minute.to_string());
-        args.push(holds.len().to_string());
-        for hold in &holds {
-            redis_keys.push(self.redis_key(&hold.key));
-            args.push(hold.amount.to_string());
-        }
-        for add in &adds {
-            redis_keys.push(self.redis_key(&add.key));
-            args.push(add.amount.to_string());
-            args.push(add.retain_until.to_string());
-        }
+    fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
+        let Some((redis_keys, args)) = self.settle_call(settle, now) else {
+            return Box::pin(std::future::ready(Ok(SettleOutcome::Settled)));
+        };
         self.run("settle", move |inner, mut conn| async move {
             let mut call = inner.scripts.settle.prepare_invoke();
             call.key(redis_keys).arg(args);
-            let _: i64 = call.invoke_async(&mut conn).await?;
-            Ok(())
+            let answer: i64 = call.invoke_async(&mut conn).await?;
+            Ok(if answer == 0 {
+                SettleOutcome::Settled
+            } else {
+                SettleOutcome::AlreadySettled
+            })
         })
     }
 

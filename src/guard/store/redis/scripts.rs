@@ -29,7 +29,7 @@ impl Scripts {
         Scripts {
             read: with_common(READ_LUA),
             reserve: with_common(&format!("{FENCE_LUA}\n{RESERVE_LUA}")),
-            settle: with_common(SETTLE_LUA),
+            settle: with_common(&format!("{FENCE_LUA}\n{SETTLE_LUA}")),
             filled: with_common(FILLED_LUA),
             fill: with_common(FILL_LUA),
             mark_once: Script::new(MARK_ONCE_LUA),

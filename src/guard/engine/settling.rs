@@ -1,0 +1,199 @@
+//! Settling by ticket id, so that nothing outlives its caller: a settle the store did not
+//! answer (it may still land) is retried in the background until the store answers, and a
+//! reservation its caller gave up on (timeout, cancel, dropped future, failed round trip) is
+//! given back the same way. Settles are idempotent by id in every store, so a retry whose
+//! first attempt landed after all does nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::shared::Shared;
+use super::stats::{bump, log_store_error, store_answered};
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::decide::Plan;
+use crate::guard::store::{HoldRef, Settle, SettleOutcome, StoreError, UsageAdd};
+
+/// How long a call's holds live if it never settles.
+pub(crate) const CALL_HOLD_MS: i64 = 15 * 60_000;
+/// How long a settled mark is kept, and so how long a bill the store did not answer is
+/// retried: a retry sent within it finds the mark of an attempt that landed, so it never
+/// counts twice. (A ticket whose reservation never landed keeps its mark at least until its
+/// holds would have expired, so a late reservation places nothing.)
+pub(crate) const SETTLED_KEEP_MS: i64 = 5 * 60_000;
+/// The first pause between retries; it doubles up to `RETRY_MAX`.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// The longest pause between retries: a store that answers again takes the retry within it.
+const RETRY_MAX: Duration = Duration::from_millis(250);
+
+/// A settle of ticket `id` (a call or a whole batch) giving back `holds` (placed under
+/// `expiry_minute`) and adding `adds`, its settled mark kept `SETTLED_KEEP_MS` from `now`.
+pub(crate) fn whole(
+    id: &str,
+    holds: Vec<HoldRef>,
+    expiry_minute: i64,
+    adds: Vec<UsageAdd>,
+    now: Millis,
+) -> Settle {
+    Settle {
+        id: id.to_string(),
+        ticket: id.to_string(),
+        holds,
+        expiry_minute,
+        adds,
+        settled_until: settled_until(now),
+    }
+}
+
+/// How long a settled mark made at `now` is kept.
+pub(crate) fn settled_until(now: Millis) -> Millis {
+    now + SETTLED_KEEP_MS
+}
+
+/// Until when a failed settle is retried: one that only gives holds back, while they could
+/// still count (giving back is harmless once the mark is gone: nothing is recorded then); one
+/// that adds use, only while its settled mark lives (so a retry never counts twice).
+fn give_up_at(settle: &Settle) -> Millis {
+    if settle.adds.is_empty() {
+        settle.expiry_minute * 60_000
+    } else {
+        settle.settled_until
+    }
+}
+
+/// Settles once. A store error is counted and logged, and the settle is handed to the
+/// background retry (it may have landed, or may still land: the retry is idempotent). Returns
+/// `None` when the store did not answer.
+pub(crate) async fn settle(
+    shared: &Arc<Shared>,
+    settle: Settle,
+    operation: &'static str,
+) -> Option<SettleOutcome> {
+    let now = shared.clock.now_ms();
+    match shared.store.settle(&settle, now).await {
+        Ok(outcome) => {
+            store_answered();
+            Some(outcome)
+        }
+        Err(e) => {
+            bump(&shared.stats.settle_failures);
+            failed(shared, operation, &e);
+            retry(shared.clone(), settle, operation);
+            None
+        }
+    }
+}
+
+/// Settles in the background (from `Drop`, or for a reservation given up on): at once when
+/// the store answers at once (in-memory stores), else on the shared runtime, retried until the
+/// store answers or the settle no longer matters. `release` counts a failed first attempt as
+/// a settle failure (a dropped ticket's release; not a give-back of a reservation whose
+/// admission already failed and was counted).
+pub(crate) fn in_background(
+    shared: Arc<Shared>,
+    settle: Settle,
+    operation: &'static str,
+    release: bool,
+) {
+    crate::runtime::run_or_spawn(async move {
+        let now = shared.clock.now_ms();
+        match shared.store.settle(&settle, now).await {
+            Ok(_) => store_answered(),
+            Err(e) => {
+                if release {
+                    bump(&shared.stats.settle_failures);
+                }
+                failed(&shared, operation, &e);
+                retry(shared, settle, operation);
+            }
+        }
+    });
+}
+
+fn failed(shared: &Shared, operation: &str, error: &StoreError) {
+    bump(&shared.stats.store_errors);
+    log_store_error(operation, error);
+}
+
+/// Retries `settle` on the shared runtime until the store answers, pausing at most
+/// `RETRY_MAX` between attempts, and gives up once the settle no longer matters.
+fn retry(shared: Arc<Shared>, settle: Settle, operation: &'static str) {
+    let give_up = give_up_at(&settle);
+    crate::runtime::shared().spawn(async move {
+        let mut pause = RETRY_FIRST;
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RETRY_MAX);
+            let now = shared.clock.now_ms();
+            match shared.store.settle(&settle, now).await {
+                Ok(_) => {
+                    store_answered();
+                    bump(&shared.stats.settles_retried);
+                    return;
+                }
+                Err(e) if now >= give_up => {
+                    log::error!(
+                        "usage_guard: gave up retrying {operation} of {} after the store \
+                         stayed unreachable: {e}",
+                        settle.id
+                    );
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
+    });
+}
+
+/// A reservation in flight for ticket `id`: if it is dropped while armed (the caller gave up:
+/// timeout, cancel, dropped future) or left armed after a failed round trip (the request may
+/// have reached the store), the ticket's holds are given back by id in the background. A
+/// reservation that lands later finds the ticket settled and places nothing.
+/// (It borrows what it needs: nothing is copied on the path where the store answers.)
+pub(crate) struct InFlight<'a> {
+    shared: &'a Arc<Shared>,
+    id: &'a str,
+    plan: &'a Plan,
+    expiry_minute: i64,
+    armed: bool,
+}
+
+impl<'a> InFlight<'a> {
+    pub(crate) fn new(
+        shared: &'a Arc<Shared>,
+        id: &'a str,
+        plan: &'a Plan,
+        expiry_minute: i64,
+    ) -> Self {
+        InFlight {
+            shared,
+            id,
+            plan,
+            expiry_minute,
+            armed: true,
+        }
+    }
+
+    /// The store answered: what it did is known, nothing to give back here.
+    pub(crate) fn answered(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        bump(&self.shared.stats.given_up);
+        let now = self.shared.clock.now_ms();
+        let settle = whole(
+            self.id,
+            self.plan.holds(),
+            self.expiry_minute,
+            Vec::new(),
+            now,
+        );
+        let operation = "give back of an abandoned reservation";
+        in_background(self.shared.clone(), settle, operation, false);
+    }
+}
