@@ -23,13 +23,11 @@ test-wheels: ## Test that wheel on CPython 3.9-3.13 with no Rust toolchain, and 
 dev: .venv/bin/python ## Build the extension into .venv for development
 	VIRTUAL_ENV=$(CURDIR)/.venv .venv/bin/maturin develop
 
-bench: .venv/bin/python ## Run the benchmarks: criterion, Python vs limits, Redis, token counting vs tiktoken
+bench: .venv/bin/python ## Run the benchmarks: criterion, then one table of every figure beside its peer
 	cargo bench --bench admit_bill
-	.venv/bin/pip install -q limits tiktoken
+	.venv/bin/pip install -q limits tiktoken redis
 	VIRTUAL_ENV=$(CURDIR)/.venv .venv/bin/maturin develop --release --quiet
-	.venv/bin/python benches/admit_bill.py
-	.venv/bin/python benches/redis_bench.py
-	.venv/bin/python benches/count_tokens.py
+	.venv/bin/python benches/table.py --criterion $(or $(CARGO_TARGET_DIR),target)/criterion
 
 fmt: ## Format Rust and Python sources
 	cargo fmt --all
