@@ -23,14 +23,12 @@ test-wheels: ## Test that wheel on CPython 3.9-3.13 with no Rust toolchain, and 
 dev: .venv/bin/python ## Build the extension into .venv for development
 	VIRTUAL_ENV=$(CURDIR)/.venv .venv/bin/maturin develop
 
-bench: .venv/bin/python ## Run the benchmarks (installs limits, tiktoken; redis-server via apt-get)
+bench: .venv/bin/python ## Run the benchmarks: criterion, then one table of every figure beside its peer (installs limits, tiktoken, redis; redis-server via apt-get)
 	command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null
 	cargo bench --bench admit_bill
-	.venv/bin/pip install -q limits tiktoken
+	.venv/bin/pip install -q limits tiktoken redis
 	VIRTUAL_ENV=$(CURDIR)/.venv .venv/bin/maturin develop --release --quiet
-	.venv/bin/python benches/admit_bill.py
-	.venv/bin/python benches/redis_bench.py
-	.venv/bin/python benches/count_tokens.py
+	.venv/bin/python benches/table.py --criterion $(or $(CARGO_TARGET_DIR),target)/criterion
 
 fmt: ## Format Rust and Python sources
 	cargo fmt --all

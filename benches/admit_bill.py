@@ -58,17 +58,17 @@ def per_op_us(fn, n: int = N) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
-def bench_usage_guard() -> float:
+def bench_usage_guard(n: int = N) -> float:
     guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), clock=ug.ManualClock("2026-11-30T14:20:00Z"))
 
     def once() -> None:
         ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
         ticket.bill(1100, 800)
 
-    return per_op_us(once)
+    return per_op_us(once, n)
 
 
-def bench_usage_guard_async() -> float:
+def bench_usage_guard_async(n: int = N) -> float:
     """`admit_async` + `bill_async` awaited in one task, same guard shape as the sync pair."""
     guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), clock=ug.ManualClock("2026-11-30T14:20:00Z"))
 
@@ -82,10 +82,10 @@ def bench_usage_guard_async() -> float:
             await ticket.bill_async(1100, 800)
         return (time.perf_counter() - start) / n * 1e6
 
-    return asyncio.run(run(N))
+    return asyncio.run(run(n))
 
 
-def bench_limits() -> float | None:
+def bench_limits(n: int = N // 5) -> float | None:
     try:
         import limits  # noqa: F401
     except ImportError:
@@ -113,7 +113,7 @@ def bench_limits() -> float | None:
         for i, item in enumerate(items):
             limiter.hit(item, "alice", str(i))
 
-    return per_op_us(once, N // 5)
+    return per_op_us(once, n)
 
 
 def main() -> None:

@@ -87,6 +87,66 @@ def corpus(megabytes: float, seed: int = 7) -> list[str]:
     return docs
 
 
+PROSE_WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which "
+    "but have an they you were her she there been one all we their has would when if so no will "
+    "usage limit ceiling token budget model request provider reservation window calendar sliding "
+    "morning evening letter garden river mountain history science argument reader writer"
+).split()
+
+CJK_PHRASES = (
+    "東京 大阪 京都 データ 用户 限额 今日は 天気 とても 良い です 我们 今天 去 公园 散步 "
+    "这个 模型 的 令牌 预算 已经 用完 了 请求 被 拒绝 日本語 の 文章 を 数える 中文 句子 "
+    "서울 오늘 날씨 좋아요 토큰 예산 🙂 🚀 🎉 ❤️ 、 。 ！ ？ 「 」"
+).split()
+
+
+def _docs(rng: random.Random, megabytes: float, piece) -> list[str]:
+    docs, size, target = [], 0, int(megabytes * 1_000_000)
+    while size < target:
+        parts: list[str] = []
+        while sum(len(p.encode()) for p in parts) < 10_000:
+            parts.append(piece(rng))
+        doc = "".join(parts)
+        docs.append(doc)
+        size += len(doc.encode())
+    return docs
+
+
+def prose_corpus(megabytes: float, seed: int = 11) -> list[str]:
+    """English sentences in paragraphs, about 10 kB per document."""
+
+    def piece(rng: random.Random) -> str:
+        s = " ".join(rng.choice(PROSE_WORDS) for _ in range(rng.randint(8, 30)))
+        return s.capitalize() + rng.choice([".", "!", "?", ","]) + rng.choice([" ", "\n\n"])
+
+    return _docs(random.Random(seed), megabytes, piece)
+
+
+def code_corpus(megabytes: float, seed: int = 12) -> list[str]:
+    """Source snippets with fresh identifiers and numbers, about 10 kB per document."""
+
+    def piece(rng: random.Random) -> str:
+        name = "_".join(rng.choice(PROSE_WORDS) for _ in range(2))
+        text = (
+            rng.choice(CODE)
+            .replace("items", name)
+            .replace("tokens", f"{name}_{rng.randint(0, 999)}")
+        )
+        return text + "\n" * rng.randint(0, 1)
+
+    return _docs(random.Random(seed), megabytes, piece)
+
+
+def cjk_corpus(megabytes: float, seed: int = 13) -> list[str]:
+    """Chinese, Japanese and Korean phrases with emoji and CJK punctuation, ~10 kB each."""
+
+    def piece(rng: random.Random) -> str:
+        return "".join(rng.choice(CJK_PHRASES) for _ in range(rng.randint(5, 20))) + "\n"
+
+    return _docs(random.Random(seed), megabytes, piece)
+
+
 def best(fn, repeat: int) -> tuple[float, int]:
     times, result = [], 0
     for _ in range(repeat):
@@ -144,35 +204,85 @@ def main() -> None:
         print(f"{name:12} counts identical on every document and the whole corpus")
 
 
-def growing_chat(docs: list[str], turns: int = 200) -> None:
-    """An engine re-sends the whole conversation every turn: recount it each turn with
-    `count_prompt` (per-message cache) and with tiktoken over every message (no cache)."""
+def throughput_pair(docs: list[str], name: str, rounds: int) -> tuple[float, float, bool]:
+    """MB/s of usage_guard.count_tokens and tiktoken encode_ordinary, per document, best of
+    `rounds` alternating rounds; and whether every document was counted identically."""
+    import tiktoken
+    import usage_guard as ug
+
+    enc = tiktoken.get_encoding(name)
+    mb = sum(len(d.encode()) for d in docs) / 1_000_000
+    ours, theirs = float("inf"), float("inf")
+    ours_counts: list[int] = []
+    their_counts: list[int] = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        ours_counts = [ug.count_tokens(d, name) for d in docs]
+        ours = min(ours, time.perf_counter() - t)
+        t = time.perf_counter()
+        their_counts = [len(enc.encode_ordinary(d)) for d in docs]
+        theirs = min(theirs, time.perf_counter() - t)
+    return mb / ours, mb / theirs, ours_counts == their_counts
+
+
+def chat_messages(docs: list[str], turns: int, tag: str) -> list[dict[str, str]]:
+    """`turns` alternating user/assistant messages of about 3 kB each; `tag` makes them new to
+    the per-message count cache."""
+    roles = ["user", "assistant"]
+    return [
+        {"role": roles[i % 2], "content": docs[i % len(docs)][:3000] + f" turn {i} {tag}"}
+        for i in range(turns)
+    ]
+
+
+def growing_chat_times(docs: list[str], turns: int = 200) -> dict[str, float]:
+    """Seconds to recount a chat growing to `turns` messages, recounted whole every turn:
+    `cached` with count_prompt (messages seen on earlier turns come from the per-message
+    cache), `uncached` the same calls where every message is new text on every turn (so no
+    cache applies: the cost of counting the whole chat each turn), and `tiktoken` encoding
+    every message every turn."""
     import tiktoken
     import usage_guard as ug
 
     enc = tiktoken.get_encoding("o200k_base")
-    texts = [docs[i % len(docs)][:3000] + f" turn {i}" for i in range(turns)]
-    roles = ["user", "assistant"]
-    messages = [{"role": roles[i % 2], "content": t} for i, t in enumerate(texts)]
+    run = f"{time.time_ns()}"
+    ug.count_prompt({"model": "gpt-5", "messages": [{"role": "user", "content": "warm"}]})
+    enc.encode_ordinary("warm up")
+    messages = chat_messages(docs, turns, f"cached {run}")
 
-    def ours() -> int:
-        total = 0
+    def cached() -> None:
         for turn in range(1, turns + 1):
-            request = {"model": "gpt-5", "messages": messages[:turn]}
-            total += ug.count_prompt(request, "openai", "gpt-5")["tokens"]
-        return total
+            ug.count_prompt({"model": "gpt-5", "messages": messages[:turn]}, "openai", "gpt-5")
 
-    def tiktoken_recount() -> int:
-        total = 0
+    def uncached() -> None:
         for turn in range(1, turns + 1):
-            total += sum(len(enc.encode_ordinary(m["content"])) for m in messages[:turn])
-        return total
+            fresh = [
+                {"role": m["role"], "content": f"{m['content']} {run} {turn}"}
+                for m in messages[:turn]
+            ]
+            ug.count_prompt({"model": "gpt-5", "messages": fresh}, "openai", "gpt-5")
 
-    ours_s, _ = best(ours, 1)
-    theirs_s, _ = best(tiktoken_recount, 1)
+    def tiktoken_recount() -> None:
+        for turn in range(1, turns + 1):
+            sum(len(enc.encode_ordinary(m["content"])) for m in messages[:turn])
+
+    out = {}
+    for label, fn in (("cached", cached), ("uncached", uncached), ("tiktoken", tiktoken_recount)):
+        t = time.perf_counter()
+        fn()
+        out[label] = time.perf_counter() - t
+    return out
+
+
+def growing_chat(docs: list[str], turns: int = 200) -> None:
+    """Prints the growing-chat figures (see growing_chat_times)."""
+    times = growing_chat_times(docs, turns)
     print(
-        f"growing chat, {turns} turns recounted each turn: usage_guard {ours_s:.3f} s, "
-        f"tiktoken recounting every message {theirs_s:.3f} s ({theirs_s / ours_s:.1f}x)"
+        f"growing chat, {turns} turns recounted each turn: usage_guard {times['cached']:.3f} s "
+        f"(no cache applying: {times['uncached']:.3f} s, "
+        f"1/{times['uncached'] / times['cached']:.0f}), "
+        f"tiktoken recounting every message {times['tiktoken']:.3f} s "
+        f"({times['tiktoken'] / times['cached']:.1f}x)"
     )
 
 

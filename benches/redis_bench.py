@@ -1,12 +1,13 @@
-"""admit + bill per second on a local Redis, with 1, 8 and 64 concurrent asyncio callers,
-beside the EVALSHA ceiling `redis-benchmark` measures on the same server.
+"""admit + bill on a local Redis beside its peers on the same server: `limits` (sync and
+asyncio, sliding-window counter over redis-py, one hit per call) and the EVALSHA ceiling
+`redis-benchmark` measures; round trips and server time per script from INFO commandstats.
 
 Run: .venv/bin/python benches/redis_bench.py [seconds-per-level]
+(`benches/table.py` runs the same functions and prints them in the one table.)
 
-It starts its own redis-server on a free port (and stops it by pid). Each admit is 2 round
-trips (read, reserve) and each bill 1 (settle), all EVALSHA on one multiplexed connection,
-so the ratio column compares 3 scripts per call with redis-benchmark's 1-script EVALSHA.
-The policy has 3 rules on 3 counters (tokens a day, requests per 10 minutes, a model total).
+It starts its own redis-server on a free port (and stops it by pid). The asyncio policy has
+3 rules on 3 counters (tokens a day, requests per 10 minutes, a model total); the sync one is
+the 6-rule path of `benches/admit_bill.py`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests_py"))
+sys.path.insert(0, os.path.dirname(__file__))
 
 import usage_guard as ug  # noqa: E402
+from admit_bill import SIX_RULES  # noqa: E402
 from redis_harness import RedisServer  # noqa: E402
 
 POLICY = {
@@ -44,13 +47,17 @@ POLICY = {
         ],
     },
 }
+# What a script is in INFO commandstats (everything else there was called from inside one).
+SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+LIMIT = "9000000000/day"
 
 
 async def run_level(guard: ug.Guard, callers: int, seconds: float) -> float:
+    """admit_async + bill_async per second from `callers` asyncio tasks."""
     stop = time.perf_counter() + seconds
     done = 0
 
-    async def caller(i: int) -> None:
+    async def caller() -> None:
         nonlocal done
         while time.perf_counter() < stop:
             ticket = await guard.admit_async("u", "gpt-5", prompt_tokens=100, max_tokens=200)
@@ -58,12 +65,71 @@ async def run_level(guard: ug.Guard, callers: int, seconds: float) -> float:
             done += 1
 
     started = time.perf_counter()
-    await asyncio.gather(*(caller(i) for i in range(callers)))
+    await asyncio.gather(*(caller() for _ in range(callers)))
     return done / (time.perf_counter() - started)
 
 
-def evalsha_ceiling(server: RedisServer) -> float:
+async def limits_aio_level(url: str, callers: int, seconds: float) -> float:
+    """`limits.aio` sliding-window-counter hits per second (redis-py asyncio storage)."""
+    from limits import parse
+    from limits.aio.strategies import SlidingWindowCounterRateLimiter
+    from limits.storage import storage_from_string
+
+    storage = storage_from_string("async+" + url, implementation="redispy")
+    limiter = SlidingWindowCounterRateLimiter(storage)  # type: ignore[arg-type]
+    item = parse(LIMIT)
+    await limiter.hit(item, "u")
+    stop = time.perf_counter() + seconds
+    done = 0
+
+    async def caller() -> None:
+        nonlocal done
+        while time.perf_counter() < stop:
+            await limiter.hit(item, "u")
+            done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(callers)))
+    rate = done / (time.perf_counter() - started)
+    await storage.bridge.storage.aclose()  # type: ignore[attr-defined]
+    return rate
+
+
+def asyncio_pair(server: RedisServer, callers: int, seconds: float, rounds: int) -> tuple:
+    """(usage_guard calls/s, limits.aio calls/s), best of `rounds` alternating rounds."""
+    guard = ug.Guard(ug.Policy.from_dict(POLICY), store=ug.RedisStore(server.url, "bench"))
+    asyncio.run(run_level(guard, 1, 0.1))
+    ours, theirs = 0.0, 0.0
+    for _ in range(rounds):
+        ours = max(ours, asyncio.run(run_level(guard, callers, seconds)))
+        theirs = max(theirs, asyncio.run(limits_aio_level(server.url, callers, seconds)))
+    guard.close()
+    return ours, theirs
+
+
+def commandstats(server: RedisServer) -> dict[str, tuple[int, float]]:
+    """INFO commandstats as {command: (calls, usec)}."""
+    out = {}
+    for line in server.cli("INFO", "commandstats").splitlines():
+        found = re.match(r"cmdstat_([^:]+):calls=(\d+),usec=(\d+)", line)
+        if found:
+            out[found.group(1)] = (int(found.group(2)), float(found.group(3)))
+    return out
+
+
+def scripts_run(server: RedisServer) -> tuple[int, float]:
+    """(scripts called, server µs spent in them) since the last CONFIG RESETSTAT."""
+    stats = commandstats(server)
+    calls = sum(stats.get(c, (0, 0.0))[0] for c in SCRIPT_COMMANDS)
+    usec = sum(stats.get(c, (0, 0.0))[1] for c in SCRIPT_COMMANDS)
+    return calls, usec
+
+
+def evalsha_ceiling(server: RedisServer) -> tuple[float, float]:
+    """redis-benchmark's EVALSHA of a one-HINCRBY script, 50 clients: (scripts/s, server µs
+    per script)."""
     sha = server.cli("SCRIPT", "LOAD", "return redis.call('HINCRBY', KEYS[1], 'u', 1)")
+    server.cli("CONFIG", "RESETSTAT")
     out = subprocess.run(
         ["redis-benchmark", "-p", str(server.port), "-q", "-n", "200000", "-c", "50"]
         + ["EVALSHA", sha, "1", "{bench}:k"],
@@ -72,28 +138,84 @@ def evalsha_ceiling(server: RedisServer) -> float:
         check=True,
     ).stdout
     found = re.findall(r"([\d.]+) requests per second", out)
-    return float(found[-1])
+    calls, usec = scripts_run(server)
+    return float(found[-1]), usec / max(calls, 1)
+
+
+def sync_round(server: RedisServer, seconds: float) -> tuple[float, float, float]:
+    """One sync round of the 6-rule path: (µs per admit+bill with the guard's flush at the end
+    counted, scripts per call, server µs per script)."""
+    store = ug.RedisStore(server.url, "bench6")
+    guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), store=store)
+
+    def once() -> None:
+        ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
+        ticket.bill(1100, 800)
+
+    for _ in range(50):
+        once()
+    guard.close()
+    server.cli("CONFIG", "RESETSTAT")
+    n = 0
+    started = time.perf_counter()
+    stop = started + seconds
+    while time.perf_counter() < stop:
+        once()
+        n += 1
+    guard.close()
+    elapsed = time.perf_counter() - started
+    calls, usec = scripts_run(server)
+    return elapsed / n * 1e6, calls / n, usec / max(calls, 1)
+
+
+def limits_sync_round(server: RedisServer, seconds: float) -> float:
+    """µs per `limits` sliding-window-counter hit (redis-py storage)."""
+    from limits import parse
+    from limits.storage import storage_from_string
+    from limits.strategies import SlidingWindowCounterRateLimiter
+
+    limiter = SlidingWindowCounterRateLimiter(storage_from_string(server.url))
+    item = parse(LIMIT)
+    for _ in range(50):
+        limiter.hit(item, "alice")
+    n = 0
+    started = time.perf_counter()
+    stop = started + seconds
+    while time.perf_counter() < stop:
+        limiter.hit(item, "alice")
+        n += 1
+    return (time.perf_counter() - started) / n * 1e6
+
+
+def sync_pair(server: RedisServer, seconds: float, rounds: int) -> dict[str, float]:
+    """Best of `rounds` alternating rounds: usage_guard µs/call, scripts/call, server µs per
+    script (from the fastest round), and `limits` µs per hit."""
+    best: tuple[float, float, float] = (float("inf"), 0.0, 0.0)
+    theirs = float("inf")
+    for _ in range(rounds):
+        best = min(best, sync_round(server, seconds))
+        theirs = min(theirs, limits_sync_round(server, seconds))
+    return {"us": best[0], "scripts": best[1], "script_us": best[2], "limits_us": theirs}
 
 
 def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
     server = RedisServer()
     try:
-        ceiling = evalsha_ceiling(server)
-        server.cli("CONFIG", "RESETSTAT")
-        guard = ug.Guard(ug.Policy.from_dict(POLICY), store=ug.RedisStore(server.url, "bench"))
-        print(f"redis-benchmark EVALSHA (50 clients): {ceiling:,.0f} scripts/s")
-        print("callers  admit+bill/s  scripts/s  ratio to EVALSHA ceiling")
+        ceiling, ceiling_us = evalsha_ceiling(server)
+        print(
+            f"redis-benchmark EVALSHA (50 clients): {ceiling:,.0f} scripts/s, {ceiling_us:.1f} µs"
+        )
+        print("callers  usage_guard calls/s  limits.aio calls/s  share of EVALSHA ceiling")
         for callers in (1, 8, 64):
-            rate = asyncio.run(run_level(guard, callers, seconds))
-            scripts = rate * 3
-            print(f"{callers:>7}  {rate:>12,.0f}  {scripts:>9,.0f}  {scripts / ceiling:.2f}")
-        stats = server.cli("INFO", "commandstats")
-        for line in stats.splitlines():
-            if line.startswith("cmdstat_evalsha:"):
-                usec = re.search(r"usec_per_call=([\d.]+)", line)
-                if usec:
-                    print(f"server time per usage_guard script: {float(usec.group(1)):.1f} us")
+            ours, theirs = asyncio_pair(server, callers, seconds, 1)
+            print(f"{callers:>7}  {ours:>19,.0f}  {theirs:>18,.0f}  {ours / ceiling:.1%}")
+        sync = sync_pair(server, seconds, 1)
+        print(
+            f"sync, 6 rules: {sync['us']:.0f} µs per admit+bill, {sync['scripts']:.2f} scripts "
+            f"per call, {sync['script_us']:.1f} µs server time per script; "
+            f"limits sliding-window hit {sync['limits_us']:.0f} µs"
+        )
     finally:
         server.stop()
 
