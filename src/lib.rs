@@ -52,6 +52,7 @@ pub use guard::ledger::{
 #[cfg(feature = "redis")]
 pub use guard::store::RedisStore;
 pub use guard::store::{
-    expiry_minute, CounterKey, CounterRead, CounterStore, HoldRef, MemoryStore, ReserveItem,
-    ReserveOutcome, Settle, SettleOutcome, StoreError, StoreFuture, UsageAdd,
+    expiry_minute, CounterKey, CounterRead, CounterStore, HoldRef, MemoryStore, PartSettle,
+    PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreError, StoreFuture,
+    UsageAdd,
 };

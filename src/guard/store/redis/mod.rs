@@ -10,6 +10,7 @@
 
 mod connection;
 mod keys;
+mod parts;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +23,8 @@ use connection::{Conn, Target};
 use keys::key_head;
 
 use super::{
-    CounterKey, CounterRead, CounterStore, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
-    StoreError, StoreFuture,
+    CounterKey, CounterRead, CounterStore, PartsSettle, ReserveItem, ReserveOutcome, Settle,
+    SettleOutcome, StoreError, StoreFuture,
 };
 use crate::guard::domain::clock::Millis;
 
@@ -34,6 +35,7 @@ const SETTLE_LUA: &str = include_str!("../lua/settle.lua");
 const FILLED_LUA: &str = include_str!("../lua/filled.lua");
 const FILL_LUA: &str = include_str!("../lua/fill.lua");
 const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
+const SETTLE_PARTS_LUA: &str = include_str!("../lua/settle_parts.lua");
 
 /// How long connecting, and each answer, may take unless the store is given a `timeout`.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
@@ -61,6 +63,7 @@ struct Scripts {
     filled: Script,
     fill: Script,
     mark_once: Script,
+    settle_parts: Script,
 }
 
 impl Scripts {
@@ -73,6 +76,7 @@ impl Scripts {
             filled: with_common(FILLED_LUA),
             fill: with_common(FILL_LUA),
             mark_once: Script::new(MARK_ONCE_LUA),
+            settle_parts: with_common(SETTLE_PARTS_LUA),
         }
     }
 }
@@ -322,6 +326,14 @@ impl CounterStore for RedisStore {
                 SettleOutcome::AlreadySettled
             })
         })
+    }
+
+    fn settle_parts(
+        &self,
+        settle: &PartsSettle,
+        now: Millis,
+    ) -> StoreFuture<'_, Vec<SettleOutcome>> {
+        self.settle_parts_call(settle, now)
     }
 
     fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {
