@@ -48,7 +48,7 @@ pub fn parts_settle_once_by_bill_or_finish(kind: Kind) {
     let bill0 = parts(&batch, m, vec![part(&batch, 0, 100, Some(30))]);
     assert_eq!(run(bill0.clone(), T0 + 1), vec![Settled]);
     assert_eq!(run(bill0, T0 + 2), vec![Already]);
-    assert_eq!(read(s, &[a.clone()], T0 + 3), vec![rd(30, 700)]);
+    assert_eq!(read(s, std::slice::from_ref(&a), T0 + 3), vec![rd(30, 700)]);
     let finish = parts(
         &batch,
         m,
@@ -59,7 +59,7 @@ pub fn parts_settle_once_by_bill_or_finish(kind: Kind) {
         vec![Already, Settled, Settled, Settled]
     );
     assert_eq!(run(finish, T0 + 5), vec![Already; 4]);
-    assert_eq!(read(s, &[a.clone()], T0 + 6), vec![rd(30, 400)]);
+    assert_eq!(read(s, std::slice::from_ref(&a), T0 + 6), vec![rd(30, 400)]);
     let late = parts(&batch, m, vec![part(&batch, 2, 100, Some(50))]);
     assert_eq!(run(late.clone(), T0 + 7), vec![Settled]);
     assert_eq!(run(late, T0 + 8), vec![Already]);

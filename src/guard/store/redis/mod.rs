@@ -103,7 +103,8 @@ struct Inner {
 /// Guarantees: `reserve` checks and places all holds in one Lua script (all or none);
 /// `settle` takes holds back and adds use in one script, never taking a hold below zero, once
 /// per ticket id (a settled mark outlives any hold of the ticket, so a late reservation
-/// places nothing); expired holds are ignored and deleted; every operation is one round trip
+/// places nothing); `settle_parts` settles many parts of a batch in one script, each once;
+/// expired holds are ignored and deleted; every operation is one round trip
 /// (plus one `SCRIPT LOAD` the first time a server sees a script) and fails with `StoreError`
 /// within 2.5 × the store's timeout (1 s unless given) when Redis cannot answer; the store
 /// reconnects by itself when Redis is back.
