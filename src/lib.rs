@@ -53,6 +53,6 @@ pub use guard::ledger::{
 pub use guard::store::RedisStore;
 pub use guard::store::{
     expiry_minute, CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, HoldRef,
-    MemoryStore, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError,
-    StoreFuture, UsageAdd,
+    MemoryStore, PartSettle, PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
+    StoreCheck, StoreError, StoreFuture, UsageAdd,
 };

@@ -7,10 +7,13 @@ mod common;
 mod store_cases_core;
 #[path = "common/store_cases_fill.rs"]
 mod store_cases_fill;
+#[path = "common/store_cases_parts.rs"]
+mod store_cases_parts;
 
 mod store_cases {
     pub use crate::store_cases_core::*;
     pub use crate::store_cases_fill::*;
+    pub use crate::store_cases_parts::*;
 }
 
 use std::sync::Arc;
@@ -98,4 +101,7 @@ suite!(
     large_amounts_stay_exact,
     fill_happens_once_and_keeps_the_larger,
     marks_are_set_once_until_they_expire,
+    parts_settle_once_by_bill_or_finish,
+    parts_of_a_batch_never_landed_give_nothing_back,
+    many_parts_settle_in_one_call,
 );

@@ -147,3 +147,32 @@ pub fn expiry_minute(now: Millis, hold_for_ms: i64) -> i64 {
 pub(crate) fn hold_is_live(minute: i64, now: Millis) -> bool {
     minute * 60_000 > now
 }
+
+/// One part of a batch in a `PartsSettle`: its share of the batch's holds and, for a bill, the
+/// use to add.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartSettle {
+    /// The part's id, `<batch id>/<result id>`: its record is the mark that it settled.
+    pub id: String,
+    /// The part's share of the batch's holds, given back once (if the batch's reservation
+    /// landed), by whichever comes first: its bill or the batch's finish.
+    pub holds: Vec<HoldRef>,
+    /// A bill (adds `adds` once) or a finish (gives the share back only; a bill after it still
+    /// adds its use once).
+    pub bill: bool,
+    /// Use to add, in the buckets of the moment of billing (a bill only).
+    pub adds: Vec<UsageAdd>,
+}
+
+/// Parts of one batch settled in one atomic store step (`CounterStore::settle_parts`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartsSettle {
+    /// The batch's ticket id (whose reservation the shares belong to).
+    pub ticket: String,
+    /// The expiry minute the batch's holds were placed under.
+    pub expiry_minute: i64,
+    /// Until when each part's record is kept (at least as long as the batch's holds could
+    /// count, so no share is given back twice and no result billed twice).
+    pub settled_until: Millis,
+    pub parts: Vec<PartSettle>,
+}

@@ -1,17 +1,13 @@
 //! Batches: reserve for every request at submission (holds live 25 hours), bill each result
 //! once as it comes in (giving back its share of the reservation), release the rest at the
-//! end. Results can be read many times and on any server: a mark in the counter store makes
-//! each result billed once and each share given back once, and the ledger row of a result
-//! (`<batch id>/<result id>`) is unique.
+//! end (`batch_parts`). Results can be read many times and on any server: each part
+//! `<batch id>/<result id>` is settled in one atomic store step whose record is its mark, so
+//! each result is billed once and each share given back once, across crashes too.
 
 use std::sync::Arc;
 
 use super::admission::{demand, AdmitRequest};
-use super::billing::{
-    check_usage, ledger_row, record, usage_adds, BillInfo, Billed, Recorded, Usage,
-};
 use super::guard::Guard;
-use super::settling;
 use super::shared::{Resolved, Shared};
 use super::stats::{bump, log_store_error};
 use super::ticket::ReservedParts;
@@ -21,7 +17,7 @@ use crate::guard::domain::decide::{self, rule_left, Demand, Plan, SlotRead};
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, Metric};
-use crate::guard::store::{HoldRef, Settle, UsageAdd};
+use crate::guard::store::HoldRef;
 
 /// How long a batch's holds live if it never finishes.
 pub(crate) const BATCH_HOLD_MS: i64 = 25 * 3_600_000;
@@ -60,7 +56,7 @@ impl std::fmt::Debug for BatchTicket {
     }
 }
 
-fn unavailable() -> Error {
+pub(super) fn unavailable() -> Error {
     Error::Refused(Box::new(Refusal::unavailable()))
 }
 
@@ -256,16 +252,13 @@ impl BatchTicket {
         out
     }
 
-    fn mark(&self, kind: &str, result_id: &str) -> String {
-        format!("batch:{}:{kind}:{result_id}", self.id)
-    }
-
-    fn marks_until(&self) -> Millis {
+    /// Until when the records of the batch's parts are kept: a day past its holds.
+    pub(super) fn marks_until(&self) -> Millis {
         self.expiry_minute * 60_000 + DAY_MS
     }
 
     /// Result `index`'s share of every hold (the holds split evenly, remainders first).
-    fn share(&self, index: usize) -> Vec<HoldRef> {
+    pub(super) fn share(&self, index: usize) -> Vec<HoldRef> {
         let n = self.request_ids.len() as u64;
         self.holds
             .iter()
@@ -275,119 +268,5 @@ impl BatchTicket {
             })
             .filter(|h| h.amount > 0)
             .collect()
-    }
-
-    /// Gives back result `index`'s share once across every server; false if it was given.
-    async fn give_back(&self, index: usize, now: Millis) -> Result<Vec<HoldRef>> {
-        let mark = self.mark("h", &self.request_ids[index]);
-        match self
-            .shared
-            .store
-            .mark_once(mark, self.marks_until(), now)
-            .await
-        {
-            Ok(true) => Ok(self.share(index)),
-            Ok(false) => Ok(Vec::new()),
-            Err(e) => {
-                log_store_error("batch", &e);
-                Err(unavailable())
-            }
-        }
-    }
-
-    /// Bills one result: the first read of `result_id` on any server bills `usage` and gives
-    /// back the result's share of the reservation; later reads return `None`. Cost comes
-    /// from the model's prices unless given.
-    pub async fn bill_part(
-        &self,
-        result_id: &str,
-        usage: Usage,
-        info: BillInfo,
-    ) -> Result<Option<Billed>> {
-        check_usage(&usage)?;
-        let index = self
-            .request_ids
-            .iter()
-            .position(|r| r == result_id)
-            .ok_or_else(|| {
-                Error::invalid("result_id", result_id, "is not a request of the batch")
-            })?;
-        let now = self.shared.clock.now_ms();
-        let first = self
-            .shared
-            .store
-            .mark_once(self.mark("b", result_id), self.marks_until(), now)
-            .await
-            .map_err(|e| {
-                log_store_error("bill_part", &e);
-                unavailable()
-            })?;
-        if !first {
-            return Ok(None);
-        }
-        let holds = self.give_back(index, now).await.unwrap_or_default();
-        let mut billed = Billed::of(&self.path, &usage, 0);
-        let adds = usage_adds(&self.adds, &billed, now);
-        let part = format!("{}/{result_id}", self.id);
-        billed.recorded = self.settle(part, holds, adds, now).await;
-        bump(&self.shared.stats.billed);
-        if let Some(ledger) = self.shared.ledger.get() {
-            let ticket_id = format!("{}/{result_id}", self.id);
-            record(
-                ledger.as_ref(),
-                ledger_row(&self.path, &self.source, ticket_id, now, &billed, info),
-            );
-        }
-        Ok(Some(billed))
-    }
-
-    /// Ends the batch: gives back the share of every result not billed (on any server).
-    /// Returns how many shares this call gave back.
-    pub async fn finish(&self) -> Result<usize> {
-        let now = self.shared.clock.now_ms();
-        let mut holds: Vec<HoldRef> = Vec::new();
-        let mut given = 0;
-        for index in 0..self.request_ids.len() {
-            let share = self.give_back(index, now).await?;
-            if !share.is_empty() {
-                given += 1;
-            }
-            for h in share {
-                match holds.iter_mut().find(|x| x.key == h.key) {
-                    Some(x) => x.amount += h.amount,
-                    None => holds.push(h),
-                }
-            }
-        }
-        self.settle(self.id.clone(), holds, Vec::new(), now).await;
-        bump(&self.shared.stats.released);
-        Ok(given)
-    }
-
-    /// Settles `id` (the batch, or one of its parts `<batch id>/<result id>`) once, giving
-    /// back `holds` of the batch's reservation; retried in the background by id when the
-    /// store does not answer.
-    async fn settle(
-        &self,
-        id: String,
-        holds: Vec<HoldRef>,
-        adds: Vec<UsageAdd>,
-        now: Millis,
-    ) -> Recorded {
-        if holds.is_empty() && adds.is_empty() {
-            return Recorded::Yes;
-        }
-        let settle = Settle {
-            id,
-            ticket: self.id.clone(),
-            holds,
-            expiry_minute: self.expiry_minute,
-            adds,
-            settled_until: settling::settled_until(now),
-        };
-        match settling::settle(&self.shared, settle, "batch settle").await {
-            Some(_) => Recorded::Yes,
-            None => Recorded::Pending,
-        }
     }
 }

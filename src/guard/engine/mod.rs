@@ -2,10 +2,11 @@
 //! together; admission reads, decides, fits and reserves; tickets and batches settle.
 //!
 //! Files import one way: stats ← fill ← shared ← settling, billing, fitted ← ticket ← guard ←
-//! recovery ← admission ← batch ← batch_state.
+//! recovery ← admission ← batch ← batch_parts, batch_state.
 
 pub(crate) mod admission;
 pub(crate) mod batch;
+mod batch_parts;
 mod batch_state;
 pub(crate) mod billing;
 pub(crate) mod fill;

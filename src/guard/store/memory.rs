@@ -9,8 +9,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{
-    hold_is_live, CounterKey, CounterRead, CounterStore, HoldRef, ReserveItem, ReserveOutcome,
-    Settle, SettleOutcome, StoreFuture, UsageAdd,
+    hold_is_live, CounterKey, CounterRead, CounterStore, HoldRef, PartsSettle, ReserveItem,
+    ReserveOutcome, Settle, SettleOutcome, StoreFuture, UsageAdd,
 };
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::CounterId;
@@ -86,6 +86,8 @@ struct Inner {
     tickets: HashMap<String, (Record, Millis)>,
     /// `mark_once` marks and when they may go.
     marks: HashMap<String, Millis>,
+    /// Batch part records (billed, or only given back) and when they may go.
+    parts: HashMap<String, (bool, Millis)>,
     next_sweep: Millis,
 }
 
@@ -99,6 +101,7 @@ impl Inner {
         self.holds.retain(|_, holds| holds.held(now) > 0);
         self.tickets.retain(|_, (_, until)| *until > now);
         self.marks.retain(|_, until| *until > now);
+        self.parts.retain(|_, (_, until)| *until > now);
     }
 
     /// The cell of `key` if it is still kept at `now`.
@@ -250,6 +253,39 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
+    /// `settle_parts`, synchronously, under one lock.
+    pub fn settle_parts_now(&self, settle: &PartsSettle, now: Millis) -> Vec<SettleOutcome> {
+        let mut inner = self.inner.lock();
+        inner.sweep(now);
+        let landed = inner
+            .record(&settle.ticket, now)
+            .is_some_and(|r| matches!(r, Record::Held | Record::Settled { landed: true }));
+        let until = settle.settled_until.max(now + 1);
+        let mut out = Vec::with_capacity(settle.parts.len());
+        for part in &settle.parts {
+            let billed = inner
+                .parts
+                .get(&part.id)
+                .filter(|(_, until)| *until > now)
+                .map(|(billed, _)| *billed);
+            let give = billed.is_none();
+            let add = part.bill && billed != Some(true);
+            if give && landed {
+                inner.give_back(&part.holds, settle.expiry_minute);
+            }
+            if add {
+                inner.add(&part.adds, now);
+            }
+            if give || add {
+                inner.parts.insert(part.id.clone(), (add, until));
+                out.push(SettleOutcome::Settled);
+            } else {
+                out.push(SettleOutcome::AlreadySettled);
+            }
+        }
+        out
+    }
+
     /// `filled`, synchronously.
     pub fn filled_now(&self, keys: &[CounterKey], now: Millis) -> Vec<bool> {
         let mut inner = self.inner.lock();
@@ -314,6 +350,14 @@ impl CounterStore for MemoryStore {
     fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
         let outcome = self.settle_now(settle, now);
         Box::pin(std::future::ready(Ok(outcome)))
+    }
+
+    fn settle_parts(
+        &self,
+        settle: &PartsSettle,
+        now: Millis,
+    ) -> StoreFuture<'_, Vec<SettleOutcome>> {
+        Box::pin(std::future::ready(Ok(self.settle_parts_now(settle, now))))
     }
 
     fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {

@@ -17,8 +17,8 @@ pub(crate) use redis::{REDIS_TIMEOUT, TIMEOUT_RANGE as REDIS_TIMEOUT_RANGE};
 pub(crate) use crate::guard::domain::clock::Millis;
 pub(crate) use crate::guard::domain::counter::hold_is_live;
 pub use crate::guard::domain::counter::{
-    expiry_minute, CounterKey, CounterRead, FenceAnswer, HoldRef, ReserveItem, ReserveOutcome,
-    Settle, SettleOutcome, UsageAdd,
+    expiry_minute, CounterKey, CounterRead, FenceAnswer, HoldRef, PartSettle, PartsSettle,
+    ReserveItem, ReserveOutcome, Settle, SettleOutcome, UsageAdd,
 };
 
 /// A store's epoch as read (docs/redis.md, "The epoch fence").
@@ -171,6 +171,22 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
         let _ = (mark, keep_until, now);
         Box::pin(std::future::ready(Err(StoreError(
             "this counter store has no marks (batches need them)".into(),
+        ))))
+    }
+
+    /// In one step, for every part of `settle` (in order) whose record says it has not done
+    /// so yet: gives back the part's share (once, if the batch's reservation landed), adds a
+    /// bill's use (once), and records what it did until `settle.settled_until`. Returns, per
+    /// part, `Settled` if this call gave back or billed it, else `AlreadySettled`. All or
+    /// none per call. The default fails: batches are refused on a store without it.
+    fn settle_parts(
+        &self,
+        settle: &PartsSettle,
+        now: Millis,
+    ) -> StoreFuture<'_, Vec<SettleOutcome>> {
+        let _ = (settle, now);
+        Box::pin(std::future::ready(Err(StoreError(
+            "this counter store cannot settle batch parts (batches need it)".into(),
         ))))
     }
 }

@@ -12,6 +12,7 @@ mod checks;
 mod connection;
 mod epoch;
 mod keys;
+mod parts;
 mod scripts;
 
 use std::sync::Arc;
@@ -27,8 +28,8 @@ use keys::key_head;
 use scripts::Scripts;
 
 use super::{
-    CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, ReserveItem,
-    ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError, StoreFuture,
+    CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, PartsSettle,
+    ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError, StoreFuture,
 };
 use crate::guard::domain::clock::Millis;
 
@@ -80,7 +81,8 @@ struct Inner {
 /// Guarantees: `reserve` checks and places all holds in one Lua script (all or none);
 /// `settle` takes holds back and adds use in one script, never taking a hold below zero, once
 /// per ticket id (a settled mark outlives any hold of the ticket, so a late reservation
-/// places nothing); expired holds are ignored and deleted; every operation is one round trip
+/// places nothing); `settle_parts` settles many parts of a batch in one script, each once;
+/// expired holds are ignored and deleted; every operation is one round trip
 /// (plus one `SCRIPT LOAD` the first time a server sees a script) and fails with `StoreError`
 /// within 2.5 × the store's timeout (1 s unless given) when Redis cannot answer; the store
 /// reconnects by itself when Redis is back.
@@ -315,6 +317,14 @@ impl CounterStore for RedisStore {
                 SettleOutcome::AlreadySettled
             })
         })
+    }
+
+    fn settle_parts(
+        &self,
+        settle: &PartsSettle,
+        now: Millis,
+    ) -> StoreFuture<'_, Vec<SettleOutcome>> {
+        self.settle_parts_call(settle, now)
     }
 
     fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {

@@ -12,6 +12,7 @@ const FILLED_LUA: &str = include_str!("../lua/filled.lua");
 const FILL_LUA: &str = include_str!("../lua/fill.lua");
 const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
 const EPOCH_LUA: &str = include_str!("../lua/epoch.lua");
+const SETTLE_PARTS_LUA: &str = include_str!("../lua/settle_parts.lua");
 
 pub(super) struct Scripts {
     pub(super) read: Script,
@@ -21,6 +22,7 @@ pub(super) struct Scripts {
     pub(super) fill: Script,
     pub(super) mark_once: Script,
     pub(super) epoch: Script,
+    pub(super) settle_parts: Script,
 }
 
 impl Scripts {
@@ -34,6 +36,7 @@ impl Scripts {
             fill: with_common(FILL_LUA),
             mark_once: Script::new(MARK_ONCE_LUA),
             epoch: Script::new(EPOCH_LUA),
+            settle_parts: with_common(SETTLE_PARTS_LUA),
         }
     }
 }

@@ -1,0 +1,159 @@
+//! Billing and finishing a batch's parts. Each part `<batch id>/<result id>` settles in one
+//! atomic store step (`CounterStore::settle_parts`) whose record is its mark: a bill gives
+//! back the part's share (unless the finish did) and adds its use, once; a finish gives back
+//! the share of every part not yet given back, many parts per step. A crash between steps
+//! leaves only parts not yet settled, which a repeated `finish` (on any guard, after
+//! `resume_batch`) settles; nothing is given back or billed twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::batch::{unavailable, BatchTicket};
+use super::billing::{
+    check_usage, ledger_row, record, usage_adds, BillInfo, Billed, Recorded, Usage,
+};
+use super::settling::SETTLED_KEEP_MS;
+use super::shared::Shared;
+use super::stats::{bump, log_store_error, store_answered};
+use crate::error::{Error, Result};
+use crate::guard::domain::clock::Millis;
+use crate::guard::store::{PartSettle, PartsSettle, SettleOutcome};
+
+/// How many parts one `finish` step settles: 4,000 parts take 8 round trips, each a short
+/// script.
+const FINISH_CHUNK: usize = 500;
+/// The longest pause between retries of a bill the store did not answer.
+const RETRY_MAX: Duration = Duration::from_millis(250);
+
+impl BatchTicket {
+    fn parts(&self, parts: Vec<PartSettle>) -> PartsSettle {
+        PartsSettle {
+            ticket: self.id.clone(),
+            expiry_minute: self.expiry_minute,
+            settled_until: self.marks_until(),
+            parts,
+        }
+    }
+
+    /// Bills one result: the first bill of `result_id` on any server adds `usage` and gives
+    /// back the result's share of the reservation (unless `finish` gave it back already), in
+    /// one store step; later bills return `None`. Cost comes from the model's prices unless
+    /// given. When the store does not answer, the bill is retried in the background by part
+    /// id (`recorded` is `Pending`); it counts once if it lands at all.
+    pub async fn bill_part(
+        &self,
+        result_id: &str,
+        usage: Usage,
+        info: BillInfo,
+    ) -> Result<Option<Billed>> {
+        check_usage(&usage)?;
+        let index = self
+            .request_ids
+            .iter()
+            .position(|r| r == result_id)
+            .ok_or_else(|| {
+                Error::invalid("result_id", result_id, "is not a request of the batch")
+            })?;
+        let now = self.shared.clock.now_ms();
+        let mut billed = Billed::of(&self.path, &usage, 0);
+        let part = format!("{}/{result_id}", self.id);
+        let settle = self.parts(vec![PartSettle {
+            id: part.clone(),
+            holds: self.share(index),
+            bill: true,
+            adds: usage_adds(&self.adds, &billed, now),
+        }]);
+        billed.recorded = match self.shared.store.settle_parts(&settle, now).await {
+            Ok(outcomes) => {
+                store_answered();
+                if outcomes.first() != Some(&SettleOutcome::Settled) {
+                    return Ok(None);
+                }
+                Recorded::Yes
+            }
+            Err(e) => {
+                bump(&self.shared.stats.settle_failures);
+                bump(&self.shared.stats.store_errors);
+                log_store_error("bill_part", &e);
+                retry(self.shared.clone(), settle, now + SETTLED_KEEP_MS);
+                Recorded::Pending
+            }
+        };
+        bump(&self.shared.stats.billed);
+        if let Some(ledger) = self.shared.ledger.get() {
+            record(
+                ledger.as_ref(),
+                ledger_row(&self.path, &self.source, part, now, &billed, info),
+            );
+        }
+        Ok(Some(billed))
+    }
+
+    /// Ends the batch: gives back the share of every result neither billed nor given back
+    /// (on any server), 500 parts per atomic store step. Returns how many shares this call
+    /// gave back. Idempotent and resumable: after a crash or a store error part way, a
+    /// repeated `finish` gives back exactly the shares still held.
+    pub async fn finish(&self) -> Result<usize> {
+        let now = self.shared.clock.now_ms();
+        let mut given = 0;
+        let ids: Vec<usize> = (0..self.request_ids.len()).collect();
+        for chunk in ids.chunks(FINISH_CHUNK) {
+            let parts = chunk
+                .iter()
+                .map(|&i| PartSettle {
+                    id: format!("{}/{}", self.id, self.request_ids[i]),
+                    holds: self.share(i),
+                    bill: false,
+                    adds: Vec::new(),
+                })
+                .collect();
+            let settle = self.parts(parts);
+            let outcomes = self
+                .shared
+                .store
+                .settle_parts(&settle, now)
+                .await
+                .map_err(|e| {
+                    bump(&self.shared.stats.store_errors);
+                    log_store_error("batch finish", &e);
+                    unavailable()
+                })?;
+            store_answered();
+            given += outcomes
+                .iter()
+                .filter(|o| **o == SettleOutcome::Settled)
+                .count();
+        }
+        bump(&self.shared.stats.released);
+        Ok(given)
+    }
+}
+
+/// Retries a bill's `settle` on the shared runtime until the store answers or `give_up`
+/// passes (the part's record lives far longer, so a retry never bills twice).
+fn retry(shared: Arc<Shared>, settle: PartsSettle, give_up: Millis) {
+    crate::runtime::shared().spawn(async move {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RETRY_MAX);
+            let now = shared.clock.now_ms();
+            match shared.store.settle_parts(&settle, now).await {
+                Ok(_) => {
+                    store_answered();
+                    bump(&shared.stats.settles_retried);
+                    return;
+                }
+                Err(e) if now >= give_up => {
+                    log::error!(
+                        "usage_guard: gave up retrying the bill of batch part {} after the \
+                         store stayed unreachable: {e}",
+                        settle.parts.first().map_or("", |p| p.id.as_str())
+                    );
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
+    });
+}
