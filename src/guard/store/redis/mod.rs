@@ -28,8 +28,8 @@ use keys::key_head;
 use scripts::Scripts;
 
 use super::{
-    CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, PartsSettle,
-    ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError, StoreFuture,
+    CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, PartsSettle, ReserveItem,
+    ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError, StoreFuture,
 };
 use crate::guard::domain::clock::Millis;
 
