@@ -72,7 +72,7 @@ async def test_admissions_given_up_by_asyncio_leave_no_hold(
         call = guard.admit_async("alice", "gpt-5", prompt_tokens=1, max_tokens=1)
         try:
             ticket = await asyncio.wait_for(call, 0.0001 * (n % 8))
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not the builtin before Python 3.11
             timed_out += 1
             continue
         except ug.UsageLimitError:
