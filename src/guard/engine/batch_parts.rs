@@ -5,25 +5,18 @@
 //! leaves only parts not yet settled, which a repeated `finish` (on any guard, after
 //! `resume_batch`) settles; nothing is given back or billed twice.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use super::batch::{unavailable, BatchTicket};
 use super::billing::{
     check_usage, ledger_row, record, usage_adds, BillInfo, Billed, Recorded, Usage,
 };
-use super::settling::SETTLED_KEEP_MS;
-use super::shared::Shared;
+use super::settling::{retry_until_answered, SETTLED_KEEP_MS};
 use super::stats::{bump, log_store_error, store_answered};
 use crate::error::{Error, Result};
-use crate::guard::domain::clock::Millis;
 use crate::guard::store::{PartSettle, PartsSettle, SettleOutcome};
 
 /// How many parts one `finish` step settles: 4,000 parts take 8 round trips, each a short
 /// script.
 const FINISH_CHUNK: usize = 500;
-/// The longest pause between retries of a bill the store did not answer.
-const RETRY_MAX: Duration = Duration::from_millis(250);
 
 impl BatchTicket {
     fn parts(&self, parts: Vec<PartSettle>) -> PartsSettle {
@@ -75,7 +68,15 @@ impl BatchTicket {
                 bump(&self.shared.stats.settle_failures);
                 bump(&self.shared.stats.store_errors);
                 log_store_error("bill_part", &e);
-                retry(self.shared.clone(), settle, now + SETTLED_KEEP_MS);
+                let what = format!("the bill of batch part {}/{result_id}", self.id);
+                // The part's record lives far longer than the retries: never billed twice.
+                retry_until_answered(
+                    self.shared.clone(),
+                    what,
+                    now + SETTLED_KEEP_MS,
+                    settle,
+                    |store, settle, now| store.settle_parts(settle, now),
+                );
                 Recorded::Pending
             }
         };
@@ -127,33 +128,4 @@ impl BatchTicket {
         bump(&self.shared.stats.released);
         Ok(given)
     }
-}
-
-/// Retries a bill's `settle` on the shared runtime until the store answers or `give_up`
-/// passes (the part's record lives far longer, so a retry never bills twice).
-fn retry(shared: Arc<Shared>, settle: PartsSettle, give_up: Millis) {
-    crate::runtime::shared().spawn(async move {
-        let mut pause = Duration::from_millis(50);
-        loop {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RETRY_MAX);
-            let now = shared.clock.now_ms();
-            match shared.store.settle_parts(&settle, now).await {
-                Ok(_) => {
-                    store_answered();
-                    bump(&shared.stats.settles_retried);
-                    return;
-                }
-                Err(e) if now >= give_up => {
-                    log::error!(
-                        "usage_guard: gave up retrying the bill of batch part {} after the \
-                         store stayed unreachable: {e}",
-                        settle.parts.first().map_or("", |p| p.id.as_str())
-                    );
-                    return;
-                }
-                Err(_) => {}
-            }
-        }
-    });
 }

@@ -11,7 +11,9 @@ use super::shared::Shared;
 use super::stats::{bump, log_store_error, store_answered};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::Plan;
-use crate::guard::store::{HoldRef, Settle, SettleOutcome, StoreError, UsageAdd};
+use crate::guard::store::{
+    CounterStore, HoldRef, Settle, SettleOutcome, StoreError, StoreFuture, UsageAdd,
+};
 
 /// How long a call's holds live if it never settles.
 pub(crate) const CALL_HOLD_MS: i64 = 15 * 60_000;
@@ -118,13 +120,37 @@ fn failed(shared: &Shared, operation: &str, error: &StoreError) {
 /// `RETRY_MAX` between attempts, and gives up once the settle no longer matters.
 fn retry(shared: Arc<Shared>, settle: Settle, operation: &'static str) {
     let give_up = give_up_at(&settle);
+    let what = format!("{operation} of {}", settle.id);
+    retry_until_answered(shared, what, give_up, settle, |store, settle, now| {
+        store.settle(settle, now)
+    });
+}
+
+/// A store step to retry: the store, what is retried, the time.
+pub(crate) type Attempt<W, R> =
+    for<'a> fn(&'a dyn CounterStore, &'a W, Millis) -> StoreFuture<'a, R>;
+
+/// Retries `attempt` of `work` on the shared runtime until the store answers (every retried
+/// step is idempotent by id, so an earlier attempt that landed after all makes it a no-op),
+/// pausing from `RETRY_FIRST` doubling to `RETRY_MAX`; once `give_up` has passed, logs `what`
+/// and stops.
+pub(crate) fn retry_until_answered<W, R>(
+    shared: Arc<Shared>,
+    what: String,
+    give_up: Millis,
+    work: W,
+    attempt: Attempt<W, R>,
+) where
+    W: Send + Sync + 'static,
+    R: Send + 'static,
+{
     crate::runtime::shared().spawn(async move {
         let mut pause = RETRY_FIRST;
         loop {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(RETRY_MAX);
             let now = shared.clock.now_ms();
-            match shared.store.settle(&settle, now).await {
+            match attempt(shared.store.as_ref(), &work, now).await {
                 Ok(_) => {
                     store_answered();
                     bump(&shared.stats.settles_retried);
@@ -132,9 +158,8 @@ fn retry(shared: Arc<Shared>, settle: Settle, operation: &'static str) {
                 }
                 Err(e) if now >= give_up => {
                     log::error!(
-                        "usage_guard: gave up retrying {operation} of {} after the store \
-                         stayed unreachable: {e}",
-                        settle.id
+                        "usage_guard: gave up retrying {what} after the store stayed \
+                         unreachable: {e}"
                     );
                     return;
                 }
