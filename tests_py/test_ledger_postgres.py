@@ -33,7 +33,9 @@ def _free_port() -> int:
 
 def _run(cmd: list[str], as_postgres: bool) -> bool:
     if as_postgres:
-        cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        # runuser lives in /sbin, which a CI PATH may leave out.
+        runuser = shutil.which("runuser") or shutil.which("runuser", path="/usr/sbin:/sbin")
+        cmd = [runuser or "runuser", "-u", "postgres", "--", *cmd]
     return subprocess.run(cmd, capture_output=True).returncode == 0
 
 

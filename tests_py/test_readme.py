@@ -57,6 +57,11 @@ def test_check_samples_print_what_the_docs_show(doc: str, tmp_path: Path) -> Non
         assert done.returncode == (1 if failed else 0)
 
 
+def with_bin_on_path() -> dict[str, str]:
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+
+
 @pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("pip", "maturin")) or not shutil.which("cargo"),
     reason="reads the checkout's metadata: needs pip, maturin and cargo (not in the wheel test)",
@@ -87,6 +92,9 @@ def test_the_example_installs_from_the_checkout() -> None:
         text=True,
         cwd=ROOT,
         timeout=300,
+        # Without build isolation the maturin backend shells out to `maturin` by name: the
+        # environment's own bin directory must be on PATH even when the venv is not activated.
+        env=with_bin_on_path(),
     )
     assert done.returncode == 0, done.stderr
     assert '"name": "usage-guard"' in done.stdout or '"name": "usage_guard"' in done.stdout
