@@ -15,6 +15,8 @@
 pub(crate) mod ceiling;
 mod error;
 mod fork;
+#[cfg(feature = "gateway")]
+mod gateway;
 mod guard;
 mod runtime;
 
@@ -29,6 +31,8 @@ pub use ceiling::{
 };
 pub use ceiling::{HttpRefusal, HttpShape};
 pub use error::{Error, FieldError, Result};
+#[cfg(feature = "gateway")]
+pub use gateway::{Gateway, GatewayOptions};
 pub use guard::domain::clock::{iso8601, parse_iso8601, Clock, ManualClock, Millis, SystemClock};
 pub use guard::domain::decide::UsageCeiling;
 pub use guard::domain::path::{SourceKind, SourceRef};

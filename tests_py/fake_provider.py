@@ -11,6 +11,7 @@ Knobs (attributes, change them between calls):
                   thinking on, the first reasoning_tokens output tokens are thinking text)
   break_after     a streaming answer drops the connection after this many content chunks
   delay           seconds to wait before answering (compute time)
+  chunk_delay     seconds to wait between the pieces of a streaming answer
   refusal         (status, headers, body) from `UsageLimitError.to_http`: every request is
                   answered with it
 Every request is recorded in `requests` as `Recorded(method, path, headers, body)`.
@@ -47,6 +48,7 @@ class FakeProvider:
         self.reasoning_tokens = 0
         self.break_after: Optional[int] = None
         self.delay = 0.0  # seconds before answering
+        self.chunk_delay = 0.0  # seconds between streamed pieces
         self.refusal: Optional[tuple[int, dict[str, str], Any]] = None
         self._lock = threading.Lock()
         provider = self
@@ -106,6 +108,7 @@ class FakeProvider:
         self.refusal = None
         self.break_after = None
         self.delay = 0.0
+        self.chunk_delay = 0.0
 
     def bodies(self, path: str) -> list[Any]:
         return [r.body for r in self.requests if r.path.split("?")[0] == path]
@@ -472,6 +475,8 @@ class FakeProvider:
                 return
             h.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
             h.wfile.flush()
+            if self.chunk_delay:
+                time.sleep(self.chunk_delay)
             if i in content_at:
                 sent += 1
         h.wfile.write(b"0\r\n\r\n")

@@ -39,6 +39,7 @@ from .errors import (
     UsageLimitError,
     UsageLimitsUnavailable,
 )
+from .gateway import Gateway, serve
 
 
 def _flush_ledgers_at_exit() -> None:
@@ -56,6 +57,7 @@ __all__ = [
     "ModelNotFound",
     "FitResult",
     "BatchTicket",
+    "Gateway",
     "Guard",
     "LedgerError",
     "ManualClock",
@@ -75,5 +77,6 @@ __all__ = [
     "count_tokens",
     "fit",
     "intersect_ceilings",
+    "serve",
     "usage_capped",
 ]

@@ -4,6 +4,7 @@ usage-guard demo                a simulated day on the in-memory store, with a m
 usage-guard check POLICY_FILE   validate a policy file and print every error and warning
                                 (--strict: warnings fail too)
 usage-guard recover ...         lift the epoch fence after the counter store lost its state
+usage-guard serve ...           the HTTP gateway (OpenAI, Anthropic, Ollama endpoints)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Optional, Sequence
 from . import Policy, PolicyError, __version__
 from .cli_demo import EXAMPLE_POLICY, run_day
 from .cli_recover import add_recover_command
+from .cli_serve import add_serve_command
 from .cli_usage import add_usage_command
 
 __all__ = ["EXAMPLE_POLICY", "build_parser", "check", "main", "run_day"]
@@ -90,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_usage_command(commands)
     add_recover_command(commands)
+    add_serve_command(commands)
     return parser
 
 
@@ -98,7 +101,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "check":
             return check(args.policy_file, strict=args.strict)
-        if args.command in ("usage", "recover"):
+        if args.command in ("usage", "recover", "serve"):
             return int(args.func(args))
         run_day()
         return 0

@@ -63,6 +63,13 @@ fn admit_request(
     })
 }
 
+impl PyGuard {
+    /// The Rust guard (the gateway serves it).
+    pub(crate) fn guard(&self) -> &Guard {
+        &self.inner
+    }
+}
+
 #[pymethods]
 impl PyGuard {
     /// A guard over `policy` on `store` (a new `MemoryStore` when omitted), reading time

@@ -6,6 +6,7 @@ mod ceiling;
 mod clock;
 mod convert;
 mod errors;
+mod gateway;
 mod guard;
 mod json;
 mod ledger;
@@ -35,5 +36,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ceiling::register(m)?;
     ledger::register(m)?;
     usage::register(m)?;
+    gateway::register(m)?;
     Ok(())
 }

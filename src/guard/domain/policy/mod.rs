@@ -1,6 +1,7 @@
 //! The policy: models, teams and limits, validated from a closed vocabulary. Every error of a
 //! document is reported at once, each naming the field's path, the value and what is accepted.
 
+mod gateway;
 mod json;
 mod limits;
 mod models;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 pub(crate) use super::rule::RuleSpec;
 use crate::error::{Error, FieldError};
 
+pub(crate) use gateway::{key_digest, GatewayKey, GatewaySettings, Upstream};
 pub(crate) use limits::{DirectLimit, PublicLimit, SubjectLimit, TeamLimit};
 pub use models::Prices;
 pub(crate) use models::{Counting, ModelSpec, Provider};
@@ -38,6 +40,10 @@ pub struct Policy {
     pub user_total: Vec<SubjectLimit>,
     pub platform: Vec<RuleSpec>,
     pub settings: Settings,
+    /// Where each provider's calls go (`[providers.*]`; read by the gateway).
+    pub providers: Vec<Upstream>,
+    /// The gateway's keys and bounds (`[gateway]`).
+    pub gateway: GatewaySettings,
     /// What is valid but probably not meant (an amount of 0, anonymous calls unlimited by
     /// default), each with its path; a policy with warnings works as written.
     pub warnings: Vec<FieldError>,
@@ -188,6 +194,11 @@ impl Policy {
     /// The model entry, if the policy lists the model.
     pub fn model(&self, id: &str) -> Option<&Arc<ModelSpec>> {
         self.index.models.get(id).map(|&i| &self.models[i])
+    }
+
+    /// Where `provider`'s calls go, when the policy says.
+    pub(crate) fn upstream(&self, provider: Provider) -> Option<&Upstream> {
+        self.providers.iter().find(|u| u.provider == provider)
     }
 
     /// The team entry.

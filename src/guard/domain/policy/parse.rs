@@ -33,7 +33,18 @@ fn ids(top: &serde_json::Map<String, Value>, key: &str) -> HashSet<String> {
 impl Parser {
     fn policy(&mut self, doc: &Value) -> Policy {
         let mut policy = Policy::default();
-        let Some(top) = self.table("", doc, &["models", "teams", "limits", "settings"]) else {
+        let Some(top) = self.table(
+            "",
+            doc,
+            &[
+                "models",
+                "teams",
+                "limits",
+                "settings",
+                "providers",
+                "gateway",
+            ],
+        ) else {
             return policy;
         };
         if let Some(models) = top.get("models") {
@@ -47,6 +58,12 @@ impl Parser {
         }
         let model_ids = ids(top, "models");
         let team_ids = ids(top, "teams");
+        if let Some(providers) = top.get("providers") {
+            policy.providers = self.upstreams(providers);
+        }
+        if let Some(gateway) = top.get("gateway") {
+            policy.gateway = self.gateway(gateway, &team_ids, &model_ids);
+        }
         if let Some(limits) = top.get("limits") {
             self.limits(limits, &mut Known::new(&model_ids, &team_ids), &mut policy);
         }

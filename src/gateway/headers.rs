@@ -1,0 +1,150 @@
+//! Rate-limit headers: OpenAI's `x-ratelimit-*`, Anthropic's `anthropic-ratelimit-*`, the
+//! IETF `RateLimit-Policy` / `RateLimit` fields, and `X-Usage-Restriction` for a fitted call.
+//! Each kind of header reports the tightest rule of its metric (requests, tokens); a metric
+//! no rule counts gets no header.
+
+use crate::ceiling::HttpShape;
+use crate::guard::domain::clock::{iso8601, Millis};
+use crate::guard::domain::refusal::Refusal;
+use crate::guard::domain::rule::Metric;
+use crate::guard::domain::view::UsageView;
+use crate::guard::domain::window::Window;
+
+/// One rule as the headers report it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Reported {
+    pub(crate) metric: Metric,
+    pub(crate) window: Window,
+    pub(crate) limit: u64,
+    pub(crate) remaining: u64,
+    pub(crate) resets_at: Option<Millis>,
+}
+
+/// The tightest requests rule and the tightest tokens rule of a usage view.
+pub(crate) fn tightest(view: &UsageView) -> Vec<Reported> {
+    let mut out = Vec::new();
+    for metric in [Metric::Requests, Metric::Tokens] {
+        let best = view
+            .rules
+            .iter()
+            .chain(&view.ceilings)
+            .filter(|r| r.metric == metric)
+            .min_by_key(|r| r.left);
+        if let Some(r) = best {
+            out.push(Reported {
+                metric,
+                window: r.window,
+                limit: r.amount,
+                remaining: r.left,
+                resets_at: r.resets_at,
+            });
+        }
+    }
+    out
+}
+
+/// The rule a refusal names, as the headers report it (nothing left).
+pub(crate) fn refused(refusal: &Refusal) -> Vec<Reported> {
+    match (refusal.metric, refusal.window, refusal.amount) {
+        (Some(metric @ (Metric::Requests | Metric::Tokens)), Some(window), Some(limit)) => {
+            vec![Reported {
+                metric,
+                window,
+                limit,
+                remaining: 0,
+                resets_at: refusal.resets_at,
+            }]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// `1h2m3s`, `4m0s`, `7s`: OpenAI's reset durations.
+fn duration(seconds: u64) -> String {
+    let (h, m, s) = (seconds / 3600, seconds % 3600 / 60, seconds % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// The headers for `rules` in `shape`, `now` being the time of the answer.
+pub(crate) fn rate_limit(
+    rules: &[Reported],
+    shape: HttpShape,
+    now: Millis,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut policies = Vec::new();
+    let mut limits = Vec::new();
+    for r in rules {
+        let word = if r.metric == Metric::Requests {
+            "requests"
+        } else {
+            "tokens"
+        };
+        let reset = r
+            .resets_at
+            .map(|at| ((at - now).max(0) as u64).div_ceil(1000));
+        match shape {
+            HttpShape::OpenAi | HttpShape::Ollama => {
+                out.push((format!("x-ratelimit-limit-{word}"), r.limit.to_string()));
+                out.push((
+                    format!("x-ratelimit-remaining-{word}"),
+                    r.remaining.to_string(),
+                ));
+                if let Some(s) = reset {
+                    out.push((format!("x-ratelimit-reset-{word}"), duration(s)));
+                }
+            }
+            HttpShape::Anthropic => {
+                out.push((
+                    format!("anthropic-ratelimit-{word}-limit"),
+                    r.limit.to_string(),
+                ));
+                out.push((
+                    format!("anthropic-ratelimit-{word}-remaining"),
+                    r.remaining.to_string(),
+                ));
+                if let Some(at) = r.resets_at {
+                    out.push((format!("anthropic-ratelimit-{word}-reset"), iso8601(at)));
+                }
+            }
+        }
+        let start = r.window.bucket_start(now);
+        let window_seconds = match r.window {
+            Window::Sliding { seconds } => u64::from(seconds),
+            Window::Calendar(_) => ((r.window.bucket_end(start) - start) / 1000) as u64,
+            Window::WhileRunning => 0,
+        };
+        policies.push(format!("\"{word}\";q={};w={window_seconds}", r.limit));
+        let mut item = format!("\"{word}\";r={}", r.remaining);
+        if let Some(s) = reset {
+            item.push_str(&format!(";t={s}"));
+        }
+        limits.push(item);
+    }
+    if !policies.is_empty() {
+        out.push(("ratelimit-policy".to_string(), policies.join(", ")));
+        out.push(("ratelimit".to_string(), limits.join(", ")));
+    }
+    out
+}
+
+/// `X-Usage-Restriction` for a call whose output maximum the ceiling lowered: the rule
+/// closest to its amount and the output maximum sent.
+pub(crate) fn restriction(view: &UsageView, max_output_tokens: Option<u64>) -> String {
+    let mut parts = Vec::new();
+    if let Some(r) = &view.restriction {
+        parts.push(format!("restricted_by={}", r.restricted_by.name()));
+        parts.push(format!("metric={}", r.metric.word()));
+        parts.push(format!("window=\"{}\"", r.window.word()));
+        parts.push(format!("current_value={}", r.current_value));
+        parts.push(format!("max_value={}", r.max_value));
+    }
+    if let Some(m) = max_output_tokens {
+        parts.push(format!("max_output_tokens={m}"));
+    }
+    parts.join("; ")
+}

@@ -1,0 +1,19 @@
+//! The HTTP gateway (`usage-guard serve`, feature `gateway`): OpenAI, Anthropic and Ollama
+//! endpoints in front of the providers, on the same guard. Every call is admitted (its
+//! prompt counted, its output maximum fitted) before the provider sees it, forwarded with
+//! only the fitted keys changed, streamed back as it arrives, and billed from the usage the
+//! provider reports (or what was delivered, when a stream ends early).
+//!
+//! Files import one way: shape, keys, metrics, upstream ← headers ← relay ← forward ← proxy ← server.
+
+mod forward;
+mod headers;
+mod keys;
+mod metrics;
+mod proxy;
+mod relay;
+mod server;
+mod shape;
+mod upstream;
+
+pub use server::{Gateway, GatewayOptions};

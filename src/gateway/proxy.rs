@@ -1,0 +1,313 @@
+//! One model call through the gateway: key → body → admission (prompt counted, output
+//! maximum fitted) → the provider → the answer relayed and billed. Every refusal and error
+//! answers in the endpoint's provider shape, before the provider sees the call.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Response, StatusCode};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::forward::Forward;
+use super::headers::{rate_limit, refused, restriction, tightest};
+use super::keys;
+use super::metrics::Metrics;
+use super::relay::Call;
+use super::shape::{json_response, set_headers, Endpoint, Problem};
+use crate::ceiling::Api;
+use crate::error::Error;
+use crate::guard::domain::policy::{GatewayKey, Upstream};
+use crate::guard::domain::refusal::Refusal;
+use crate::guard::engine::admission::AdmitRequest;
+use crate::guard::engine::guard::Guard;
+use crate::guard::engine::ticket::BillInfo;
+
+/// What every request of one gateway shares.
+pub(crate) struct App {
+    pub(crate) guard: Guard,
+    pub(crate) client: reqwest::Client,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Set when shutting down: new calls are refused (503), running ones finish.
+    pub(crate) draining: AtomicBool,
+}
+
+/// Serves one model call at `endpoint`, and counts its answer.
+pub(crate) async fn model_call(
+    app: Arc<App>,
+    endpoint: Endpoint,
+    headers: HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    let metrics = app.metrics.clone();
+    // The call runs in its own task: a client that goes away while the provider works does
+    // not cancel it, so what the provider did is still billed.
+    let task = crate::runtime::shared().spawn(call(app, endpoint, headers, body));
+    let response = task
+        .await
+        .unwrap_or_else(|_| Problem::BadGateway.response(endpoint.shape, "the call failed"));
+    metrics.count(
+        "usage_guard_gateway_requests_total",
+        &[
+            ("endpoint", endpoint.path),
+            ("status", response.status().as_str()),
+        ],
+    );
+    response
+}
+
+fn bad(endpoint: Endpoint, message: &str) -> Response<Body> {
+    Problem::BadRequest.response(endpoint.shape, message)
+}
+
+/// The request's body as a JSON object with its model and whether it streams.
+async fn read_request(
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+) -> Result<(Bytes, Value, String, bool), Response<Body>> {
+    let too_large = || {
+        Problem::TooLarge.response(
+            endpoint.shape,
+            &format!("The request body is larger than {limit} bytes (gateway.max_body_bytes)"),
+        )
+    };
+    let declared = headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let bytes = axum::body::to_bytes(body, limit as usize)
+        .await
+        .map_err(|_| too_large())?;
+    let request: Value = match serde_json::from_slice(&bytes) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return Err(bad(endpoint, "The request body must be a JSON object")),
+        Err(e) => {
+            return Err(bad(
+                endpoint,
+                &format!("The request body is not valid JSON: {e}"),
+            ))
+        }
+    };
+    let model = match request.get("model") {
+        Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
+        Some(other) => {
+            return Err(bad(
+                endpoint,
+                &format!("`model` must be a non-empty string (got {other})"),
+            ))
+        }
+        None => return Err(bad(endpoint, "`model` is required")),
+    };
+    let stream = match request.get("stream") {
+        None | Some(Value::Null) => endpoint.streams_by_default,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(bad(
+                endpoint,
+                &format!("`stream` must be true or false (got {other})"),
+            ))
+        }
+    };
+    Ok((bytes, request, model, stream))
+}
+
+/// The refusal as the endpoint's provider answers it, with the rate-limit headers.
+fn refusal_response(app: &App, refusal: &Refusal, endpoint: Endpoint) -> Response<Body> {
+    app.metrics.count(
+        "usage_guard_gateway_refusals_total",
+        &[
+            ("reason", refusal.reason.code()),
+            ("limit_type", refusal.limit_type.map_or("", |l| l.name())),
+        ],
+    );
+    let http = refusal.to_http(endpoint.shape);
+    let mut response = json_response(
+        StatusCode::from_u16(http.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
+        &http.body,
+    );
+    let now = app.guard.clock().now_ms();
+    let mut extra = http.headers;
+    extra.extend(rate_limit(&refused(refusal), endpoint.shape, now));
+    set_headers(&mut response, extra);
+    response
+}
+
+/// What the ledger row of a gateway call records beside the usage: the key's label (never
+/// the key), its credential and attributes, and the endpoint.
+fn bill_info(key: &GatewayKey, endpoint: Endpoint, stream: bool) -> BillInfo {
+    let mut meta = json!({
+        "gateway": endpoint.path,
+        "key": key.label,
+        "stream": stream,
+    });
+    if let Some(c) = &key.credential {
+        meta["credential"] = json!(c);
+    }
+    if !key.teams.is_empty() {
+        meta["teams"] = json!(key.teams);
+    }
+    if !key.attributes.is_empty() {
+        meta["attributes"] = json!(key.attributes);
+    }
+    BillInfo {
+        request_id: None,
+        metadata: Some(meta),
+    }
+}
+
+/// The body to send: the caller's bytes untouched unless the fit changed a key or the
+/// gateway asks for the stream's usage.
+fn outgoing(bytes: Bytes, mut request: Value, call: &Call, ask_usage: bool) -> Bytes {
+    let changes = call.ticket().fitted_changes().unwrap_or_default();
+    if changes.is_empty() && !ask_usage {
+        return bytes;
+    }
+    if let Value::Object(map) = &mut request {
+        map.extend(changes);
+        if ask_usage {
+            let options = map.entry("stream_options").or_insert_with(|| json!({}));
+            if !options.is_object() {
+                *options = json!({});
+            }
+            options["include_usage"] = json!(true);
+        }
+    }
+    Bytes::from(serde_json::to_vec(&request).unwrap_or_default())
+}
+
+/// A call whose key, body, model and upstream were checked.
+struct Checked {
+    key: GatewayKey,
+    bytes: Bytes,
+    request: Value,
+    model: String,
+    stream: bool,
+    upstream: Upstream,
+    timeout: Duration,
+}
+
+/// Checks a call before admission: the gateway is running, the key, the body, the key may
+/// call the model, and the model's provider has an upstream.
+async fn check(
+    app: &App,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Checked, Response<Body>> {
+    if app.draining.load(Ordering::Relaxed) {
+        let message = "The gateway is shutting down";
+        return Err(Problem::Unavailable.response(endpoint.shape, message));
+    }
+    let policy = app.guard.policy();
+    let key = match keys::authenticate(&policy, headers) {
+        Ok(k) => k.clone(),
+        Err(message) => return Err(Problem::Unauthorized.response(endpoint.shape, message)),
+    };
+    let limit = policy.gateway.max_body_bytes;
+    let (bytes, request, model, stream) = read_request(endpoint, headers, body, limit).await?;
+    if let Some(models) = key.models.as_ref().filter(|m| !m.contains(&model)) {
+        let message = format!(
+            "This key may not call the model {model:?}; it may call: {}",
+            models.join(", ")
+        );
+        return Err(Problem::Forbidden.response(endpoint.shape, &message));
+    }
+    let provider = policy
+        .model(&model)
+        .map(|m| m.provider)
+        .unwrap_or(endpoint.provider());
+    let Some(upstream) = policy.upstream(provider).cloned() else {
+        let word = provider.word();
+        let message = format!(
+            "No upstream for the provider {word}: add [providers.{word}] base_url = \"...\" \
+             to the policy"
+        );
+        return Err(Problem::BadGateway.response(endpoint.shape, &message));
+    };
+    Ok(Checked {
+        key,
+        bytes,
+        request,
+        model,
+        stream,
+        upstream,
+        timeout: Duration::from_secs(policy.gateway.upstream_timeout_seconds),
+    })
+}
+
+async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response<Body> {
+    let Checked {
+        key,
+        bytes,
+        request,
+        model,
+        stream,
+        upstream,
+        timeout,
+    } = match check(&app, endpoint, &headers, body).await {
+        Ok(c) => c,
+        Err(response) => return response,
+    };
+    let started = Instant::now();
+    let admitted = app
+        .guard
+        .admit(AdmitRequest {
+            user: Some(key.principal.to_string()),
+            model: model.clone(),
+            request: Some((request.clone(), endpoint.api)),
+            ..AdmitRequest::default()
+        })
+        .await;
+    app.metrics
+        .admission_seconds(started.elapsed().as_secs_f64());
+    let ticket = match admitted {
+        Ok(t) => t,
+        Err(Error::Refused(r)) => return refusal_response(&app, &r, endpoint),
+        Err(e) => return bad(endpoint, &e.to_string()),
+    };
+    app.metrics.count(
+        "usage_guard_gateway_admissions_total",
+        &[("endpoint", endpoint.path)],
+    );
+    let lowered = ticket
+        .fitted()
+        .filter(|f| f.lowered)
+        .map(|f| f.max_output_tokens);
+    if lowered.is_some() {
+        app.metrics.fitted.fetch_add(1, Ordering::Relaxed);
+    }
+    let call = Call::new(
+        ticket,
+        app.metrics.clone(),
+        bill_info(&key, endpoint, stream),
+    );
+    let asked = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
+    let ask_usage = stream && endpoint.api == Api::OpenAiChat && !asked;
+    let send = outgoing(bytes, request, &call, ask_usage);
+    let forward = Forward {
+        client: &app.client,
+        metrics: &app.metrics,
+        endpoint,
+        upstream: &upstream,
+        timeout,
+    };
+    // The headers' view is read while the provider works.
+    let view = app.guard.usage(Some(&key.principal), &model);
+    let (view, answer) = tokio::join!(view, forward.send(&headers, send));
+    let mut extra = Vec::new();
+    if let Ok(view) = &view {
+        let now = app.guard.clock().now_ms();
+        extra = rate_limit(&tightest(view), endpoint.shape, now);
+        if let Some(max) = lowered {
+            extra.push(("x-usage-restriction".into(), restriction(view, max)));
+        }
+    }
+    forward.answer(answer, call, stream, ask_usage, extra).await
+}

@@ -1,0 +1,304 @@
+//! An admitted call on its way back: billing it once (from the usage the provider reports,
+//! else from what was delivered), and relaying a streamed answer event by event while
+//! reading the usage and the delivered text out of it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::metrics::Metrics;
+use super::shape::Framing;
+use crate::ceiling::{reported_usage, Api, Encoding, ReportedUsage};
+use crate::guard::engine::ticket::{BillInfo, Ticket, Usage};
+
+/// Counts a call as open while it lives.
+struct Open(Arc<Metrics>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An admitted call: its ticket, settled once by `bill` or `release`. Dropped unsettled
+/// (the caller gave up before the provider answered), its ticket releases itself.
+pub(crate) struct Call {
+    ticket: Ticket,
+    info: BillInfo,
+    metrics: Arc<Metrics>,
+    _open: Open,
+}
+
+impl Call {
+    pub(crate) fn new(ticket: Ticket, metrics: Arc<Metrics>, info: BillInfo) -> Self {
+        metrics.open.fetch_add(1, Ordering::Relaxed);
+        Call {
+            ticket,
+            info,
+            _open: Open(metrics.clone()),
+            metrics,
+        }
+    }
+
+    pub(crate) fn ticket(&self) -> &Ticket {
+        &self.ticket
+    }
+
+    /// Sets the provider's request id recorded with the bill.
+    pub(crate) fn set_request_id(&mut self, id: Option<String>) {
+        if id.is_some() {
+            self.info.request_id = id;
+        }
+    }
+
+    /// Bills `usage`; `ended` (`complete`, `client_disconnected`, `upstream_broke`) goes into
+    /// the ledger row's metadata.
+    pub(crate) async fn bill(self, usage: Usage, ended: &str) {
+        let mut info = self.info.clone();
+        if let Some(Value::Object(m)) = info.metadata.as_mut() {
+            m.insert("ended".into(), Value::from(ended));
+        }
+        match self.ticket.bill_with(usage, info).await {
+            Ok(Some(billed)) => {
+                let m = &self.metrics;
+                m.billed_input_tokens
+                    .fetch_add(billed.input_tokens, Ordering::Relaxed);
+                m.billed_output_tokens
+                    .fetch_add(billed.output_tokens, Ordering::Relaxed);
+                m.billed_cost_micros
+                    .fetch_add(billed.cost_micros, Ordering::Relaxed);
+            }
+            Ok(None) => {}
+            Err(e) => log::warn!("gateway: billing ticket {} failed: {e}", self.ticket.id()),
+        }
+    }
+
+    /// Gives the reservation back: the provider did no billable work.
+    pub(crate) async fn release(self) {
+        self.ticket.release().await;
+    }
+
+    /// The tokens of `text` in the encoding the prompt was counted with.
+    fn count(&self, text: &str) -> u64 {
+        let encoding = self
+            .ticket
+            .prompt()
+            .map(|p| p.encoding)
+            .unwrap_or(Encoding::O200kBase);
+        encoding.count(text)
+    }
+
+    /// What to bill: the provider's report where it has one; else the prompt as counted at
+    /// admission and the delivered text counted (a stream that ended early).
+    pub(crate) fn usage(&self, reported: Option<ReportedUsage>, delivered: &str) -> Usage {
+        let r = reported.unwrap_or_default();
+        let prompt = self.ticket.prompt().map(|p| p.tokens).unwrap_or(0);
+        let input = if r.input_tokens > 0 {
+            r.input_tokens
+        } else {
+            prompt
+        };
+        Usage {
+            input_tokens: input,
+            output_tokens: r.output_tokens.max(self.count(delivered)),
+            cached_input_tokens: r.cached_input_tokens.min(input),
+            reasoning_tokens: r.reasoning_tokens,
+            cost_micros: None,
+            compute_ms: None,
+        }
+    }
+}
+
+/// Reads a streamed answer event by event: passes each complete event on (holding back a
+/// partial one until it completes), keeps the usage reported and the text delivered, and
+/// bills the call when the stream ends, breaks, or is dropped (the client went away).
+pub(crate) struct Relay {
+    api: Api,
+    framing: Framing,
+    buffer: Vec<u8>,
+    /// Drop the usage-only chunk the gateway asked for (`include_usage`) on the caller's
+    /// behalf: the caller did not ask for it.
+    strip_usage: bool,
+    reported: Option<ReportedUsage>,
+    delivered: String,
+    call: Option<Call>,
+}
+
+fn merge(a: Option<ReportedUsage>, b: ReportedUsage) -> ReportedUsage {
+    let a = a.unwrap_or_default();
+    ReportedUsage {
+        input_tokens: a.input_tokens.max(b.input_tokens),
+        output_tokens: a.output_tokens.max(b.output_tokens),
+        cached_input_tokens: a.cached_input_tokens.max(b.cached_input_tokens),
+        reasoning_tokens: a.reasoning_tokens.max(b.reasoning_tokens),
+    }
+}
+
+/// The end of the first complete event in `buffer`, and where the next begins.
+fn event_end(buffer: &[u8], framing: Framing) -> Option<usize> {
+    match framing {
+        Framing::Ndjson => buffer.iter().position(|&b| b == b'\n').map(|i| i + 1),
+        Framing::Sse => {
+            let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+            let crlf = buffer
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map(|i| i + 4);
+            match (lf, crlf) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+    }
+}
+
+/// The JSON payload of one event (SSE: its `data:` lines; NDJSON: the line).
+fn payload(event: &[u8], framing: Framing) -> Option<Value> {
+    let text = std::str::from_utf8(event).ok()?;
+    match framing {
+        Framing::Ndjson => serde_json::from_str(text.trim()).ok(),
+        Framing::Sse => {
+            let data: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            if data.is_empty() || data == ["[DONE]"] {
+                return None;
+            }
+            serde_json::from_str(&data.join("\n")).ok()
+        }
+    }
+}
+
+/// The output text an event carries, in each API's delta fields.
+fn delta_text(event: &Value, api: Api, out: &mut String) {
+    let mut push = |v: Option<&Value>| {
+        if let Some(s) = v.and_then(Value::as_str) {
+            out.push_str(s);
+        }
+    };
+    match api {
+        Api::OpenAiChat => {
+            for c in event
+                .get("choices")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let delta = c.get("delta");
+                push(delta.and_then(|d| d.get("content")));
+                push(delta.and_then(|d| d.get("reasoning_content")));
+                for t in delta
+                    .and_then(|d| d.get("tool_calls"))
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    push(t.pointer("/function/arguments"));
+                }
+            }
+        }
+        Api::OpenAiResponses => {
+            let kind = event.get("type").and_then(Value::as_str).unwrap_or("");
+            if kind.ends_with(".delta") {
+                push(event.get("delta"));
+            }
+        }
+        Api::Anthropic => {
+            if let Some(d) = event.get("delta") {
+                push(d.get("text"));
+                push(d.get("thinking"));
+                push(d.get("partial_json"));
+            }
+        }
+        _ => {
+            push(event.pointer("/message/content"));
+            push(event.pointer("/message/thinking"));
+            push(event.get("response"));
+            push(event.get("thinking"));
+        }
+    }
+}
+
+impl Relay {
+    pub(crate) fn new(call: Call, api: Api, framing: Framing, strip_usage: bool) -> Self {
+        Relay {
+            api,
+            framing,
+            buffer: Vec::new(),
+            strip_usage,
+            reported: None,
+            delivered: String::new(),
+            call: Some(call),
+        }
+    }
+
+    /// Takes a chunk from the provider; returns the complete events to pass on.
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Bytes {
+        let mut buffer = std::mem::take(&mut self.buffer);
+        buffer.extend_from_slice(chunk);
+        let mut out = Vec::with_capacity(buffer.len());
+        let mut start = 0;
+        while let Some(len) = event_end(&buffer[start..], self.framing) {
+            let event = &buffer[start..start + len];
+            if self.inspect(event) {
+                out.extend_from_slice(event);
+            }
+            start += len;
+        }
+        buffer.drain(..start);
+        self.buffer = buffer;
+        Bytes::from(out)
+    }
+
+    /// Reads one event; false when it is not passed on.
+    fn inspect(&mut self, event: &[u8]) -> bool {
+        let Some(value) = payload(event, self.framing) else {
+            return true;
+        };
+        if let Some(u) = reported_usage(&value, self.api) {
+            self.reported = Some(merge(self.reported, u));
+            let usage_only = value
+                .get("choices")
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty);
+            if self.strip_usage && usage_only {
+                return false;
+            }
+        }
+        delta_text(&value, self.api, &mut self.delivered);
+        true
+    }
+
+    /// Whatever is left in the buffer (a last event without its blank line).
+    pub(crate) fn rest(&mut self) -> Bytes {
+        let rest = std::mem::take(&mut self.buffer);
+        if !rest.is_empty() {
+            self.inspect(&rest);
+        }
+        Bytes::from(rest)
+    }
+
+    /// Bills the call: `ended` says how the stream ended.
+    pub(crate) async fn finish(&mut self, ended: &str) {
+        if let Some(call) = self.call.take() {
+            let usage = call.usage(self.reported, &self.delivered);
+            call.bill(usage, ended).await;
+        }
+    }
+}
+
+/// A stream dropped before it ended (the client went away): bills what was delivered.
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            let usage = call.usage(self.reported, &self.delivered);
+            crate::runtime::run_or_spawn(async move {
+                call.bill(usage, "client_disconnected").await;
+            });
+        }
+    }
+}

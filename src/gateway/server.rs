@@ -1,0 +1,259 @@
+//! The server: routes, start, and a graceful stop (stop accepting, let running calls and
+//! streams finish up to `gateway.drain_seconds`, bill what they delivered, flush the ledger).
+
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use axum::routing::{get, post};
+use axum::Router;
+use parking_lot::{Condvar, Mutex};
+use serde_json::{json, Value};
+
+use super::keys;
+use super::metrics::Metrics;
+use super::proxy::{model_call, App};
+use super::shape::{json_response, Endpoint, Problem};
+use super::upstream;
+use crate::ceiling::HttpShape;
+use crate::error::{Error, Result};
+use crate::guard::engine::guard::Guard;
+use crate::guard::store::StoreCheck;
+
+/// How to run a gateway.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayOptions {
+    /// `HOST:PORT` to listen on (port 0: any free port).
+    pub listen: String,
+}
+
+/// Set once the server has stopped.
+#[derive(Default)]
+struct Stopped {
+    done: Mutex<bool>,
+    changed: Condvar,
+}
+
+/// A running gateway. Dropping it does not stop it: call [`Gateway::shutdown`].
+pub struct Gateway {
+    address: SocketAddr,
+    app: Arc<App>,
+    stop: tokio::sync::watch::Sender<bool>,
+    stopped: Arc<Stopped>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("address", &self.address)
+            .finish()
+    }
+}
+
+fn routes(app: Arc<App>) -> Router {
+    let mut router = Router::new();
+    for endpoint in Endpoint::ALL {
+        router = router.route(
+            endpoint.path,
+            post(
+                move |State(app): State<Arc<App>>, headers: HeaderMap, body: Body| async move {
+                    model_call(app, endpoint, headers, body).await
+                },
+            ),
+        );
+    }
+    router
+        .route("/v1/models", get(models))
+        .route(
+            "/healthz",
+            get(|| async { json_response(StatusCode::OK, &json!({"status": "ok"})) }),
+        )
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+        .with_state(app)
+}
+
+impl Gateway {
+    /// Starts serving `guard` (its policy's `[providers.*]` and `[gateway]`) on the crate's
+    /// runtime. Fails when the address cannot be bound or a provider's `api_key_env` is not
+    /// set.
+    pub fn start(guard: Guard, options: GatewayOptions) -> Result<Gateway> {
+        upstream::check_keys(&guard.policy())?;
+        let listener = std::net::TcpListener::bind(&options.listen)
+            .and_then(|l| l.set_nonblocking(true).map(|_| l))
+            .map_err(|e| {
+                Error::invalid("listen", &options.listen, format!("cannot listen: {e}"))
+            })?;
+        let address = listener
+            .local_addr()
+            .map_err(|e| Error::invalid("listen", &options.listen, e.to_string()))?;
+        let runtime = crate::runtime::shared();
+        let listener = {
+            let _inside = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)
+                .map_err(|e| Error::invalid("listen", &options.listen, e.to_string()))?
+        };
+        let app = Arc::new(App {
+            guard,
+            client: upstream::client()?,
+            metrics: Arc::new(Metrics::default()),
+            draining: AtomicBool::new(false),
+        });
+        let (stop, mut stopping) = tokio::sync::watch::channel(false);
+        let stopped = Arc::new(Stopped::default());
+        let (server_app, done) = (app.clone(), stopped.clone());
+        let mut signal = stopping.clone();
+        runtime.spawn(async move {
+            let serve = axum::serve(listener, routes(server_app.clone()))
+                .with_graceful_shutdown(async move {
+                    let _ = signal.wait_for(|s| *s).await;
+                })
+                .into_future();
+            tokio::pin!(serve);
+            let stop_asked = async move {
+                let _ = stopping.wait_for(|s| *s).await;
+            };
+            let ended = tokio::select! {
+                _ = &mut serve => true,
+                _ = stop_asked => false,
+            };
+            if !ended {
+                server_app.draining.store(true, Ordering::Relaxed);
+                let drain = server_app.guard.policy().gateway.drain_seconds;
+                if tokio::time::timeout(Duration::from_secs(drain), &mut serve)
+                    .await
+                    .is_err()
+                {
+                    log::warn!(
+                        "gateway: calls still running after {drain} s of draining are cut off \
+                         (and billed for what they delivered)"
+                    );
+                }
+            }
+            // Streams cut off above bill in the background: give them a moment to land.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let guard = server_app.guard.clone();
+            let _ = tokio::task::spawn_blocking(move || guard.close()).await;
+            *done.done.lock() = true;
+            done.changed.notify_all();
+        });
+        log::info!(
+            "usage-guard gateway listening on http://{address} ({} keys, upstreams: {})",
+            app.guard.policy().gateway.keys.len(),
+            app.guard
+                .policy()
+                .providers
+                .iter()
+                .map(|u| u.provider.word())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        Ok(Gateway {
+            address,
+            app,
+            stop,
+            stopped,
+        })
+    }
+
+    /// The address the gateway listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The Prometheus text of `GET /metrics`.
+    pub fn metrics_text(&self) -> String {
+        self.app.metrics.render(self.app.guard.stats())
+    }
+
+    /// Stops accepting calls and lets running ones finish (up to `gateway.drain_seconds`);
+    /// returns at once. [`Gateway::wait`] tells when it has stopped.
+    pub fn shutdown(&self) {
+        self.app.draining.store(true, Ordering::Relaxed);
+        let _ = self.stop.send(true);
+    }
+
+    /// Waits up to `timeout` (forever when `None`) for the gateway to stop; true once it
+    /// has.
+    pub fn wait(&self, timeout: Option<Duration>) -> bool {
+        let mut done = self.stopped.done.lock();
+        match timeout {
+            None => {
+                while !*done {
+                    self.stopped.changed.wait(&mut done);
+                }
+            }
+            Some(t) => {
+                if !*done {
+                    self.stopped.changed.wait_for(&mut done, t);
+                }
+            }
+        }
+        *done
+    }
+}
+
+/// `GET /v1/models`: the policy's models the key may call, in OpenAI's list shape.
+async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response<Body> {
+    let policy = app.guard.policy();
+    let key = match keys::authenticate(&policy, &headers) {
+        Ok(k) => k,
+        Err(message) => return Problem::Unauthorized.response(HttpShape::OpenAi, message),
+    };
+    let data: Vec<Value> = policy
+        .models
+        .iter()
+        .filter(|m| key.models.as_ref().is_none_or(|ms| ms.iter().any(|id| **id == *m.id)))
+        .map(|m| {
+            json!({"id": &*m.id, "object": "model", "created": 0, "owned_by": m.provider.word()})
+        })
+        .collect();
+    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+/// `GET /readyz`: 200 when the counter store answers and its state is trusted.
+async fn ready(State(app): State<Arc<App>>) -> Response<Body> {
+    let store = app.guard.store();
+    let epoch = store.epoch().await;
+    let check = store.store_check(false).await;
+    let (ok, why) = match (&epoch, &check) {
+        (Err(e), _) => (false, format!("the counter store does not answer: {e}")),
+        (Ok(e), _) if e.generation.is_some() && !e.trusted => (
+            false,
+            "the counter store lost its state (epoch fence): recover it".to_string(),
+        ),
+        (_, Ok(StoreCheck::Failed)) => (false, "a store check failed".to_string()),
+        (_, Err(e)) => (false, format!("the store checks do not answer: {e}")),
+        _ => (true, "ready".to_string()),
+    };
+    let draining = app.draining.load(Ordering::Relaxed);
+    let status = if ok && !draining {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let why = if draining {
+        "shutting down".to_string()
+    } else {
+        why
+    };
+    json_response(
+        status,
+        &json!({"ready": status == StatusCode::OK, "status": why}),
+    )
+}
+
+/// `GET /metrics`: Prometheus text.
+async fn metrics(State(app): State<Arc<App>>) -> Response<Body> {
+    let mut response = Response::new(Body::from(app.metrics.render(app.guard.stats())));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
+}

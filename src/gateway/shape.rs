@@ -1,0 +1,190 @@
+//! The endpoints the gateway serves and the provider error shape each answers in.
+
+use axum::body::Body;
+use axum::http::{header, HeaderName, HeaderValue, Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::ceiling::{Api, HttpShape};
+use crate::guard::domain::policy::Provider;
+
+/// How a streamed answer is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// Server-sent events (OpenAI, Anthropic): events end with a blank line.
+    Sse,
+    /// One JSON object a line (Ollama).
+    Ndjson,
+}
+
+/// A model endpoint: its path, the API its requests are in, the error shape it answers in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub(crate) path: &'static str,
+    pub(crate) api: Api,
+    pub(crate) shape: HttpShape,
+    pub(crate) framing: Framing,
+    /// Whether a request without `stream` streams (Ollama's default).
+    pub(crate) streams_by_default: bool,
+}
+
+impl Endpoint {
+    pub(crate) const OPENAI_CHAT: Endpoint = Endpoint {
+        path: "/v1/chat/completions",
+        api: Api::OpenAiChat,
+        shape: HttpShape::OpenAi,
+        framing: Framing::Sse,
+        streams_by_default: false,
+    };
+    pub(crate) const OPENAI_RESPONSES: Endpoint = Endpoint {
+        path: "/v1/responses",
+        api: Api::OpenAiResponses,
+        ..Endpoint::OPENAI_CHAT
+    };
+    pub(crate) const OPENAI_EMBEDDINGS: Endpoint = Endpoint {
+        path: "/v1/embeddings",
+        api: Api::OpenAiEmbeddings,
+        ..Endpoint::OPENAI_CHAT
+    };
+    pub(crate) const ANTHROPIC: Endpoint = Endpoint {
+        path: "/v1/messages",
+        api: Api::Anthropic,
+        shape: HttpShape::Anthropic,
+        framing: Framing::Sse,
+        streams_by_default: false,
+    };
+    pub(crate) const OLLAMA_CHAT: Endpoint = Endpoint {
+        path: "/api/chat",
+        api: Api::OllamaChat,
+        shape: HttpShape::Ollama,
+        framing: Framing::Ndjson,
+        streams_by_default: true,
+    };
+    pub(crate) const OLLAMA_GENERATE: Endpoint = Endpoint {
+        path: "/api/generate",
+        api: Api::OllamaGenerate,
+        ..Endpoint::OLLAMA_CHAT
+    };
+    pub(crate) const OLLAMA_EMBED: Endpoint = Endpoint {
+        path: "/api/embed",
+        api: Api::OllamaEmbed,
+        streams_by_default: false,
+        ..Endpoint::OLLAMA_CHAT
+    };
+
+    /// Every model endpoint.
+    pub(crate) const ALL: [Endpoint; 7] = [
+        Endpoint::OPENAI_CHAT,
+        Endpoint::OPENAI_RESPONSES,
+        Endpoint::OPENAI_EMBEDDINGS,
+        Endpoint::ANTHROPIC,
+        Endpoint::OLLAMA_CHAT,
+        Endpoint::OLLAMA_GENERATE,
+        Endpoint::OLLAMA_EMBED,
+    ];
+
+    /// The provider whose upstream serves a model the policy does not list.
+    pub(crate) fn provider(self) -> Provider {
+        self.api.provider()
+    }
+}
+
+/// What kind of error the gateway itself answers (not a usage refusal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Problem {
+    /// 400: the body is not JSON, or a field has the wrong shape.
+    BadRequest,
+    /// 401: no key, or a key the gateway does not know.
+    Unauthorized,
+    /// 403: the key may not call this model.
+    Forbidden,
+    /// 413: the body is larger than the gateway takes.
+    TooLarge,
+    /// 502: the provider could not be reached, or no upstream is configured for it.
+    BadGateway,
+    /// 503: the gateway is shutting down.
+    Unavailable,
+    /// 504: the provider did not answer in time.
+    Timeout,
+}
+
+impl Problem {
+    fn status(self) -> StatusCode {
+        match self {
+            Problem::BadRequest => StatusCode::BAD_REQUEST,
+            Problem::Unauthorized => StatusCode::UNAUTHORIZED,
+            Problem::Forbidden => StatusCode::FORBIDDEN,
+            Problem::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Problem::BadGateway => StatusCode::BAD_GATEWAY,
+            Problem::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// The error `type` (OpenAI) and Anthropic's error type.
+    fn words(self) -> (&'static str, &'static str, &'static str) {
+        // (OpenAI type, OpenAI code, Anthropic type)
+        match self {
+            Problem::BadRequest => (
+                "invalid_request_error",
+                "invalid_request",
+                "invalid_request_error",
+            ),
+            Problem::Unauthorized => (
+                "invalid_request_error",
+                "invalid_api_key",
+                "authentication_error",
+            ),
+            Problem::Forbidden => (
+                "invalid_request_error",
+                "model_not_allowed",
+                "permission_error",
+            ),
+            Problem::TooLarge => (
+                "invalid_request_error",
+                "request_too_large",
+                "request_too_large",
+            ),
+            Problem::BadGateway => ("api_error", "upstream_unreachable", "api_error"),
+            Problem::Unavailable => ("api_error", "shutting_down", "overloaded_error"),
+            Problem::Timeout => ("api_error", "upstream_timeout", "timeout_error"),
+        }
+    }
+
+    /// The error as `shape` answers it.
+    pub(crate) fn response(self, shape: HttpShape, message: &str) -> Response<Body> {
+        let (kind, code, anthropic) = self.words();
+        let body = match shape {
+            HttpShape::OpenAi => json!({
+                "error": {"message": message, "type": kind, "param": null, "code": code}
+            }),
+            HttpShape::Anthropic => json!({
+                "type": "error", "error": {"type": anthropic, "message": message}
+            }),
+            HttpShape::Ollama => json!({ "error": message }),
+        };
+        json_response(self.status(), &body)
+    }
+}
+
+/// A JSON answer.
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Sets each `(name, value)` header (skipping any that is not a valid header).
+pub(crate) fn set_headers(response: &mut Response<Body>, headers: Vec<(String, String)>) {
+    for (name, value) in headers {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            response.headers_mut().insert(n, v);
+        }
+    }
+}

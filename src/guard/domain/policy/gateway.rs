@@ -1,0 +1,322 @@
+//! The gateway's sections: `providers` (where each provider's calls go) and `gateway` (API
+//! keys and the server's bounds). Only `usage-guard serve` reads them; a guard ignores them.
+//! Keys are kept as SHA-256 digests: a plain key written in the policy is hashed here and
+//! never kept.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::models::Provider;
+use super::values::{key_path, kind, Parser};
+
+/// Where one provider's calls are sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub provider: Provider,
+    /// The provider's base URL, without a trailing slash (`https://api.openai.com`); the
+    /// endpoint's path (`/v1/chat/completions`) is appended.
+    pub base_url: String,
+    /// The environment variable holding the provider's API key (read when the gateway
+    /// starts); `None` sends no key (a local Ollama).
+    pub api_key_env: Option<String>,
+}
+
+/// One API key of the gateway: who its calls are made as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayKey {
+    /// The key's SHA-256 digest, 64 lowercase hex digits.
+    pub sha256: String,
+    /// The table name the key was written under (its digest, or a label).
+    pub label: String,
+    /// The user the key's calls are admitted as.
+    pub principal: Arc<str>,
+    pub credential: Option<String>,
+    pub teams: Vec<String>,
+    pub attributes: BTreeMap<String, String>,
+    /// The models the key may call; `None`: every model.
+    pub models: Option<Vec<String>>,
+}
+
+/// The `gateway` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewaySettings {
+    pub keys: Vec<GatewayKey>,
+    by_digest: HashMap<String, usize>,
+    /// Bodies larger than this are refused with 413.
+    pub max_body_bytes: u64,
+    /// How long an upstream call may take before it is given up (504, ticket released).
+    pub upstream_timeout_seconds: u64,
+    /// How long a shutdown lets running calls and streams finish.
+    pub drain_seconds: u64,
+    /// The environment variable holding the admin API's token; no admin API without it.
+    pub admin_token_env: Option<String>,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        GatewaySettings {
+            keys: Vec::new(),
+            by_digest: HashMap::new(),
+            max_body_bytes: 8 * 1024 * 1024,
+            upstream_timeout_seconds: 600,
+            drain_seconds: 30,
+            admin_token_env: None,
+        }
+    }
+}
+
+impl GatewaySettings {
+    /// The key whose SHA-256 digest is `digest` (lowercase hex).
+    pub fn key(&self, digest: &str) -> Option<&GatewayKey> {
+        self.by_digest.get(digest).map(|&i| &self.keys[i])
+    }
+}
+
+/// The SHA-256 digest of `key` as 64 lowercase hex digits.
+pub(crate) fn key_digest(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn is_digest(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+const UPSTREAM_KEYS: [&str; 2] = ["base_url", "api_key_env"];
+const GATEWAY_KEYS: [&str; 5] = [
+    "keys",
+    "max_body_bytes",
+    "upstream_timeout_seconds",
+    "drain_seconds",
+    "admin_token_env",
+];
+const KEY_KEYS: [&str; 6] = [
+    "key",
+    "principal",
+    "credential",
+    "teams",
+    "attributes",
+    "models",
+];
+
+impl Parser {
+    /// The `providers` table: `[providers.openai] base_url = ..., api_key_env = ...`.
+    pub(super) fn upstreams(&mut self, value: &Value) -> Vec<Upstream> {
+        let Value::Object(map) = value else {
+            self.error(
+                "providers",
+                Some(value),
+                format!("must be a table of providers, not {}", kind(value)),
+            );
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (word, entry) in map {
+            let path = key_path("providers", word);
+            let Some(provider) = Provider::parse(word) else {
+                self.error(
+                    &path,
+                    None,
+                    format!(
+                        "is not a provider; accepted: {}",
+                        Provider::WORDS.join(", ")
+                    ),
+                );
+                continue;
+            };
+            let Some(fields) = self.table(&path, entry, &UPSTREAM_KEYS) else {
+                continue;
+            };
+            let base_url = self
+                .required(&path, fields, "base_url")
+                .and_then(|v| self.url(&key_path(&path, "base_url"), v));
+            let api_key_env = fields
+                .get("api_key_env")
+                .and_then(|v| self.string(&key_path(&path, "api_key_env"), v));
+            if let Some(base_url) = base_url {
+                out.push(Upstream {
+                    provider,
+                    base_url,
+                    api_key_env,
+                });
+            }
+        }
+        out
+    }
+
+    fn url(&mut self, path: &str, value: &Value) -> Option<String> {
+        let text = self.string(path, value)?;
+        let rest = text
+            .strip_prefix("http://")
+            .or_else(|| text.strip_prefix("https://"));
+        if rest
+            .is_none_or(|r| r.is_empty() || r.starts_with('/') || r.contains(char::is_whitespace))
+        {
+            self.error(
+                path,
+                Some(value),
+                "must be an http:// or https:// URL with a host",
+            );
+            return None;
+        }
+        Some(text.trim_end_matches('/').to_string())
+    }
+
+    /// The `gateway` table; `teams` and `models` are the policy's ids, for the keys.
+    pub(super) fn gateway(
+        &mut self,
+        value: &Value,
+        teams: &HashSet<String>,
+        models: &HashSet<String>,
+    ) -> GatewaySettings {
+        let mut settings = GatewaySettings::default();
+        let Some(fields) = self.table("gateway", value, &GATEWAY_KEYS) else {
+            return settings;
+        };
+        for (name, min) in [
+            ("max_body_bytes", 1),
+            ("upstream_timeout_seconds", 1),
+            ("drain_seconds", 0),
+        ] {
+            let Some(v) = fields.get(name) else { continue };
+            let Some(n) = self.whole(&key_path("gateway", name), v, min) else {
+                continue;
+            };
+            match name {
+                "max_body_bytes" => settings.max_body_bytes = n,
+                "upstream_timeout_seconds" => settings.upstream_timeout_seconds = n,
+                _ => settings.drain_seconds = n,
+            }
+        }
+        if let Some(v) = fields.get("admin_token_env") {
+            settings.admin_token_env = self.string("gateway.admin_token_env", v);
+        }
+        if let Some(keys) = fields.get("keys") {
+            self.keys(keys, teams, models, &mut settings);
+        }
+        settings
+    }
+
+    fn keys(
+        &mut self,
+        value: &Value,
+        teams: &HashSet<String>,
+        models: &HashSet<String>,
+        settings: &mut GatewaySettings,
+    ) {
+        let Value::Object(map) = value else {
+            self.error(
+                "gateway.keys",
+                Some(value),
+                format!("must be a table of keys, not {}", kind(value)),
+            );
+            return;
+        };
+        for (name, entry) in map {
+            let path = key_path("gateway.keys", name);
+            let Some(fields) = self.table(&path, entry, &KEY_KEYS) else {
+                continue;
+            };
+            let Some(key) = self.key(&path, name, fields, teams, models) else {
+                continue;
+            };
+            if settings.by_digest.contains_key(&key.sha256) {
+                self.error(&path, None, "is the same key as another entry");
+                continue;
+            }
+            settings
+                .by_digest
+                .insert(key.sha256.clone(), settings.keys.len());
+            settings.keys.push(key);
+        }
+    }
+
+    fn key(
+        &mut self,
+        path: &str,
+        name: &str,
+        fields: &Map<String, Value>,
+        teams: &HashSet<String>,
+        models: &HashSet<String>,
+    ) -> Option<GatewayKey> {
+        let sha256 = match fields.get("key") {
+            Some(v) => self
+                .string(&key_path(path, "key"), v)
+                .map(|k| key_digest(&k)),
+            None if is_digest(name) => Some(name.to_ascii_lowercase()),
+            None => {
+                self.error(
+                    path,
+                    None,
+                    "is neither a key's SHA-256 digest (64 hex digits) nor a label with \
+                     `key = \"...\"` (the plain key, hashed when the policy is read)",
+                );
+                None
+            }
+        };
+        let principal = self
+            .required(path, fields, "principal")
+            .and_then(|v| self.string(&key_path(path, "principal"), v));
+        let credential = fields
+            .get("credential")
+            .and_then(|v| self.string(&key_path(path, "credential"), v));
+        let key_teams = match fields.get("teams") {
+            Some(v) => self.ids(&key_path(path, "teams"), v, teams, "team"),
+            None => Vec::new(),
+        };
+        let key_models = fields
+            .get("models")
+            .map(|v| self.ids(&key_path(path, "models"), v, models, "model"));
+        let attributes = fields
+            .get("attributes")
+            .map(|v| self.attributes(&key_path(path, "attributes"), v))
+            .unwrap_or_default();
+        Some(GatewayKey {
+            sha256: sha256?,
+            label: name.to_string(),
+            principal: Arc::from(principal?),
+            credential,
+            teams: key_teams,
+            attributes,
+            models: key_models,
+        })
+    }
+
+    /// A list of ids, each one the policy defines.
+    fn ids(
+        &mut self,
+        path: &str,
+        value: &Value,
+        known: &HashSet<String>,
+        what: &str,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, item) in self.list(path, value).iter().enumerate() {
+            if let Some(id) = self.reference(&format!("{path}[{i}]"), item, known, what) {
+                out.push(id.to_string());
+            }
+        }
+        out
+    }
+
+    fn attributes(&mut self, path: &str, value: &Value) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let Value::Object(map) = value else {
+            self.error(
+                path,
+                Some(value),
+                format!("must be a table of strings, not {}", kind(value)),
+            );
+            return out;
+        };
+        for (name, v) in map {
+            if let Some(text) = self.string(&key_path(path, name), v) {
+                out.insert(name.clone(), text);
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,335 @@
+"""The gateway (`usage-guard serve`): the real `openai`, `anthropic` and `ollama` SDKs talking
+HTTP to the gateway, in front of the fake provider; refusals before the provider sees the
+call, fitted calls, streams billed when they end, break or are dropped, bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import ollama
+import openai
+import pytest
+import usage_guard as ug
+from fake_provider import WORD, FakeProvider
+from provider_support import policy, prompt_tokens, reserved, used
+
+MESSAGES = [{"role": "user", "content": "Say hello a few times."}]
+ALICE, BOB = "sk-alice-secret", "sk-bob-secret"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeProvider]:
+    with FakeProvider() as f:
+        yield f
+
+
+@pytest.fixture
+def fake(server: FakeProvider) -> FakeProvider:
+    server.reset()
+    server.output_tokens, server.input_tokens = 12, 21
+    server.cached_tokens = server.reasoning_tokens = 0
+    return server
+
+
+def gateway_policy(fake: FakeProvider, **kw: Any) -> dict[str, Any]:
+    """provider_support's policy, with every provider sent to the fake and two keys: alice's
+    written plain (hashed when read), bob's as its SHA-256 digest."""
+    doc = policy(**kw)
+    doc["providers"] = {p: {"base_url": fake.url} for p in ("openai", "anthropic", "ollama")}
+    doc["gateway"] = {
+        "keys": {
+            "alice-laptop": {"key": ALICE, "principal": "alice", "credential": "laptop"},
+            hashlib.sha256(BOB.encode()).hexdigest(): {"principal": "bob", "models": ["gpt-4o"]},
+        }
+    }
+    return doc
+
+
+@pytest.fixture
+def start(fake: FakeProvider) -> Iterator[Any]:
+    """`start(**policy_kw)` → (guard, gateway); stopped after the test."""
+    running: list[ug.Gateway] = []
+
+    def make(**kw: Any) -> tuple[ug.Guard, ug.Gateway]:
+        guard = ug.Guard(ug.Policy.from_dict(gateway_policy(fake, **kw)))
+        gateway = ug.Gateway(guard, "127.0.0.1:0")
+        running.append(gateway)
+        return guard, gateway
+
+    yield make
+    for g in running:
+        g.shutdown()
+        assert g.wait(10)
+
+
+def oai(gateway: ug.Gateway, key: str = ALICE) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+
+
+def settle(guard: ug.Guard, user: str, model: str) -> None:
+    """Waits (briefly) for a bill that lands after the answer (a dropped stream)."""
+    for _ in range(100):
+        if reserved(guard, user, model) == 0:
+            return
+        time.sleep(0.02)
+
+
+def test_openai_plain_bills_reported_usage_and_passes_unknown_fields(fake, start):
+    guard, gateway = start()
+    reply = oai(gateway).chat.completions.create(
+        model="gpt-4o", messages=MESSAGES, max_tokens=100, extra_body={"x_unknown": {"a": [1]}}
+    )
+    assert reply.choices[0].message.content == WORD * 12
+    assert used(guard, "alice", "gpt-4o") == 21 + 12
+    assert reserved(guard, "alice", "gpt-4o") == 0
+    sent = fake.requests[0]
+    assert sent.body["x_unknown"] == {"a": [1]} and sent.body["max_tokens"] == 100
+    # the gateway's key is not the provider's: no upstream key configured, none sent
+    assert "authorization" not in sent.headers
+
+
+def test_openai_stream_asks_for_usage_and_bills_it(fake, start):
+    guard, gateway = start()
+    chunks = list(
+        oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == WORD * 12
+    # the caller did not ask for the usage chunk: the gateway asked, and kept it back
+    assert fake.requests[0].body["stream_options"] == {"include_usage": True}
+    assert all(c.choices for c in chunks)
+    assert used(guard, "alice", "gpt-4o") == 21 + 12
+    # a caller that asks gets it
+    asked = list(
+        oai(gateway).chat.completions.create(
+            model="gpt-4o",
+            messages=MESSAGES,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == 12
+
+
+def test_refused_before_the_provider_in_openai_shape(fake, start):
+    guard, gateway = start(tokens_a_day=10)
+    with pytest.raises(openai.RateLimitError) as e:
+        oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert fake.requests == []
+    assert e.value.status_code == 429
+    body = e.value.response.json()
+    assert body["error"]["code"] == "usage_limit_reached"
+    headers = e.value.response.headers
+    assert headers["x-should-retry"] == "false"
+    assert headers["x-ratelimit-limit-tokens"] == "10"
+    assert headers["x-ratelimit-remaining-tokens"] == "0"
+    assert headers["ratelimit-policy"] == '"tokens";q=10;w=86400'
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+
+def test_a_rate_limit_refusal_says_when_to_come_back(fake, start):
+    rule = {"metric": "requests", "amount": 1, "window": "minute"}
+    guard, gateway = start(rules=[rule])
+    oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    with pytest.raises(openai.RateLimitError) as e:
+        oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    headers = e.value.response.headers
+    assert e.value.response.json()["error"]["code"] == "rate_limit_exceeded"
+    assert 1 <= int(headers["retry-after"]) <= 120
+    assert headers["x-ratelimit-limit-requests"] == "1"
+    assert headers["ratelimit"].startswith('"requests";r=0;t=')
+    assert len(fake.requests) == 1
+
+
+def test_a_fitted_call_is_lowered_and_says_so(fake, start):
+    guard, gateway = start(tokens_a_day=400)
+    request = {"model": "gpt-4o", "messages": MESSAGES, "max_tokens": 1000}
+    raw = oai(gateway).chat.completions.with_raw_response.create(**request)
+    sent = fake.requests[0].body["max_tokens"]
+    assert sent == 400 - prompt_tokens(request, "openai", "gpt-4o")
+    assert "max_output_tokens=" in raw.headers["x-usage-restriction"]
+    assert raw.headers["x-ratelimit-limit-tokens"] == "400"
+    assert raw.parse().choices[0].message.content == WORD * 12
+    assert used(guard, "alice", "gpt-4o") == 21 + 12
+
+
+def test_client_gone_mid_stream_bills_what_was_delivered(fake, start):
+    guard, gateway = start()
+    fake.output_tokens, fake.chunk_delay = 60, 0.03
+    request = {"model": "gpt-4o", "messages": MESSAGES, "stream": True}
+    got = 0
+    with httpx.Client(timeout=10) as http:
+        with http.stream(
+            "POST",
+            f"{gateway.url}/v1/chat/completions",
+            json=request,
+            headers={"authorization": f"Bearer {ALICE}"},
+        ) as r:
+            for line in r.iter_lines():
+                if WORD in line:
+                    got += 1
+                if got == 5:
+                    break
+    settle(guard, "alice", "gpt-4o")
+    billed = used(guard, "alice", "gpt-4o") - prompt_tokens(request, "openai", "gpt-4o")
+    assert 5 <= billed < 60
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+
+def test_upstream_broken_stream_bills_what_arrived(fake, start):
+    guard, gateway = start()
+    fake.output_tokens, fake.break_after = 50, 4
+    request = {"model": "gpt-4o", "messages": MESSAGES}
+    got = []
+    with pytest.raises(Exception) as e:
+        for chunk in oai(gateway).chat.completions.create(**request, stream=True):
+            if chunk.choices and chunk.choices[0].delta.content:
+                got.append(chunk.choices[0].delta.content)
+    assert not isinstance(e.value, openai.APIStatusError)
+    assert len(got) == 4
+    settle(guard, "alice", "gpt-4o")
+    assert used(guard, "alice", "gpt-4o") == prompt_tokens(request, "openai", "gpt-4o") + 4
+
+
+def test_upstream_500_is_passed_through_and_released(fake, start):
+    guard, gateway = start()
+    error = {"error": {"message": "boom", "type": "server_error", "param": None, "code": None}}
+    fake.refusal = (500, {}, error)
+    with pytest.raises(openai.InternalServerError) as e:
+        oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert e.value.response.json() == error
+    assert used(guard, "alice", "gpt-4o") == 0
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+
+def test_keys(fake, start):
+    guard, gateway = start()
+    with pytest.raises(openai.AuthenticationError) as e:
+        oai(gateway, key="sk-nobody").chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert e.value.response.json()["error"]["code"] == "invalid_api_key"
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-nobody", max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError) as a:
+        client.messages.create(model="claude-haiku-4-5", max_tokens=50, messages=MESSAGES)
+    assert a.value.response.json()["error"]["type"] == "authentication_error"
+    r = httpx.post(f"{gateway.url}/api/chat", json={"model": "llama3.2", "messages": MESSAGES})
+    assert r.status_code == 401 and "API key" in r.json()["error"]
+    # bob's key (written as its digest) works, and only for the models it lists
+    reply = oai(gateway, key=BOB).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert reply.usage is not None
+    assert used(guard, "bob", "gpt-4o") == 21 + 12
+    with pytest.raises(openai.PermissionDeniedError):
+        oai(gateway, key=BOB).embeddings.create(model="text-embedding-3-small", input="hi")
+    assert len(fake.requests) == 1
+    models = oai(gateway, key=BOB).models.list()
+    assert [m.id for m in models.data] == ["gpt-4o"]
+    assert len(oai(gateway).models.list().data) == 5
+
+
+def test_bad_input_answers_400_or_413_in_shape_and_holds_nothing(fake, start):
+    guard, gateway = start()
+    auth = {"authorization": f"Bearer {ALICE}", "content-type": "application/json"}
+    cases = [
+        ("/v1/chat/completions", b"{not json", "openai"),
+        ("/v1/chat/completions", b"[1, 2]", "openai"),
+        ("/v1/chat/completions", b'{"messages": []}', "openai"),
+        ("/v1/chat/completions", b'{"model": "gpt-4o", "messages": 7}', "openai"),
+        (
+            "/v1/chat/completions",
+            b'{"model": "gpt-4o", "messages": [], "max_tokens": -3}',
+            "openai",
+        ),
+        ("/v1/chat/completions", b'{"model": "gpt-4o", "stream": "yes", "messages": []}', "openai"),
+        ("/v1/messages", b"{oops", "anthropic"),
+        ("/v1/messages", b'{"model": "claude-haiku-4-5", "messages": "x"}', "anthropic"),
+        ("/api/chat", b"{oops", "ollama"),
+        ("/api/chat", b'{"model": "llama3.2", "messages": {"a": 1}}', "ollama"),
+    ]
+    for path, body, shape in cases:
+        r = httpx.post(f"{gateway.url}{path}", content=body, headers=auth)
+        assert r.status_code == 400, (path, body, r.text)
+        answer = r.json()
+        if shape == "openai":
+            assert answer["error"]["type"] == "invalid_request_error", answer
+            assert answer["error"]["message"]
+        elif shape == "anthropic":
+            assert answer["type"] == "error" and answer["error"]["type"] == "invalid_request_error"
+        else:
+            assert isinstance(answer["error"], str) and answer["error"]
+    big = b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "' + b"a" * 10_000_000
+    r = httpx.post(f"{gateway.url}/v1/chat/completions", content=big + b'"}]}', headers=auth)
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "request_too_large"
+    assert fake.requests == []
+    for model in ("gpt-4o", "claude-haiku-4-5", "llama3.2"):
+        assert reserved(guard, "alice", model) == 0
+
+
+def test_anthropic_plain_and_streamed(fake, start):
+    guard, gateway = start()
+    client = anthropic.Anthropic(base_url=gateway.url, api_key=ALICE, max_retries=0)
+    msg = client.messages.create(model="claude-haiku-4-5", max_tokens=100, messages=MESSAGES)
+    assert msg.content[0].text == WORD * 12  # type: ignore[union-attr]
+    assert used(guard, "alice", "claude-haiku-4-5") == 21 + 12
+    with client.messages.stream(
+        model="claude-haiku-4-5", max_tokens=100, messages=MESSAGES
+    ) as stream:
+        text = "".join(stream.text_stream)
+    assert text == WORD * 12
+    assert used(guard, "alice", "claude-haiku-4-5") == 2 * (21 + 12)
+    assert fake.requests[0].headers["anthropic-version"]
+
+
+def test_anthropic_refusal_shape(fake, start):
+    guard, gateway = start(tokens_a_day=10)
+    client = anthropic.Anthropic(base_url=gateway.url, api_key=ALICE, max_retries=0)
+    with pytest.raises(anthropic.RateLimitError) as e:
+        client.messages.create(model="claude-haiku-4-5", max_tokens=100, messages=MESSAGES)
+    assert e.value.response.json()["error"]["type"] == "rate_limit_error"
+    assert e.value.response.headers["anthropic-ratelimit-tokens-limit"] == "10"
+    assert fake.requests == []
+
+
+def test_ollama_chat_plain_and_streamed(fake, start):
+    guard, gateway = start()
+    client = ollama.Client(host=gateway.url, headers={"authorization": f"Bearer {ALICE}"})
+    reply = client.chat(model="llama3.2", messages=MESSAGES, stream=False)
+    assert reply.message.content == WORD * 12
+    assert used(guard, "alice", "llama3.2") == 21 + 12
+    parts = list(client.chat(model="llama3.2", messages=MESSAGES, stream=True))
+    assert "".join(p.message.content or "" for p in parts) == WORD * 12
+    assert parts[-1].done
+    assert used(guard, "alice", "llama3.2") == 2 * (21 + 12)
+
+
+def test_health_readiness_and_metrics(fake, start):
+    guard, gateway = start(tokens_a_day=10)
+    assert httpx.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
+    ready = httpx.get(f"{gateway.url}/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    with pytest.raises(openai.RateLimitError):
+        oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    text = httpx.get(f"{gateway.url}/metrics").text
+    assert text.startswith("# TYPE usage_guard_")
+    assert "usage_guard_refused_total 1" in text
+    assert (
+        'usage_guard_gateway_refusals_total{reason="USAGE_LIMIT_DOES_NOT_FIT",limit_type="direct"} 1'
+        in text
+    )
+    assert 'status="429"' in text
+    assert "usage_guard_gateway_admission_seconds_count 1" in text
+
+
+def test_keys_never_reach_the_logs(fake, start, caplog):
+    caplog.set_level("DEBUG", logger="usage_guard")
+    guard, gateway = start()
+    oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    with pytest.raises(openai.AuthenticationError):
+        oai(gateway, key="sk-wrong-key").chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    logged = json.dumps([r.getMessage() for r in caplog.records])
+    assert ALICE not in logged and "sk-wrong-key" not in logged
