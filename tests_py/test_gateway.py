@@ -317,10 +317,8 @@ def test_health_readiness_and_metrics(fake, start):
     text = httpx.get(f"{gateway.url}/metrics").text
     assert text.startswith("# TYPE usage_guard_")
     assert "usage_guard_refused_total 1" in text
-    assert (
-        'usage_guard_gateway_refusals_total{reason="USAGE_LIMIT_DOES_NOT_FIT",limit_type="direct"} 1'
-        in text
-    )
+    refusals = 'refusals_total{reason="USAGE_LIMIT_DOES_NOT_FIT",limit_type="direct"} 1'
+    assert f"usage_guard_gateway_{refusals}" in text
     assert 'status="429"' in text
     assert "usage_guard_gateway_admission_seconds_count 1" in text
 
@@ -333,3 +331,122 @@ def test_keys_never_reach_the_logs(fake, start, caplog):
         oai(gateway, key="sk-wrong-key").chat.completions.create(model="gpt-4o", messages=MESSAGES)
     logged = json.dumps([r.getMessage() for r in caplog.records])
     assert ALICE not in logged and "sk-wrong-key" not in logged
+
+
+def admin(gateway: ug.Gateway, method: str, path: str, token: str = "adm-1", **kw: Any) -> Any:
+    return httpx.request(
+        method, f"{gateway.url}/admin/{path}", headers={"authorization": f"Bearer {token}"}, **kw
+    )
+
+
+def test_admin_api(fake, start, monkeypatch, tmp_path):
+    monkeypatch.setenv("UG_TEST_ADMIN", "adm-1")
+    document = gateway_policy(fake, tokens_a_day=5000)
+    document["gateway"]["admin_token_env"] = "UG_TEST_ADMIN"
+    ledger = ug.SqliteLedger(str(tmp_path / "usage.db"))
+    guard = ug.Guard(ug.Policy.from_dict(document), ledger=ledger)
+    gateway = ug.Gateway(guard, "127.0.0.1:0")
+    try:
+        assert admin(gateway, "GET", "policy", token="wrong").status_code == 401
+        oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=10)
+        r = admin(
+            gateway, "GET", "control/effective", params={"principal": "alice", "model": "gpt-4o"}
+        )
+        assert r.status_code == 200
+        view = r.json()
+        assert view["source"] == {"type": "direct", "id": "alice"}
+        tokens = next(rule for rule in view["rules"] if rule["metric"] == "tokens")
+        assert (tokens["amount"], tokens["used"], tokens["held"]) == (5000, 31, 0)  # 21 + 10
+        assert tokens["left"] == 5000 - 31 and tokens["resets_at"].endswith("Z")
+        guard.close()
+        r = admin(gateway, "GET", "usage", params={"group_by": "user,model"})
+        assert r.json()["groups"] == [
+            {
+                "user": "alice",
+                "model": "gpt-4o",
+                "requests": 1,
+                "input_tokens": 21,
+                "cached_input_tokens": 0,
+                "output_tokens": 10,
+                "reasoning_tokens": 0,
+                "tokens": 31,
+                "cost_micros": r.json()["groups"][0]["cost_micros"],
+                "compute_ms": r.json()["groups"][0]["compute_ms"],
+            }
+        ]
+        assert admin(gateway, "GET", "usage", params={"group_by": "color"}).status_code == 400
+        # a bad policy is refused with every error; the running one stays
+        bad = {**document, "gateway": {**document["gateway"], "tls": 1}, "colour": 2}
+        r = admin(gateway, "PUT", "policy", json=bad)
+        assert r.status_code == 400
+        assert {e["path"] for e in r.json()["errors"]} == {"colour", "gateway.tls"}
+        before = admin(gateway, "GET", "policy").json()
+        assert before["version"] == 1 and "alice-laptop" in str(before["keys"])
+        assert ALICE not in str(before)
+        # a valid one replaces it at once: alice now has 10 tokens a day
+        r = admin(gateway, "PUT", "policy", json=gateway_policy(fake, tokens_a_day=10))
+        assert r.status_code == 200 and r.json()["version"] == 2
+        with pytest.raises(openai.RateLimitError):
+            oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+        # the new policy has no admin token: the admin API is off
+        assert admin(gateway, "GET", "policy").status_code == 403
+    finally:
+        gateway.shutdown()
+        assert gateway.wait(10)
+
+
+def test_other_endpoints(fake, start):
+    guard, gateway = start()
+    client = oai(gateway)
+    resp = client.responses.create(model="gpt-4o", input="Hello", max_output_tokens=50)
+    assert resp.output_text == WORD * 12
+    emb = client.embeddings.create(model="text-embedding-3-small", input=["a", "b"])
+    assert len(emb.data) == 2
+    events = list(client.responses.create(model="gpt-4o", input="Hello", stream=True))
+    assert events[-1].type == "response.completed"
+    local = ollama.Client(host=gateway.url, headers={"authorization": f"Bearer {ALICE}"})
+    assert local.generate(model="llama3.2", prompt="Hi", stream=False).response == WORD * 12
+    assert len(local.embed(model="nomic-embed-text", input=["a"]).embeddings) == 1
+    assert used(guard, "alice", "gpt-4o") == 2 * (21 + 12)
+    assert used(guard, "alice", "text-embedding-3-small") == 21
+    assert used(guard, "alice", "llama3.2") == 21 + 12
+    assert used(guard, "alice", "nomic-embed-text") == 21
+
+
+def test_upstream_timeout_is_504_and_released(fake, start):
+    guard, gateway = start()
+    document = gateway_policy(fake)
+    document["gateway"]["upstream_timeout_seconds"] = 1
+    guard.set_policy(ug.Policy.from_dict(document))
+    fake.delay = 2.5
+    with pytest.raises(openai.APIStatusError) as e:
+        oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert e.value.status_code == 504
+    assert e.value.response.json()["error"]["code"] == "upstream_timeout"
+    assert reserved(guard, "alice", "gpt-4o") == 0 and used(guard, "alice", "gpt-4o") == 0
+
+
+def test_concurrent_calls_never_overspend(fake, start):
+    """32 clients at once on a budget for about 10 calls: what is billed stays within the
+    amount (each call's output was clamped to its reservation), and every call settled."""
+    import concurrent.futures
+
+    guard, gateway = start(tokens_a_day=900)
+    fake.output_tokens = 200
+
+    def one(_: int) -> int:
+        try:
+            reply = oai(gateway).chat.completions.create(
+                model="gpt-4o", messages=MESSAGES, max_tokens=500
+            )
+            return reply.usage.completion_tokens if reply.usage else 0
+        except openai.RateLimitError:
+            return -1
+
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(one, range(32)))
+    admitted = [r for r in results if r >= 0]
+    assert admitted and len(admitted) < 32
+    assert used(guard, "alice", "gpt-4o") <= 900
+    assert used(guard, "alice", "gpt-4o") == 21 * len(admitted) + sum(admitted)
+    assert reserved(guard, "alice", "gpt-4o") == 0

@@ -4,8 +4,9 @@
 //! only the fitted keys changed, streamed back as it arrives, and billed from the usage the
 //! provider reports (or what was delivered, when a stream ends early).
 //!
-//! Files import one way: shape, keys, metrics, upstream ← headers ← relay ← forward ← proxy ← server.
+//! Files import one way: shape, keys, metrics, upstream ← headers ← relay ← forward ← proxy ← admin ← server.
 
+mod admin;
 mod forward;
 mod headers;
 mod keys;

@@ -15,6 +15,7 @@ use axum::Router;
 use parking_lot::{Condvar, Mutex};
 use serde_json::{json, Value};
 
+use super::admin;
 use super::keys;
 use super::metrics::Metrics;
 use super::proxy::{model_call, App};
@@ -75,6 +76,13 @@ fn routes(app: Arc<App>) -> Router {
         )
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
+        .route("/admin/control/effective", get(admin::effective))
+        .route("/admin/usage", get(admin::usage))
+        .route(
+            "/admin/policy",
+            get(admin::get_policy).put(admin::put_policy),
+        )
+        .route("/admin/recover", post(admin::recover))
         .with_state(app)
 }
 

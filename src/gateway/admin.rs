@@ -1,0 +1,264 @@
+//! The admin API (`/admin/...`), behind the token in the environment variable that
+//! `gateway.admin_token_env` names: what is in force for a principal on a model, usage from
+//! the ledger, the policy (read, and replaced only when valid), and recovery of the counters.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::keys;
+use super::proxy::App;
+use super::shape::json_response;
+use super::upstream;
+use crate::error::Error;
+use crate::guard::domain::clock::{iso8601, parse_iso8601};
+use crate::guard::domain::policy::{key_digest, Policy};
+use crate::guard::domain::view::RuleView;
+use crate::guard::ledger::{GroupBy, UsageQuery};
+
+type Params = Query<HashMap<String, String>>;
+
+fn error(status: StatusCode, message: &str) -> Response<Body> {
+    json_response(status, &json!({ "error": message }))
+}
+
+/// `None` when the request carries the admin token; else the answer to give.
+fn refused(app: &App, headers: &HeaderMap) -> Option<Response<Body>> {
+    let var = app.guard.policy().gateway.admin_token_env.clone();
+    let token = var
+        .and_then(|v| std::env::var(v).ok())
+        .filter(|t| !t.is_empty());
+    let Some(token) = token else {
+        let message = "The admin API is off: set gateway.admin_token_env in the policy";
+        return Some(error(StatusCode::FORBIDDEN, message));
+    };
+    // Digests compared, so the comparison's time says nothing about the token.
+    match keys::presented(headers) {
+        Some(given) if key_digest(given) == key_digest(&token) => None,
+        _ => Some(error(StatusCode::UNAUTHORIZED, "Incorrect admin token")),
+    }
+}
+
+fn rule_json(r: &RuleView) -> Value {
+    json!({
+        "limit_type": r.limit_type.name(),
+        "team": r.team,
+        "per_person": r.per_person,
+        "metric": r.metric.word(),
+        "window": r.window.word(),
+        "amount": r.amount,
+        "used": r.used,
+        "held": r.reserved,
+        "left": r.left,
+        "resets_at": r.resets_at.map(iso8601),
+    })
+}
+
+/// `GET /admin/control/effective?principal=...&model=...`: every rule that applies, with
+/// used, held, left and when it resets.
+pub(crate) async fn effective(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(q): Params,
+) -> Response<Body> {
+    if let Some(r) = refused(&app, &headers) {
+        return r;
+    }
+    let (Some(principal), Some(model)) = (q.get("principal"), q.get("model")) else {
+        return error(StatusCode::BAD_REQUEST, "give ?principal=...&model=...");
+    };
+    match app.guard.usage(Some(principal), model).await {
+        Ok(view) => json_response(
+            StatusCode::OK,
+            &json!({
+                "principal": principal,
+                "model": model,
+                "policy_version": app.guard.policy_version(),
+                "source": {"type": view.source.kind.word(), "id": &*view.source.id},
+                "rules": view.rules.iter().map(rule_json).collect::<Vec<_>>(),
+                "ceilings": view.ceilings.iter().map(rule_json).collect::<Vec<_>>(),
+                "restriction": view.restriction.map(|r| json!({
+                    "restricted_by": r.restricted_by.name(),
+                    "metric": r.metric.word(),
+                    "window": r.window.word(),
+                    "current_value": r.current_value,
+                    "max_value": r.max_value,
+                })),
+            }),
+        ),
+        Err(Error::Refused(r)) => error(StatusCode::SERVICE_UNAVAILABLE, &r.message),
+        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+    }
+}
+
+fn usage_query(q: &HashMap<String, String>) -> Result<UsageQuery, String> {
+    let instant = |name: &str| -> Result<Option<i64>, String> {
+        q.get(name)
+            .map(|t| parse_iso8601(t).ok_or(format!("{name}: {t:?} is not an ISO 8601 instant")))
+            .transpose()
+    };
+    let mut group_by = Vec::new();
+    for word in q
+        .get("group_by")
+        .map(String::as_str)
+        .unwrap_or("user,model")
+        .split(',')
+    {
+        group_by.push(GroupBy::parse(word.trim()).ok_or(format!(
+            "group_by: {word:?} is not accepted; accepted: user, team, model, day"
+        ))?);
+    }
+    Ok(UsageQuery {
+        user: q.get("user").cloned(),
+        team: q.get("team").cloned(),
+        model: q.get("model").cloned(),
+        since: instant("since")?,
+        until: instant("until")?,
+        group_by,
+    })
+}
+
+/// `GET /admin/usage?user=&team=&model=&since=&until=&group_by=user,model`: from the ledger.
+pub(crate) async fn usage(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(q): Params,
+) -> Response<Body> {
+    if let Some(r) = refused(&app, &headers) {
+        return r;
+    }
+    let Some(ledger) = app.guard.ledger().cloned() else {
+        return error(StatusCode::CONFLICT, "The gateway has no ledger (--ledger)");
+    };
+    let query = match usage_query(&q) {
+        Ok(query) => query,
+        Err(message) => return error(StatusCode::BAD_REQUEST, &message),
+    };
+    let groups = match tokio::task::spawn_blocking(move || ledger.query(&query)).await {
+        Ok(Ok(groups)) => groups,
+        Ok(Err(e)) => return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "the ledger query failed"),
+    };
+    let groups: Vec<Value> = groups
+        .iter()
+        .map(|g| {
+            let mut row = serde_json::Map::new();
+            for (by, value) in &g.keys {
+                row.insert(by.word().to_string(), json!(value));
+            }
+            for (name, n) in [
+                ("requests", g.requests),
+                ("input_tokens", g.input_tokens),
+                ("cached_input_tokens", g.cached_input_tokens),
+                ("output_tokens", g.output_tokens),
+                ("reasoning_tokens", g.reasoning_tokens),
+                ("tokens", g.tokens()),
+                ("cost_micros", g.cost_micros),
+                ("compute_ms", g.compute_ms),
+            ] {
+                row.insert(name.to_string(), json!(n));
+            }
+            Value::Object(row)
+        })
+        .collect();
+    json_response(StatusCode::OK, &json!({ "groups": groups }))
+}
+
+fn policy_json(policy: &Policy, version: u64) -> Value {
+    json!({
+        "version": version,
+        "models": policy.models.iter().map(|m| &*m.id).collect::<Vec<_>>(),
+        "teams": policy.teams.iter().map(|t| &*t.id).collect::<Vec<_>>(),
+        "providers": policy.providers.iter().map(|u| json!({
+            "provider": u.provider.word(), "base_url": u.base_url, "api_key_env": u.api_key_env,
+        })).collect::<Vec<_>>(),
+        "keys": policy.gateway.keys.iter().map(|k| json!({
+            "label": k.label, "principal": &*k.principal, "credential": k.credential,
+        })).collect::<Vec<_>>(),
+        "warnings": policy.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+    })
+}
+
+/// `GET /admin/policy`: a summary of the policy in force (never a key or its digest).
+pub(crate) async fn get_policy(State(app): State<Arc<App>>, headers: HeaderMap) -> Response<Body> {
+    if let Some(r) = refused(&app, &headers) {
+        return r;
+    }
+    let policy = app.guard.policy();
+    json_response(
+        StatusCode::OK,
+        &policy_json(&policy, app.guard.policy_version()),
+    )
+}
+
+/// `PUT /admin/policy`: replaces the policy with the body (JSON, or TOML when the content
+/// type says `toml`) if it is valid; else 400 with every error, the running one kept.
+pub(crate) async fn put_policy(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: String,
+) -> Response<Body> {
+    if let Some(r) = refused(&app, &headers) {
+        return r;
+    }
+    let toml = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("toml"));
+    let parsed = if toml {
+        Policy::from_toml(&body)
+    } else {
+        Policy::from_json(&body)
+    };
+    let checked = parsed.and_then(|p| upstream::check_keys(&p).map(|_| p));
+    match checked {
+        Ok(policy) => {
+            app.guard.set_policy(policy);
+            log::info!(
+                "gateway: policy replaced (version {})",
+                app.guard.policy_version()
+            );
+            let policy = app.guard.policy();
+            json_response(
+                StatusCode::OK,
+                &policy_json(&policy, app.guard.policy_version()),
+            )
+        }
+        Err(e) => {
+            let errors: Vec<Value> = match &e {
+                Error::Policy(list) => list.clone(),
+                Error::InvalidArgument(f) | Error::WrongType(f) => vec![f.clone()],
+                _ => Vec::new(),
+            }
+            .iter()
+            .map(|f| json!({"path": f.path, "value": f.value, "message": f.message}))
+            .collect();
+            json_response(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": e.to_string(), "errors": errors}),
+            )
+        }
+    }
+}
+
+/// `POST /admin/recover?attest=true`: writes a new store epoch (lifting the epoch fence);
+/// counters refill from the ledger, or are attested as they are.
+pub(crate) async fn recover(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(q): Params,
+) -> Response<Body> {
+    if let Some(r) = refused(&app, &headers) {
+        return r;
+    }
+    let attest = q.get("attest").is_some_and(|v| v == "true" || v == "1");
+    match app.guard.recover(attest).await {
+        Ok(generation) => json_response(StatusCode::OK, &json!({ "generation": generation })),
+        Err(Error::Refused(r)) => error(StatusCode::SERVICE_UNAVAILABLE, &r.message),
+        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+    }
+}
