@@ -450,3 +450,58 @@ def test_concurrent_calls_never_overspend(fake, start):
     assert used(guard, "alice", "gpt-4o") <= 900
     assert used(guard, "alice", "gpt-4o") == 21 * len(admitted) + sum(admitted)
     assert reserved(guard, "alice", "gpt-4o") == 0
+
+
+def test_anthropic_and_ollama_broken_streams_bill_what_arrived(fake, start):
+    guard, gateway = start()
+    fake.output_tokens, fake.break_after = 50, 3
+    client = anthropic.Anthropic(base_url=gateway.url, api_key=ALICE, max_retries=0)
+    request = {"model": "claude-haiku-4-5", "max_tokens": 100, "messages": MESSAGES}
+    got = []
+    with pytest.raises(Exception) as e:
+        with client.messages.stream(**request) as stream:  # type: ignore[arg-type]
+            for text in stream.text_stream:
+                got.append(text)
+    assert not isinstance(e.value, anthropic.APIStatusError)
+    assert len(got) == 3
+    settle(guard, "alice", "claude-haiku-4-5")
+    # message_start reported the input (21); the output is what was delivered
+    assert used(guard, "alice", "claude-haiku-4-5") == 21 + 3
+    local = ollama.Client(host=gateway.url, headers={"authorization": f"Bearer {ALICE}"})
+    parts = []
+    with pytest.raises(httpx.HTTPError):
+        for part in local.chat(model="llama3.2", messages=MESSAGES, stream=True):
+            parts.append(part.message.content)
+    assert len(parts) == 3
+    settle(guard, "alice", "llama3.2")
+    sent = fake.bodies("/api/chat")[-1]  # as the SDK sent it (its extra fields count too)
+    assert used(guard, "alice", "llama3.2") == prompt_tokens(sent, "ollama", "llama3.2") + 3
+
+
+def test_shutdown_drains_a_running_stream_and_bills_it(fake, start):
+    guard, gateway = start()
+    fake.output_tokens, fake.chunk_delay = 20, 0.05
+    got: list[str] = []
+
+    def consume() -> None:
+        for chunk in oai(gateway).chat.completions.create(
+            model="gpt-4o", messages=MESSAGES, stream=True
+        ):
+            if chunk.choices and chunk.choices[0].delta.content:
+                got.append(chunk.choices[0].delta.content)
+
+    import threading
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    while not got:
+        time.sleep(0.01)
+    gateway.shutdown()
+    # new calls are refused while draining
+    with pytest.raises((openai.APIStatusError, openai.APIConnectionError)):
+        oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    reader.join(10)
+    assert gateway.wait(10)
+    assert len(got) == 20
+    assert used(guard, "alice", "gpt-4o") == 21 + 20
+    assert reserved(guard, "alice", "gpt-4o") == 0

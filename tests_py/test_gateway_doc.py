@@ -46,7 +46,7 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, FakePro
     policy = blocks("toml")[0].replace("https://api.openai.com", fake.url)
     (tmp_path / "policy.toml").write_text(policy)
     ledger = tmp_path / "usage.db"
-    env = {**os.environ, "OPENAI_API_KEY": "sk-upstream-secret"}
+    env = {**os.environ, "OPENAI_API_KEY": "sk-upstream-secret", "UG_ADMIN_TOKEN": "adm-doc"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "usage_guard.cli", "serve", "--policy", "policy.toml"]
         + ["--ledger", f"sqlite:///{ledger}", "--listen", "127.0.0.1:0"],
@@ -70,7 +70,7 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, FakePro
 
 
 def test_the_docs_policy_is_valid_and_its_commands_are_there():
-    assert len(commands()) == 7
+    assert len(commands()) == 9
     assert any("stream" in c for c, _ in commands())
 
 
@@ -79,7 +79,13 @@ def test_every_curl_command_answers_as_documented_and_sigterm_drains(served):
     proc, url, fake, ledger = served
     for command, status in commands():
         run = command.replace("http://127.0.0.1:8080", url) + " -o /dev/null -w '%{http_code}'"
-        out = subprocess.run(["bash", "-c", run], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["bash", "-c", run],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "UG_ADMIN_TOKEN": "adm-doc"},
+        )
         assert out.returncode == 0, (command, out.stderr)
         assert out.stdout.strip() == str(status), (command, out.stdout)
     # the two admitted calls reached the provider with the provider's key, not the caller's

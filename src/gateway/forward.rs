@@ -186,6 +186,9 @@ impl Forward<'_> {
                         }
                         _ => {
                             relay.finish("upstream_broke").await;
+                            // An error aborts the connection at once: let the server flush
+                            // what was already passed on first (it does when we wait).
+                            tokio::time::sleep(Duration::from_millis(20)).await;
                             let error = std::io::Error::other("the upstream broke off its answer");
                             return Some((Err(error), (source, relay, true)));
                         }
