@@ -229,9 +229,16 @@ async fn ready(State(app): State<Arc<App>>) -> Response<Body> {
     let store = app.guard.store();
     let epoch = store.epoch().await;
     let check = store.store_check(false).await;
+    // The epoch this guard trusts ("" before its first fenced reserve): a store that lost
+    // it (restart, failover, flush) is not ready until an operator recovers.
+    let trusted = app.guard.shared.epoch.generation();
+    let lost = |e: &crate::guard::store::EpochRead| {
+        (e.generation.is_some() && !e.trusted)
+            || (!trusted.is_empty() && e.generation.as_deref() != Some(trusted.as_str()))
+    };
     let (ok, why) = match (&epoch, &check) {
         (Err(e), _) => (false, format!("the counter store does not answer: {e}")),
-        (Ok(e), _) if e.generation.is_some() && !e.trusted => (
+        (Ok(e), _) if lost(e) => (
             false,
             "the counter store lost its state (epoch fence): recover it".to_string(),
         ),
