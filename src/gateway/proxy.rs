@@ -223,7 +223,8 @@ async fn check(
         .model(&model)
         .map(|m| m.provider)
         .unwrap_or(endpoint.provider());
-    let Some(upstream) = policy.upstream(provider).cloned() else {
+    let upstream = policy.providers.iter().find(|u| u.provider == provider);
+    let Some(upstream) = upstream.cloned() else {
         let word = provider.word();
         let message = format!(
             "No upstream for the provider {word}: add [providers.{word}] base_url = \"...\" \

@@ -17,7 +17,9 @@ use std::sync::Arc;
 pub(crate) use super::rule::RuleSpec;
 use crate::error::{Error, FieldError};
 
-pub(crate) use gateway::{key_digest, GatewayKey, GatewaySettings, Upstream};
+#[cfg(feature = "gateway")]
+pub(crate) use gateway::{key_digest, GatewayKey};
+pub(crate) use gateway::{GatewaySettings, Upstream};
 pub(crate) use limits::{DirectLimit, PublicLimit, SubjectLimit, TeamLimit};
 pub use models::Prices;
 pub(crate) use models::{Counting, ModelSpec, Provider};
@@ -194,11 +196,6 @@ impl Policy {
     /// The model entry, if the policy lists the model.
     pub fn model(&self, id: &str) -> Option<&Arc<ModelSpec>> {
         self.index.models.get(id).map(|&i| &self.models[i])
-    }
-
-    /// Where `provider`'s calls go, when the policy says.
-    pub(crate) fn upstream(&self, provider: Provider) -> Option<&Upstream> {
-        self.providers.iter().find(|u| u.provider == provider)
     }
 
     /// The team entry.
