@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use parking_lot::{Condvar, Mutex};
 use serde_json::{json, Value};
@@ -117,6 +118,11 @@ impl Gateway {
         let (server_app, done) = (app.clone(), stopped.clone());
         let mut signal = stopping.clone();
         runtime.spawn(async move {
+            // Streams are many small writes: without TCP_NODELAY each waits on the client's
+            // delayed ACK (~40 ms).
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let serve = axum::serve(listener, routes(server_app.clone()))
                 .with_graceful_shutdown(async move {
                     let _ = signal.wait_for(|s| *s).await;
