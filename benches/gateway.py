@@ -33,6 +33,7 @@ from fake_provider import FakeProvider
 f = FakeProvider()
 # Without this, Python's server and the client wait on delayed ACKs (~40 ms a call).
 f._server.RequestHandlerClass.disable_nagle_algorithm = True
+f._server.socket.listen(256)  # socketserver's backlog of 5 resets 64 clients connecting at once
 f.start()
 print(f.port, flush=True)
 time.sleep(3600)
