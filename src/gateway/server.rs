@@ -113,49 +113,10 @@ impl Gateway {
             metrics: Arc::new(Metrics::default()),
             draining: AtomicBool::new(false),
         });
-        let (stop, mut stopping) = tokio::sync::watch::channel(false);
+        let (stop, stopping) = tokio::sync::watch::channel(false);
         let stopped = Arc::new(Stopped::default());
         let (server_app, done) = (app.clone(), stopped.clone());
-        let mut signal = stopping.clone();
-        runtime.spawn(async move {
-            // Streams are many small writes: without TCP_NODELAY each waits on the client's
-            // delayed ACK (~40 ms).
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            let serve = axum::serve(listener, routes(server_app.clone()))
-                .with_graceful_shutdown(async move {
-                    let _ = signal.wait_for(|s| *s).await;
-                })
-                .into_future();
-            tokio::pin!(serve);
-            let stop_asked = async move {
-                let _ = stopping.wait_for(|s| *s).await;
-            };
-            let ended = tokio::select! {
-                _ = &mut serve => true,
-                _ = stop_asked => false,
-            };
-            if !ended {
-                server_app.draining.store(true, Ordering::Relaxed);
-                let drain = server_app.guard.policy().gateway.drain_seconds;
-                if tokio::time::timeout(Duration::from_secs(drain), &mut serve)
-                    .await
-                    .is_err()
-                {
-                    log::warn!(
-                        "gateway: calls still running after {drain} s of draining are cut off \
-                         (and billed for what they delivered)"
-                    );
-                }
-            }
-            // Streams cut off above bill in the background: give them a moment to land.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            let guard = server_app.guard.clone();
-            let _ = tokio::task::spawn_blocking(move || guard.close()).await;
-            *done.done.lock() = true;
-            done.changed.notify_all();
-        });
+        runtime.spawn(run(listener, server_app, stopping, done));
         log::info!(
             "usage-guard gateway listening on http://{address} ({} keys, upstreams: {})",
             app.guard.policy().gateway.keys.len(),
@@ -210,6 +171,54 @@ impl Gateway {
         }
         *done
     }
+}
+
+/// Serves until a stop is asked, then drains (up to `gateway.drain_seconds`), flushes the
+/// ledger and marks the gateway stopped.
+async fn run(
+    listener: tokio::net::TcpListener,
+    server_app: Arc<App>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    done: Arc<Stopped>,
+) {
+    let mut signal = stopping.clone();
+    // Streams are many small writes: without TCP_NODELAY each waits on the client's
+    // delayed ACK (~40 ms).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let serve = axum::serve(listener, routes(server_app.clone()))
+        .with_graceful_shutdown(async move {
+            let _ = signal.wait_for(|s| *s).await;
+        })
+        .into_future();
+    tokio::pin!(serve);
+    let stop_asked = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+    };
+    let ended = tokio::select! {
+        _ = &mut serve => true,
+        _ = stop_asked => false,
+    };
+    if !ended {
+        server_app.draining.store(true, Ordering::Relaxed);
+        let drain = server_app.guard.policy().gateway.drain_seconds;
+        if tokio::time::timeout(Duration::from_secs(drain), &mut serve)
+            .await
+            .is_err()
+        {
+            log::warn!(
+                "gateway: calls still running after {drain} s of draining are cut off \
+                     (and billed for what they delivered)"
+            );
+        }
+    }
+    // Streams cut off above bill in the background: give them a moment to land.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let guard = server_app.guard.clone();
+    let _ = tokio::task::spawn_blocking(move || guard.close()).await;
+    *done.done.lock() = true;
+    done.changed.notify_all();
 }
 
 /// `GET /v1/models`: the policy's models the key may call, in OpenAI's list shape.
