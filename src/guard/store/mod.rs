@@ -2,6 +2,7 @@
 //! usage atomically; it never decides. The same decision code serves every store.
 
 mod memory;
+mod memory_tickets;
 #[cfg(feature = "redis")]
 mod redis;
 
