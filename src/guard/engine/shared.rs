@@ -188,7 +188,7 @@ impl Shared {
         }
         let prefix = self.ticket_prefix.load(Ordering::Acquire);
         let n = self.ticket_seq.fetch_add(1, Ordering::Relaxed);
-        format!("t-{prefix:012x}-{n:x}")
+        ticket_id_text(prefix, n)
     }
 
     /// Reads every counter of the path at `now` (filling long-window counters from the
@@ -253,4 +253,43 @@ fn read_keys(path: &Path, now: Millis) -> (Vec<CounterKey>, Vec<Option<usize>>) 
         }
     }
     (keys, previous_at)
+}
+
+/// `format!("t-{prefix:012x}-{n:x}")` without the formatting machinery, which took about
+/// 6 % of an in-memory admit + bill's instructions.
+fn ticket_id_text(prefix: u64, n: u64) -> String {
+    fn push_hex(out: &mut String, value: u64, min_digits: u32) {
+        let digits = (64 - value.leading_zeros()).div_ceil(4).max(min_digits);
+        for shift in (0..digits).rev() {
+            let nibble = ((value >> (shift * 4)) & 0xf) as u8;
+            out.push(char::from(if nibble < 10 {
+                b'0' + nibble
+            } else {
+                b'a' + nibble - 10
+            }));
+        }
+    }
+    let mut id = String::with_capacity(32);
+    id.push_str("t-");
+    push_hex(&mut id, prefix, 12);
+    id.push('-');
+    push_hex(&mut id, n, 1);
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ticket_ids_read_as_formatted() {
+        for (prefix, n) in [
+            (0, 0),
+            (1, 15),
+            (0xabc, 16),
+            (u64::MAX, u64::MAX),
+            (1 << 47, 255),
+        ] {
+            let expected = format!("t-{prefix:012x}-{n:x}");
+            assert_eq!(super::ticket_id_text(prefix, n), expected);
+        }
+    }
 }
