@@ -15,6 +15,7 @@ from .types import (
     Provider,
     ReportedUsage,
     Reserved,
+    RuleWarning,
     Source,
     UsageView,
 )
@@ -75,6 +76,8 @@ class Policy:
     def teams(self) -> list[str]: ...
     @property
     def warnings(self) -> list[dict[str, str]]: ...
+    @property
+    def rules(self) -> list[dict[str, Any]]: ...
     def display_name(self, model: str) -> str: ...
 
 @final
@@ -106,6 +109,8 @@ class Ticket:
     def ceiling(self) -> Ceiling: ...
     @property
     def reserved(self) -> Reserved: ...
+    @property
+    def warnings(self) -> list[RuleWarning]: ...
     @property
     def fitted(self) -> dict[str, Any]: ...
     @property
@@ -167,6 +172,7 @@ class Guard:
         prompt_tokens: Optional[int] = None,
         max_tokens: Optional[int] = None,
         provider: Optional[Provider] = None,
+        attributes: Optional[Mapping[str, str]] = None,
     ) -> Ticket: ...
     def admit_async(
         self,
@@ -177,6 +183,7 @@ class Guard:
         prompt_tokens: Optional[int] = None,
         max_tokens: Optional[int] = None,
         provider: Optional[Provider] = None,
+        attributes: Optional[Mapping[str, str]] = None,
     ) -> Awaitable[Ticket]: ...
     def usage(self, user: Optional[str], model: str) -> UsageView: ...
     def usage_async(self, user: Optional[str], model: str) -> Awaitable[UsageView]: ...

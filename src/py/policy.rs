@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::convert::py_to_json_document;
+use crate::guard::domain::explain;
 use crate::guard::domain::policy::Policy;
 
 /// A validated policy. Every constructor reports all errors of a document at once
@@ -73,6 +74,26 @@ impl PyPolicy {
             d.set_item("path", &w.path)?;
             d.set_item("value", &w.value)?;
             d.set_item("message", &w.message)?;
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
+    /// The generic rules (`[[rules]]`), in policy order: `{"name", "sentence", "overlaps"}`,
+    /// the rule in one sentence and the other rules a call can match at the same time.
+    #[getter]
+    fn rules<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        let rules = &self.inner.rules;
+        for rule in rules {
+            let d = PyDict::new(py);
+            d.set_item("name", &*rule.name)?;
+            d.set_item("sentence", explain::sentence(rule))?;
+            let overlaps = rules
+                .iter()
+                .filter(|other| other.name != rule.name && explain::overlap(rule, other))
+                .map(|other| other.name.to_string());
+            d.set_item("overlaps", PyList::new(py, overlaps)?)?;
             list.append(d)?;
         }
         Ok(list)

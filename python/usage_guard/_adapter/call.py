@@ -150,6 +150,8 @@ class Call:
         # limit is the policy's choice (settings.anonymous), not a keyword's.
         call_user: Optional[str] = kwargs.pop("user", None)
         self.user: Optional[str] = owner._guard_user if call_user is None else call_user
+        # The call's attributes for the policy's generic rules (credential, session, ...).
+        self.attributes: Optional[dict[str, str]] = kwargs.pop("usage_attributes", None)
         self.guard: Any = owner._guard
         self.api = api
         self.kwargs = kwargs
@@ -165,7 +167,11 @@ class Call:
     def admit_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of `Guard.admit`: the request itself. The guard counts its
         prompt once (with the policy's model entry), reads its output maximum and fits it."""
-        return {"request": self.request, "provider": self.api.word}
+        return {
+            "request": self.request,
+            "provider": self.api.word,
+            "attributes": self.attributes,
+        }
 
     def shown(self, state: StreamState, chunk: Any) -> bool:
         """Observes a stream chunk; False when it is one of ours the caller should not see."""
@@ -259,16 +265,22 @@ class Call:
 
 
 def attach(
-    obj: Any, view: Optional[dict[str, Any]], capped: bool, billed: Optional[dict[str, Any]] = None
+    obj: Any,
+    view: Optional[dict[str, Any]],
+    capped: bool,
+    billed: Optional[dict[str, Any]] = None,
+    warnings: Optional[list[dict[str, Any]]] = None,
 ) -> None:
-    """Sets `usage_limits` (the usage view with `capped`), `usage_restriction` and
-    `usage_billed` (what the call was billed) on `obj`."""
+    """Sets `usage_limits` (the usage view with `capped`), `usage_restriction`,
+    `usage_billed` (what the call was billed) and `usage_warnings` (the ticket's warnings)
+    on `obj`."""
     limits = dict(view or {})
     limits["capped"] = capped
     values = (
         ("usage_limits", limits),
         ("usage_restriction", limits.get("restriction")),
         ("usage_billed", billed),
+        ("usage_warnings", list(warnings or [])),
     )
     for name, value in values:
         try:
@@ -305,7 +317,7 @@ def settle_sync(call: Call, usage: Optional[Usage], target: Any, capped: bool) -
         view = call.guard.usage(call.user, call.model)
     except Exception as exc:  # the call has run: log, never throw
         _settle_error("bill", exc)
-    attach(target, view, capped, billed)
+    attach(target, view, capped, billed, call.ticket.warnings)
 
 
 async def begin_async(
@@ -332,4 +344,4 @@ async def settle_async(call: Call, usage: Optional[Usage], target: Any, capped: 
         view = await call.guard.usage_async(call.user, call.model)
     except Exception as exc:
         _settle_error("bill", exc)
-    attach(target, view, capped, billed)
+    attach(target, view, capped, billed, call.ticket.warnings)

@@ -12,6 +12,7 @@ use super::stats::{store_answered, Stats};
 use crate::error::Result;
 use crate::guard::domain::clock::{Clock, Millis};
 use crate::guard::domain::decide::SlotRead;
+use crate::guard::domain::generic;
 use crate::guard::domain::path::{self, Path};
 use crate::guard::domain::policy::Policy;
 use crate::guard::ledger::Ledger;
@@ -141,22 +142,40 @@ impl Shared {
     /// version), with the policy it belongs to. A call with no user counts as
     /// `settings.anonymous` says; a blank user is refused.
     pub(crate) fn resolve(&self, user: Option<&str>, model: &str) -> Result<Resolved> {
+        self.resolve_with(user, model, &[])
+    }
+
+    /// [`Shared::resolve`] for a call with `attributes` (`[[rules]]` match on them): the
+    /// cache is keyed on the user and the attributes some rule reads.
+    pub(crate) fn resolve_with(
+        &self,
+        user: Option<&str>,
+        model: &str,
+        attributes: &[(String, String)],
+    ) -> Result<Resolved> {
         let now = self.clock.now_ms();
         let (policy, version) = self.policy();
-        let Some(user) = path::caller(&policy, user)? else {
-            let path = Arc::new(path::resolve(&policy, None, model)?);
+        let suffix = generic::cache_suffix(attributes, policy.rule_index.used)?;
+        let Some(user) = crate::guard::domain::caller::caller(&policy, user)? else {
+            let path = Arc::new(path::resolve(&policy, None, model, attributes)?);
             return Ok(Resolved { path, policy });
         };
-        if let Some(path) = self.cached(user, model, version, now) {
+        let key = if suffix.is_empty() {
+            std::borrow::Cow::Borrowed(user)
+        } else {
+            std::borrow::Cow::Owned(format!("\u{0}{}:{user}{suffix}", user.len()))
+        };
+        let user_key: &str = &key;
+        if let Some(path) = self.cached(user_key, model, version, now) {
             return Ok(Resolved { path, policy });
         }
-        let path = Arc::new(path::resolve(&policy, Some(user), model)?);
+        let path = Arc::new(path::resolve(&policy, Some(user), model, attributes)?);
         let mut cache = self.cache.lock();
         if cache.values().map(HashMap::len).sum::<usize>() >= PATH_CACHE_MAX {
             cache.clear();
         }
         cache.entry(Arc::from(model)).or_default().insert(
-            Arc::from(user),
+            Arc::from(user_key),
             CachedPath {
                 path: path.clone(),
                 version,

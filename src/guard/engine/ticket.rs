@@ -13,7 +13,7 @@ use super::stats::bump;
 use crate::ceiling::{usage_capped, Api, FitResult, PromptCount};
 use crate::error::Result;
 use crate::guard::domain::clock::Millis;
-use crate::guard::domain::decide::{Plan, UsageCeiling};
+use crate::guard::domain::decide::{Plan, RuleWarning, UsageCeiling};
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::rule::{CounterId, Metric};
 use crate::guard::store::{HoldRef, UsageAdd};
@@ -31,6 +31,8 @@ pub(crate) struct TicketParts {
     pub uncounted: bool,
     /// The provider request given at admission: its count and fit.
     pub request: Option<Box<AdmittedRequest>>,
+    /// Generic rules past a soft threshold, or that would have refused (shadow mode).
+    pub warnings: Vec<RuleWarning>,
 }
 
 /// A ticket's parts and whether it settled, shared by its clones.
@@ -97,6 +99,12 @@ impl Ticket {
     /// The source billed.
     pub fn source(&self) -> &SourceRef {
         &self.state.parts.source
+    }
+
+    /// Generic rules past a soft threshold (`warn_at`), or past the budget of a rule that
+    /// only reports (`warn`, shadow mode).
+    pub fn warnings(&self) -> &[RuleWarning] {
+        &self.state.parts.warnings
     }
 
     /// What the call may use.
@@ -278,6 +286,8 @@ pub(crate) struct ReservedParts {
     pub(crate) holds: Vec<HoldRef>,
     pub(crate) expiry_minute: i64,
     pub(crate) adds: Vec<Arc<CounterId>>,
+    /// Generic rules past a soft threshold or (only reporting) past their budget.
+    pub(crate) warnings: Vec<RuleWarning>,
 }
 
 impl ReservedParts {
@@ -290,12 +300,14 @@ impl ReservedParts {
                 holds: plan.holds(),
                 expiry_minute: minute,
                 adds: plan.added_counters(path),
+                warnings: plan.warnings.clone(),
             },
             None => ReservedParts {
                 source: path.default_source.clone(),
                 holds: Vec::new(),
                 expiry_minute: 0,
                 adds: Vec::new(),
+                warnings: Vec::new(),
             },
         }
     }

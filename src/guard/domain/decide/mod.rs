@@ -4,6 +4,7 @@
 
 mod refuse;
 mod steps;
+mod warnings;
 
 use super::clock::Millis;
 use super::counter::{CounterRead, HoldRef, ReserveItem};
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 pub(crate) use refuse::{does_not_fit, reached};
 use steps::{held_prompt, least_left, usage_ceiling, Holds, Snapshot};
+pub use warnings::RuleWarning;
 
 /// A counter's current and previous bucket as read at one instant. Holds belong to the
 /// counter, not to a bucket: `current.held` is every live hold of the counter (an open call
@@ -140,6 +142,8 @@ pub(crate) struct Plan {
     /// The counters the call adds its use to at bill.
     pub added_slots: Vec<usize>,
     pub ceiling: UsageCeiling,
+    /// Generic rules past a soft threshold, or past the budget of a rule that only reports.
+    pub warnings: Vec<RuleWarning>,
 }
 
 impl Plan {
@@ -213,5 +217,6 @@ pub(crate) fn decide(
         item_slots,
         added_slots,
         ceiling: usage_ceiling(&least, &holds, prices, settings),
+        warnings: warnings::warnings(path, reads, &holds, now),
     })
 }

@@ -1,6 +1,7 @@
 //! The policy: models, teams and limits, validated from a closed vocabulary. Every error of a
 //! document is reported at once, each naming the field's path, the value and what is accepted.
 
+mod generic_rules;
 mod json;
 mod limits;
 mod models;
@@ -9,10 +10,12 @@ mod rules;
 mod settings;
 mod teams;
 mod values;
+mod window_table;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::generic::{GenericRule, RuleIndex};
 pub(crate) use super::rule::RuleSpec;
 use crate::error::{Error, FieldError};
 
@@ -38,6 +41,10 @@ pub struct Policy {
     pub user_total: Vec<SubjectLimit>,
     pub platform: Vec<RuleSpec>,
     pub settings: Settings,
+    /// The generic rules (`[[rules]]`), in policy order.
+    pub rules: Vec<Arc<GenericRule>>,
+    /// The generic rules indexed by the model they require.
+    pub rule_index: RuleIndex,
     /// What is valid but probably not meant (an amount of 0, anonymous calls unlimited by
     /// default), each with its path; a policy with warnings works as written.
     pub warnings: Vec<FieldError>,
@@ -172,6 +179,7 @@ impl Policy {
             }
         }
         self.index = index;
+        self.rule_index = RuleIndex::new(&self.rules);
     }
 
     /// Whether any limit is defined (a policy of models and teams only limits nothing).
@@ -182,7 +190,8 @@ impl Policy {
             && self.team_total.is_empty()
             && self.model_total.is_empty()
             && self.user_total.is_empty()
-            && self.platform.is_empty())
+            && self.platform.is_empty()
+            && self.rules.is_empty())
     }
 
     /// The model entry, if the policy lists the model.

@@ -33,7 +33,8 @@ fn ids(top: &serde_json::Map<String, Value>, key: &str) -> HashSet<String> {
 impl Parser {
     fn policy(&mut self, doc: &Value) -> Policy {
         let mut policy = Policy::default();
-        let Some(top) = self.table("", doc, &["models", "teams", "limits", "settings"]) else {
+        let Some(top) = self.table("", doc, &["models", "teams", "limits", "settings", "rules"])
+        else {
             return policy;
         };
         if let Some(models) = top.get("models") {
@@ -49,6 +50,9 @@ impl Parser {
         let team_ids = ids(top, "teams");
         if let Some(limits) = top.get("limits") {
             self.limits(limits, &mut Known::new(&model_ids, &team_ids), &mut policy);
+        }
+        if let Some(rules) = top.get("rules") {
+            policy.rules = self.generic_rules(rules, &model_ids);
         }
         let anonymous_written = top
             .get("settings")

@@ -1,0 +1,349 @@
+//! Generic rules (`[[rules]]`): parsing and its errors, matching on each attribute, fan-out
+//! by `count_by`, tightest-wins and stacking, warn, block, soft thresholds and shadow mode.
+
+mod common;
+
+use common::{at, reached, setup, GPT5};
+use usage_guard::{AdmitRequest, Error, LimitType, Policy};
+
+fn errors(toml: &str) -> Vec<String> {
+    match Policy::from_toml(toml) {
+        Err(Error::Policy(errors)) => errors.iter().map(|e| e.to_string()).collect(),
+        Err(other) => panic!("expected policy errors, got {other}"),
+        Ok(_) => panic!("expected policy errors, the policy was accepted"),
+    }
+}
+
+fn call(user: &str, attributes: &[(&str, &str)]) -> AdmitRequest {
+    AdmitRequest {
+        attributes: attributes
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..common::call(user, "gpt-5", 100, 100)
+    }
+}
+
+const NOW: &str = "2026-12-02T10:00:00Z";
+
+#[test]
+fn bad_rules_are_refused_with_their_paths() {
+    let found = errors(&format!(
+        r#"{GPT5}
+[[rules]]
+name = "a"
+applies_when = {{ modle = "gpt-5" }}
+count_by = ["credentail"]
+amount = "requests"
+budget = 5
+window = {{ kind = "rolling", count = 1, unit = "fortnights" }}
+
+[[rules]]
+name = "b"
+amount = "cost"
+budget = 5
+window = {{ kind = "calendar", unit = "month", anchor_zone = "Mars/Olympus" }}
+action = "explode"
+
+[[rules]]
+name = "c"
+amount = "requests"
+budget = 5
+window = "minute"
+action = "degrade"
+degrade_to = "gpt-6"
+
+[[rules]]
+name = "d"
+amount = "requests"
+budget = 5
+window = "minute"
+action = "halt_session"
+
+[[rules]]
+name = "e"
+amount = "requests"
+budget = 5
+window = "minute"
+action = "warn"
+action_duration_seconds = 60
+"#
+    ));
+    let expected = [
+        "rules[0].applies_when.modle: is not an attribute; accepted: scope, principal, credential, session, agent, task, model, provider, endpoint, environment, request_fingerprint, team, role",
+        "rules[0].count_by[0]: is not an attribute; accepted: scope, principal, credential, session, agent, task, model, provider, endpoint, environment, request_fingerprint, team, role (got \"credentail\")",
+        "rules[0].window.unit: is not a rolling unit; accepted: seconds, minutes, hours, days (got \"fortnights\")",
+        "rules[1].window.anchor_zone: is not an IANA time zone",
+        "rules[1].action: is not an action; accepted: warn, block, throttle, degrade, halt_session (got \"explode\")",
+        "rules[2].degrade_to: is not a model of the policy; defined models: gpt-5 (got \"gpt-6\")",
+        "rules[3].action_duration_seconds: is required with action = \"halt_session\"",
+        "rules[4].action_duration_seconds: is refused with action = \"warn\"",
+    ];
+    assert_eq!(found.len(), expected.len(), "{found:#?}");
+    for (got, want) in found.iter().zip(expected) {
+        assert!(
+            got.starts_with(want),
+            "{got}\n  does not start with\n{want}"
+        );
+    }
+}
+
+#[test]
+fn a_rule_counts_only_the_calls_it_applies_to() {
+    for attr in [
+        "scope",
+        "credential",
+        "session",
+        "agent",
+        "task",
+        "endpoint",
+        "environment",
+        "request_fingerprint",
+        "team",
+        "role",
+    ] {
+        let s = setup(
+            &format!(
+                r#"{GPT5}
+[[rules]]
+name = "one"
+applies_when = {{ {attr} = ["x", "y"] }}
+amount = "requests"
+budget = 1
+window = "day"
+"#
+            ),
+            NOW,
+        );
+        let mut keep = Vec::new();
+        let other = call("alice", &[(attr, "z")]);
+        keep.push(s.guard.admit_blocking(other.clone()).unwrap());
+        keep.push(s.guard.admit_blocking(other).unwrap());
+        keep.push(s.guard.admit_blocking(call("alice", &[])).unwrap());
+        keep.push(
+            s.guard
+                .admit_blocking(call("alice", &[(attr, "y")]))
+                .unwrap(),
+        );
+        let r = reached(s.guard.admit_blocking(call("bob", &[(attr, "x")])));
+        assert_eq!(r.limit_type, Some(LimitType::Rule), "{attr}");
+        assert!(r.message.contains("Rule \"one\""), "{attr}: {}", r.message);
+    }
+}
+
+#[test]
+fn principal_model_and_provider_come_from_the_call() {
+    let s = setup(
+        &format!(
+            r#"{GPT5}
+[[rules]]
+name = "alice on openai gpt-5"
+applies_when = {{ principal = "alice", model = "gpt-5", provider = "openai" }}
+amount = "requests"
+budget = 1
+window = "day"
+"#
+        ),
+        NOW,
+    );
+    let _bob = s.guard.admit_blocking(call("bob", &[])).unwrap();
+    let _alice = s.guard.admit_blocking(call("alice", &[])).unwrap();
+    reached(s.guard.admit_blocking(call("alice", &[])));
+    s.guard.admit_blocking(call("bob", &[])).unwrap();
+    // The call gives them: attributes may not.
+    let err = s
+        .guard
+        .admit_blocking(call("alice", &[("principal", "bob")]))
+        .unwrap_err();
+    assert!(err.to_string().contains("comes from the call"), "{err}");
+    let err = s
+        .guard
+        .admit_blocking(call("alice", &[("credentail", "k")]))
+        .unwrap_err();
+    assert!(err.to_string().contains("is not an attribute"), "{err}");
+}
+
+#[test]
+fn count_by_fans_into_one_counter_per_value_tuple() {
+    let s = setup(
+        &format!(
+            r#"{GPT5}
+[[rules]]
+name = "two a day per credential per agent"
+count_by = ["credential", "agent"]
+amount = "requests"
+budget = 2
+window = "day"
+"#
+        ),
+        NOW,
+    );
+    let k = |c: &'static str, a: &'static str| call("alice", &[("credential", c), ("agent", a)]);
+    let mut keep = Vec::new();
+    for _ in 0..2 {
+        keep.push(s.guard.admit_blocking(k("k1", "a1")).unwrap());
+    }
+    let r = reached(s.guard.admit_blocking(k("k1", "a1")));
+    assert!(
+        r.message.contains("for this credential and agent"),
+        "{}",
+        r.message
+    );
+    keep.push(s.guard.admit_blocking(k("k1", "a2")).unwrap());
+    keep.push(s.guard.admit_blocking(k("k2", "a1")).unwrap());
+    // An id with separators stays its own counter.
+    keep.push(s.guard.admit_blocking(k("k1,a1", "x")).unwrap());
+    // A call without a count_by attribute is not counted by the rule.
+    for _ in 0..3 {
+        keep.push(s.guard.admit_blocking(call("alice", &[])).unwrap());
+    }
+}
+
+#[test]
+fn identical_identities_take_the_tightest_budget_and_others_stack() {
+    let s = setup(
+        &format!(
+            r#"{GPT5}
+[[rules]]
+name = "loose"
+count_by = ["credential"]
+amount = "requests"
+budget = 5
+window = "day"
+
+[[rules]]
+name = "tight"
+count_by = ["credential"]
+amount = "requests"
+budget = 2
+window = "day"
+
+[[rules]]
+name = "per team"
+count_by = ["team"]
+amount = "requests"
+budget = 3
+window = "day"
+"#
+        ),
+        NOW,
+    );
+    let k = |c: &'static str| call("alice", &[("credential", c), ("team", "t")]);
+    let _one = s.guard.admit_blocking(k("k1")).unwrap();
+    let _two = s.guard.admit_blocking(k("k1")).unwrap();
+    let r = reached(s.guard.admit_blocking(k("k1")));
+    assert!(r.message.contains("Rule \"tight\""), "{}", r.message);
+    assert_eq!(r.amount, Some(2));
+    let _three = s.guard.admit_blocking(k("k2")).unwrap();
+    let r = reached(s.guard.admit_blocking(k("k3")));
+    assert!(r.message.contains("Rule \"per team\""), "{}", r.message);
+}
+
+#[test]
+fn warn_counts_and_continues_and_thresholds_warn() {
+    let s = setup(
+        &format!(
+            r#"{GPT5}
+[[rules]]
+name = "soft"
+amount = "requests"
+budget = 2
+window = "day"
+action = "warn"
+
+[[rules]]
+name = "hard"
+amount = "requests"
+budget = 10
+window = "day"
+warn_at = [0.2, 0.3]
+"#
+        ),
+        NOW,
+    );
+    let one = s.guard.admit_blocking(call("alice", &[])).unwrap();
+    assert!(one.warnings().is_empty(), "{:?}", one.warnings());
+    let two = s.guard.admit_blocking(call("alice", &[])).unwrap();
+    let w = two.warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!((&*w[0].rule, w[0].used, w[0].threshold), ("hard", 2, 0.2));
+    let three = s.guard.admit_blocking(call("alice", &[])).unwrap();
+    let w = three.warnings();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert_eq!((&*w[0].rule, w[0].threshold), ("hard", 0.3));
+    assert_eq!((&*w[1].rule, w[1].used, w[1].budget), ("soft", 3, 2));
+    assert!(!w[1].would_refuse, "a warn rule never refuses");
+}
+
+#[test]
+fn shadow_mode_never_refuses_on_a_rule_and_says_what_would_have() {
+    let s = setup(
+        &format!(
+            r#"{GPT5}
+[settings]
+mode = "shadow"
+
+[[rules]]
+name = "one a day"
+amount = "requests"
+budget = 1
+window = {{ kind = "calendar", unit = "day", anchor_zone = "Europe/Paris" }}
+"#
+        ),
+        NOW,
+    );
+    let first = s.guard.admit_blocking(call("alice", &[])).unwrap();
+    assert!(first.warnings().is_empty());
+    let second = s.guard.admit_blocking(call("alice", &[])).unwrap();
+    let w = second.warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].would_refuse);
+    assert_eq!((w[0].used, w[0].budget), (2, 1));
+    // Midnight in Paris (23:00 UTC) starts a new day.
+    s.clock.set(at("2026-12-02T23:00:00Z"));
+    let next = s.guard.admit_blocking(call("alice", &[])).unwrap();
+    assert!(next.warnings().is_empty(), "{:?}", next.warnings());
+}
+
+#[test]
+fn a_block_rule_joins_the_reservation_with_the_limit_kinds() {
+    let s = setup(
+        &format!(
+            r#"{GPT5}
+[[limits.direct]]
+user = "alice"
+model = "gpt-5"
+rules = [{{ metric = "requests", amount = 100, window = "day" }}]
+
+[[rules]]
+name = "per session"
+count_by = ["session"]
+amount = "tokens"
+budget = 1000
+window = {{ kind = "rolling", count = 10, unit = "minutes" }}
+"#
+        ),
+        NOW,
+    );
+    let t = s
+        .guard
+        .admit_blocking(AdmitRequest {
+            max_output_tokens: Some(5000),
+            ..call("alice", &[("session", "s1")])
+        })
+        .unwrap();
+    // The rule's 1,000 tokens cap the output: 1,000 - 100 prompt.
+    assert_eq!(t.ceiling().max_output_tokens, 900);
+    assert_eq!(t.source().kind.word(), "direct");
+    let r = common::refusal(s.guard.admit_blocking(call("alice", &[("session", "s1")])));
+    assert_eq!(r.limit_type, Some(LimitType::Rule));
+    assert!(
+        r.message.contains("1,000 tokens every 10 minutes"),
+        "{}",
+        r.message
+    );
+    t.release_blocking();
+    s.guard
+        .admit_blocking(call("alice", &[("session", "s1")]))
+        .unwrap();
+}
