@@ -347,3 +347,143 @@ window = {{ kind = "rolling", count = 10, unit = "minutes" }}
         .admit_blocking(call("alice", &[("session", "s1")]))
         .unwrap();
 }
+
+#[test]
+fn each_rule_reads_as_one_sentence_and_names_its_overlaps() {
+    let policy = common::policy(&format!(
+        r#"{GPT5}
+[[rules]]
+name = "monthly"
+applies_when = {{ model = "gpt-5", environment = ["prod", "staging"] }}
+count_by = ["credential"]
+amount = "cost"
+budget = 25
+window = {{ kind = "calendar", unit = "month", anchor_zone = "Europe/Paris", anchor_day = 1 }}
+warn_at = [0.8, 0.95]
+
+[[rules]]
+name = "dev only"
+applies_when = {{ environment = "dev" }}
+amount = "requests"
+budget = 10
+window = {{ kind = "rolling", count = 10, unit = "minutes" }}
+action = "warn"
+"#
+    ));
+    let (monthly, dev) = (&policy.rules[0], &policy.rules[1]);
+    assert_eq!(
+        monthly.sentence(),
+        "when model is gpt-5 and environment is prod or staging, count cost per credential \
+         over a calendar month from the 1st 00:00 Europe/Paris; above $25.00: block \
+         (warn at 80%, 95%)"
+    );
+    assert_eq!(
+        dev.sentence(),
+        "when environment is dev, count requests over a rolling 10 minutes; above 10: warn"
+    );
+    assert!(!monthly.overlaps(dev) && !dev.overlaps(monthly));
+    assert!(monthly.overlaps(monthly));
+}
+
+#[test]
+fn halt_session_halts_that_session_for_every_guard_and_no_other() {
+    let toml = format!(
+        r#"{GPT5}
+[[rules]]
+name = "runaway"
+count_by = ["session"]
+amount = "requests"
+budget = 2
+window = "minute"
+action = "halt_session"
+action_duration_seconds = 600
+"#
+    );
+    let s = setup(&toml, NOW);
+    // Another guard on the same store (another process on Redis: tests_py/test_rules.py).
+    let other = usage_guard::Guard::new(common::policy(&toml), s.store.clone(), s.clock.clone());
+    let sess = |id: &'static str| call("alice", &[("session", id)]);
+    let _a = s.guard.admit_blocking(sess("s1")).unwrap();
+    let _b = s.guard.admit_blocking(sess("s1")).unwrap();
+    let r = reached(s.guard.admit_blocking(sess("s1")));
+    assert!(
+        r.message.contains("Rule \"runaway\" has used"),
+        "{}",
+        r.message
+    );
+    drop((_a, _b));
+    // The minute is over and the counter empty: still halted, on every guard.
+    s.clock.set(at("2026-12-02T10:05:00Z"));
+    let r = reached(other.admit_blocking(sess("s1")));
+    assert!(
+        r.message
+            .contains("halted this session until 2026-12-02T10:10:00"),
+        "{}",
+        r.message
+    );
+    assert_eq!(r.retry_after_seconds, Some(300));
+    // Another session on the same rule is not halted.
+    let _c = other.admit_blocking(sess("s2")).unwrap();
+    // The halt ends after its duration.
+    s.clock.set(at("2026-12-02T10:10:00Z"));
+    let _d = s.guard.admit_blocking(sess("s1")).unwrap();
+}
+
+#[test]
+fn degrade_admits_the_cheaper_model_when_it_passes_admission() {
+    let s = setup(
+        &format!(
+            r#"{GPT5}
+[models.small]
+provider = "openai"
+context_window = 1000
+
+[[rules]]
+name = "gpt-5 per agent"
+applies_when = {{ model = "gpt-5" }}
+count_by = ["agent"]
+amount = "requests"
+budget = 1
+window = "day"
+action = "degrade"
+degrade_to = "small"
+
+[[rules]]
+name = "small per agent"
+applies_when = {{ model = "small" }}
+count_by = ["agent"]
+amount = "requests"
+budget = 1
+window = "day"
+"#
+        ),
+        NOW,
+    );
+    let agent = |a: &'static str| call("alice", &[("agent", a)]);
+    let first = s.guard.admit_blocking(agent("a1")).unwrap();
+    assert_eq!((first.model(), first.degraded_from()), ("gpt-5", None));
+    let second = s.guard.admit_blocking(agent("a1")).unwrap();
+    assert_eq!(
+        (second.model(), second.degraded_from()),
+        ("small", Some("gpt-5"))
+    );
+    // The substitute must pass admission itself: its own rule is spent now.
+    let r = reached(s.guard.admit_blocking(agent("a1")));
+    assert!(
+        r.message.contains("Rule \"gpt-5 per agent\""),
+        "{}",
+        r.message
+    );
+    // ...and its context check: a prompt the small model cannot take is not degraded.
+    let _other = s.guard.admit_blocking(agent("a2")).unwrap();
+    let big = AdmitRequest {
+        prompt_tokens: Some(5000),
+        ..agent("a2")
+    };
+    let r = reached(s.guard.admit_blocking(big));
+    assert!(
+        r.message.contains("Rule \"gpt-5 per agent\""),
+        "{}",
+        r.message
+    );
+}

@@ -172,3 +172,89 @@ def test_bad_rules_name_their_paths() -> None:
     text = str(err.value)
     assert "rules[0].window.anchor_zone: is not an IANA time zone" in text
     assert "rules[0].action_duration_seconds: is required" in text
+
+
+HALT = {
+    "name": "runaway session",
+    "count_by": ["session"],
+    "amount": "requests",
+    "budget": 2,
+    "window": "minute",
+    "action": "halt_session",
+    "action_duration_seconds": 600,
+}
+
+OTHER_PROCESS = """
+import sys, usage_guard as ug
+policy = ug.Policy.from_json(sys.argv[2])
+guard = ug.Guard(policy, store=ug.RedisStore(sys.argv[1], prefix="halt"),
+                 clock=ug.ManualClock(sys.argv[3]))
+for session in ("s1", "s2"):
+    try:
+        guard.admit("alice", "gpt-4o", prompt_tokens=10, attributes={"session": session})
+        print(session, "admitted")
+    except ug.UsageLimitError as e:
+        print(session, "refused", e.resets_at)
+"""
+
+
+def test_a_halt_is_seen_by_another_process(
+    redis_server: RedisServer, clock: ug.ManualClock
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    document = policy(HALT)
+    guard = ug.Guard(
+        ug.Policy.from_dict(document),
+        store=ug.RedisStore(redis_server.url, prefix="halt"),
+        clock=clock,
+    )
+    held = [
+        guard.admit("alice", "gpt-4o", prompt_tokens=10, attributes={"session": "s1"})
+        for _ in range(2)
+    ]
+    with pytest.raises(ug.UsageLimitError):
+        guard.admit("alice", "gpt-4o", prompt_tokens=10, attributes={"session": "s1"})
+    for ticket in held:
+        ticket.release()
+    # Five minutes later, in another process: s1 is halted until 08:10, s2 is not.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            OTHER_PROCESS,
+            redis_server.url,
+            json.dumps(document),
+            "2026-11-30T08:05:00Z",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.split("\n")[:2] == [
+        "s1 refused 2026-11-30T08:10:00Z",
+        "s2 admitted",
+    ], done.stderr
+
+
+def test_degrade_sends_the_cheaper_model(make_guard: Callable[..., ug.Guard]) -> None:
+    rule = {
+        "name": "gpt-4o per agent",
+        "applies_when": {"model": "gpt-4o"},
+        "count_by": ["agent"],
+        "amount": "requests",
+        "budget": 1,
+        "window": "day",
+        "action": "degrade",
+        "degrade_to": "gpt-4o-mini",
+    }
+    guard = make_guard(policy(rule))
+    request = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    first = guard.admit("alice", "gpt-4o", request, attributes={"agent": "a"})
+    assert (first.model, first.degraded_from) == ("gpt-4o", None)
+    assert "model" not in first.fitted
+    second = guard.admit("alice", "gpt-4o", request, attributes={"agent": "a"})
+    assert (second.model, second.degraded_from) == ("gpt-4o-mini", "gpt-4o")
+    assert second.fitted["model"] == "gpt-4o-mini"

@@ -231,6 +231,18 @@ impl PyTicket {
         warnings_to_py(py, self.inner.warnings())
     }
 
+    /// The model admitted: the one asked for, or a `degrade` rule's `degrade_to`.
+    #[getter]
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    /// The model asked for when a `degrade` rule admitted another (`model`), else None.
+    #[getter]
+    fn degraded_from(&self) -> Option<&str> {
+        self.inner.degraded_from()
+    }
+
     /// What is held for the call, per metric.
     #[getter]
     fn reserved<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -241,7 +253,10 @@ impl PyTicket {
     /// request (`{}` when nothing changes or there was no request).
     #[getter]
     fn fitted<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let changes = self.inner.fitted_changes().unwrap_or_default();
+        let mut changes = self.inner.fitted_changes().unwrap_or_default();
+        if self.inner.degraded_from().is_some() {
+            changes.insert("model".into(), self.inner.model().into());
+        }
         json_to_py(py, &serde_json::Value::Object(changes))
     }
 

@@ -6,7 +6,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::convert::py_to_json_document;
-use crate::guard::domain::explain;
 use crate::guard::domain::policy::Policy;
 
 /// A validated policy. Every constructor reports all errors of a document at once
@@ -88,10 +87,10 @@ impl PyPolicy {
         for rule in rules {
             let d = PyDict::new(py);
             d.set_item("name", &*rule.name)?;
-            d.set_item("sentence", explain::sentence(rule))?;
+            d.set_item("sentence", rule.sentence())?;
             let overlaps = rules
                 .iter()
-                .filter(|other| other.name != rule.name && explain::overlap(rule, other))
+                .filter(|other| other.name != rule.name && rule.overlaps(other))
                 .map(|other| other.name.to_string());
             d.set_item("overlaps", PyList::new(py, overlaps)?)?;
             list.append(d)?;

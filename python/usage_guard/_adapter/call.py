@@ -270,9 +270,11 @@ def attach(
     capped: bool,
     billed: Optional[dict[str, Any]] = None,
     warnings: Optional[list[dict[str, Any]]] = None,
+    degraded_from: Optional[str] = None,
 ) -> None:
     """Sets `usage_limits` (the usage view with `capped`), `usage_restriction`,
-    `usage_billed` (what the call was billed) and `usage_warnings` (the ticket's warnings)
+    `usage_billed` (what the call was billed), `usage_warnings` (the ticket's warnings) and
+    `usage_degraded` (the model asked for, when a `degrade` rule sent another; else None)
     on `obj`."""
     limits = dict(view or {})
     limits["capped"] = capped
@@ -281,6 +283,7 @@ def attach(
         ("usage_restriction", limits.get("restriction")),
         ("usage_billed", billed),
         ("usage_warnings", list(warnings or [])),
+        ("usage_degraded", degraded_from),
     )
     for name, value in values:
         try:
@@ -314,10 +317,10 @@ def settle_sync(call: Call, usage: Optional[Usage], target: Any, capped: bool) -
     billed = view = None
     try:
         billed = call.ticket.bill(**call.bill_kwargs(usage))
-        view = call.guard.usage(call.user, call.model)
+        view = call.guard.usage(call.user, call.ticket.model)
     except Exception as exc:  # the call has run: log, never throw
         _settle_error("bill", exc)
-    attach(target, view, capped, billed, call.ticket.warnings)
+    attach(target, view, capped, billed, call.ticket.warnings, call.ticket.degraded_from)
 
 
 async def begin_async(
@@ -341,7 +344,7 @@ async def settle_async(call: Call, usage: Optional[Usage], target: Any, capped: 
     billed = view = None
     try:
         billed = await call.ticket.bill_async(**call.bill_kwargs(usage))
-        view = await call.guard.usage_async(call.user, call.model)
+        view = await call.guard.usage_async(call.user, call.ticket.model)
     except Exception as exc:
         _settle_error("bill", exc)
-    attach(target, view, capped, billed, call.ticket.warnings)
+    attach(target, view, capped, billed, call.ticket.warnings, call.ticket.degraded_from)

@@ -5,9 +5,20 @@ use super::generic::{Action, GenericRule};
 use super::rule::Metric;
 use super::window::Window;
 
-/// "when model is gpt-4o, count cost per credential over a calendar month from the 1st 00:00
-/// Europe/Paris; above $25.00: block".
-pub(crate) fn sentence(rule: &GenericRule) -> String {
+impl GenericRule {
+    /// The rule in one sentence: "when model is gpt-4o, count cost per credential over a
+    /// calendar month from the 1st 00:00 Europe/Paris; above $25.00: block".
+    pub fn sentence(&self) -> String {
+        sentence(self)
+    }
+
+    /// Whether some call can match both rules (every attribute both name shares a value).
+    pub fn overlaps(&self, other: &GenericRule) -> bool {
+        overlap(self, other)
+    }
+}
+
+fn sentence(rule: &GenericRule) -> String {
     let when = if rule.applies_when.is_empty() {
         "for every call".to_string()
     } else {
@@ -64,8 +75,7 @@ pub(crate) fn sentence(rule: &GenericRule) -> String {
     out
 }
 
-/// Whether some call can match both rules: every attribute both name shares a value.
-pub(crate) fn overlap(a: &GenericRule, b: &GenericRule) -> bool {
+fn overlap(a: &GenericRule, b: &GenericRule) -> bool {
     a.applies_when.iter().all(|(attr, values)| {
         b.applies_when
             .iter()

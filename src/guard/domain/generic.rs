@@ -216,6 +216,13 @@ impl GenericRule {
     }
 }
 
+/// The subject of the halt counter of a `halt_session` rule's counter `subject` on `session`.
+pub(crate) fn halt_subject(subject: &str, session: &str) -> String {
+    let mut out = format!("halt/{subject}/");
+    escape_id(session, &mut out);
+    out
+}
+
 /// The attributes of one call: `principal`, `model` and `provider` from the call, the rest
 /// from `attributes=`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -300,6 +307,8 @@ pub struct RuleIndex {
     any_model: Vec<usize>,
     /// A bit per attribute any rule reads.
     pub used: u16,
+    /// Whether any rule's action is `degrade` (admission then keeps the request to retry).
+    pub degrades: bool,
 }
 
 impl RuleIndex {
@@ -310,6 +319,7 @@ impl RuleIndex {
             for attr in rule.attributes() {
                 index.used |= 1 << attr as u16;
             }
+            index.degrades |= rule.action == Action::Degrade;
             match rule
                 .applies_when
                 .iter()

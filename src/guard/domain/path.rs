@@ -4,41 +4,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::generic::{Action, CallAttributes, GenericRule};
+use super::generic::{halt_subject, Action, Attribute, CallAttributes, GenericRule};
 use super::policy::{
     DirectLimit, ModelSpec, Policy, PublicLimit, TeamLimit, TeamSpec, UnknownModels,
 };
 use super::refusal::Refusal;
+use super::rule::Metric;
 use super::rule::RuleSpec;
 use super::rule::{CounterId, LimitType, Scope};
+use super::window::Window;
 use crate::error::Error;
 
-/// Which source a call is billed to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SourceKind {
-    Direct,
-    Team,
-    Public,
-}
-
-impl SourceKind {
-    /// The word users see (`ticket.source["type"]`).
-    pub fn word(self) -> &'static str {
-        match self {
-            SourceKind::Direct => "direct",
-            SourceKind::Team => "team",
-            SourceKind::Public => "public",
-        }
-    }
-}
-
-/// The source billed: `{"type": "team", "id": "research"}`. Direct sources are named by the
-/// person, teams by the team, public use by the model.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SourceRef {
-    pub kind: SourceKind,
-    pub id: Arc<str>,
-}
+pub use super::source::{SourceKind, SourceRef};
 
 /// One rule on the path, bound to the counter it counts into (`slot` in `Path::counters`).
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +31,14 @@ pub struct PathRule {
     pub per_person: bool,
     /// The generic rule (`[[rules]]`) this is, for `LimitType::Rule`.
     pub generic: Option<Arc<GenericRule>>,
+}
+
+/// A `halt_session` rule on a call with a session: its halt counter's slot. A halt is a hold
+/// on that counter, of the halt's end in seconds, expiring on its own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Halt {
+    pub rule: Arc<GenericRule>,
+    pub slot: usize,
 }
 
 /// A billing source with a limit defined, and the rules checked when it is billed
@@ -80,6 +65,8 @@ pub struct Path {
     pub sources: Vec<Source>,
     /// The person's own counters on the model, added to whichever source is billed.
     pub personal: Vec<usize>,
+    /// `halt_session` rules bound to the session's halt counter (read, never added to).
+    pub halts: Vec<Halt>,
     /// Every distinct counter of the path; rules refer to these by slot.
     pub counters: Vec<Arc<CounterId>>,
     /// Billed when no source has a limit defined.
@@ -129,6 +116,7 @@ struct Builder {
     counters: Vec<Arc<CounterId>>,
     personal: Vec<usize>,
     generic_ceilings: Vec<PathRule>,
+    halts: Vec<Halt>,
 }
 
 impl Builder {
@@ -219,7 +207,16 @@ impl Builder {
                 continue;
             };
             let spec = &rule.spec;
+            let halt = call
+                .get(Attribute::Session)
+                .filter(|_| rule.action == Action::HaltSession && !policy.settings.shadow)
+                .map(|session| halt_subject(&subject, session));
             let slot = self.slot(CounterId::rule(subject.into(), spec.metric, spec.window));
+            if let Some(halt) = halt {
+                let id = CounterId::rule(halt.into(), Metric::Concurrency, Window::WhileRunning);
+                let (rule, slot) = (rule.clone(), self.slot(id));
+                self.halts.push(Halt { rule, slot });
+            }
             let bound = PathRule {
                 limit_type: LimitType::Rule,
                 rule: spec.clone(),
@@ -343,6 +340,7 @@ pub(crate) fn resolve(
             model_spec,
             ceilings: Vec::new(),
             watched: Vec::new(),
+            halts: Vec::new(),
             sources: Vec::new(),
             personal: Vec::new(),
             counters: Vec::new(),
@@ -360,6 +358,7 @@ pub(crate) fn resolve(
         counters: Vec::new(),
         personal: Vec::new(),
         generic_ceilings: Vec::new(),
+        halts: Vec::new(),
     };
     let mut ceilings = b.ceilings(policy, &user);
     let watched = b.generic(policy, &call);
@@ -376,6 +375,7 @@ pub(crate) fn resolve(
         watched,
         sources,
         personal,
+        halts: b.halts,
         counters: b.counters,
         default_source,
     })

@@ -60,7 +60,7 @@ impl Guard {
     /// Admits a call: resolves the path, reads its counters, decides, fits the request (when
     /// given) into what is left, and reserves all or none. Refusals are `Error::Refused`;
     /// a request that cannot fit is refused before anything is reserved.
-    pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
+    pub(crate) async fn admit_one(&self, request: AdmitRequest) -> Result<Ticket> {
         check_names(&request)?;
         let (user, attributes) = (request.user.as_deref(), &request.attributes[..]);
         let Resolved { path, policy } =
@@ -148,7 +148,7 @@ impl Guard {
                 Err(e) => return Ok(Err(e)),
             };
             let mut plan = match decide::decide(path, &reads, demand, settings, now) {
-                Decision::Refuse(refusal) => return Err(self.refuse(refusal)),
+                Decision::Refuse(refusal) => return Err(self.refused(path, refusal, now).await),
                 Decision::Admit(plan) => plan,
             };
             let extra = shape(&mut plan, &reads, now).map_err(|e| self.count_refusal(e))?;

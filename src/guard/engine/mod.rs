@@ -9,10 +9,12 @@ pub(crate) mod batch;
 mod batch_parts;
 mod batch_state;
 pub(crate) mod billing;
+mod degrade;
 pub(crate) mod fill;
 mod fitted;
 #[allow(clippy::module_inception)]
 pub(crate) mod guard;
+mod halts;
 mod outage;
 mod recovery;
 mod settling;

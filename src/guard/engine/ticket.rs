@@ -39,6 +39,8 @@ pub(crate) struct TicketParts {
 struct TicketState {
     parts: TicketParts,
     settled: AtomicBool,
+    /// The model asked for, when a `degrade` rule admitted this one instead.
+    degraded_from: std::sync::OnceLock<Arc<str>>,
 }
 
 /// A ticket dropped without bill or release (an abandoned or cancelled call) gives its
@@ -87,6 +89,7 @@ impl Ticket {
             state: Arc::new(TicketState {
                 parts,
                 settled: AtomicBool::new(false),
+                degraded_from: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -99,6 +102,21 @@ impl Ticket {
     /// The source billed.
     pub fn source(&self) -> &SourceRef {
         &self.state.parts.source
+    }
+
+    /// The model admitted (the `degrade_to` model of a `degrade` rule when it refused the one
+    /// asked for).
+    pub fn model(&self) -> &str {
+        &self.state.parts.path.model
+    }
+
+    /// The model asked for, when a `degrade` rule admitted another (`model`) instead.
+    pub fn degraded_from(&self) -> Option<&str> {
+        self.state.degraded_from.get().map(|m| &**m)
+    }
+
+    pub(crate) fn set_degraded_from(&self, model: Arc<str>) {
+        let _ = self.state.degraded_from.set(model);
     }
 
     /// Generic rules past a soft threshold (`warn_at`), or past the budget of a rule that

@@ -2,6 +2,7 @@
 //! picks the billed source and computes what to hold on every counter. Stores never decide.
 //! The steps live in `steps` (source, room, holds), the refusals in `refuse`.
 
+mod halts;
 mod refuse;
 mod steps;
 mod warnings;
@@ -15,6 +16,7 @@ use super::rule::CounterId;
 use super::window::Window;
 use std::sync::Arc;
 
+pub(crate) use halts::halt_to_place;
 pub(crate) use refuse::{does_not_fit, reached};
 use steps::{held_prompt, least_left, usage_ceiling, Holds, Snapshot};
 pub use warnings::RuleWarning;
@@ -184,6 +186,9 @@ pub(crate) fn decide(
     settings: &Settings,
     now: Millis,
 ) -> Decision {
+    if let Some(refusal) = halts::halted(path, reads, now) {
+        return Decision::Refuse(refusal);
+    }
     let snapshot = Snapshot { path, reads, now };
     // Every ceiling with nothing left refuses; then the first source with room is billed.
     if let Some(refusal) = snapshot.exhausted_ceiling() {
