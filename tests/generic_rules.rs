@@ -487,3 +487,60 @@ window = "day"
         r.message
     );
 }
+
+#[test]
+fn throttle_waits_for_room_within_its_bound_and_no_longer() {
+    let s = setup(
+        &format!(
+            r#"{GPT5}
+[[rules]]
+name = "one a second"
+applies_when = {{ task = "fast" }}
+amount = "requests"
+budget = 1
+window = {{ kind = "rolling", count = 1, unit = "seconds" }}
+action = "throttle"
+throttle_max_wait = 2
+
+[[rules]]
+name = "one a minute"
+applies_when = {{ task = "slow" }}
+amount = "requests"
+budget = 1
+window = "minute"
+action = "throttle"
+throttle_max_wait = 2
+"#
+        ),
+        NOW,
+    );
+    let fast = || call("alice", &[("task", "fast")]);
+    let first = s.guard.admit_blocking(fast()).unwrap();
+    first.bill_blocking(usage_guard::Usage::default()).unwrap();
+    // The counter has room again when the bucket slides out, 2 s later in manual time (the
+    // wait is the refusal's resets_at); the clock moves meanwhile.
+    let clock = s.clock.clone();
+    let mover = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        clock.advance(2000);
+    });
+    let started = std::time::Instant::now();
+    let _second = s.guard.admit_blocking(fast()).unwrap();
+    let waited = started.elapsed();
+    mover.join().unwrap();
+    assert!(
+        waited >= std::time::Duration::from_millis(1900),
+        "{waited:?}"
+    );
+    assert!(
+        waited < std::time::Duration::from_millis(2500),
+        "{waited:?}"
+    );
+    // Room further away than the bound: refused at once, no wait.
+    let slow = || call("bob", &[("task", "slow")]);
+    let _third = s.guard.admit_blocking(slow()).unwrap();
+    let started = std::time::Instant::now();
+    let r = reached(s.guard.admit_blocking(slow()));
+    assert!(started.elapsed() < std::time::Duration::from_millis(500));
+    assert!(r.message.contains("one a minute"), "{}", r.message);
+}

@@ -309,6 +309,8 @@ pub struct RuleIndex {
     pub used: u16,
     /// Whether any rule's action is `degrade` (admission then keeps the request to retry).
     pub degrades: bool,
+    /// Whether any rule's action is `throttle`.
+    pub throttles: bool,
 }
 
 impl RuleIndex {
@@ -320,6 +322,7 @@ impl RuleIndex {
                 index.used |= 1 << attr as u16;
             }
             index.degrades |= rule.action == Action::Degrade;
+            index.throttles |= rule.action == Action::Throttle;
             match rule
                 .applies_when
                 .iter()

@@ -4,12 +4,12 @@
 //! Files import one way: stats ← fill ← shared ← settling, billing, fitted ← ticket ← guard ←
 //! recovery ← admission ← batch ← batch_parts, batch_state.
 
+mod actions;
 pub(crate) mod admission;
 pub(crate) mod batch;
 mod batch_parts;
 mod batch_state;
 pub(crate) mod billing;
-mod degrade;
 pub(crate) mod fill;
 mod fitted;
 #[allow(clippy::module_inception)]

@@ -1,5 +1,7 @@
-//! `degrade`: a call refused by a `degrade` rule is admitted on the rule's `degrade_to` model
-//! instead, when that model itself passes admission (its own rules, context and fit).
+//! The actions that act after a refusal: `degrade` admits the call on the rule's
+//! `degrade_to` model instead, when that model itself passes admission (its own rules,
+//! context and fit); `throttle` waits until the counter has room, when that is within
+//! `throttle_max_wait`, and admits or refuses then (one timer, never a busy loop).
 
 use std::sync::Arc;
 
@@ -7,7 +9,7 @@ use super::admission::AdmitRequest;
 use super::guard::Guard;
 use super::ticket::Ticket;
 use crate::error::{Error, Result};
-use crate::guard::domain::generic::Action;
+use crate::guard::domain::generic::{Action, GenericRule};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::LimitType;
 
@@ -16,9 +18,12 @@ impl Guard {
     /// given) into what is left, and reserves all or none. Refusals are `Error::Refused`;
     /// a request that cannot fit is refused before anything is reserved. A call refused by a
     /// `degrade` rule is admitted on its `degrade_to` model when that one passes admission
-    /// (`Ticket::model`, `Ticket::degraded_from`); otherwise the first refusal stands.
+    /// (`Ticket::model`, `Ticket::degraded_from`); otherwise the first refusal stands. A call
+    /// refused by a `throttle` rule waits for room (at most `throttle_max_wait`) and is
+    /// admitted or refused then.
     pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
-        if !self.shared.policy().0.rule_index.degrades {
+        let index = &self.shared.policy().0.rule_index;
+        if !index.degrades && !index.throttles {
             return self.admit_one(request).await;
         }
         let retry = request.clone();
@@ -26,7 +31,24 @@ impl Guard {
             Err(Error::Refused(refusal)) => refusal,
             other => return other,
         };
-        let Some(to) = self.degrade_to(&retry, &refusal) else {
+        let Some(rule) = self.acting_rule(&retry, &refusal) else {
+            return Err(Error::Refused(refusal));
+        };
+        if rule.action == Action::Throttle {
+            let now = self.shared.clock.now_ms();
+            return match refusal.resets_at.map(|at| at - now) {
+                Some(wait) if wait >= 0 && wait as u64 <= rule.throttle_max_wait_ms => {
+                    // On the shared runtime: admit_blocking drives this future off it.
+                    let pause = std::time::Duration::from_millis(wait as u64);
+                    let timer = crate::runtime::shared()
+                        .spawn(async move { tokio::time::sleep(pause).await });
+                    let _ = timer.await;
+                    self.admit_one(retry).await
+                }
+                _ => Err(Error::Refused(refusal)),
+            };
+        }
+        let Some(to) = rule.degrade_to.clone() else {
             return Err(Error::Refused(refusal));
         };
         let from: Arc<str> = Arc::from(retry.model.as_str());
@@ -50,8 +72,8 @@ impl Guard {
         }
     }
 
-    /// The model a `degrade` rule of the call's path offers after `refusal`, if one refused.
-    fn degrade_to(&self, request: &AdmitRequest, refusal: &Refusal) -> Option<Arc<str>> {
+    /// The `degrade` or `throttle` rule of the call's path that gave `refusal`, if one did.
+    fn acting_rule(&self, request: &AdmitRequest, refusal: &Refusal) -> Option<Arc<GenericRule>> {
         if refusal.limit_type != Some(LimitType::Rule) {
             return None;
         }
@@ -63,11 +85,11 @@ impl Guard {
         let rule = resolved.path.ceilings.iter().find(|r| {
             r.generic
                 .as_ref()
-                .is_some_and(|g| g.action == Action::Degrade)
+                .is_some_and(|g| matches!(g.action, Action::Degrade | Action::Throttle))
                 && refusal.metric == Some(r.rule.metric)
                 && refusal.amount == Some(r.rule.amount)
                 && refusal.window == Some(r.rule.window)
         })?;
-        rule.generic.as_ref()?.degrade_to.clone()
+        rule.generic.clone()
     }
 }
