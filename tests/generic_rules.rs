@@ -544,3 +544,60 @@ throttle_max_wait = 2
     assert!(started.elapsed() < std::time::Duration::from_millis(500));
     assert!(r.message.contains("one a minute"), "{}", r.message);
 }
+
+#[test]
+fn a_parent_scope_rule_counts_its_children() {
+    let s = setup(
+        &format!(
+            r#"{GPT5}
+[scopes.acme]
+[scopes.acme-eu]
+parent = "acme"
+[scopes.acme-eu-paris]
+parent = "acme-eu"
+[scopes.globex]
+
+[[rules]]
+name = "acme total"
+applies_when = {{ scope = "acme" }}
+amount = "requests"
+budget = 2
+window = "day"
+"#
+        ),
+        NOW,
+    );
+    let scope = |id: &'static str| call("alice", &[("scope", id)]);
+    let _a = s.guard.admit_blocking(scope("acme-eu-paris")).unwrap();
+    let _b = s.guard.admit_blocking(scope("acme")).unwrap();
+    let r = reached(s.guard.admit_blocking(scope("acme-eu")));
+    assert!(r.message.contains("Rule \"acme total\""), "{}", r.message);
+    let _c = s.guard.admit_blocking(scope("globex")).unwrap();
+    let _d = s.guard.admit_blocking(scope("globex")).unwrap();
+    let _e = s.guard.admit_blocking(scope("globex")).unwrap();
+}
+
+#[test]
+fn a_scope_tree_names_defined_parents_and_has_no_loops() {
+    let found = errors(
+        r#"
+[scopes.a]
+parent = "b"
+[scopes.b]
+parent = "a"
+[scopes.c]
+parent = "nowhere"
+"#,
+    );
+    assert!(
+        found.iter().any(|e| e
+            .starts_with("scopes.c.parent: is not a scope of the policy; defined scopes: a, b, c")),
+        "{found:#?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|e| e.starts_with("scopes.a.parent: the parents loop back")),
+        "{found:#?}"
+    );
+}

@@ -124,7 +124,7 @@ MALFORMED: list[tuple[str, dict[str, Any], list[tuple[str, str, str]]]] = [
     (
         "unknown-top-level-key",
         doc(limit={}),
-        [("limit", "", "unknown key; accepted: models, teams, limits, settings, rules")],
+        [("limit", "", "unknown key; accepted: models, teams, limits, settings, rules, scopes")],
     ),
     (
         "unknown-model-key",

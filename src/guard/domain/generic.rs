@@ -189,9 +189,12 @@ impl GenericRule {
     /// Whether the call's attributes match `applies_when` (every attribute named has one of
     /// its values; an absent attribute matches nothing).
     pub fn matches(&self, call: &CallAttributes) -> bool {
-        self.applies_when.iter().all(|(attr, values)| {
-            call.get(*attr)
-                .is_some_and(|v| values.iter().any(|w| **w == *v))
+        self.applies_when.iter().all(|(attr, values)| match attr {
+            // A parent scope's rule counts its children's calls.
+            Attribute::Scope => call.scopes.iter().any(|s| values.contains(s)),
+            _ => call
+                .get(*attr)
+                .is_some_and(|v| values.iter().any(|w| **w == *v)),
         })
     }
 
@@ -228,6 +231,8 @@ pub(crate) fn halt_subject(subject: &str, session: &str) -> String {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallAttributes {
     values: [Option<Arc<str>>; 13],
+    /// The call's scope and its ancestors in the policy's tenancy tree.
+    scopes: Vec<Arc<str>>,
 }
 
 impl CallAttributes {
@@ -248,6 +253,7 @@ impl CallAttributes {
         model: &str,
         provider: Option<&str>,
         extra: &[(String, String)],
+        scopes: &HashMap<Arc<str>, Arc<str>>,
     ) -> Result<CallAttributes, Error> {
         let mut call = CallAttributes::default();
         call.set(Attribute::Principal, user);
@@ -257,6 +263,9 @@ impl CallAttributes {
         }
         for (key, value) in extra {
             call.set(checked(key, value)?, value);
+        }
+        if let Some(scope) = call.get(Attribute::Scope) {
+            call.scopes = ancestors(scopes, scope);
         }
         Ok(call)
     }
@@ -348,4 +357,18 @@ impl RuleIndex {
         }
         out
     }
+}
+
+/// `scope` and its ancestors, nearest first (stops after a loop's length).
+pub(crate) fn ancestors(parents: &HashMap<Arc<str>, Arc<str>>, scope: &str) -> Vec<Arc<str>> {
+    let mut out: Vec<Arc<str>> = vec![Arc::from(scope)];
+    let mut at = scope;
+    while let Some(parent) = parents.get(at) {
+        out.push(parent.clone());
+        if out.len() > parents.len() + 1 {
+            break;
+        }
+        at = parent;
+    }
+    out
 }

@@ -348,7 +348,7 @@ pub(crate) fn resolve(
         });
     };
     let provider = model_spec.as_ref().map(|m| m.provider.word());
-    let call = CallAttributes::of(user, &model, provider, attributes)?;
+    let call = CallAttributes::of(user, &model, provider, attributes, &policy.scopes)?;
     let user: Arc<str> = Arc::from(user);
     let mut b = Builder {
         user: Some(user.clone()),

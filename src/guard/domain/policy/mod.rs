@@ -7,6 +7,7 @@ mod limits;
 mod models;
 mod parse;
 mod rules;
+mod scopes;
 mod settings;
 mod teams;
 mod values;
@@ -41,6 +42,8 @@ pub struct Policy {
     pub user_total: Vec<SubjectLimit>,
     pub platform: Vec<RuleSpec>,
     pub settings: Settings,
+    /// The tenancy tree (`[scopes.<id>] parent`): each scope's parent.
+    pub scopes: HashMap<Arc<str>, Arc<str>>,
     /// The generic rules (`[[rules]]`), in policy order.
     pub rules: Vec<Arc<GenericRule>>,
     /// The generic rules indexed by the model they require.

@@ -33,8 +33,11 @@ fn ids(top: &serde_json::Map<String, Value>, key: &str) -> HashSet<String> {
 impl Parser {
     fn policy(&mut self, doc: &Value) -> Policy {
         let mut policy = Policy::default();
-        let Some(top) = self.table("", doc, &["models", "teams", "limits", "settings", "rules"])
-        else {
+        let Some(top) = self.table(
+            "",
+            doc,
+            &["models", "teams", "limits", "settings", "rules", "scopes"],
+        ) else {
             return policy;
         };
         if let Some(models) = top.get("models") {
@@ -50,6 +53,9 @@ impl Parser {
         let team_ids = ids(top, "teams");
         if let Some(limits) = top.get("limits") {
             self.limits(limits, &mut Known::new(&model_ids, &team_ids), &mut policy);
+        }
+        if let Some(scopes) = top.get("scopes") {
+            policy.scopes = self.scopes(scopes);
         }
         if let Some(rules) = top.get("rules") {
             policy.rules = self.generic_rules(rules, &model_ids);
