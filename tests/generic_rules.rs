@@ -601,3 +601,60 @@ parent = "nowhere"
         "{found:#?}"
     );
 }
+
+#[test]
+fn an_event_goes_out_once_per_window_per_counter_across_guards() {
+    use std::sync::{Arc, Mutex};
+    let toml = format!(
+        r#"{GPT5}
+[[rules]]
+name = "soft"
+count_by = ["agent"]
+amount = "requests"
+budget = 10
+window = "minute"
+warn_at = [0.3, 0.6]
+"#
+    );
+    let s = setup(&toml, NOW);
+    let seen: Arc<Mutex<Vec<(String, f64)>>> = Arc::default();
+    let guards: Vec<usage_guard::Guard> = (0..3)
+        .map(|_| {
+            let g =
+                usage_guard::Guard::new(common::policy(&toml), s.store.clone(), s.clock.clone());
+            let seen = seen.clone();
+            g.on_event(move |w| seen.lock().unwrap().push((w.rule.to_string(), w.threshold)));
+            g
+        })
+        .collect();
+    let mut keep = Vec::new();
+    for i in 0..8 {
+        keep.push(
+            guards[i % 3]
+                .admit_blocking(call("alice", &[("agent", "a")]))
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![("soft".to_string(), 0.3), ("soft".to_string(), 0.6)]
+    );
+    // Another counter (agent), and the next window, send their own.
+    keep.push(
+        guards[0]
+            .admit_blocking(call("alice", &[("agent", "b")]))
+            .unwrap(),
+    );
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    drop(keep);
+    s.clock.set(at("2026-12-02T10:01:00Z"));
+    let keep: Vec<_> = (0..3)
+        .map(|i| {
+            guards[i]
+                .admit_blocking(call("alice", &[("agent", "a")]))
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(seen.lock().unwrap().len(), 3);
+    drop(keep);
+}

@@ -258,3 +258,39 @@ def test_degrade_sends_the_cheaper_model(make_guard: Callable[..., ug.Guard]) ->
     second = guard.admit("alice", "gpt-4o", request, attributes={"agent": "a"})
     assert (second.model, second.degraded_from) == ("gpt-4o-mini", "gpt-4o")
     assert second.fitted["model"] == "gpt-4o-mini"
+
+
+def test_events_go_out_once_across_three_guards_on_redis(
+    redis_server: RedisServer, clock: ug.ManualClock
+) -> None:
+    rule = dict(PER_CREDENTIAL, budget=10, warn_at=[0.3, 0.6])
+    seen: list[dict[str, Any]] = []
+    guards = []
+    for _ in range(3):
+        guard = ug.Guard(
+            ug.Policy.from_dict(policy(rule)),
+            store=ug.RedisStore(redis_server.url, prefix="events"),
+            clock=clock,
+        )
+        guard.on_event(seen.append)
+        guards.append(guard)
+    held = [
+        guards[i % 3].admit("alice", "gpt-4o", prompt_tokens=10, attributes=prod("k1"))
+        for i in range(8)
+    ]
+    assert [(e["rule"], e["threshold"], e["used"]) for e in seen] == [
+        (rule["name"], 0.3, 3),
+        (rule["name"], 0.6, 6),
+    ]
+    assert all(len(t.warnings) == 1 for t in held[2:])
+
+    def raising(event: Any) -> None:
+        raise RuntimeError("a broken listener")
+
+    # A listener that raises is logged; admission goes on and the other listeners run.
+    guards[0].on_event(raising)
+    held += [
+        guards[0].admit("alice", "gpt-4o", prompt_tokens=10, attributes=prod("k2"))
+        for _ in range(3)
+    ]
+    assert len(seen) == 3 and seen[2]["used"] == 3

@@ -85,20 +85,38 @@ pub(crate) fn warnings_to_py<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
     for w in warnings {
-        let d = PyDict::new(py);
-        d.set_item("rule", &*w.rule)?;
-        d.set_item("amount", w.metric.word())?;
-        if w.metric == Metric::Cost {
-            d.set_item("used", w.used as f64 / 1_000_000.0)?;
-            d.set_item("budget", w.budget as f64 / 1_000_000.0)?;
-        } else {
-            d.set_item("used", w.used)?;
-            d.set_item("budget", w.budget)?;
-        }
-        d.set_item("threshold", w.threshold)?;
-        d.set_item("action", w.action.word())?;
-        d.set_item("would_refuse", w.would_refuse)?;
-        list.append(d)?;
+        list.append(warning_to_py(py, w)?)?;
     }
     Ok(list)
+}
+
+/// One warning (or event) as a dict.
+pub(crate) fn warning_to_py<'py>(py: Python<'py>, w: &RuleWarning) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("rule", &*w.rule)?;
+    d.set_item("amount", w.metric.word())?;
+    if w.metric == Metric::Cost {
+        d.set_item("used", w.used as f64 / 1_000_000.0)?;
+        d.set_item("budget", w.budget as f64 / 1_000_000.0)?;
+    } else {
+        d.set_item("used", w.used)?;
+        d.set_item("budget", w.budget)?;
+    }
+    d.set_item("threshold", w.threshold)?;
+    d.set_item("action", w.action.word())?;
+    d.set_item("would_refuse", w.would_refuse)?;
+    Ok(d)
+}
+
+/// A Python callable as an event listener: called with the event's dict under the GIL; an
+/// exception it raises is logged, never propagated into admission.
+pub(crate) fn listener(callback: Py<PyAny>) -> impl Fn(&RuleWarning) + Send + Sync + 'static {
+    move |w: &RuleWarning| {
+        Python::attach(|py| {
+            let called = warning_to_py(py, w).and_then(|d| callback.call1(py, (d,)));
+            if let Err(e) = called {
+                log::warn!("usage_guard: an on_event callback raised: {e}");
+            }
+        })
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use super::admit_args::{admit_request, warnings_to_py};
+use super::admit_args::{admit_request, listener, warnings_to_py};
 use super::asyncio::FirstPoll;
 use super::clock::PyManualClock;
 use super::convert::{
@@ -166,6 +166,12 @@ impl PyGuard {
             let view = guard.usage(user.as_deref(), &model).await?;
             Python::attach(|py| view_to_py(py, &view).map(Bound::unbind))
         })
+    }
+
+    /// Calls `callback(event)` for each event (a dict like `Ticket.warnings`' items): once
+    /// per window, counter and threshold across every guard on the store.
+    fn on_event(&self, callback: Py<PyAny>) {
+        self.inner.on_event(listener(callback));
     }
 
     /// Replaces the policy; cached paths are resolved again at their next use.

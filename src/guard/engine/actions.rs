@@ -22,6 +22,12 @@ impl Guard {
     /// refused by a `throttle` rule waits for room (at most `throttle_max_wait`) and is
     /// admitted or refused then.
     pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
+        let ticket = self.admit_acting(request).await?;
+        self.emit(&ticket).await;
+        Ok(ticket)
+    }
+
+    async fn admit_acting(&self, request: AdmitRequest) -> Result<Ticket> {
         let index = &self.shared.policy().0.rule_index;
         if !index.degrades && !index.throttles {
             return self.admit_one(request).await;

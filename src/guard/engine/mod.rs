@@ -10,6 +10,7 @@ pub(crate) mod batch;
 mod batch_parts;
 mod batch_state;
 pub(crate) mod billing;
+mod events;
 pub(crate) mod fill;
 mod fitted;
 #[allow(clippy::module_inception)]

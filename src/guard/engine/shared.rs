@@ -60,6 +60,8 @@ pub(crate) struct Shared {
     pub(crate) fill: FillState,
     /// The store epoch this guard trusts (docs/redis.md, "The epoch fence").
     pub(crate) epoch: EpochState,
+    /// What `Guard::on_event` registered.
+    pub(crate) listeners: RwLock<Vec<super::events::Listener>>,
 }
 
 /// The store epoch a guard trusts: its generation (empty until the first fenced reserve
@@ -121,6 +123,7 @@ impl Shared {
             ledger: OnceLock::new(),
             fill: FillState::default(),
             epoch: EpochState::default(),
+            listeners: RwLock::new(Vec::new()),
         }
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::steps::Holds;
 use super::{rule_state, SlotRead};
 use crate::guard::domain::clock::Millis;
+use crate::guard::domain::counter::CounterKey;
 use crate::guard::domain::generic::Action;
 use crate::guard::domain::path::{Path, PathRule};
 use crate::guard::domain::rule::Metric;
@@ -25,6 +26,8 @@ pub struct RuleWarning {
     pub action: Action,
     /// Whether the rule would have refused the call (shadow mode).
     pub would_refuse: bool,
+    /// The counter's bucket the warning is about (an event goes out once per bucket).
+    pub key: CounterKey,
 }
 
 /// The warnings of a call holding `holds` on the path, one per generic rule at most.
@@ -38,11 +41,12 @@ pub(super) fn warnings(
     let checked = path.ceilings.iter().map(|r| (r, false));
     checked
         .chain(watched)
-        .filter_map(|(rule, only_reports)| warning(rule, only_reports, reads, holds, now))
+        .filter_map(|(rule, only_reports)| warning(path, rule, only_reports, reads, holds, now))
         .collect()
 }
 
 fn warning(
+    path: &Path,
     rule: &PathRule,
     only_reports: bool,
     reads: &[SlotRead],
@@ -73,5 +77,9 @@ fn warning(
         threshold,
         action: generic.action,
         would_refuse: over && generic.action != Action::Warn,
+        key: CounterKey {
+            id: path.counters[rule.slot].clone(),
+            bucket: rule.rule.window.bucket_start(now),
+        },
     })
 }
