@@ -658,3 +658,30 @@ warn_at = [0.3, 0.6]
     assert_eq!(seen.lock().unwrap().len(), 3);
     drop(keep);
 }
+
+#[test]
+fn set_policy_keeps_the_counters_of_rules_whose_identity_did_not_change() {
+    let rule = |budget: u64, window: &str| {
+        format!(
+            r#"{GPT5}
+[[rules]]
+name = "renamed {budget}"
+count_by = ["agent"]
+amount = "requests"
+budget = {budget}
+window = "{window}"
+"#
+        )
+    };
+    let s = setup(&rule(5, "day"), NOW);
+    let agent = || call("alice", &[("agent", "a")]);
+    let _held: Vec<_> = (0..3)
+        .map(|_| s.guard.admit_blocking(agent()).unwrap())
+        .collect();
+    // Another name and budget, the same identity: the 3 calls still count.
+    s.guard.set_policy(common::policy(&rule(3, "day")));
+    reached(s.guard.admit_blocking(agent()));
+    // Another window is another counter.
+    s.guard.set_policy(common::policy(&rule(3, "week")));
+    let _fresh = s.guard.admit_blocking(agent()).unwrap();
+}

@@ -9,7 +9,7 @@ from typing import Any, Callable, get_args
 import pytest
 import usage_guard as ug
 from redis_harness import RedisServer
-from usage_guard import types
+from usage_guard import http, types
 
 MODELS = {
     "gpt-4o": {
@@ -258,6 +258,8 @@ def test_degrade_sends_the_cheaper_model(make_guard: Callable[..., ug.Guard]) ->
     second = guard.admit("alice", "gpt-4o", request, attributes={"agent": "a"})
     assert (second.model, second.degraded_from) == ("gpt-4o-mini", "gpt-4o")
     assert second.fitted["model"] == "gpt-4o-mini"
+    assert http.headers(second)["X-Degraded"] == "gpt-4o -> gpt-4o-mini"
+    assert "X-Degraded" not in http.headers(first)
 
 
 def test_events_go_out_once_across_three_guards_on_redis(
