@@ -3,21 +3,19 @@
 //! per counter and threshold across every guard on the store (a store mark decides which
 //! call sends it).
 
-use std::sync::Arc;
-
 use super::guard::Guard;
 use super::ticket::Ticket;
 use crate::guard::domain::decide::RuleWarning;
-
-/// A function called with each event.
-pub(crate) type Listener = Arc<dyn Fn(&RuleWarning) + Send + Sync>;
 
 impl Guard {
     /// Calls `listener` with each event: a warning of an admitted call that no call before
     /// it sent for the same counter, window and threshold (on any guard of the store).
     /// Listeners run on the admitting thread, after the reservation.
     pub fn on_event(&self, listener: impl Fn(&RuleWarning) + Send + Sync + 'static) {
-        self.shared.listeners.write().push(Arc::new(listener));
+        self.shared
+            .listeners
+            .write()
+            .push(std::sync::Arc::new(listener));
     }
 
     /// Sends the ticket's warnings that are new events to the listeners.

@@ -11,12 +11,15 @@ use super::fill::{fill_keys, FillState};
 use super::stats::{store_answered, Stats};
 use crate::error::Result;
 use crate::guard::domain::clock::{Clock, Millis};
-use crate::guard::domain::decide::SlotRead;
+use crate::guard::domain::decide::{RuleWarning, SlotRead};
 use crate::guard::domain::generic;
 use crate::guard::domain::path::{self, Path};
 use crate::guard::domain::policy::Policy;
 use crate::guard::ledger::Ledger;
 use crate::guard::store::{CounterKey, CounterStore, StoreError};
+
+/// A function `Guard::on_event` registered, called with each event.
+pub(crate) type Listener = Arc<dyn Fn(&RuleWarning) + Send + Sync>;
 
 /// How long a resolved path is reused before it is resolved again.
 pub(crate) const PATH_CACHE_MS: i64 = 30_000;
@@ -61,7 +64,7 @@ pub(crate) struct Shared {
     /// The store epoch this guard trusts (docs/redis.md, "The epoch fence").
     pub(crate) epoch: EpochState,
     /// What `Guard::on_event` registered.
-    pub(crate) listeners: RwLock<Vec<super::events::Listener>>,
+    pub(crate) listeners: RwLock<Vec<Listener>>,
 }
 
 /// The store epoch a guard trusts: its generation (empty until the first fenced reserve
