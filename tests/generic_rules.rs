@@ -400,6 +400,13 @@ action_duration_seconds = 600
 "#
     );
     let s = setup(&toml, NOW);
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = events.clone();
+    s.guard.on_event(move |e| {
+        sink.lock()
+            .unwrap()
+            .push((e.rule.to_string(), e.action.word()))
+    });
     // Another guard on the same store (another process on Redis: tests_py/test_rules.py).
     let other = usage_guard::Guard::new(common::policy(&toml), s.store.clone(), s.clock.clone());
     let sess = |id: &'static str| call("alice", &[("session", id)]);
@@ -460,6 +467,10 @@ window = "day"
         NOW,
     );
     let agent = |a: &'static str| call("alice", &[("agent", a)]);
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = events.clone();
+    s.guard
+        .on_event(move |e| sink.lock().unwrap().push(e.action.word()));
     let first = s.guard.admit_blocking(agent("a1")).unwrap();
     assert_eq!((first.model(), first.degraded_from()), ("gpt-5", None));
     let second = s.guard.admit_blocking(agent("a1")).unwrap();
@@ -467,8 +478,10 @@ window = "day"
         (second.model(), second.degraded_from()),
         ("small", Some("gpt-5"))
     );
+    assert_eq!(*events.lock().unwrap(), vec!["degrade"]);
     // The substitute must pass admission itself: its own rule is spent now.
     let r = reached(s.guard.admit_blocking(agent("a1")));
+    assert_eq!(events.lock().unwrap().len(), 1);
     assert!(
         r.message.contains("Rule \"gpt-5 per agent\""),
         "{}",

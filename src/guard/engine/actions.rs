@@ -9,6 +9,7 @@ use super::admission::AdmitRequest;
 use super::guard::Guard;
 use super::ticket::Ticket;
 use crate::error::{Error, Result};
+use crate::guard::domain::counter::CounterKey;
 use crate::guard::domain::generic::{Action, GenericRule};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::LimitType;
@@ -37,7 +38,7 @@ impl Guard {
             Err(Error::Refused(refusal)) => refusal,
             other => return other,
         };
-        let Some(rule) = self.acting_rule(&retry, &refusal) else {
+        let Some((rule, key)) = self.acting_rule(&retry, &refusal) else {
             return Err(Error::Refused(refusal));
         };
         if rule.action == Action::Throttle {
@@ -49,6 +50,7 @@ impl Guard {
                     let timer = crate::runtime::shared()
                         .spawn(async move { tokio::time::sleep(pause).await });
                     let _ = timer.await;
+                    self.acted(&rule, key).await;
                     self.admit_one(retry).await
                 }
                 _ => Err(Error::Refused(refusal)),
@@ -71,6 +73,7 @@ impl Guard {
         match self.admit_one(substitute).await {
             Ok(ticket) => {
                 ticket.set_degraded_from(from);
+                self.acted(&rule, key).await;
                 Ok(ticket)
             }
             Err(Error::Refused(_)) => Err(Error::Refused(refusal)),
@@ -79,7 +82,11 @@ impl Guard {
     }
 
     /// The `degrade` or `throttle` rule of the call's path that gave `refusal`, if one did.
-    fn acting_rule(&self, request: &AdmitRequest, refusal: &Refusal) -> Option<Arc<GenericRule>> {
+    fn acting_rule(
+        &self,
+        request: &AdmitRequest,
+        refusal: &Refusal,
+    ) -> Option<(Arc<GenericRule>, CounterKey)> {
         if refusal.limit_type != Some(LimitType::Rule) {
             return None;
         }
@@ -96,6 +103,15 @@ impl Guard {
                 && refusal.amount == Some(r.rule.amount)
                 && refusal.window == Some(r.rule.window)
         })?;
-        rule.generic.clone()
+        let id = resolved.path.counters[rule.slot].clone();
+        let bucket = id.window.bucket_start(self.shared.clock.now_ms());
+        Some((rule.generic.clone()?, CounterKey { id, bucket }))
+    }
+
+    /// The event of `rule`'s action on `key`, once per window of its counter.
+    async fn acted(&self, rule: &GenericRule, key: CounterKey) {
+        let mark = format!("ev:{}:{}", key.render(), rule.action.word());
+        let keep_until = key.id.window.retain_until(key.bucket);
+        self.emit_action(rule, key, mark, keep_until).await;
     }
 }
