@@ -12,7 +12,7 @@ use std::pin::Pin;
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
-#[cfg(feature = "redis")]
+#[cfg(feature = "python")]
 pub(crate) use redis::{REDIS_TIMEOUT, TIMEOUT_RANGE as REDIS_TIMEOUT_RANGE};
 
 pub(crate) use crate::guard::domain::clock::Millis;
