@@ -51,6 +51,7 @@ fn admit_bill(c: &mut Criterion) {
         prompt_is_estimate: false,
         max_output_tokens: Some(4000),
         request: None,
+        attributes: Vec::new(),
     };
     let usage = Usage {
         input_tokens: 1100,

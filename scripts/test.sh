@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> %s  [%ss]\n' "$*" "$SECONDS"; }
 
 step "tools"
 if ! command -v redis-server >/dev/null 2>&1; then

@@ -20,7 +20,7 @@ PYTHONS=${UG_PYTHONS:-"3.9 3.10 3.11 3.12 3.13"}
 FULL=${UG_FULL:-"3.9 3.13"}  # the rest run the smoke subset
 VENV=${VENV:-.venv}          # tools: maturin, uv
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> %s  [%ss]\n' "$*" "$SECONDS"; }
 now() { date +%s.%N; }
 since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(now)"; }
 

@@ -34,13 +34,14 @@ pub use error::{Error, FieldError, Result};
 #[cfg(feature = "gateway")]
 pub use gateway::{Gateway, GatewayOptions};
 pub use guard::domain::clock::{iso8601, parse_iso8601, Clock, ManualClock, Millis, SystemClock};
-pub use guard::domain::decide::UsageCeiling;
+pub use guard::domain::decide::{RuleWarning, UsageCeiling};
+pub use guard::domain::generic::{Action, Attribute, GenericRule};
 pub use guard::domain::path::{SourceKind, SourceRef};
 pub use guard::domain::policy::{Policy, Prices, MAX_AMOUNT};
 pub use guard::domain::refusal::{Reason, Refusal};
 pub use guard::domain::rule::{CounterId, LimitType, Metric, Scope};
 pub use guard::domain::view::UsageView;
-pub use guard::domain::window::{CalendarUnit, Window};
+pub use guard::domain::window::{Anchored, CalendarUnit, Window};
 pub use guard::engine::admission::AdmitRequest;
 pub use guard::engine::batch::{BatchRequest, BatchTicket};
 pub use guard::engine::guard::Guard;

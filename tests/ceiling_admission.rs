@@ -37,6 +37,7 @@ fn admit(request: &Value) -> AdmitRequest {
         prompt_is_estimate: false,
         max_output_tokens: None,
         request: Some((request.clone(), Api::OpenAiChat)),
+        ..AdmitRequest::default()
     }
 }
 

@@ -347,3 +347,176 @@ fn room_at_bucket_edges() {
     );
     assert_eq!(day.room_at(10, 0, 0, 11, now), None);
 }
+
+/// The zone vectors: `../shared/conformance/calendar_zones.json` beside the checkout, else
+/// the copy vendored in `tests/conformance`.
+fn zone_vectors() -> Value {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let shared = root.join("../shared/conformance/calendar_zones.json");
+    let vendored = root.join("tests/conformance/calendar_zones.json");
+    let path = if shared.exists() { shared } else { vendored };
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// A calendar window table as a policy writes it, through the policy parser.
+fn calendar_window(case: &Value) -> Window {
+    let mut table = serde_json::Map::new();
+    for key in [
+        "kind",
+        "count",
+        "unit",
+        "anchor_zone",
+        "anchor_reset_time",
+        "anchor_day",
+    ] {
+        if let Some(v) = case.get(key) {
+            table.insert(key.into(), v.clone());
+        }
+    }
+    let doc = serde_json::json!({
+        "rules": [{"name": "r", "amount": "requests", "budget": 1, "window": table}]
+    });
+    let policy = usage_guard::Policy::from_value(&doc).unwrap_or_else(|e| panic!("{e}"));
+    policy.rules[0].spec.window
+}
+
+#[test]
+fn every_calendar_zone_case_passes() {
+    let doc = zone_vectors();
+    let cases = doc["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 24, "the zone vectors changed size");
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let now = at(case["now"].as_str().unwrap());
+        let window = calendar_window(case);
+        let start = window.bucket_start(now);
+        assert_eq!(
+            iso8601(start),
+            case["bucket_start"].as_str().unwrap(),
+            "{name}: bucket_start"
+        );
+        let reset = window.resets_at(1, 0, 0, now).map(iso8601);
+        assert_eq!(
+            reset.as_deref(),
+            case["resets_at"].as_str(),
+            "{name}: resets_at"
+        );
+        assert_eq!(
+            window.bucket_end(start),
+            window.resets_at(1, 0, 0, now).unwrap()
+        );
+        // The previous bucket ends where this one starts.
+        let previous = window.previous_bucket_start(start).unwrap();
+        assert_eq!(
+            window.bucket_end(previous),
+            start,
+            "{name}: previous bucket"
+        );
+        // The key token names the window, and reads back as it.
+        assert_eq!(
+            Window::from_key_token(&window.key_token()),
+            Some(window),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_zoned_calendar_window_is_a_different_counter_from_utc() {
+    let utc = Window::Calendar(CalendarUnit::Month);
+    let plain = calendar_window(&serde_json::json!({
+        "kind": "calendar", "unit": "month", "anchor_zone": "UTC",
+        "anchor_reset_time": "00:00", "anchor_day": 1
+    }));
+    assert_eq!(plain, utc, "the plain UTC anchor is the shorthand's window");
+    let paris = calendar_window(&serde_json::json!({
+        "kind": "calendar", "unit": "month", "anchor_zone": "Europe/Paris"
+    }));
+    assert_ne!(paris, utc);
+    assert_ne!(paris.key_token(), utc.key_token());
+    assert_eq!(paris.key_token(), "c1mo.Europe%2FParis.0000.1");
+    assert_eq!(
+        paris.phrase(),
+        "a calendar month from the 1st 00:00 Europe/Paris"
+    );
+}
+
+#[test]
+fn counted_calendar_windows_align_on_units_since_1970() {
+    let two_days = calendar_window(&serde_json::json!({
+        "kind": "calendar", "count": 2, "unit": "day"
+    }));
+    // 1970-01-01 is day 0: buckets start on even days.
+    let start = two_days.bucket_start(at("2026-12-02T10:00:00Z"));
+    let day = start / 86_400_000;
+    assert_eq!(day % 2, 0);
+    assert_eq!(two_days.bucket_end(start) - start, 2 * 86_400_000);
+    assert!(start <= at("2026-12-02T10:00:00Z"));
+}
+
+#[test]
+fn rolling_windows_are_sliding_windows() {
+    let rolling = |count: u64, unit: &str| {
+        calendar_window(&serde_json::json!({"kind": "rolling", "count": count, "unit": unit}))
+    };
+    assert_eq!(rolling(10, "minutes"), Window::Sliding { seconds: 600 });
+    assert_eq!(rolling(2, "days"), Window::Sliding { seconds: 172_800 });
+    assert_eq!(rolling(30, "seconds"), Window::Sliding { seconds: 30 });
+}
+
+#[test]
+fn parses_window_words() {
+    assert_eq!(
+        Window::parse("minute"),
+        Some(Window::Sliding { seconds: 60 })
+    );
+    assert_eq!(
+        Window::parse("10 minutes"),
+        Some(Window::Sliding { seconds: 600 })
+    );
+    assert_eq!(
+        Window::parse("2 hours"),
+        Some(Window::Sliding { seconds: 7200 })
+    );
+    assert_eq!(
+        Window::parse("week"),
+        Some(Window::Calendar(CalendarUnit::Week))
+    );
+    for bad in [
+        "0 minutes",
+        "fortnight",
+        "ten minutes",
+        "minutes",
+        "second",
+        "Day",
+        "10  minutes",
+    ] {
+        assert_eq!(Window::parse(bad), None, "{bad}");
+    }
+    assert_eq!(
+        Window::parse("1 minute"),
+        Some(Window::Sliding { seconds: 60 })
+    );
+}
+
+#[test]
+fn phrases_read_naturally() {
+    assert_eq!(
+        Window::Sliding { seconds: 600 }.phrase(),
+        "every 10 minutes"
+    );
+    assert_eq!(Window::Sliding { seconds: 3600 }.phrase(), "an hour");
+    assert_eq!(Window::Calendar(CalendarUnit::Day).phrase(), "a day");
+}
+
+#[test]
+fn sliding_retention_is_one_window_and_a_minute_after_the_end() {
+    let w = Window::Sliding { seconds: 3600 };
+    let start = at("2026-11-30T14:00:00Z");
+    assert_eq!(w.retain_until(start), at("2026-11-30T16:01:00Z"));
+    let d = Window::Calendar(CalendarUnit::Day);
+    assert_eq!(
+        d.retain_until(at("2026-11-30T00:00:00Z")),
+        at("2026-12-02T00:00:00Z")
+    );
+}

@@ -128,7 +128,8 @@ MALFORMED: list[tuple[str, dict[str, Any], list[tuple[str, str, str]]]] = [
             (
                 "limit",
                 "",
-                "unknown key; accepted: models, teams, limits, settings, providers, gateway",
+                "unknown key; accepted: models, teams, limits, settings, rules, scopes, providers, "
+                "gateway",
             )
         ],
     ),

@@ -387,3 +387,36 @@ async def test_usage_chunk_reaches_only_callers_who_asked_for_it(fake, make_guar
         b["stream_options"] == {"include_usage": True} for b in fake.bodies("/v1/chat/completions")
     )
     assert used(guard, "alice", "gpt-4o") == 2 * 33
+
+
+def test_usage_attributes_reach_the_rules_and_the_reply_says_what_they_did(fake, make_guard):
+    document = policy()
+    document["models"]["gpt-4o-mini"] = {"provider": "openai", "prices": {"input": 0.15}}
+    document["rules"] = [
+        {
+            "name": "gpt-4o per agent",
+            "applies_when": {"model": "gpt-4o"},
+            "count_by": ["agent"],
+            "amount": "requests",
+            "budget": 1,
+            "window": "day",
+            "action": "degrade",
+            "degrade_to": "gpt-4o-mini",
+            "warn_at": [1.0],
+        }
+    ]
+    guard = make_guard(document)
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    first = client.chat.completions.create(
+        model="gpt-4o", messages=MESSAGES, usage_attributes={"agent": "a1"}
+    )
+    assert first.usage_degraded is None
+    assert [w["rule"] for w in first.usage_warnings] == ["gpt-4o per agent"]
+    second = client.chat.completions.create(
+        model="gpt-4o", messages=MESSAGES, usage_attributes={"agent": "a1"}
+    )
+    assert second.usage_degraded == "gpt-4o"
+    assert second.usage_warnings == []
+    assert [b["model"] for b in fake.bodies("/v1/chat/completions")] == ["gpt-4o", "gpt-4o-mini"]
+    # usage_attributes is ours: the SDK never sees it.
+    assert all("usage_attributes" not in b for b in fake.bodies("/v1/chat/completions"))

@@ -2,7 +2,7 @@
 
 import datetime
 import os
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Optional, Union, final
 
 from .types import (
@@ -15,6 +15,7 @@ from .types import (
     Provider,
     ReportedUsage,
     Reserved,
+    RuleWarning,
     Source,
     UsageView,
 )
@@ -75,6 +76,8 @@ class Policy:
     def teams(self) -> list[str]: ...
     @property
     def warnings(self) -> list[dict[str, str]]: ...
+    @property
+    def rules(self) -> list[dict[str, Any]]: ...
     def display_name(self, model: str) -> str: ...
 
 @final
@@ -106,6 +109,12 @@ class Ticket:
     def ceiling(self) -> Ceiling: ...
     @property
     def reserved(self) -> Reserved: ...
+    @property
+    def warnings(self) -> list[RuleWarning]: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def degraded_from(self) -> Optional[str]: ...
     @property
     def fitted(self) -> dict[str, Any]: ...
     @property
@@ -167,6 +176,7 @@ class Guard:
         prompt_tokens: Optional[int] = None,
         max_tokens: Optional[int] = None,
         provider: Optional[Provider] = None,
+        attributes: Optional[Mapping[str, str]] = None,
     ) -> Ticket: ...
     def admit_async(
         self,
@@ -177,9 +187,11 @@ class Guard:
         prompt_tokens: Optional[int] = None,
         max_tokens: Optional[int] = None,
         provider: Optional[Provider] = None,
+        attributes: Optional[Mapping[str, str]] = None,
     ) -> Awaitable[Ticket]: ...
     def usage(self, user: Optional[str], model: str) -> UsageView: ...
     def usage_async(self, user: Optional[str], model: str) -> Awaitable[UsageView]: ...
+    def on_event(self, callback: Callable[[RuleWarning], object]) -> None: ...
     def set_policy(self, policy: Policy) -> None: ...
     def recover(self, *, attest: bool = False) -> str: ...
     @property

@@ -57,6 +57,10 @@ def check(path: str, strict: bool = False) -> int:
     print(summary)
     for warning in warnings:
         print(f"warning: {format_error(warning)}")
+    for rule in policy.rules:
+        print(f"rule {rule['name']!r}: {rule['sentence']}")
+        if rule["overlaps"]:
+            print(f"  overlaps: {', '.join(repr(name) for name in rule['overlaps'])}")
     return 1 if strict and warnings else 0
 
 

@@ -48,7 +48,8 @@ def headers(ticket: Any = None, usage: Any = None) -> dict[str, str]:
     `usage` is the usage view (`guard.usage(...)`, or a guarded response carrying
     `usage_limits`), which gives the least left over every requests and tokens rule now. A
     header is left out when no rule limits that measure. A ticket may itself be a usage view or
-    a guarded response.
+    a guarded response. A ticket a `degrade` rule admitted on another model (or a guarded
+    response carrying `usage_degraded`) adds `X-Degraded: <asked for> -> <sent>`.
     """
     view = _view_of(usage) if usage is not None else None
     if view is None and ticket is not None:
@@ -63,6 +64,10 @@ def headers(ticket: Any = None, usage: Any = None) -> dict[str, str]:
         out["x-ratelimit-remaining-requests"] = str(max(0, requests))
     if tokens is not None:
         out["x-ratelimit-remaining-tokens"] = str(max(0, tokens))
+    # A `degrade` rule answered with another model: say which one was asked for.
+    degraded = getattr(ticket, "degraded_from", None) or getattr(ticket, "usage_degraded", None)
+    if isinstance(degraded, str):
+        out["X-Degraded"] = f"{degraded} -> {getattr(ticket, 'model', '')}".rstrip(" ->")
     return out
 
 

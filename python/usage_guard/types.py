@@ -9,9 +9,10 @@ The values stay ordinary dicts at run time; these `TypedDict`s only describe the
 tests_py/test_boundary.py checks that every key here is a key the core writes, and back.
 """
 
-from typing import Literal, Optional, TypedDict
+from typing import Literal, Optional, TypedDict, Union
 
 __all__ = [
+    "Action",
     "Billed",
     "Ceiling",
     "ErrorShape",
@@ -24,6 +25,7 @@ __all__ = [
     "Reserved",
     "Restriction",
     "RuleUsage",
+    "RuleWarning",
     "Source",
     "SourceType",
     "UsageView",
@@ -50,8 +52,11 @@ ErrorShape = Literal["openai", "anthropic", "ollama"]
 SourceType = Literal["direct", "team", "public"]
 
 LimitType = Literal[
-    "direct", "team", "public", "team_total", "model_total", "user_total", "platform"
+    "direct", "team", "public", "team_total", "model_total", "user_total", "platform", "rule"
 ]
+
+# What a generic rule does past its budget (`[[rules]] action`).
+Action = Literal["warn", "block", "throttle", "degrade", "halt_session"]
 
 Metric = Literal[
     "tokens", "input_tokens", "output_tokens", "cost", "requests", "compute_ms", "concurrency"
@@ -148,6 +153,22 @@ class Reserved(TypedDict, total=False):
     cost: int
     requests: int
     concurrency: int
+
+
+class RuleWarning(TypedDict):
+    """One of `Ticket.warnings`: a generic rule past a soft threshold (`warn_at`), or past its
+    budget when it only reports (`action = "warn"`, or `settings.mode = "shadow"`)."""
+
+    rule: str
+    amount: Metric
+    used: Union[int, float]
+    """What the rule's counter counts with this call's hold (dollars for cost)."""
+    budget: Union[int, float]
+    threshold: float
+    """The highest `warn_at` reached, or 1.0 past the budget."""
+    action: Action
+    would_refuse: bool
+    """True when the rule would have refused the call (shadow mode)."""
 
 
 class PromptCount(TypedDict):

@@ -115,7 +115,9 @@ pub(crate) fn rate_limit(
         let start = r.window.bucket_start(now);
         let window_seconds = match r.window {
             Window::Sliding { seconds } => u64::from(seconds),
-            Window::Calendar(_) => ((r.window.bucket_end(start) - start) / 1000) as u64,
+            Window::Calendar(_) | Window::Anchored(_) => {
+                ((r.window.bucket_end(start) - start) / 1000) as u64
+            }
             Window::WhileRunning => 0,
         };
         policies.push(format!("\"{word}\";q={};w={window_seconds}", r.limit));

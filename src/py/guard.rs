@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 
+use super::admit_args::{admit_request, listener, warnings_to_py};
 use super::asyncio::FirstPoll;
 use super::clock::PyManualClock;
 use super::convert::{
     billed_to_py, ceiling_to_py, json_to_py, prompt_count_to_py, py_to_json, reserved_to_py,
-    source_to_py, usage_from_py, view_to_py, whole, Range,
+    source_to_py, usage_from_py, view_to_py,
 };
 use super::ledger::{
     admit_batch, bill_info, close_guard, extract_ledger, resume_batch, PyBatchTicket,
@@ -19,7 +20,6 @@ use super::policy::PyPolicy;
 use super::provider::Provider;
 use super::store::extract_store;
 use crate::guard::domain::clock::{Clock, SystemClock};
-use crate::guard::engine::admission::AdmitRequest;
 use crate::guard::engine::guard::Guard;
 use crate::guard::engine::ticket::{BillInfo, Ticket};
 
@@ -35,32 +35,6 @@ pub struct PyGuard {
 #[pyclass(name = "Ticket", module = "usage_guard._core", frozen)]
 pub struct PyTicket {
     inner: Ticket,
-}
-
-#[allow(clippy::too_many_arguments)]
-fn admit_request(
-    user: Option<String>,
-    model: String,
-    request: Option<&Bound<'_, PyAny>>,
-    prompt_tokens: Option<&Bound<'_, PyAny>>,
-    max_tokens: Option<&Bound<'_, PyAny>>,
-    provider: Option<Provider>,
-) -> PyResult<AdmitRequest> {
-    let request = match request.filter(|r| !r.is_none()) {
-        Some(body) => {
-            let api = provider.unwrap_or_default().0;
-            Some((py_to_json(body, "request")?, api))
-        }
-        None => None,
-    };
-    Ok(AdmitRequest {
-        user,
-        model,
-        prompt_tokens: whole("prompt_tokens", prompt_tokens, Range::Count)?,
-        prompt_is_estimate: false,
-        max_output_tokens: whole("max_tokens", max_tokens, Range::Count)?,
-        request,
-    })
 }
 
 impl PyGuard {
@@ -126,7 +100,7 @@ impl PyGuard {
     }
 
     /// Admits a call before it runs, or raises `UsageLimitError`.
-    #[pyo3(signature = (user, model, request = None, *, prompt_tokens = None, max_tokens = None, provider = None))]
+    #[pyo3(signature = (user, model, request = None, *, prompt_tokens = None, max_tokens = None, provider = None, attributes = None))]
     #[allow(clippy::too_many_arguments)]
     fn admit(
         &self,
@@ -137,15 +111,17 @@ impl PyGuard {
         prompt_tokens: Option<&Bound<'_, PyAny>>,
         max_tokens: Option<&Bound<'_, PyAny>>,
         provider: Option<Provider>,
+        attributes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTicket> {
-        let req = admit_request(user, model, request, prompt_tokens, max_tokens, provider)?;
+        let sizes = (prompt_tokens, max_tokens);
+        let req = admit_request(user, model, request, sizes, provider, attributes)?;
         let guard = self.inner.clone();
         let ticket = py.detach(move || guard.admit_blocking(req))?;
         Ok(PyTicket { inner: ticket })
     }
 
     /// `admit` as a coroutine.
-    #[pyo3(signature = (user, model, request = None, *, prompt_tokens = None, max_tokens = None, provider = None))]
+    #[pyo3(signature = (user, model, request = None, *, prompt_tokens = None, max_tokens = None, provider = None, attributes = None))]
     #[allow(clippy::too_many_arguments)]
     fn admit_async<'py>(
         &self,
@@ -156,8 +132,10 @@ impl PyGuard {
         prompt_tokens: Option<&Bound<'py, PyAny>>,
         max_tokens: Option<&Bound<'py, PyAny>>,
         provider: Option<Provider>,
+        attributes: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let req = admit_request(user, model, request, prompt_tokens, max_tokens, provider)?;
+        let sizes = (prompt_tokens, max_tokens);
+        let req = admit_request(user, model, request, sizes, provider, attributes)?;
         let guard = self.inner.clone();
         let first_poll = FirstPoll::unless_ledger(guard.ledger().is_some());
         super::asyncio::future_into_py(py, first_poll, async move {
@@ -195,6 +173,12 @@ impl PyGuard {
             let view = guard.usage(user.as_deref(), &model).await?;
             Python::attach(|py| view_to_py(py, &view).map(Bound::unbind))
         })
+    }
+
+    /// Calls `callback(event)` for each event (a dict like `Ticket.warnings`' items): once
+    /// per window, counter and threshold across every guard on the store.
+    fn on_event(&self, callback: Py<PyAny>) {
+        self.inner.on_event(listener(callback));
     }
 
     /// Replaces the policy; cached paths are resolved again at their next use.
@@ -253,6 +237,25 @@ impl PyTicket {
         ceiling_to_py(py, self.inner.ceiling())
     }
 
+    /// Generic rules past a soft threshold, or that would have refused (shadow mode): dicts
+    /// of rule, amount, used, budget, threshold, action, would_refuse.
+    #[getter]
+    fn warnings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        warnings_to_py(py, self.inner.warnings())
+    }
+
+    /// The model admitted: the one asked for, or a `degrade` rule's `degrade_to`.
+    #[getter]
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    /// The model asked for when a `degrade` rule admitted another (`model`), else None.
+    #[getter]
+    fn degraded_from(&self) -> Option<&str> {
+        self.inner.degraded_from()
+    }
+
     /// What is held for the call, per metric.
     #[getter]
     fn reserved<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -263,7 +266,10 @@ impl PyTicket {
     /// request (`{}` when nothing changes or there was no request).
     #[getter]
     fn fitted<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let changes = self.inner.fitted_changes().unwrap_or_default();
+        let mut changes = self.inner.fitted_changes().unwrap_or_default();
+        if self.inner.degraded_from().is_some() {
+            changes.insert("model".into(), self.inner.model().into());
+        }
         json_to_py(py, &serde_json::Value::Object(changes))
     }
 

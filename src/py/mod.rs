@@ -1,6 +1,7 @@
 //! The PyO3 layer: `usage_guard._core`. It only converts types and maps errors; every
 //! decision lives in the plain Rust core.
 
+mod admit_args;
 mod asyncio;
 mod ceiling;
 mod clock;

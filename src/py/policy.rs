@@ -78,6 +78,26 @@ impl PyPolicy {
         Ok(list)
     }
 
+    /// The generic rules (`[[rules]]`), in policy order: `{"name", "sentence", "overlaps"}`,
+    /// the rule in one sentence and the other rules a call can match at the same time.
+    #[getter]
+    fn rules<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        let rules = &self.inner.rules;
+        for rule in rules {
+            let d = PyDict::new(py);
+            d.set_item("name", &*rule.name)?;
+            d.set_item("sentence", rule.sentence())?;
+            let overlaps = rules
+                .iter()
+                .filter(|other| other.name != rule.name && rule.overlaps(other))
+                .map(|other| other.name.to_string());
+            d.set_item("overlaps", PyList::new(py, overlaps)?)?;
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
     /// A model's display name (its id when the policy does not list it).
     fn display_name(&self, model: &str) -> String {
         self.inner

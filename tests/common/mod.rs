@@ -41,6 +41,7 @@ pub fn call(user: &str, model: &str, prompt: u64, max_out: u64) -> AdmitRequest 
         prompt_is_estimate: false,
         max_output_tokens: Some(max_out),
         request: None,
+        attributes: Vec::new(),
     }
 }
 

@@ -150,6 +150,8 @@ class Call:
         # limit is the policy's choice (settings.anonymous), not a keyword's.
         call_user: Optional[str] = kwargs.pop("user", None)
         self.user: Optional[str] = owner._guard_user if call_user is None else call_user
+        # The call's attributes for the policy's generic rules (credential, session, ...).
+        self.attributes: Optional[dict[str, str]] = kwargs.pop("usage_attributes", None)
         self.guard: Any = owner._guard
         self.api = api
         self.kwargs = kwargs
@@ -165,7 +167,11 @@ class Call:
     def admit_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of `Guard.admit`: the request itself. The guard counts its
         prompt once (with the policy's model entry), reads its output maximum and fits it."""
-        return {"request": self.request, "provider": self.api.word}
+        return {
+            "request": self.request,
+            "provider": self.api.word,
+            "attributes": self.attributes,
+        }
 
     def shown(self, state: StreamState, chunk: Any) -> bool:
         """Observes a stream chunk; False when it is one of ours the caller should not see."""
@@ -259,16 +265,25 @@ class Call:
 
 
 def attach(
-    obj: Any, view: Optional[dict[str, Any]], capped: bool, billed: Optional[dict[str, Any]] = None
+    obj: Any,
+    view: Optional[dict[str, Any]],
+    capped: bool,
+    billed: Optional[dict[str, Any]] = None,
+    warnings: Optional[list[dict[str, Any]]] = None,
+    degraded_from: Optional[str] = None,
 ) -> None:
-    """Sets `usage_limits` (the usage view with `capped`), `usage_restriction` and
-    `usage_billed` (what the call was billed) on `obj`."""
+    """Sets `usage_limits` (the usage view with `capped`), `usage_restriction`,
+    `usage_billed` (what the call was billed), `usage_warnings` (the ticket's warnings) and
+    `usage_degraded` (the model asked for, when a `degrade` rule sent another; else None)
+    on `obj`."""
     limits = dict(view or {})
     limits["capped"] = capped
     values = (
         ("usage_limits", limits),
         ("usage_restriction", limits.get("restriction")),
         ("usage_billed", billed),
+        ("usage_warnings", list(warnings or [])),
+        ("usage_degraded", degraded_from),
     )
     for name, value in values:
         try:
@@ -302,10 +317,10 @@ def settle_sync(call: Call, usage: Optional[Usage], target: Any, capped: bool) -
     billed = view = None
     try:
         billed = call.ticket.bill(**call.bill_kwargs(usage))
-        view = call.guard.usage(call.user, call.model)
+        view = call.guard.usage(call.user, call.ticket.model)
     except Exception as exc:  # the call has run: log, never throw
         _settle_error("bill", exc)
-    attach(target, view, capped, billed)
+    attach(target, view, capped, billed, call.ticket.warnings, call.ticket.degraded_from)
 
 
 async def begin_async(
@@ -329,7 +344,7 @@ async def settle_async(call: Call, usage: Optional[Usage], target: Any, capped: 
     billed = view = None
     try:
         billed = await call.ticket.bill_async(**call.bill_kwargs(usage))
-        view = await call.guard.usage_async(call.user, call.model)
+        view = await call.guard.usage_async(call.user, call.ticket.model)
     except Exception as exc:
         _settle_error("bill", exc)
-    attach(target, view, capped, billed)
+    attach(target, view, capped, billed, call.ticket.warnings, call.ticket.degraded_from)

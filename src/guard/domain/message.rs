@@ -36,6 +36,19 @@ fn parts(path: &Path, rule: &PathRule, team_name: &str) -> Parts {
         LimitType::ModelTotal => it(format!("{model} has"), String::new()),
         LimitType::UserTotal => you(" across all models".into()),
         LimitType::Platform => you(" on the platform".into()),
+        LimitType::Rule => {
+            let rule = rule.generic.as_deref();
+            let name = rule.map_or("", |r| &r.name);
+            let by: Vec<&str> = rule
+                .map(|r| r.count_by.iter().map(|a| a.word()).collect())
+                .unwrap_or_default();
+            let place = if by.is_empty() {
+                String::new()
+            } else {
+                format!(" for this {}", by.join(" and "))
+            };
+            it(format!("Rule \"{name}\" has"), place)
+        }
     }
 }
 

@@ -1,14 +1,19 @@
 //! The pure domain: what a policy says, how it resolves for a person on a model, how windows
 //! bucket time, and what to decide from a snapshot of counters. Nothing here does I/O.
 
+pub(crate) mod calendar;
+pub(crate) mod caller;
 pub(crate) mod clock;
 pub(crate) mod counter;
 pub(crate) mod decide;
+pub(crate) mod explain;
+pub(crate) mod generic;
 pub(crate) mod message;
 pub(crate) mod path;
 pub(crate) mod policy;
 pub(crate) mod refusal;
 pub(crate) mod room;
 pub(crate) mod rule;
+pub(crate) mod source;
 pub(crate) mod view;
 pub(crate) mod window;

@@ -4,40 +4,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::generic::{halt_subject, Action, Attribute, CallAttributes, GenericRule};
 use super::policy::{
-    Anonymous, DirectLimit, ModelSpec, Policy, PublicLimit, TeamLimit, TeamSpec, UnknownModels,
+    DirectLimit, ModelSpec, Policy, PublicLimit, TeamLimit, TeamSpec, UnknownModels,
 };
 use super::refusal::Refusal;
+use super::rule::Metric;
 use super::rule::RuleSpec;
 use super::rule::{CounterId, LimitType, Scope};
+use super::window::Window;
 use crate::error::Error;
 
-/// Which source a call is billed to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SourceKind {
-    Direct,
-    Team,
-    Public,
-}
-
-impl SourceKind {
-    /// The word users see (`ticket.source["type"]`).
-    pub fn word(self) -> &'static str {
-        match self {
-            SourceKind::Direct => "direct",
-            SourceKind::Team => "team",
-            SourceKind::Public => "public",
-        }
-    }
-}
-
-/// The source billed: `{"type": "team", "id": "research"}`. Direct sources are named by the
-/// person, teams by the team, public use by the model.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SourceRef {
-    pub kind: SourceKind,
-    pub id: Arc<str>,
-}
+pub use super::source::{SourceKind, SourceRef};
 
 /// One rule on the path, bound to the counter it counts into (`slot` in `Path::counters`).
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +29,16 @@ pub struct PathRule {
     pub team_name: Arc<str>,
     /// Each-member / each-person rules count the person's own use.
     pub per_person: bool,
+    /// The generic rule (`[[rules]]`) this is, for `LimitType::Rule`.
+    pub generic: Option<Arc<GenericRule>>,
+}
+
+/// A `halt_session` rule on a call with a session: its halt counter's slot. A halt is a hold
+/// on that counter, of the halt's end in seconds, expiring on its own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Halt {
+    pub rule: Arc<GenericRule>,
+    pub slot: usize,
 }
 
 /// A billing source with a limit defined, and the rules checked when it is billed
@@ -67,12 +55,18 @@ pub struct Path {
     pub user: Option<Arc<str>>,
     pub model: Arc<str>,
     pub model_spec: Option<Arc<ModelSpec>>,
-    /// Checked on every call (Model Total, User's Total, Platform).
+    /// Checked on every call (Model Total, User's Total, Platform, and the generic rules
+    /// that can refuse).
     pub ceilings: Vec<PathRule>,
+    /// Generic rules that count and only report (action `warn`, or any in shadow mode):
+    /// their counters are added to, never checked.
+    pub watched: Vec<PathRule>,
     /// Billing order: direct, the person's teams with a team limit on the model, public use.
     pub sources: Vec<Source>,
     /// The person's own counters on the model, added to whichever source is billed.
     pub personal: Vec<usize>,
+    /// `halt_session` rules bound to the session's halt counter (read, never added to).
+    pub halts: Vec<Halt>,
     /// Every distinct counter of the path; rules refer to these by slot.
     pub counters: Vec<Arc<CounterId>>,
     /// Billed when no source has a limit defined.
@@ -106,6 +100,7 @@ impl Path {
     pub fn added_slots(&self, source: Option<usize>) -> Vec<usize> {
         let mut slots: Vec<usize> = self.checked_rules(source).map(|r| r.slot).collect();
         slots.extend(self.personal.iter().copied());
+        slots.extend(self.watched.iter().map(|r| r.slot));
         slots.sort_unstable();
         slots.dedup();
         slots
@@ -120,6 +115,8 @@ struct Builder {
     slots: HashMap<Arc<CounterId>, usize>,
     counters: Vec<Arc<CounterId>>,
     personal: Vec<usize>,
+    generic_ceilings: Vec<PathRule>,
+    halts: Vec<Halt>,
 }
 
 impl Builder {
@@ -179,6 +176,7 @@ impl Builder {
                     .map(|t| Arc::from(t.display_name.as_str()))
                     .unwrap_or_else(|| Arc::from("")),
                 per_person,
+                generic: None,
             });
         }
     }
@@ -197,6 +195,44 @@ impl Builder {
         let (kind, scope) = (LimitType::Platform, Scope::PersonAllModels);
         self.rules(&mut out, kind, scope, &policy.platform, None);
         out
+    }
+
+    /// The generic rules that match the call, each bound to its counter (one per `count_by`
+    /// value tuple): into the ceilings when they can refuse, else into `watched`.
+    fn generic(&mut self, policy: &Policy, call: &CallAttributes) -> Vec<PathRule> {
+        let mut watched = Vec::new();
+        for i in policy.rule_index.candidates(&self.model) {
+            let rule = &policy.rules[i];
+            let Some(subject) = rule.subject(call).filter(|_| rule.matches(call)) else {
+                continue;
+            };
+            let spec = &rule.spec;
+            let halt = call
+                .get(Attribute::Session)
+                .filter(|_| rule.action == Action::HaltSession && !policy.settings.shadow)
+                .map(|session| halt_subject(&subject, session));
+            let slot = self.slot(CounterId::rule(subject.into(), spec.metric, spec.window));
+            if let Some(halt) = halt {
+                let id = CounterId::rule(halt.into(), Metric::Concurrency, Window::WhileRunning);
+                let (rule, slot) = (rule.clone(), self.slot(id));
+                self.halts.push(Halt { rule, slot });
+            }
+            let bound = PathRule {
+                limit_type: LimitType::Rule,
+                rule: spec.clone(),
+                slot,
+                team: None,
+                team_name: Arc::from(""),
+                per_person: false,
+                generic: Some(rule.clone()),
+            };
+            if policy.settings.shadow || rule.action == Action::Warn {
+                watched.push(bound);
+            } else {
+                self.generic_ceilings.push(bound);
+            }
+        }
+        watched
     }
 
     /// The sources with a limit defined, in billing order: direct, teams, public use.
@@ -280,34 +316,14 @@ fn known_model(policy: &Policy, model: &str) -> Result<Option<Arc<ModelSpec>>, E
     Ok(model_spec)
 }
 
-/// Who a call counts as: the user given, which must not be blank; for a call with no user,
-/// what `settings.anonymous` says (no one: no limits; refused; or a user id).
-pub(crate) fn caller<'a>(
-    policy: &'a Policy,
-    user: Option<&'a str>,
-) -> Result<Option<&'a str>, Error> {
-    match (user, &policy.settings.anonymous) {
-        (Some(user), _) if user.trim().is_empty() => Err(Error::invalid(
-            "user",
-            serde_json::Value::from(user),
-            "must not be empty or blank; pass None for a call with no user \
-             (settings.anonymous decides what such a call may do)",
-        )),
-        (Some(user), _) => Ok(Some(user)),
-        (None, Anonymous::Unlimited) => Ok(None),
-        (None, Anonymous::Refuse) => Err(Error::invalid(
-            "user",
-            "None",
-            "is required: this policy refuses calls with no user \
-             (settings.anonymous = \"refuse\"); pass the id of the person calling",
-        )),
-        (None, Anonymous::As(id)) => Ok(Some(id)),
-    }
-}
-
 /// Resolves the path of `user` on `model`. A call with no user has no limits (the caller
 /// maps it first, see [`caller`]).
-pub(crate) fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Result<Path, Error> {
+pub(crate) fn resolve(
+    policy: &Policy,
+    user: Option<&str>,
+    model: &str,
+    attributes: &[(String, String)],
+) -> Result<Path, Error> {
     let model_spec = known_model(policy, model)?;
     let model: Arc<str> = model_spec
         .as_ref()
@@ -323,12 +339,16 @@ pub(crate) fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Resul
             model,
             model_spec,
             ceilings: Vec::new(),
+            watched: Vec::new(),
+            halts: Vec::new(),
             sources: Vec::new(),
             personal: Vec::new(),
             counters: Vec::new(),
             default_source,
         });
     };
+    let provider = model_spec.as_ref().map(|m| m.provider.word());
+    let call = CallAttributes::of(user, &model, provider, attributes, &policy.scopes)?;
     let user: Arc<str> = Arc::from(user);
     let mut b = Builder {
         user: Some(user.clone()),
@@ -337,8 +357,12 @@ pub(crate) fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Resul
         slots: HashMap::new(),
         counters: Vec::new(),
         personal: Vec::new(),
+        generic_ceilings: Vec::new(),
+        halts: Vec::new(),
     };
-    let ceilings = b.ceilings(policy, &user);
+    let mut ceilings = b.ceilings(policy, &user);
+    let watched = b.generic(policy, &call);
+    ceilings.append(&mut b.generic_ceilings);
     let sources = b.sources(policy, &user, &default_source);
     let mut personal = std::mem::take(&mut b.personal);
     personal.sort_unstable();
@@ -348,8 +372,10 @@ pub(crate) fn resolve(policy: &Policy, user: Option<&str>, model: &str) -> Resul
         model,
         model_spec,
         ceilings,
+        watched,
         sources,
         personal,
+        halts: b.halts,
         counters: b.counters,
         default_source,
     })

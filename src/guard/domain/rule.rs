@@ -87,6 +87,8 @@ pub enum LimitType {
     ModelTotal,
     UserTotal,
     Platform,
+    /// A generic rule (`[[rules]]`).
+    Rule,
 }
 
 impl LimitType {
@@ -100,6 +102,7 @@ impl LimitType {
             LimitType::ModelTotal => "model_total",
             LimitType::UserTotal => "user_total",
             LimitType::Platform => "platform",
+            LimitType::Rule => "rule",
         }
     }
 }
@@ -121,6 +124,8 @@ pub enum Scope {
     ModelTotal,
     /// A person's use of every model.
     PersonAllModels,
+    /// A generic rule's counter: its subject names the rule's identity and `count_by` values.
+    Rule,
 }
 
 impl Scope {
@@ -134,6 +139,7 @@ impl Scope {
             Scope::TeamTotal => "tt",
             Scope::ModelTotal => "mt",
             Scope::PersonAllModels => "pa",
+            Scope::Rule => "ru",
         }
     }
 
@@ -154,6 +160,8 @@ pub struct CounterId {
     pub model: Option<Arc<str>>,
     pub metric: Metric,
     pub window: Window,
+    /// A generic rule's identity and `count_by` values, escaped (`None` for the kinds).
+    pub subject: Option<Arc<str>>,
     hash: u64,
 }
 
@@ -166,6 +174,7 @@ impl PartialEq for CounterId {
             && self.user == other.user
             && self.team == other.team
             && self.model == other.model
+            && self.subject == other.subject
     }
 }
 
@@ -198,6 +207,25 @@ impl CounterId {
             model,
             metric,
             window,
+            subject: None,
+            hash: h.finish(),
+        }
+    }
+
+    /// The counter of a generic rule: `subject` is its identity and `count_by` values, as
+    /// `GenericRule::subject` escapes them.
+    pub fn rule(subject: Arc<str>, metric: Metric, window: Window) -> Self {
+        #[allow(deprecated)]
+        let mut h = std::hash::SipHasher::new();
+        (Scope::Rule, &subject, metric, window).hash(&mut h);
+        CounterId {
+            scope: Scope::Rule,
+            user: None,
+            team: None,
+            model: None,
+            metric,
+            window,
+            subject: Some(subject),
             hash: h.finish(),
         }
     }
@@ -210,9 +238,20 @@ impl CounterId {
     /// A stable, collision-free text form: `scope:user:team:model:metric:window`, each id
     /// escaped so that no id can contain a separator, a brace or a byte outside
     /// `[A-Za-z0-9_.-]`. An absent id is written as `-` (an id `-` is escaped to `%2D`).
+    /// A generic rule's counter is `ru:<subject>:metric:window` (its subject holds only
+    /// escaped ids and `=,+/`).
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(64);
         out.push_str(self.scope.key_token());
+        if let Some(subject) = &self.subject {
+            let _ = write!(
+                out,
+                ":{subject}:{}:{}",
+                self.metric.word(),
+                self.window.key_token()
+            );
+            return out;
+        }
         for id in [&self.user, &self.team, &self.model] {
             out.push(':');
             match id {

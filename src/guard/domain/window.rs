@@ -1,26 +1,22 @@
 //! Window math: which bucket holds an instant, what a rule counts in it, when it resets,
 //! and how long a bucket's counter is kept. Pure functions of (window, now).
 
+use super::calendar::{civil_from_days, days_from_civil};
+pub use super::calendar::{Anchored, CalendarUnit};
 use super::clock::Millis;
 
 const SECOND_MS: i64 = 1_000;
 const MINUTE_MS: i64 = 60 * SECOND_MS;
 const DAY_MS: i64 = 24 * 60 * MINUTE_MS;
 
-/// A fixed calendar period, in UTC. Weeks start Monday 00:00.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum CalendarUnit {
-    Day,
-    Week,
-    Month,
-    Year,
-}
-
 /// How a rule's counter is bucketed in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Window {
-    /// A fixed calendar bucket that resets when it ends.
+    /// A fixed calendar bucket in UTC (one unit from midnight, the 1st, Monday) that resets
+    /// when it ends.
     Calendar(CalendarUnit),
+    /// A calendar window with a zone, a reset time and day, or a count of units.
+    Anchored(Anchored),
     /// A sliding window of this many seconds: epoch-aligned buckets of that length, counting
     /// the current bucket plus the weighted share of the previous one.
     Sliding { seconds: u32 },
@@ -64,6 +60,7 @@ impl Window {
                 };
                 start_day * DAY_MS
             }
+            Window::Anchored(a) => a.bucket_start(now),
             Window::WhileRunning => 0,
         }
     }
@@ -89,6 +86,7 @@ impl Window {
                 };
                 next_day * DAY_MS
             }
+            Window::Anchored(a) => a.bucket_end(start),
             Window::WhileRunning => Millis::MAX,
         }
     }
@@ -99,7 +97,7 @@ impl Window {
     pub fn previous_bucket_start(self, start: Millis) -> Option<Millis> {
         match self {
             Window::Sliding { seconds } => Some(start - Self::sliding_ms(seconds)),
-            Window::Calendar(_) => Some(self.bucket_start(start - 1)),
+            Window::Calendar(_) | Window::Anchored(_) => Some(self.bucket_start(start - 1)),
             Window::WhileRunning => None,
         }
     }
@@ -133,7 +131,9 @@ impl Window {
         now: Millis,
     ) -> Option<Millis> {
         match self {
-            Window::Calendar(_) => Some(self.bucket_end(self.bucket_start(now))),
+            Window::Calendar(_) | Window::Anchored(_) => {
+                Some(self.bucket_end(self.bucket_start(now)))
+            }
             Window::WhileRunning => None,
             Window::Sliding { .. } if self.counted(current, previous, now) < amount => None,
             Window::Sliding { .. } => self.room_at(amount, current, previous, 1, now),
@@ -159,8 +159,10 @@ impl Window {
         let fits_now = self.counted(current, previous, now).saturating_add(need) <= amount;
         match self {
             Window::WhileRunning => None,
-            Window::Calendar(_) if fits_now => Some(now),
-            Window::Calendar(_) => Some(self.bucket_end(self.bucket_start(now))),
+            Window::Calendar(_) | Window::Anchored(_) if fits_now => Some(now),
+            Window::Calendar(_) | Window::Anchored(_) => {
+                Some(self.bucket_end(self.bucket_start(now)))
+            }
             Window::Sliding { .. } if fits_now => Some(now),
             Window::Sliding { seconds } => Some(sliding_room_at(
                 seconds,
@@ -177,7 +179,7 @@ impl Window {
     /// window and a minute after a sliding bucket ends (it is then still the previous bucket).
     pub fn retain_until(self, bucket_start: Millis) -> Millis {
         match self {
-            Window::Calendar(_) => self.bucket_end(bucket_start) + DAY_MS,
+            Window::Calendar(_) | Window::Anchored(_) => self.bucket_end(bucket_start) + DAY_MS,
             Window::Sliding { seconds } => {
                 self.bucket_end(bucket_start) + Self::sliding_ms(seconds) + MINUTE_MS
             }
@@ -193,6 +195,7 @@ impl Window {
             Window::Calendar(CalendarUnit::Week) => "a week".into(),
             Window::Calendar(CalendarUnit::Month) => "a month".into(),
             Window::Calendar(CalendarUnit::Year) => "a year".into(),
+            Window::Anchored(a) => a.phrase(),
             Window::WhileRunning => "at once".into(),
             Window::Sliding { seconds } => match seconds {
                 1 => "a second".into(),
@@ -212,6 +215,7 @@ impl Window {
             Window::Calendar(CalendarUnit::Week) => "week".into(),
             Window::Calendar(CalendarUnit::Month) => "month".into(),
             Window::Calendar(CalendarUnit::Year) => "year".into(),
+            Window::Anchored(a) => a.word(),
             Window::WhileRunning => "running".into(),
             Window::Sliding { seconds } => match seconds {
                 60 => "minute".into(),
@@ -230,8 +234,34 @@ impl Window {
             Window::Calendar(CalendarUnit::Week) => "w".into(),
             Window::Calendar(CalendarUnit::Month) => "mo".into(),
             Window::Calendar(CalendarUnit::Year) => "y".into(),
+            Window::Anchored(a) => a.key_token(),
             Window::Sliding { seconds } => format!("s{seconds}"),
             Window::WhileRunning => "run".into(),
+        }
+    }
+
+    /// The window of a counter key's token ([`Window::key_token`]).
+    pub fn from_key_token(token: &str) -> Option<Window> {
+        Some(match token {
+            "d" => Window::Calendar(CalendarUnit::Day),
+            "w" => Window::Calendar(CalendarUnit::Week),
+            "mo" => Window::Calendar(CalendarUnit::Month),
+            "y" => Window::Calendar(CalendarUnit::Year),
+            "run" => Window::WhileRunning,
+            s if s.starts_with('c') => Window::Anchored(Anchored::from_key_token(s)?),
+            s => Window::Sliding {
+                seconds: s.strip_prefix('s')?.parse().ok()?,
+            },
+        })
+    }
+
+    /// A calendar window: the UTC shorthand when the anchor is the plain one (so both share
+    /// a counter), else the anchored window.
+    pub fn calendar(anchored: Anchored) -> Window {
+        if anchored.is_plain() {
+            Window::Calendar(anchored.unit)
+        } else {
+            Window::Anchored(anchored)
         }
     }
 
@@ -308,90 +338,4 @@ fn ceil_to_second(ms: Millis) -> Millis {
         } else {
             0
         }
-}
-
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
-/// (year, month, day) → days since 1970-01-01.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = if month > 2 { month - 3 } else { month + 9 };
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(text: &str) -> Millis {
-        crate::guard::domain::clock::parse_iso8601(text).unwrap()
-    }
-
-    #[test]
-    fn parses_window_words() {
-        assert_eq!(
-            Window::parse("minute"),
-            Some(Window::Sliding { seconds: 60 })
-        );
-        assert_eq!(
-            Window::parse("10 minutes"),
-            Some(Window::Sliding { seconds: 600 })
-        );
-        assert_eq!(
-            Window::parse("2 hours"),
-            Some(Window::Sliding { seconds: 7200 })
-        );
-        assert_eq!(
-            Window::parse("week"),
-            Some(Window::Calendar(CalendarUnit::Week))
-        );
-        assert_eq!(Window::parse("0 minutes"), None);
-        assert_eq!(Window::parse("fortnight"), None);
-        assert_eq!(Window::parse("ten minutes"), None);
-        assert_eq!(Window::parse("minutes"), None);
-        assert_eq!(Window::parse("second"), None);
-        assert_eq!(Window::parse("Day"), None);
-        assert_eq!(Window::parse("10  minutes"), None);
-        assert_eq!(
-            Window::parse("1 minute"),
-            Some(Window::Sliding { seconds: 60 })
-        );
-    }
-
-    #[test]
-    fn phrases_read_naturally() {
-        assert_eq!(
-            Window::Sliding { seconds: 600 }.phrase(),
-            "every 10 minutes"
-        );
-        assert_eq!(Window::Sliding { seconds: 3600 }.phrase(), "an hour");
-        assert_eq!(Window::Calendar(CalendarUnit::Day).phrase(), "a day");
-    }
-
-    #[test]
-    fn sliding_retention_is_one_window_and_a_minute_after_the_end() {
-        let w = Window::Sliding { seconds: 3600 };
-        let start = at("2026-11-30T14:00:00Z");
-        assert_eq!(w.retain_until(start), at("2026-11-30T16:01:00Z"));
-        let d = Window::Calendar(CalendarUnit::Day);
-        assert_eq!(
-            d.retain_until(at("2026-11-30T00:00:00Z")),
-            at("2026-12-02T00:00:00Z")
-        );
-    }
 }

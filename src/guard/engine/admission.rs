@@ -44,6 +44,8 @@ pub struct AdmitRequest {
     /// `max_output_tokens` is not given), and fits it into the ceiling: the ticket then
     /// carries the changes to send.
     pub request: Option<(serde_json::Value, Api)>,
+    /// The call's attributes for generic rules (`credential`, `session`, ...; not `model`).
+    pub attributes: Vec<(String, String)>,
 }
 
 /// A reservation that was placed: the plan as reserved, the expiry minute of its holds, and
@@ -58,11 +60,11 @@ impl Guard {
     /// Admits a call: resolves the path, reads its counters, decides, fits the request (when
     /// given) into what is left, and reserves all or none. Refusals are `Error::Refused`;
     /// a request that cannot fit is refused before anything is reserved.
-    pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
+    pub(crate) async fn admit_one(&self, request: AdmitRequest) -> Result<Ticket> {
         check_names(&request)?;
-        let Resolved { path, policy } = self
-            .shared
-            .resolve(request.user.as_deref(), &request.model)?;
+        let (user, attributes) = (request.user.as_deref(), &request.attributes[..]);
+        let Resolved { path, policy } =
+            self.shared.resolve_with(user, &request.model, attributes)?;
         let settings = &policy.settings;
         let (request, prompt) = counted(request, &path)?;
         // Context first, for everyone: a prompt the model cannot take is a 400 that no usage
@@ -146,7 +148,7 @@ impl Guard {
                 Err(e) => return Ok(Err(e)),
             };
             let mut plan = match decide::decide(path, &reads, demand, settings, now) {
-                Decision::Refuse(refusal) => return Err(self.refuse(refusal)),
+                Decision::Refuse(refusal) => return Err(self.refused(path, refusal, now).await),
                 Decision::Admit(plan) => plan,
             };
             let extra = shape(&mut plan, &reads, now).map_err(|e| self.count_refusal(e))?;
@@ -265,24 +267,20 @@ impl Guard {
         request: Option<Box<AdmittedRequest>>,
         uncounted: bool,
     ) -> Ticket {
-        let ReservedParts {
-            source,
-            holds,
-            expiry_minute,
-            adds,
-        } = ReservedParts::of(path, reserved);
+        let parts = ReservedParts::of(path, reserved);
         Ticket::new(TicketParts {
             id,
             shared: self.shared.clone(),
             path: path.clone(),
-            source,
+            source: parts.source,
             ceiling,
-            holds,
-            expiry_minute,
-            adds,
+            holds: parts.holds,
+            expiry_minute: parts.expiry_minute,
+            adds: parts.adds,
             admitted_at,
             uncounted,
             request,
+            warnings: parts.warnings,
         })
     }
 }

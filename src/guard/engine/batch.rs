@@ -113,6 +113,7 @@ impl Guard {
             holds,
             expiry_minute,
             adds,
+            ..
         } = ReservedParts::of(path, reserved);
         BatchTicket {
             shared: self.shared.clone(),
@@ -156,6 +157,7 @@ fn batch_demand(
             prompt_is_estimate: false,
             max_output_tokens: r.max_output_tokens,
             request: None,
+            attributes: Vec::new(),
         };
         let d = demand(path, &one, settings);
         prompt = prompt.saturating_add(d.prompt_tokens);

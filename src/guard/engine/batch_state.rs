@@ -14,7 +14,7 @@ use crate::guard::domain::path::SourceKind;
 use crate::guard::domain::path::SourceRef;
 use crate::guard::domain::rule::Scope;
 use crate::guard::domain::rule::{CounterId, Metric};
-use crate::guard::domain::window::{CalendarUnit, Window};
+use crate::guard::domain::window::Window;
 use crate::guard::store::CounterKey;
 use crate::guard::store::HoldRef;
 
@@ -35,7 +35,11 @@ fn opt_id(v: &Value, field: &str) -> Option<Arc<str>> {
 fn counter(v: &Value) -> Result<CounterId> {
     let scope = parse_scope(text(v, "scope")?).ok_or_else(|| bad("scope", "is unknown"))?;
     let metric = Metric::parse(text(v, "metric")?).ok_or_else(|| bad("metric", "is unknown"))?;
-    let window = parse_window(text(v, "window")?).ok_or_else(|| bad("window", "is unknown"))?;
+    let window =
+        Window::from_key_token(text(v, "window")?).ok_or_else(|| bad("window", "is unknown"))?;
+    if let Some(subject) = opt_id(v, "subject") {
+        return Ok(CounterId::rule(subject, metric, window));
+    }
     Ok(CounterId::new(
         scope,
         opt_id(v, "user"),
@@ -125,6 +129,7 @@ impl BatchTicket {
                 "model": id.model.as_deref(),
                 "metric": id.metric.word(),
                 "window": id.window.key_token(),
+                "subject": id.subject.as_deref(),
             })
         };
         json!({
@@ -153,23 +158,10 @@ fn parse_scope(token: &str) -> Option<Scope> {
         Scope::TeamTotal,
         Scope::ModelTotal,
         Scope::PersonAllModels,
+        Scope::Rule,
     ]
     .into_iter()
     .find(|s| s.key_token() == token)
-}
-
-/// Parses the window token of a counter key.
-fn parse_window(token: &str) -> Option<Window> {
-    Some(match token {
-        "d" => Window::Calendar(CalendarUnit::Day),
-        "w" => Window::Calendar(CalendarUnit::Week),
-        "mo" => Window::Calendar(CalendarUnit::Month),
-        "y" => Window::Calendar(CalendarUnit::Year),
-        "run" => Window::WhileRunning,
-        s => Window::Sliding {
-            seconds: s.strip_prefix('s')?.parse().ok()?,
-        },
-    })
 }
 
 /// The source kind of a word.

@@ -69,7 +69,7 @@ impl FillState {
 pub(crate) fn is_filled_window(window: Window, metric: Metric) -> bool {
     metric != Metric::Concurrency
         && match window {
-            Window::Calendar(_) => true,
+            Window::Calendar(_) | Window::Anchored(_) => true,
             Window::Sliding { seconds } => seconds >= FILL_MIN_SLIDING_SECONDS,
             Window::WhileRunning => false,
         }
@@ -105,6 +105,8 @@ pub(crate) fn sum_filter(key: &CounterKey) -> SumFilter {
         Scope::TeamTotal => f.team = text(&id.team),
         Scope::ModelTotal => f.model = text(&id.model),
         Scope::PersonAllModels => f.user = text(&id.user),
+        // The ledger does not record a call's attributes: a rule's counter is never filled.
+        Scope::Rule => f.until = f.since,
     }
     f
 }
@@ -123,7 +125,7 @@ pub(crate) async fn fill_keys(
     };
     let candidates: Vec<CounterKey> = keys
         .iter()
-        .filter(|k| is_filled_window(k.id.window, k.id.metric))
+        .filter(|k| k.id.scope != Scope::Rule && is_filled_window(k.id.window, k.id.metric))
         // A calendar window's previous bucket is read only for its live holds.
         .filter(|k| k.id.window.is_sliding() || k.bucket == k.id.window.bucket_start(now))
         .filter(|k| !state.is_known(k) && !state.waiting(k, now))

@@ -4,15 +4,18 @@
 //! Files import one way: stats ← fill ← shared ← settling, billing, fitted ← ticket ← guard ←
 //! recovery ← admission ← batch ← batch_parts, batch_state.
 
+mod actions;
 pub(crate) mod admission;
 pub(crate) mod batch;
 mod batch_parts;
 mod batch_state;
 pub(crate) mod billing;
+mod events;
 pub(crate) mod fill;
 mod fitted;
 #[allow(clippy::module_inception)]
 pub(crate) mod guard;
+mod halts;
 mod outage;
 mod recovery;
 mod settling;

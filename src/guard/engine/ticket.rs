@@ -13,7 +13,7 @@ use super::stats::bump;
 use crate::ceiling::{usage_capped, Api, FitResult, PromptCount};
 use crate::error::Result;
 use crate::guard::domain::clock::Millis;
-use crate::guard::domain::decide::{Plan, UsageCeiling};
+use crate::guard::domain::decide::{Plan, RuleWarning, UsageCeiling};
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::rule::{CounterId, Metric};
 use crate::guard::store::{HoldRef, UsageAdd};
@@ -31,12 +31,16 @@ pub(crate) struct TicketParts {
     pub uncounted: bool,
     /// The provider request given at admission: its count and fit.
     pub request: Option<Box<AdmittedRequest>>,
+    /// Generic rules past a soft threshold, or that would have refused (shadow mode).
+    pub warnings: Vec<RuleWarning>,
 }
 
 /// A ticket's parts and whether it settled, shared by its clones.
 struct TicketState {
     parts: TicketParts,
     settled: AtomicBool,
+    /// The model asked for, when a `degrade` rule admitted this one instead.
+    degraded_from: std::sync::OnceLock<Arc<str>>,
 }
 
 /// A ticket dropped without bill or release (an abandoned or cancelled call) gives its
@@ -85,6 +89,7 @@ impl Ticket {
             state: Arc::new(TicketState {
                 parts,
                 settled: AtomicBool::new(false),
+                degraded_from: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -97,6 +102,27 @@ impl Ticket {
     /// The source billed.
     pub fn source(&self) -> &SourceRef {
         &self.state.parts.source
+    }
+
+    /// The model admitted (the `degrade_to` model of a `degrade` rule when it refused the one
+    /// asked for).
+    pub fn model(&self) -> &str {
+        &self.state.parts.path.model
+    }
+
+    /// The model asked for, when a `degrade` rule admitted another (`model`) instead.
+    pub fn degraded_from(&self) -> Option<&str> {
+        self.state.degraded_from.get().map(|m| &**m)
+    }
+
+    pub(crate) fn set_degraded_from(&self, model: Arc<str>) {
+        let _ = self.state.degraded_from.set(model);
+    }
+
+    /// Generic rules past a soft threshold (`warn_at`), or past the budget of a rule that
+    /// only reports (`warn`, shadow mode).
+    pub fn warnings(&self) -> &[RuleWarning] {
+        &self.state.parts.warnings
     }
 
     /// What the call may use.
@@ -278,6 +304,8 @@ pub(crate) struct ReservedParts {
     pub(crate) holds: Vec<HoldRef>,
     pub(crate) expiry_minute: i64,
     pub(crate) adds: Vec<Arc<CounterId>>,
+    /// Generic rules past a soft threshold or (only reporting) past their budget.
+    pub(crate) warnings: Vec<RuleWarning>,
 }
 
 impl ReservedParts {
@@ -290,12 +318,14 @@ impl ReservedParts {
                 holds: plan.holds(),
                 expiry_minute: minute,
                 adds: plan.added_counters(path),
+                warnings: plan.warnings.clone(),
             },
             None => ReservedParts {
                 source: path.default_source.clone(),
                 holds: Vec::new(),
                 expiry_minute: 0,
                 adds: Vec::new(),
+                warnings: Vec::new(),
             },
         }
     }

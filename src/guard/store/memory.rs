@@ -3,11 +3,12 @@
 //! are swept as time passes.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::memory_tickets::{KeyHasher, Record, TicketRecords};
 use super::{
     hold_is_live, CounterKey, CounterRead, CounterStore, HoldRef, PartsSettle, ReserveItem,
     ReserveOutcome, Settle, SettleOutcome, StoreFuture, UsageAdd,
@@ -46,44 +47,12 @@ impl Holds {
     }
 }
 
-/// What is known of a ticket id: its reservation landed (and is not settled), or it settled
-/// (after its reservation landed, or without one), kept until `until`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Record {
-    Held,
-    Settled { landed: bool },
-}
-
-/// Counter keys hash as (precomputed id hash, bucket): mixing two words is enough.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_i64(&mut self, word: i64) {
-        self.write_u64(word as u64);
-    }
-}
-
 #[derive(Debug, Default)]
 struct Inner {
     cells: HashMap<CounterKey, Cell, BuildHasherDefault<KeyHasher>>,
     holds: HashMap<Arc<CounterId>, Holds, BuildHasherDefault<KeyHasher>>,
-    /// Ticket records and when they may go.
-    tickets: HashMap<String, (Record, Millis)>,
+    /// What is known of each ticket id.
+    tickets: TicketRecords,
     /// `mark_once` marks and when they may go.
     marks: HashMap<String, Millis>,
     /// Batch part records (billed, or only given back) and when they may go.
@@ -99,7 +68,7 @@ impl Inner {
         self.next_sweep = now + SWEEP_EVERY_MS;
         self.cells.retain(|_, cell| cell.retain_until > now);
         self.holds.retain(|_, holds| holds.held(now) > 0);
-        self.tickets.retain(|_, (_, until)| *until > now);
+        self.tickets.sweep(now);
         self.marks.retain(|_, until| *until > now);
         self.parts.retain(|_, (_, until)| *until > now);
     }
@@ -116,14 +85,6 @@ impl Inner {
 
     fn held(&mut self, id: &CounterId, now: Millis) -> u64 {
         self.holds.get_mut(id).map_or(0, |holds| holds.held(now))
-    }
-
-    /// The record of ticket `id` if it is still kept at `now`.
-    fn record(&self, id: &str, now: Millis) -> Option<Record> {
-        self.tickets
-            .get(id)
-            .filter(|(_, until)| *until > now)
-            .map(|(record, _)| *record)
     }
 
     fn give_back(&mut self, holds: &[HoldRef], expiry_minute: i64) {
@@ -196,7 +157,7 @@ impl MemoryStore {
     ) -> ReserveOutcome {
         let mut inner = self.inner.lock();
         inner.sweep(now);
-        match inner.record(&ticket, now) {
+        match inner.tickets.record(&ticket, now) {
             Some(Record::Held) => return ReserveOutcome::Reserved,
             Some(Record::Settled { .. }) => return ReserveOutcome::Settled,
             None => {}
@@ -218,9 +179,7 @@ impl MemoryStore {
                 None => holds.push((expiry_minute, item.hold)),
             }
         }
-        inner
-            .tickets
-            .insert(ticket, (Record::Held, expiry_minute * 60_000));
+        inner.tickets.held(ticket, expiry_minute * 60_000);
         ReserveOutcome::Reserved
     }
 
@@ -228,14 +187,12 @@ impl MemoryStore {
         let mut inner = self.inner.lock();
         inner.sweep(now);
         let whole = settle.is_whole();
-        let mark = inner.record(&settle.id, now);
+        let mark = inner.tickets.record(&settle.id, now);
         let landed = match (whole, mark) {
             (true, Some(Record::Held)) => true,
             (_, Some(_)) => return SettleOutcome::AlreadySettled,
             (true, None) => false,
-            (false, None) => inner
-                .record(&settle.ticket, now)
-                .is_some_and(|r| matches!(r, Record::Held | Record::Settled { landed: true })),
+            (false, None) => inner.tickets.landed(&settle.ticket, now),
         };
         if landed {
             inner.give_back(&settle.holds, settle.expiry_minute);
@@ -245,9 +202,7 @@ impl MemoryStore {
         if whole && !landed {
             until = until.max(settle.expiry_minute * 60_000);
         }
-        inner
-            .tickets
-            .insert(settle.id.clone(), (Record::Settled { landed }, until));
+        inner.tickets.settled(&settle.id, whole, landed, until);
         SettleOutcome::Settled
     }
 }
@@ -257,9 +212,7 @@ impl MemoryStore {
     pub fn settle_parts_now(&self, settle: &PartsSettle, now: Millis) -> Vec<SettleOutcome> {
         let mut inner = self.inner.lock();
         inner.sweep(now);
-        let landed = inner
-            .record(&settle.ticket, now)
-            .is_some_and(|r| matches!(r, Record::Held | Record::Settled { landed: true }));
+        let landed = inner.tickets.landed(&settle.ticket, now);
         let until = settle.settled_until.max(now + 1);
         let mut out = Vec::with_capacity(settle.parts.len());
         for part in &settle.parts {

@@ -2,6 +2,7 @@
 //! usage atomically; it never decides. The same decision code serves every store.
 
 mod memory;
+mod memory_tickets;
 #[cfg(feature = "redis")]
 mod redis;
 
@@ -11,7 +12,7 @@ use std::pin::Pin;
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
-#[cfg(feature = "redis")]
+#[cfg(feature = "python")]
 pub(crate) use redis::{REDIS_TIMEOUT, TIMEOUT_RANGE as REDIS_TIMEOUT_RANGE};
 
 pub(crate) use crate::guard::domain::clock::Millis;

@@ -2,8 +2,10 @@
 //! picks the billed source and computes what to hold on every counter. Stores never decide.
 //! The steps live in `steps` (source, room, holds), the refusals in `refuse`.
 
+mod halts;
 mod refuse;
 mod steps;
+mod warnings;
 
 use super::clock::Millis;
 use super::counter::{CounterRead, HoldRef, ReserveItem};
@@ -14,8 +16,10 @@ use super::rule::CounterId;
 use super::window::Window;
 use std::sync::Arc;
 
+pub(crate) use halts::halt_to_place;
 pub(crate) use refuse::{does_not_fit, reached};
 use steps::{held_prompt, least_left, usage_ceiling, Holds, Snapshot};
+pub use warnings::RuleWarning;
 
 /// A counter's current and previous bucket as read at one instant. Holds belong to the
 /// counter, not to a bucket: `current.held` is every live hold of the counter (an open call
@@ -140,6 +144,8 @@ pub(crate) struct Plan {
     /// The counters the call adds its use to at bill.
     pub added_slots: Vec<usize>,
     pub ceiling: UsageCeiling,
+    /// Generic rules past a soft threshold, or past the budget of a rule that only reports.
+    pub warnings: Vec<RuleWarning>,
 }
 
 impl Plan {
@@ -180,6 +186,9 @@ pub(crate) fn decide(
     settings: &Settings,
     now: Millis,
 ) -> Decision {
+    if let Some(refusal) = halts::halted(path, reads, now) {
+        return Decision::Refuse(refusal);
+    }
     let snapshot = Snapshot { path, reads, now };
     // Every ceiling with nothing left refuses; then the first source with room is billed.
     if let Some(refusal) = snapshot.exhausted_ceiling() {
@@ -213,5 +222,6 @@ pub(crate) fn decide(
         item_slots,
         added_slots,
         ceiling: usage_ceiling(&least, &holds, prices, settings),
+        warnings: warnings::warnings(path, reads, &holds, now),
     })
 }

@@ -83,7 +83,7 @@ impl Holds {
         }
     }
 
-    fn of(&self, metric: Metric) -> u64 {
+    pub(super) fn of(&self, metric: Metric) -> u64 {
         match metric {
             Metric::Tokens => self.tokens,
             Metric::InputTokens => self.prompt,

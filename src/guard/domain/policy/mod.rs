@@ -2,18 +2,22 @@
 //! document is reported at once, each naming the field's path, the value and what is accepted.
 
 mod gateway;
+mod generic_rules;
 mod json;
 mod limits;
 mod models;
 mod parse;
 mod rules;
+mod scopes;
 mod settings;
 mod teams;
 mod values;
+mod window_table;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::generic::{GenericRule, RuleIndex};
 pub(crate) use super::rule::RuleSpec;
 use crate::error::{Error, FieldError};
 
@@ -42,6 +46,12 @@ pub struct Policy {
     pub user_total: Vec<SubjectLimit>,
     pub platform: Vec<RuleSpec>,
     pub settings: Settings,
+    /// The tenancy tree (`[scopes.<id>] parent`): each scope's parent.
+    pub scopes: HashMap<Arc<str>, Arc<str>>,
+    /// The generic rules (`[[rules]]`), in policy order.
+    pub rules: Vec<Arc<GenericRule>>,
+    /// The generic rules indexed by the model they require.
+    pub rule_index: RuleIndex,
     /// Where each provider's calls go (`[providers.*]`; read by the gateway).
     pub providers: Vec<Upstream>,
     /// The gateway's keys and bounds (`[gateway]`).
@@ -180,6 +190,7 @@ impl Policy {
             }
         }
         self.index = index;
+        self.rule_index = RuleIndex::new(&self.rules);
     }
 
     /// Whether any limit is defined (a policy of models and teams only limits nothing).
@@ -190,7 +201,8 @@ impl Policy {
             && self.team_total.is_empty()
             && self.model_total.is_empty()
             && self.user_total.is_empty()
-            && self.platform.is_empty())
+            && self.platform.is_empty()
+            && self.rules.is_empty())
     }
 
     /// The model entry, if the policy lists the model.

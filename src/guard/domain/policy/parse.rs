@@ -41,6 +41,8 @@ impl Parser {
                 "teams",
                 "limits",
                 "settings",
+                "rules",
+                "scopes",
                 "providers",
                 "gateway",
             ],
@@ -66,6 +68,12 @@ impl Parser {
         }
         if let Some(limits) = top.get("limits") {
             self.limits(limits, &mut Known::new(&model_ids, &team_ids), &mut policy);
+        }
+        if let Some(scopes) = top.get("scopes") {
+            policy.scopes = self.scopes(scopes);
+        }
+        if let Some(rules) = top.get("rules") {
+            policy.rules = self.generic_rules(rules, &model_ids);
         }
         let anonymous_written = top
             .get("settings")

@@ -101,7 +101,7 @@ impl Parser {
 
     /// A rule's window: required, except that a concurrency rule has none (it counts while
     /// calls run).
-    fn window(
+    pub(super) fn window(
         &mut self,
         path: &str,
         metric: Option<Metric>,
@@ -117,6 +117,7 @@ impl Parser {
                 self.error(path, None, format!("is required; accepted: {WINDOW_WORDS}"));
                 None
             }
+            (_, Some(v)) if v.is_object() => self.window_table(path, v),
             (_, Some(v)) => {
                 let window = v.as_str().and_then(Window::parse);
                 if window.is_none() {

@@ -57,6 +57,9 @@ pub struct Settings {
     pub store_checks: StoreChecks,
     /// What a call with no user may do (`settings.anonymous`).
     pub anonymous: Anonymous,
+    /// `settings.mode = "shadow"`: generic rules count and report what they would have
+    /// refused (`ticket.warnings`), and never refuse.
+    pub shadow: bool,
 }
 
 impl Default for Settings {
@@ -70,6 +73,7 @@ impl Default for Settings {
             fenced_metrics: vec![Metric::Cost],
             store_checks: StoreChecks::Report,
             anonymous: Anonymous::Unlimited,
+            shadow: false,
         }
     }
 }
@@ -84,6 +88,7 @@ const SETTINGS_KEYS: &[&str] = &[
     "fenced_metrics",
     "store_checks",
     "anonymous",
+    "mode",
 ];
 
 impl Parser {
@@ -131,6 +136,13 @@ impl Parser {
         }
         if let Some(v) = fields.get("anonymous") {
             settings.anonymous = self.anonymous(v);
+        }
+        if let Some(v) = fields.get("mode") {
+            match v.as_str() {
+                Some("enforce") => settings.shadow = false,
+                Some("shadow") => settings.shadow = true,
+                _ => self.error("settings.mode", Some(v), "accepted: enforce, shadow"),
+            }
         }
         settings
     }

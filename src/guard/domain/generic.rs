@@ -1,0 +1,374 @@
+//! Generic rules (`[[rules]]`): when a call matches `applies_when`, count its `amount` into a
+//! counter per `count_by` value tuple, over a window; past the budget, take the action.
+//! They compile to the same counters and path rules as the limit kinds.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use super::rule::{escape_id, RuleSpec};
+use crate::error::Error;
+
+/// An attribute of a call (the closed vocabulary of `applies_when` and `count_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Attribute {
+    Scope,
+    Principal,
+    Credential,
+    Session,
+    Agent,
+    Task,
+    Model,
+    Provider,
+    Endpoint,
+    Environment,
+    RequestFingerprint,
+    Team,
+    Role,
+}
+
+impl Attribute {
+    /// Every attribute, in the order the documents list them.
+    pub const ALL: [Attribute; 13] = [
+        Attribute::Scope,
+        Attribute::Principal,
+        Attribute::Credential,
+        Attribute::Session,
+        Attribute::Agent,
+        Attribute::Task,
+        Attribute::Model,
+        Attribute::Provider,
+        Attribute::Endpoint,
+        Attribute::Environment,
+        Attribute::RequestFingerprint,
+        Attribute::Team,
+        Attribute::Role,
+    ];
+
+    /// The policy word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Attribute::Scope => "scope",
+            Attribute::Principal => "principal",
+            Attribute::Credential => "credential",
+            Attribute::Session => "session",
+            Attribute::Agent => "agent",
+            Attribute::Task => "task",
+            Attribute::Model => "model",
+            Attribute::Provider => "provider",
+            Attribute::Endpoint => "endpoint",
+            Attribute::Environment => "environment",
+            Attribute::RequestFingerprint => "request_fingerprint",
+            Attribute::Team => "team",
+            Attribute::Role => "role",
+        }
+    }
+
+    /// Parses a policy word.
+    pub fn parse(word: &str) -> Option<Attribute> {
+        Attribute::ALL.into_iter().find(|a| a.word() == word)
+    }
+
+    /// Whether the call itself gives this attribute (`user` is the principal; the model and
+    /// its provider), so `attributes=` must not.
+    pub fn from_call(self) -> bool {
+        matches!(self, Attribute::Principal | Attribute::Model)
+    }
+
+    /// The words accepted, for errors.
+    pub fn words() -> String {
+        Attribute::ALL.map(Attribute::word).join(", ")
+    }
+}
+
+/// What a generic rule does when its counter would pass the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    Warn,
+    Block,
+    Throttle,
+    Degrade,
+    HaltSession,
+}
+
+impl Action {
+    /// Every action.
+    pub const ALL: [Action; 5] = [
+        Action::Warn,
+        Action::Block,
+        Action::Throttle,
+        Action::Degrade,
+        Action::HaltSession,
+    ];
+
+    /// The policy word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Action::Warn => "warn",
+            Action::Block => "block",
+            Action::Throttle => "throttle",
+            Action::Degrade => "degrade",
+            Action::HaltSession => "halt_session",
+        }
+    }
+
+    /// Parses a policy word.
+    pub fn parse(word: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.word() == word)
+    }
+}
+
+/// One `[[rules]]` entry, compiled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenericRule {
+    pub name: Arc<str>,
+    /// Each attribute with the values it may take (any of them), sorted by attribute.
+    pub applies_when: Vec<(Attribute, Vec<Arc<str>>)>,
+    /// The attributes whose values key one counter each, in the order written.
+    pub count_by: Vec<Attribute>,
+    /// The amount (metric), the budget and the window.
+    pub spec: RuleSpec,
+    pub action: Action,
+    /// Soft thresholds, fractions of the budget in (0, 1], ascending.
+    pub warn_at: Vec<f64>,
+    pub degrade_to: Option<Arc<str>>,
+    pub action_duration_seconds: Option<u64>,
+    pub throttle_max_wait_ms: u64,
+    /// The counter identity shared by rules alike (`applies_when` and `count_by`, escaped).
+    identity: String,
+}
+
+impl GenericRule {
+    /// A rule; its identity is computed from `applies_when` and `count_by`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: Arc<str>,
+        mut applies_when: Vec<(Attribute, Vec<Arc<str>>)>,
+        count_by: Vec<Attribute>,
+        spec: RuleSpec,
+        action: Action,
+        warn_at: Vec<f64>,
+        degrade_to: Option<Arc<str>>,
+        action_duration_seconds: Option<u64>,
+        throttle_max_wait_ms: u64,
+    ) -> Self {
+        applies_when.sort_by_key(|(a, _)| *a);
+        for (_, values) in &mut applies_when {
+            values.sort();
+            values.dedup();
+        }
+        let mut identity = String::new();
+        for (attr, values) in &applies_when {
+            let _ = write!(identity, "{}=", attr.word());
+            for (i, v) in values.iter().enumerate() {
+                if i > 0 {
+                    identity.push('+');
+                }
+                escape_id(v, &mut identity);
+            }
+            identity.push(',');
+        }
+        identity.push('/');
+        for attr in &count_by {
+            let _ = write!(identity, "{},", attr.word());
+        }
+        GenericRule {
+            name,
+            applies_when,
+            count_by,
+            spec,
+            action,
+            warn_at,
+            degrade_to,
+            action_duration_seconds,
+            throttle_max_wait_ms,
+            identity,
+        }
+    }
+
+    /// Whether the call's attributes match `applies_when` (every attribute named has one of
+    /// its values; an absent attribute matches nothing).
+    pub fn matches(&self, call: &CallAttributes) -> bool {
+        self.applies_when.iter().all(|(attr, values)| match attr {
+            // A parent scope's rule counts its children's calls.
+            Attribute::Scope => call.scopes.iter().any(|s| values.contains(s)),
+            _ => call
+                .get(*attr)
+                .is_some_and(|v| values.iter().any(|w| **w == *v)),
+        })
+    }
+
+    /// The counter subject of this rule for a call: its identity and the `count_by` values
+    /// (escaped), or `None` when the call lacks a `count_by` attribute (it is not counted).
+    pub fn subject(&self, call: &CallAttributes) -> Option<String> {
+        let mut out = self.identity.clone();
+        out.push('/');
+        for attr in &self.count_by {
+            escape_id(call.get(*attr)?, &mut out);
+            out.push(',');
+        }
+        Some(out)
+    }
+
+    /// The attributes the rule reads (what a cached path must be keyed on).
+    pub fn attributes(&self) -> impl Iterator<Item = Attribute> + '_ {
+        self.applies_when
+            .iter()
+            .map(|(a, _)| *a)
+            .chain(self.count_by.iter().copied())
+    }
+}
+
+/// The subject of the halt counter of a `halt_session` rule's counter `subject` on `session`.
+pub(crate) fn halt_subject(subject: &str, session: &str) -> String {
+    let mut out = format!("halt/{subject}/");
+    escape_id(session, &mut out);
+    out
+}
+
+/// The attributes of one call: `principal`, `model` and `provider` from the call, the rest
+/// from `attributes=`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallAttributes {
+    values: [Option<Arc<str>>; 13],
+    /// The call's scope and its ancestors in the policy's tenancy tree.
+    scopes: Vec<Arc<str>>,
+}
+
+impl CallAttributes {
+    /// The value of `attr`, if the call has one.
+    pub fn get(&self, attr: Attribute) -> Option<&str> {
+        self.values[attr as usize].as_deref()
+    }
+
+    /// Sets `attr` (an empty value is no value).
+    pub fn set(&mut self, attr: Attribute, value: &str) {
+        self.values[attr as usize] = (!value.is_empty()).then(|| Arc::from(value));
+    }
+
+    /// The attributes of a call by `user` on `model` (of `provider`), with the caller's
+    /// `extra` ones; an unknown attribute, or one the call itself gives, is refused.
+    pub fn of(
+        user: &str,
+        model: &str,
+        provider: Option<&str>,
+        extra: &[(String, String)],
+        scopes: &HashMap<Arc<str>, Arc<str>>,
+    ) -> Result<CallAttributes, Error> {
+        let mut call = CallAttributes::default();
+        call.set(Attribute::Principal, user);
+        call.set(Attribute::Model, model);
+        if let Some(p) = provider {
+            call.set(Attribute::Provider, p);
+        }
+        for (key, value) in extra {
+            call.set(checked(key, value)?, value);
+        }
+        if let Some(scope) = call.get(Attribute::Scope) {
+            call.scopes = ancestors(scopes, scope);
+        }
+        Ok(call)
+    }
+}
+
+/// The part of a path cache key the caller's `extra` attributes make: those any rule reads
+/// (`used`, a bit per attribute), sorted; each attribute is checked as `CallAttributes::of`
+/// checks it.
+pub(crate) fn cache_suffix(extra: &[(String, String)], used: u16) -> Result<String, Error> {
+    let mut parts: Vec<(Attribute, &str)> = Vec::new();
+    for (key, value) in extra {
+        let attr = checked(key, value)?;
+        if used & (1 << attr as u16) != 0 && !value.is_empty() {
+            parts.push((attr, value));
+        }
+    }
+    parts.sort_unstable();
+    let mut out = String::new();
+    for (attr, value) in parts {
+        // Lengths make the key unambiguous whatever bytes the values hold.
+        let _ = write!(out, "\u{1f}{}:{}:{value}", attr as u16, value.len());
+    }
+    Ok(out)
+}
+
+/// The attribute `key` names, when the caller may give it.
+fn checked(key: &str, value: &str) -> Result<Attribute, Error> {
+    match Attribute::parse(key) {
+        None => {
+            let words = Attribute::words();
+            let why = format!("is not an attribute; accepted: {words}");
+            Err(Error::invalid("attributes", key, why))
+        }
+        Some(a) if a.from_call() => {
+            let why = "comes from the call (principal is the user argument, model the model \
+                       argument); remove it from attributes";
+            Err(Error::invalid(&format!("attributes[{key:?}]"), value, why))
+        }
+        Some(a) => Ok(a),
+    }
+}
+
+/// The generic rules of a policy, indexed so that resolving a call reads the rules that can
+/// match it: by the model they require (or any model), never every rule defined.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RuleIndex {
+    by_model: HashMap<Arc<str>, Vec<usize>>,
+    any_model: Vec<usize>,
+    /// A bit per attribute any rule reads.
+    pub used: u16,
+    /// Whether any rule's action is `degrade` (admission then keeps the request to retry).
+    pub degrades: bool,
+    /// Whether any rule's action is `throttle`.
+    pub throttles: bool,
+}
+
+impl RuleIndex {
+    /// The index of `rules`.
+    pub fn new(rules: &[Arc<GenericRule>]) -> Self {
+        let mut index = RuleIndex::default();
+        for (i, rule) in rules.iter().enumerate() {
+            for attr in rule.attributes() {
+                index.used |= 1 << attr as u16;
+            }
+            index.degrades |= rule.action == Action::Degrade;
+            index.throttles |= rule.action == Action::Throttle;
+            match rule
+                .applies_when
+                .iter()
+                .find(|(a, _)| *a == Attribute::Model)
+            {
+                Some((_, models)) => {
+                    for m in models {
+                        index.by_model.entry(m.clone()).or_default().push(i);
+                    }
+                }
+                None => index.any_model.push(i),
+            }
+        }
+        index
+    }
+
+    /// The rules that may match a call on `model`, in policy order.
+    pub fn candidates(&self, model: &str) -> Vec<usize> {
+        let mut out = self.any_model.clone();
+        if let Some(rules) = self.by_model.get(model) {
+            out.extend(rules);
+            out.sort_unstable();
+        }
+        out
+    }
+}
+
+/// `scope` and its ancestors, nearest first (stops after a loop's length).
+pub(crate) fn ancestors(parents: &HashMap<Arc<str>, Arc<str>>, scope: &str) -> Vec<Arc<str>> {
+    let mut out: Vec<Arc<str>> = vec![Arc::from(scope)];
+    let mut at = scope;
+    while let Some(parent) = parents.get(at) {
+        out.push(parent.clone());
+        if out.len() > parents.len() + 1 {
+            break;
+        }
+        at = parent;
+    }
+    out
+}

@@ -1,0 +1,287 @@
+//! The `[[rules]]` section: generic rules (`applies_when`, `count_by`, `amount`, `budget`,
+//! `window`, `action`, `warn_at`, and the actions' settings).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::values::{key_path, Parser};
+use crate::guard::domain::generic::{Action, Attribute, GenericRule};
+use crate::guard::domain::rule::{Metric, RuleSpec};
+
+const RULE_KEYS: [&str; 11] = [
+    "name",
+    "applies_when",
+    "count_by",
+    "amount",
+    "budget",
+    "window",
+    "action",
+    "warn_at",
+    "degrade_to",
+    "action_duration_seconds",
+    "throttle_max_wait",
+];
+
+/// How long a throttled call may wait by default.
+const THROTTLE_MAX_WAIT_MS: u64 = 10_000;
+
+impl Parser {
+    /// The list of generic rules; `models` are the policy's model ids (for `degrade_to`).
+    pub(super) fn generic_rules(
+        &mut self,
+        value: &Value,
+        models: &HashSet<String>,
+    ) -> Vec<Arc<GenericRule>> {
+        let mut out = Vec::new();
+        let mut names = HashSet::new();
+        for (i, item) in self.list("rules", value).iter().enumerate() {
+            let path = format!("rules[{i}]");
+            if let Some(rule) = self.generic_rule(&path, item, models) {
+                if !names.insert(rule.name.clone()) {
+                    let v = Value::from(&*rule.name);
+                    self.error(
+                        &key_path(&path, "name"),
+                        Some(&v),
+                        "is the name of another rule",
+                    );
+                }
+                out.push(Arc::new(rule));
+            }
+        }
+        out
+    }
+
+    fn generic_rule(
+        &mut self,
+        path: &str,
+        value: &Value,
+        models: &HashSet<String>,
+    ) -> Option<GenericRule> {
+        let fields = self.table(path, value, &RULE_KEYS)?;
+        let name = self
+            .required(path, fields, "name")
+            .and_then(|v| self.string(&key_path(path, "name"), v));
+        let applies_when = match fields.get("applies_when") {
+            Some(v) => self.applies_when(&key_path(path, "applies_when"), v),
+            None => Some(Vec::new()),
+        };
+        let count_by = match fields.get("count_by") {
+            Some(v) => self.count_by(&key_path(path, "count_by"), v),
+            None => Some(Vec::new()),
+        };
+        let metric_path = key_path(path, "amount");
+        let metric = self.required(path, fields, "amount").and_then(|v| {
+            let metric = v.as_str().and_then(Metric::parse);
+            if metric.is_none() {
+                let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
+                let accepted = words.join(", ");
+                self.error(
+                    &metric_path,
+                    Some(v),
+                    format!("is not an amount; accepted: {accepted}"),
+                );
+            }
+            metric
+        });
+        let budget_path = key_path(path, "budget");
+        let budget = self
+            .required(path, fields, "budget")
+            .and_then(|v| match metric {
+                Some(Metric::Cost) => self.cost_amount(&budget_path, v),
+                _ => self.whole(&budget_path, v, 0),
+            });
+        let window = self.window(&key_path(path, "window"), metric, fields.get("window"));
+        let action = self.action(path, fields);
+        let warn_at = self.warn_at(path, fields);
+        let degrade_to = self.degrade_to(path, fields, action, models);
+        let duration = self.duration(path, fields, action);
+        let wait = match fields.get("throttle_max_wait") {
+            Some(v) => self
+                .whole(&key_path(path, "throttle_max_wait"), v, 0)
+                .map(|s| s.saturating_mul(1000)),
+            None => Some(THROTTLE_MAX_WAIT_MS),
+        };
+        Some(GenericRule::new(
+            Arc::from(name?),
+            applies_when?,
+            count_by?,
+            RuleSpec {
+                metric: metric?,
+                amount: budget?,
+                window: window?,
+            },
+            action?,
+            warn_at?,
+            degrade_to?,
+            duration?,
+            wait?,
+        ))
+    }
+
+    fn attribute(&mut self, path: &str, key: &str, value: Option<&Value>) -> Option<Attribute> {
+        let found = Attribute::parse(key);
+        if found.is_none() {
+            let words = Attribute::words();
+            self.error(
+                path,
+                value,
+                format!("is not an attribute; accepted: {words}"),
+            );
+        }
+        found
+    }
+
+    fn applies_when(
+        &mut self,
+        path: &str,
+        value: &Value,
+    ) -> Option<Vec<(Attribute, Vec<Arc<str>>)>> {
+        let Value::Object(map) = value else {
+            self.table(path, value, &[]);
+            return None;
+        };
+        let mut out = Vec::new();
+        let mut ok = true;
+        for (key, v) in map {
+            let attr_path = key_path(path, key);
+            let Some(attr) = self.attribute(&attr_path, key, None) else {
+                ok = false;
+                continue;
+            };
+            let values: Vec<Option<String>> = match v {
+                Value::Array(items) if !items.is_empty() => items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| self.string(&format!("{attr_path}[{i}]"), item))
+                    .collect(),
+                Value::Array(_) => {
+                    self.error(&attr_path, Some(v), "must list at least one value");
+                    vec![None]
+                }
+                _ => vec![self.string(&attr_path, v)],
+            };
+            match values.into_iter().collect::<Option<Vec<String>>>() {
+                Some(vs) => out.push((attr, vs.into_iter().map(Arc::from).collect())),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn count_by(&mut self, path: &str, value: &Value) -> Option<Vec<Attribute>> {
+        let mut out = Vec::new();
+        let mut ok = value.is_array();
+        for (i, item) in self.list(path, value).iter().enumerate() {
+            let item_path = format!("{path}[{i}]");
+            let attr = match item.as_str() {
+                Some(word) => self.attribute(&item_path, word, Some(item)),
+                None => self.attribute(&item_path, "", Some(item)),
+            };
+            match attr {
+                Some(a) if out.contains(&a) => {
+                    self.error(&item_path, Some(item), "is listed twice");
+                    ok = false;
+                }
+                Some(a) => out.push(a),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn action(&mut self, path: &str, fields: &Map<String, Value>) -> Option<Action> {
+        let Some(v) = fields.get("action") else {
+            return Some(Action::Block);
+        };
+        let action = v.as_str().and_then(Action::parse);
+        if action.is_none() {
+            let words: Vec<&str> = Action::ALL.iter().map(|a| a.word()).collect();
+            let accepted = words.join(", ");
+            let path = key_path(path, "action");
+            self.error(
+                &path,
+                Some(v),
+                format!("is not an action; accepted: {accepted}"),
+            );
+        }
+        action
+    }
+
+    fn warn_at(&mut self, path: &str, fields: &Map<String, Value>) -> Option<Vec<f64>> {
+        let Some(v) = fields.get("warn_at") else {
+            return Some(Vec::new());
+        };
+        let path = key_path(path, "warn_at");
+        let mut out = Vec::new();
+        for (i, item) in self.list(&path, v).iter().enumerate() {
+            match item.as_f64().filter(|f| *f > 0.0 && *f <= 1.0) {
+                Some(f) => out.push(f),
+                None => {
+                    let p = format!("{path}[{i}]");
+                    self.error(
+                        &p,
+                        Some(item),
+                        "must be a fraction of the budget above 0, at most 1",
+                    );
+                    return None;
+                }
+            }
+        }
+        out.sort_by(f64::total_cmp);
+        out.dedup();
+        v.is_array().then_some(out)
+    }
+
+    fn degrade_to(
+        &mut self,
+        path: &str,
+        fields: &Map<String, Value>,
+        action: Option<Action>,
+        models: &HashSet<String>,
+    ) -> Option<Option<Arc<str>>> {
+        let key = key_path(path, "degrade_to");
+        match (fields.get("degrade_to"), action) {
+            (Some(v), Some(Action::Degrade)) => self.reference(&key, v, models, "model").map(Some),
+            (None, Some(Action::Degrade)) => {
+                self.error(
+                    &key,
+                    None,
+                    "is required with action = \"degrade\": the model to try instead",
+                );
+                None
+            }
+            (Some(v), _) => {
+                self.error(&key, Some(v), "is only for action = \"degrade\"; remove it");
+                None
+            }
+            (None, _) => Some(None),
+        }
+    }
+
+    fn duration(
+        &mut self,
+        path: &str,
+        fields: &Map<String, Value>,
+        action: Option<Action>,
+    ) -> Option<Option<u64>> {
+        let key = key_path(path, "action_duration_seconds");
+        match (fields.get("action_duration_seconds"), action) {
+            (None, Some(Action::HaltSession)) => {
+                let why =
+                    "is required with action = \"halt_session\": how long the session stays halted";
+                self.error(&key, None, why);
+                None
+            }
+            (Some(v), Some(Action::Warn)) => {
+                let why =
+                    "is refused with action = \"warn\": a warning is an event, not a timed state";
+                self.error(&key, Some(v), why);
+                None
+            }
+            (Some(v), _) => self.whole(&key, v, 1).map(Some),
+            (None, _) => Some(None),
+        }
+    }
+}

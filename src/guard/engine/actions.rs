@@ -1,0 +1,117 @@
+//! The actions that act after a refusal: `degrade` admits the call on the rule's
+//! `degrade_to` model instead, when that model itself passes admission (its own rules,
+//! context and fit); `throttle` waits until the counter has room, when that is within
+//! `throttle_max_wait`, and admits or refuses then (one timer, never a busy loop).
+
+use std::sync::Arc;
+
+use super::admission::AdmitRequest;
+use super::guard::Guard;
+use super::ticket::Ticket;
+use crate::error::{Error, Result};
+use crate::guard::domain::counter::CounterKey;
+use crate::guard::domain::generic::{Action, GenericRule};
+use crate::guard::domain::refusal::Refusal;
+use crate::guard::domain::rule::LimitType;
+
+impl Guard {
+    /// Admits a call: resolves the path, reads its counters, decides, fits the request (when
+    /// given) into what is left, and reserves all or none. Refusals are `Error::Refused`;
+    /// a request that cannot fit is refused before anything is reserved. A call refused by a
+    /// `degrade` rule is admitted on its `degrade_to` model when that one passes admission
+    /// (`Ticket::model`, `Ticket::degraded_from`); otherwise the first refusal stands. A call
+    /// refused by a `throttle` rule waits for room (at most `throttle_max_wait`) and is
+    /// admitted or refused then.
+    pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
+        let ticket = self.admit_acting(request).await?;
+        self.emit(&ticket).await;
+        Ok(ticket)
+    }
+
+    async fn admit_acting(&self, request: AdmitRequest) -> Result<Ticket> {
+        let index = &self.shared.policy().0.rule_index;
+        if !index.degrades && !index.throttles {
+            return self.admit_one(request).await;
+        }
+        let retry = request.clone();
+        let refusal = match self.admit_one(request).await {
+            Err(Error::Refused(refusal)) => refusal,
+            other => return other,
+        };
+        let Some((rule, key)) = self.acting_rule(&retry, &refusal) else {
+            return Err(Error::Refused(refusal));
+        };
+        if rule.action == Action::Throttle {
+            let now = self.shared.clock.now_ms();
+            return match refusal.resets_at.map(|at| at - now) {
+                Some(wait) if wait >= 0 && wait as u64 <= rule.throttle_max_wait_ms => {
+                    // On the shared runtime: admit_blocking drives this future off it.
+                    let pause = std::time::Duration::from_millis(wait as u64);
+                    let timer = crate::runtime::shared()
+                        .spawn(async move { tokio::time::sleep(pause).await });
+                    let _ = timer.await;
+                    self.acted(&rule, key).await;
+                    self.admit_one(retry).await
+                }
+                _ => Err(Error::Refused(refusal)),
+            };
+        }
+        let Some(to) = rule.degrade_to.clone() else {
+            return Err(Error::Refused(refusal));
+        };
+        let from: Arc<str> = Arc::from(retry.model.as_str());
+        let substitute = AdmitRequest {
+            model: to.to_string(),
+            request: retry.request.map(|(mut body, api)| {
+                if let Some(map) = body.as_object_mut().filter(|m| m.contains_key("model")) {
+                    map.insert("model".into(), serde_json::Value::from(&*to));
+                }
+                (body, api)
+            }),
+            ..retry
+        };
+        match self.admit_one(substitute).await {
+            Ok(ticket) => {
+                ticket.set_degraded_from(from);
+                self.acted(&rule, key).await;
+                Ok(ticket)
+            }
+            Err(Error::Refused(_)) => Err(Error::Refused(refusal)),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// The `degrade` or `throttle` rule of the call's path that gave `refusal`, if one did.
+    fn acting_rule(
+        &self,
+        request: &AdmitRequest,
+        refusal: &Refusal,
+    ) -> Option<(Arc<GenericRule>, CounterKey)> {
+        if refusal.limit_type != Some(LimitType::Rule) {
+            return None;
+        }
+        let user = request.user.as_deref();
+        let resolved = self
+            .shared
+            .resolve_with(user, &request.model, &request.attributes)
+            .ok()?;
+        let rule = resolved.path.ceilings.iter().find(|r| {
+            r.generic
+                .as_ref()
+                .is_some_and(|g| matches!(g.action, Action::Degrade | Action::Throttle))
+                && refusal.metric == Some(r.rule.metric)
+                && refusal.amount == Some(r.rule.amount)
+                && refusal.window == Some(r.rule.window)
+        })?;
+        let id = resolved.path.counters[rule.slot].clone();
+        let bucket = id.window.bucket_start(self.shared.clock.now_ms());
+        Some((rule.generic.clone()?, CounterKey { id, bucket }))
+    }
+
+    /// The event of `rule`'s action on `key`, once per window of its counter.
+    async fn acted(&self, rule: &GenericRule, key: CounterKey) {
+        let mark = format!("ev:{}:{}", key.render(), rule.action.word());
+        let keep_until = key.id.window.retain_until(key.bucket);
+        self.emit_action(rule, key, mark, keep_until).await;
+    }
+}

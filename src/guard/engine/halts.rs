@@ -1,0 +1,27 @@
+//! A refusal by a `halt_session` rule places the session's halt in the store before it is
+//! returned, so every guard on the store refuses that session until the halt ends.
+
+use super::guard::Guard;
+use crate::error::Error;
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::decide::halt_to_place;
+use crate::guard::domain::path::Path;
+use crate::guard::domain::refusal::Refusal;
+
+impl Guard {
+    /// The error for `refusal` of a call on `path`, after placing the halt it calls for (a
+    /// store that does not answer leaves the session unhalted: the refusal stands anyway).
+    pub(crate) async fn refused(&self, path: &Path, refusal: Refusal, now: Millis) -> Error {
+        if let Some((ticket, item, minute)) = halt_to_place(path, &refusal, now) {
+            let placed = self
+                .shared
+                .store
+                .reserve(ticket, vec![item], minute, now)
+                .await;
+            if let Err(e) = placed {
+                log::warn!("usage_guard: a session halt was not placed: {e}");
+            }
+        }
+        self.refuse(refusal)
+    }
+}
