@@ -54,6 +54,6 @@ pub use guard::ledger::{
 pub use guard::store::RedisStore;
 pub use guard::store::{
     expiry_minute, CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, HoldRef,
-    MemoryStore, PartSettle, PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
-    StoreCheck, StoreError, StoreFuture, UsageAdd,
+    KnownAnswer, KnownOutcome, KnownReserve, MemoryStore, PartSettle, PartsSettle, ReserveItem,
+    ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError, StoreFuture, UsageAdd,
 };
