@@ -147,9 +147,10 @@ impl Guard {
     }
 }
 
-/// Waits (at most `limit` in all) for the queued bills of every guard of the process
-/// (interpreter exit); returns how many were still queued when the wait ended.
-pub(crate) fn flush_all_blocking(limit: std::time::Duration) -> u64 {
+/// Waits (at most `limit` in all) for the bills every guard of the process queued for the
+/// background (call it before the process exits; the Python package does at interpreter
+/// exit); returns how many were still queued when the wait ended.
+pub fn flush_all_blocking(limit: std::time::Duration) -> u64 {
     let _runtime = crate::runtime::shared().enter();
     crate::runtime::block_on(super::queue::flush_all(limit))
 }
