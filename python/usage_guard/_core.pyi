@@ -305,7 +305,6 @@ class BatchTicket:
         reasoning_tokens: Optional[int] = None,
         request_id: Optional[str] = None,
         metadata: Optional[Any] = None,
-        wait: bool = False,
     ) -> Optional[Billed]: ...
     def finish(self) -> int: ...
 
