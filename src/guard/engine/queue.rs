@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, Notify};
 
 use crate::guard::store::{Settle, SettleOutcome};
 
@@ -33,9 +33,11 @@ struct Pending {
 /// The queue's state, shared by the guard and its drain task.
 pub(crate) struct QueueState {
     pending: Mutex<Pending>,
-    /// Jobs ever queued, and jobs answered (or handed to the background retry).
+    /// Jobs ever queued, and jobs answered (or handed to the background retry); `done` moves
+    /// are announced on `moved`. (Atomics, not a lock a forked child could inherit held.)
     queued: AtomicU64,
-    done: watch::Sender<u64>,
+    done: AtomicU64,
+    moved: Notify,
     /// Store steps sent (each carries every job queued when it started).
     pub(crate) steps: AtomicU64,
 }
@@ -58,7 +60,8 @@ impl Default for SettleQueue {
                 generation: crate::fork::generation(),
             }),
             queued: AtomicU64::new(0),
-            done: watch::Sender::new(0),
+            done: AtomicU64::new(0),
+            moved: Notify::new(),
             steps: AtomicU64::new(0),
         });
         let mut all = QUEUES.lock();
@@ -72,15 +75,7 @@ impl SettleQueue {
     /// Queues `job`; returns true when the caller must start a drain (none is running).
     pub(crate) fn push(&self, job: Job) -> bool {
         let mut pending = self.state.pending.lock();
-        let generation = crate::fork::generation();
-        if pending.generation != generation {
-            // A forked child: the parent's jobs and drain are the parent's (its store
-            // connection and drain task do not exist here).
-            let parents = std::mem::take(&mut pending.jobs).len();
-            pending.draining = false;
-            pending.generation = generation;
-            self.finished(parents);
-        }
+        forget_parents(&self.state, &mut pending);
         pending.jobs.push(job);
         self.state.queued.fetch_add(1, Ordering::AcqRel);
         !std::mem::replace(&mut pending.draining, true)
@@ -99,7 +94,8 @@ impl SettleQueue {
 
     /// `n` jobs were answered (or handed to the background retry).
     pub(crate) fn finished(&self, n: usize) {
-        self.state.done.send_modify(|done| *done += n as u64);
+        self.state.done.fetch_add(n as u64, Ordering::AcqRel);
+        self.state.moved.notify_waiters();
     }
 
     /// Store steps sent so far.
@@ -114,16 +110,39 @@ impl SettleQueue {
     }
 }
 
-async fn flush_state(state: &QueueState, limit: Option<Duration>) -> bool {
-    let target = state.queued.load(Ordering::Acquire);
-    let mut done = state.done.subscribe();
-    if *done.borrow() >= target {
-        return true;
+/// In a forked child, forgets the parent's jobs, queued or in flight: the parent's store
+/// connection and drain task do not exist here, and the parent settles them itself.
+fn forget_parents(state: &QueueState, pending: &mut Pending) {
+    let generation = crate::fork::generation();
+    if pending.generation != generation {
+        pending.jobs.clear();
+        pending.draining = false;
+        pending.generation = generation;
+        let done = state.done.load(Ordering::Acquire);
+        state.queued.store(done, Ordering::Release);
     }
-    let wait = done.wait_for(|d| *d >= target);
+}
+
+async fn flush_state(state: &QueueState, limit: Option<Duration>) -> bool {
+    forget_parents(state, &mut state.pending.lock());
+    let target = state.queued.load(Ordering::Acquire);
+    let wait = async {
+        loop {
+            let moved = state.moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            if state.done.load(Ordering::Acquire) >= target {
+                return;
+            }
+            moved.await;
+        }
+    };
     match limit {
-        None => wait.await.is_ok(),
-        Some(limit) => matches!(tokio::time::timeout(limit, wait).await, Ok(Ok(_))),
+        None => {
+            wait.await;
+            true
+        }
+        Some(limit) => tokio::time::timeout(limit, wait).await.is_ok(),
     }
 }
 
@@ -136,7 +155,7 @@ pub(crate) async fn flush_all(limit: Duration) -> u64 {
     for state in queues {
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
         if !flush_state(&state, Some(remaining)).await {
-            let done = *state.done.borrow();
+            let done = state.done.load(Ordering::Acquire);
             left += state.queued.load(Ordering::Acquire).saturating_sub(done);
         }
     }
