@@ -142,9 +142,10 @@ def evalsha_ceiling(server: RedisServer) -> tuple[float, float]:
     return float(found[-1]), usec / max(calls, 1)
 
 
-def sync_round(server: RedisServer, seconds: float) -> tuple[float, float, float]:
+def sync_round(server: RedisServer, seconds: float) -> tuple[float, float, float, float]:
     """One sync round of the 6-rule path: (µs per admit+bill with the guard's flush at the end
-    counted, scripts per call, server µs per script)."""
+    counted, scripts per call, server µs per script, round trips per call: the scripts, with
+    the settles sent in one pipeline counted once per pipeline)."""
     store = ug.RedisStore(server.url, "bench6")
     guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), store=store)
 
@@ -156,6 +157,7 @@ def sync_round(server: RedisServer, seconds: float) -> tuple[float, float, float
         once()
     guard.close()
     server.cli("CONFIG", "RESETSTAT")
+    steps = guard.stats()["settle_steps"]
     n = 0
     started = time.perf_counter()
     stop = started + seconds
@@ -165,7 +167,8 @@ def sync_round(server: RedisServer, seconds: float) -> tuple[float, float, float
     guard.close()
     elapsed = time.perf_counter() - started
     calls, usec = scripts_run(server)
-    return elapsed / n * 1e6, calls / n, usec / max(calls, 1)
+    pipelines = guard.stats()["settle_steps"] - steps
+    return elapsed / n * 1e6, calls / n, usec / max(calls, 1), (calls - n + pipelines) / n
 
 
 def limits_sync_round(server: RedisServer, seconds: float) -> float:
@@ -190,12 +193,18 @@ def limits_sync_round(server: RedisServer, seconds: float) -> float:
 def sync_pair(server: RedisServer, seconds: float, rounds: int) -> dict[str, float]:
     """Best of `rounds` alternating rounds: usage_guard µs/call, scripts/call, server µs per
     script (from the fastest round), and `limits` µs per hit."""
-    best: tuple[float, float, float] = (float("inf"), 0.0, 0.0)
+    best: tuple[float, float, float, float] = (float("inf"), 0.0, 0.0, 0.0)
     theirs = float("inf")
     for _ in range(rounds):
         best = min(best, sync_round(server, seconds))
         theirs = min(theirs, limits_sync_round(server, seconds))
-    return {"us": best[0], "scripts": best[1], "script_us": best[2], "limits_us": theirs}
+    return {
+        "us": best[0],
+        "scripts": best[1],
+        "script_us": best[2],
+        "trips": best[3],
+        "limits_us": theirs,
+    }
 
 
 def main() -> None:

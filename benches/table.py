@@ -141,6 +141,12 @@ def redis_rows(seconds: float, rounds: int) -> list[Row]:
             sync["scripts"] <= 1.2,
         ),
         Row(
+            "Redis sync, round trips per call (a pipeline of settles counted once)",
+            f"{sync['trips']:.2f}",
+            "—",
+            "—",
+        ),
+        Row(
             "Redis sync, server time per script",
             f"{sync['script_us']:.1f} µs",
             f"the ceiling's one-HINCRBY script: {ceiling_us:.1f} µs",

@@ -44,7 +44,7 @@ pub use guard::domain::view::UsageView;
 pub use guard::domain::window::{Anchored, CalendarUnit, Window};
 pub use guard::engine::admission::AdmitRequest;
 pub use guard::engine::batch::{BatchRequest, BatchTicket};
-pub use guard::engine::guard::Guard;
+pub use guard::engine::guard::{flush_all_blocking, Guard};
 pub use guard::engine::stats::Stats;
 pub use guard::engine::ticket::{BillInfo, Billed, Recorded, Ticket, Usage};
 #[cfg(feature = "postgres")]
@@ -58,6 +58,6 @@ pub use guard::ledger::{
 pub use guard::store::RedisStore;
 pub use guard::store::{
     expiry_minute, CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, HoldRef,
-    MemoryStore, PartSettle, PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
-    StoreCheck, StoreError, StoreFuture, UsageAdd,
+    KnownAnswer, KnownOutcome, KnownReserve, MemoryStore, PartSettle, PartsSettle, ReserveItem,
+    ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError, StoreFuture, UsageAdd,
 };

@@ -229,7 +229,7 @@ fn evalsha_calls(server: &RedisServer) -> u64 {
 }
 
 #[test]
-fn two_round_trips_per_admission_and_one_per_bill() {
+fn one_round_trip_per_admission_from_known_values_and_one_per_bill() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url(), "ug").unwrap();
     let clock = Arc::new(ManualClock::new(T0));
@@ -241,12 +241,49 @@ fn two_round_trips_per_admission_and_one_per_bill() {
         .unwrap();
     assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]), "OK");
     let t = g.admit_blocking(ask("alice", 10)).unwrap();
-    assert_eq!(evalsha_calls(&server), 2, "read + reserve");
+    assert_eq!(evalsha_calls(&server), 1, "reserve from the values known");
     t.bill_blocking(used(1, 1)).unwrap();
-    assert_eq!(evalsha_calls(&server), 3, "one settle");
+    assert_eq!(evalsha_calls(&server), 2, "one settle");
     let t = g.admit_blocking(ask("alice", 10)).unwrap();
     assert!(t.release_blocking());
-    assert_eq!(evalsha_calls(&server), 6, "read + reserve + one settle");
+    assert_eq!(evalsha_calls(&server), 4, "reserve + one settle");
+    // Known values older than a second are read again first.
+    clock.advance(1_001);
+    let _open = g.admit_blocking(ask("alice", 10)).unwrap();
+    assert_eq!(evalsha_calls(&server), 6, "read + reserve");
+}
+
+#[test]
+fn stale_known_values_retry_from_the_values_the_reserve_answered() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), "ug").unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let (a, b) = (
+        guard(&store, &clock, policy("")),
+        guard(&store, &clock, policy("")),
+    );
+    // A learns the counter (nothing used), then B uses 950 of the 1000 behind A's back.
+    assert!(a
+        .admit_blocking(ask("alice", 10))
+        .unwrap()
+        .release_blocking());
+    let t = b.admit_blocking(ask("alice", 900)).unwrap();
+    t.bill_blocking(used(100, 850)).unwrap();
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]), "OK");
+    // A decides from what it knows (room), the script finds 950 used: nothing placed, and A
+    // refuses from the values the script answered, with no read of its own.
+    let r = refusal(a.admit_blocking(ask("alice", 10)));
+    assert_eq!(r.reason, Reason::DoesNotFit);
+    assert_eq!(evalsha_calls(&server), 1, "one reserve, no read");
+    let stats = a.stats();
+    assert_eq!(
+        stats
+            .reserve_retries
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let view = futures::executor::block_on(b.usage(Some("alice"), "gpt-5")).unwrap();
+    assert_eq!((view.rules[0].used, view.rules[0].reserved), (950, 0));
 }
 
 #[test]

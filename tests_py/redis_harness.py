@@ -178,4 +178,5 @@ def budget_worker(
         await asyncio.gather(*(task() for _ in range(tasks)))
 
     asyncio.run(main())
+    guard.close()  # the bills still queued for the background, before the pool ends the process
     return totals

@@ -85,7 +85,7 @@ async def test_waiting_work_resolves_on_the_loop(redis_server: RedisServer, tmp_
         if never_inline:
             assert not pending.done()
         ticket = await asyncio.wait_for(pending, 10)
-        billed = await asyncio.wait_for(ticket.bill_async(3, 2), 10)
+        billed = await asyncio.wait_for(ticket.bill_async(3, 2, wait=True), 10)
         assert billed is not None and billed["input_tokens"] == 3 and billed["recorded"]
 
 

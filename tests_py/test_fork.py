@@ -44,6 +44,7 @@ def _child(guard: ug.Guard, ledger: ug.SqliteLedger, n: int) -> int:
     try:
         _call(guard, 10 + n)  # sync, on the child's own connection and runtime
         asyncio.run(_call_async(guard, 100 + n))  # asyncio, on the child's runtime
+        guard.close()  # its queued bills settle before os._exit (which skips atexit)
         ledger.flush()  # the child's own writer thread wrote its rows
         return 0
     except BaseException:  # pragma: no cover - reported through the exit code

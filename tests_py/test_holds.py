@@ -137,7 +137,7 @@ def test_a_bill_during_a_hang_counts_exactly_once(redis_server: RedisServer) -> 
     guard = ug.Guard(ug.Policy.from_dict(policy), store=ug.RedisStore(redis_server.url))
     ticket = guard.admit("alice", "gpt-5", prompt_tokens=100, max_tokens=400)
     with _hung(redis_server):
-        billed = ticket.bill(input_tokens=100, output_tokens=250)
+        billed = ticket.bill(input_tokens=100, output_tokens=250, wait=True)
     assert billed is not None
     assert billed["recorded"] is None, "unknown, not 'not recorded': it may still land"
     _within(2.0, lambda: _rule(guard, "tokens")["used"] == 350, "the bill")
@@ -151,7 +151,7 @@ def test_a_bill_that_lands_says_recorded(redis_server: RedisServer) -> None:
     policy = _policy([{"metric": "tokens", "amount": 100_000, "window": "day"}])
     guard = ug.Guard(ug.Policy.from_dict(policy), store=ug.RedisStore(redis_server.url))
     billed = guard.admit("alice", "gpt-5", prompt_tokens=1, max_tokens=1).bill(
-        input_tokens=1, output_tokens=1
+        input_tokens=1, output_tokens=1, wait=True
     )
     assert billed is not None and billed["recorded"] is True
 

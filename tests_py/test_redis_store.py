@@ -36,7 +36,7 @@ def test_store_is_passed_to_guard_and_shared(
     assert ticket.ceiling["tokens"] == 500
     view = b.usage("alice", "gpt-5")
     assert view["rules"][0]["reserved"] == 500
-    ticket.bill(input_tokens=100, output_tokens=50)
+    ticket.bill(input_tokens=100, output_tokens=50, wait=True)
     assert b.usage("alice", "gpt-5")["rules"][0]["used"] == 150
     # Another prefix is another set of counters.
     other = ug.Guard(policy, store=ug.RedisStore(redis_server.url, prefix="other"), clock=clock)
@@ -129,7 +129,7 @@ def test_redis_killed_mid_run_then_restarted(redis_server: RedisServer) -> None:
     # Bills while Redis is down do not raise; they are counted as settle failures, say they
     # are not known yet, and are retried in the background until Redis answers.
     for ticket in tickets:
-        billed = ticket.bill(input_tokens=10, output_tokens=5)
+        billed = ticket.bill(input_tokens=10, output_tokens=5, wait=True)
         assert billed is not None and billed["recorded"] is None
     stats = guard.stats()
     assert stats["settle_failures"] == 3 and stats["unavailable"] >= 1

@@ -102,7 +102,7 @@ def test_redis_store(clock: ug.ManualClock) -> None:
         b = ug.Guard(policy_, store=ug.RedisStore(server.url, prefix="smoke"), clock=clock)
         ticket = a.admit("alice", "gpt-5", prompt_tokens=100, max_tokens=400)
         assert b.usage("alice", "gpt-5")["rules"][0]["reserved"] == 500
-        ticket.bill(input_tokens=100, output_tokens=50)
+        ticket.bill(input_tokens=100, output_tokens=50, wait=True)
         assert b.usage("alice", "gpt-5")["rules"][0]["used"] == 150
     finally:
         server.stop()

@@ -25,6 +25,7 @@ from ._core import (
     Ticket,
     __version__,
     _flush_ledgers,
+    _flush_settles,
     count_prompt,
     count_tokens,
     fit,
@@ -49,8 +50,19 @@ def _flush_ledgers_at_exit() -> None:
         logging.getLogger("usage_guard").error("at exit: %s", error)
 
 
-# A clean interpreter exit writes every ledger row billed so far.
+def _flush_settles_at_exit() -> None:
+    """Sends the bills queued for the background (Redis), waiting at most 5 s in all."""
+    left = _flush_settles(5.0)
+    if left:
+        logging.getLogger("usage_guard").error(
+            "at exit: %d queued bills were not settled within 5 s", left
+        )
+
+
+# A clean interpreter exit settles every queued bill, then writes every ledger row billed so
+# far (atexit runs the last registered first).
 atexit.register(_flush_ledgers_at_exit)
+atexit.register(_flush_settles_at_exit)
 
 __all__ = [
     "ContextWindowExceeded",

@@ -136,11 +136,11 @@ class Billed(TypedDict):
     cost_micros: int
     compute_ms: int
     recorded: Optional[bool]
-    """`True`: the use is in the counters (exactly once). `None`: the counter store did not
-    answer, so whether the bill landed is not known yet; the guard retries it in the
+    """`True`: the use is in the counters (exactly once). `None`: not known yet — on Redis a
+    bill is queued and sent in the background unless `wait=True` (the guard's own `usage()`
+    waits for it), or the counter store did not answer; the guard retries it in the
     background by ticket id until the store answers (for up to 5 minutes), and it counts
-    exactly once if it lands at all. Never `False` for a bill that
-    may still land."""
+    exactly once if it lands at all. Never `False` for a bill that may still land."""
 
 
 class Reserved(TypedDict, total=False):

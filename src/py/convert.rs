@@ -211,10 +211,11 @@ pub(crate) fn billed_to_py<'py>(
     d.set_item("reasoning_tokens", b.reasoning_tokens)?;
     d.set_item("cost_micros", b.cost_micros)?;
     d.set_item("compute_ms", b.compute_ms)?;
-    // True: in the counters; None: the store did not answer, retried in the background.
+    // True: in the counters; None: not known yet (queued, or the store did not answer and
+    // it is retried in the background).
     let recorded = match b.recorded {
         Recorded::Yes => Some(true),
-        Recorded::Pending => None,
+        Recorded::Pending | Recorded::Queued => None,
     };
     d.set_item("recorded", recorded)?;
     Ok(Some(d))

@@ -208,6 +208,8 @@ impl PyGuard {
         for (name, value) in self.inner.stats().snapshot() {
             d.set_item(name, value)?;
         }
+        // Store steps (Redis: pipelines) that sent the bills queued for the background.
+        d.set_item("settle_steps", self.inner.settle_steps())?;
         Ok(d)
     }
 
@@ -305,8 +307,9 @@ impl PyTicket {
     /// Bills what the call used, replacing the whole reservation; returns what was billed,
     /// or None if the ticket had already settled. Cost comes from the model's prices unless
     /// given; compute time is measured from admission unless given. `request_id` and
-    /// `metadata` (JSON-able) go into the ledger row.
-    #[pyo3(signature = (input_tokens, output_tokens, cached_input_tokens = None, cost_micros = None, compute_ms = None, *, reasoning_tokens = None, request_id = None, metadata = None))]
+    /// `metadata` (JSON-able) go into the ledger row. On Redis the settle is queued and
+    /// sent in the background unless `wait` (docs/redis.md, "Bills in the background").
+    #[pyo3(signature = (input_tokens, output_tokens, cached_input_tokens = None, cost_micros = None, compute_ms = None, *, reasoning_tokens = None, request_id = None, metadata = None, wait = false))]
     #[allow(clippy::too_many_arguments)]
     fn bill<'py>(
         &self,
@@ -319,6 +322,7 @@ impl PyTicket {
         reasoning_tokens: Option<&Bound<'py, PyAny>>,
         request_id: Option<String>,
         metadata: Option<&Bound<'py, PyAny>>,
+        wait: bool,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
         let usage = usage_from_py(
             input_tokens,
@@ -330,12 +334,12 @@ impl PyTicket {
         )?;
         let info: BillInfo = bill_info(request_id, metadata)?;
         let ticket = self.inner.clone();
-        let billed = py.detach(move || ticket.bill_with_blocking(usage, info))?;
+        let billed = py.detach(move || ticket.bill_with_options_blocking(usage, info, wait))?;
         billed_to_py(py, billed)
     }
 
     /// `bill` as a coroutine.
-    #[pyo3(signature = (input_tokens, output_tokens, cached_input_tokens = None, cost_micros = None, compute_ms = None, *, reasoning_tokens = None, request_id = None, metadata = None))]
+    #[pyo3(signature = (input_tokens, output_tokens, cached_input_tokens = None, cost_micros = None, compute_ms = None, *, reasoning_tokens = None, request_id = None, metadata = None, wait = false))]
     #[allow(clippy::too_many_arguments)]
     fn bill_async<'py>(
         &self,
@@ -348,6 +352,7 @@ impl PyTicket {
         reasoning_tokens: Option<&Bound<'py, PyAny>>,
         request_id: Option<String>,
         metadata: Option<&Bound<'py, PyAny>>,
+        wait: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let usage = usage_from_py(
             input_tokens,
@@ -361,7 +366,7 @@ impl PyTicket {
         let ticket = self.inner.clone();
         let first_poll = FirstPoll::unless_ledger(ticket.has_ledger());
         super::asyncio::future_into_py(py, first_poll, async move {
-            let billed = ticket.bill_with(usage, info).await?;
+            let billed = ticket.bill_with_options(usage, info, wait).await?;
             Python::attach(|py| billed_to_py(py, billed).map(|d| d.map(Bound::unbind)))
         })
     }

@@ -51,6 +51,15 @@ pub(crate) fn extract_store(store: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dy
     .into())
 }
 
+/// Waits (at most `timeout` seconds in all) for every guard's bills queued for the
+/// background; returns how many were still queued (registered with `atexit`).
+#[pyfunction]
+fn _flush_settles(py: Python<'_>, timeout: f64) -> u64 {
+    let limit = std::time::Duration::from_secs_f64(timeout.clamp(0.0, 60.0));
+    py.detach(move || crate::guard::engine::guard::flush_all_blocking(limit))
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyMemoryStore>()
+    m.add_class::<PyMemoryStore>()?;
+    m.add_function(wrap_pyfunction!(_flush_settles, m)?)
 }

@@ -74,6 +74,51 @@ pub enum ReserveOutcome {
     Settled,
 }
 
+/// A reservation decided from known counter values (read in this admission, or cached from
+/// earlier answers), for a store to check against what the decision rested on and place in
+/// one step (`CounterStore::reserve_known`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownReserve {
+    pub ticket: String,
+    /// The counter keys the decision read: each counter's current bucket, in slot order.
+    pub counters: Vec<CounterKey>,
+    /// Previous buckets of sliding windows: the key and the index of its counter.
+    pub previous: Vec<(CounterKey, usize)>,
+    /// The holds to place, checked as in `reserve`; each item's key is one of `counters`.
+    pub items: Vec<ReserveItem>,
+    /// Per item: the index of its counter, and, for a sliding window, the index of its
+    /// previous bucket in `previous` with the use the decision assumed there (`carried` was
+    /// computed from it; a larger use now means the decision no longer holds).
+    pub item_counters: Vec<usize>,
+    pub item_previous: Vec<Option<(usize, u64)>>,
+    /// Per source the decision passed over for having nothing left: its rules as (counter
+    /// index, amount, carried). The reservation stands only while each such source still has
+    /// a rule with `used + held + carried >= amount`.
+    pub skipped: Vec<Vec<(usize, u64, u64)>>,
+    pub expiry_minute: i64,
+}
+
+/// What `reserve_known` answers: the outcome (`Moved` when a condition the decision rested
+/// on no longer holds) and, unless the store did not look (fenced, settled), the fresh
+/// values: per counter its bucket's use and live holds (after the holds placed, when
+/// reserved), then per previous bucket its use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownAnswer {
+    pub outcome: KnownOutcome,
+    pub counters: Vec<CounterRead>,
+    pub previous: Vec<u64>,
+}
+
+/// The outcome of `reserve_known`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KnownOutcome {
+    /// As `reserve` answers.
+    Reserve(ReserveOutcome),
+    /// A source the decision passed over has room now, or a previous bucket it counted grew:
+    /// nothing was placed; decide again from the fresh values.
+    Moved,
+}
+
 /// Why a fenced reserve placed nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FenceAnswer {

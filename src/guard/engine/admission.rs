@@ -1,30 +1,23 @@
-//! Admission, one way through for single calls and batches: resolve → read → decide → fit →
-//! reserve, reading again (up to three times) when another call took what was left between
-//! the read and the reserve.
+//! Admission of a single call: resolve → count → read → decide → fit → reserve, through the
+//! one admission loop (`optimistic.rs`, `reserve.rs`).
 
 use std::sync::Arc;
 
 use super::fitted::AdmittedRequest;
 use super::guard::Guard;
-use super::recovery::AfterFence;
-use super::settling::InFlight;
 use super::shared::Resolved;
-use super::stats::{bump, log_store_error, store_answered};
+use super::stats::{bump, log_store_error};
 use super::ticket::{ReservedParts, Ticket, TicketParts};
 use crate::ceiling::{self, Api, FitOptions, PromptCount};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
-use crate::guard::domain::decide::{self, Decision, Demand, Plan, SlotRead, UsageCeiling};
+use crate::guard::domain::decide::{Demand, Plan, UsageCeiling};
 use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::{Settings, MAX_AMOUNT};
 use crate::guard::domain::refusal::Refusal;
-use crate::guard::store::{expiry_minute, ReserveOutcome, StoreError};
+use crate::guard::store::StoreError;
 
 pub(crate) use super::settling::CALL_HOLD_MS;
-/// How many times admission reads again after losing a race for what was left.
-pub(crate) const RESERVE_RETRIES: usize = 3;
-/// How many times admission reserves again after the epoch fence was lifted.
-const FENCE_RETRIES: usize = 2;
 
 /// What the caller knows about a call before it runs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -46,14 +39,6 @@ pub struct AdmitRequest {
     pub request: Option<(serde_json::Value, Api)>,
     /// The call's attributes for generic rules (`credential`, `session`, ...; not `model`).
     pub attributes: Vec<(String, String)>,
-}
-
-/// A reservation that was placed: the plan as reserved, the expiry minute of its holds, and
-/// what the caller's step between decision and reserve produced.
-pub(crate) struct Reservation<T> {
-    pub(crate) plan: Plan,
-    pub(crate) minute: i64,
-    pub(crate) extra: T,
 }
 
 impl Guard {
@@ -122,114 +107,13 @@ impl Guard {
         crate::runtime::block_on(self.admit(request))
     }
 
-    /// The one admission loop: read, decide, let `shape` adjust the plan (fit a request, or
-    /// require a batch to fit in full; its error refuses), reserve all or none for ticket
-    /// `id`. A lost race reads again, at most `RESERVE_RETRIES` times, then refuses as
-    /// does-not-fit. A reserve the epoch fence stopped reserves again once the guard trusts
-    /// the store's epoch (see `recovery.rs`), else refuses with `budget_recovering`. The inner
-    /// `Err` is a store failure, left to the caller's failure rule. A reservation whose round
-    /// trip failed, or whose caller gave up while it was in flight (this future dropped), is
-    /// given back by ticket id in the background.
-    pub(crate) async fn reserve_loop<T>(
-        &self,
-        id: &str,
-        path: &Path,
-        demand: &Demand,
-        settings: &Settings,
-        hold_ms: i64,
-        mut shape: impl FnMut(&mut Plan, &[SlotRead], Millis) -> Result<T>,
-    ) -> Result<std::result::Result<Reservation<T>, StoreError>> {
-        let mut conflict: Option<(Plan, usize, Vec<SlotRead>)> = None;
-        let (mut attempts, mut fences) = (0, 0);
-        while attempts <= RESERVE_RETRIES {
-            let now = self.shared.clock.now_ms();
-            let reads = match self.shared.read(path, now).await {
-                Ok(reads) => reads,
-                Err(e) => return Ok(Err(e)),
-            };
-            let mut plan = match decide::decide(path, &reads, demand, settings, now) {
-                Decision::Refuse(refusal) => return Err(self.refused(path, refusal, now).await),
-                Decision::Admit(plan) => plan,
-            };
-            let extra = shape(&mut plan, &reads, now).map_err(|e| self.count_refusal(e))?;
-            let minute = expiry_minute(now, hold_ms);
-            let fence = self.fence_for(&plan.items, settings);
-            if fence.fenced.contains(&true) && !self.checks_allow(settings).await {
-                return Err(self.refuse_recovering());
-            }
-            let generation = fence.generation.clone();
-            let in_flight = InFlight::new(&self.shared, id, &plan, minute);
-            let outcome = self
-                .shared
-                .store
-                .reserve_fenced(id.to_string(), plan.items.clone(), minute, now, fence)
-                .await;
-            if outcome.is_ok() {
-                in_flight.answered();
-            } else {
-                drop(in_flight);
-            }
-            match outcome {
-                Ok(ReserveOutcome::Reserved) => {
-                    store_answered();
-                    bump(&self.shared.stats.admitted);
-                    return Ok(Ok(Reservation {
-                        plan,
-                        minute,
-                        extra,
-                    }));
-                }
-                Ok(ReserveOutcome::Conflict { item }) => {
-                    bump(&self.shared.stats.reserve_retries);
-                    conflict = Some((plan, item, reads));
-                    attempts += 1;
-                }
-                Ok(ReserveOutcome::Fenced(answer)) => {
-                    store_answered();
-                    fences += 1;
-                    match self.after_fence(answer, &generation, now).await {
-                        Ok(AfterFence::Retry) if fences <= FENCE_RETRIES => {}
-                        Ok(_) => return Err(self.refuse_recovering()),
-                        Err(e) => return Ok(Err(e)),
-                    }
-                }
-                Ok(ReserveOutcome::Settled) => {
-                    return Ok(Err(StoreError(format!(
-                        "ticket {id} was settled before its reservation landed"
-                    ))))
-                }
-                Err(e) => return Ok(Err(e)),
-            }
-        }
-        let (plan, item, reads) = conflict.expect("the loop ran at least once");
-        Err(self.lost_race(path, &plan, item, &reads))
-    }
-
-    /// The refusal after every retry lost the race for what was left: the call does not fit
-    /// in the rule checked on the conflicting item.
-    fn lost_race(&self, path: &Path, plan: &Plan, item: usize, reads: &[SlotRead]) -> Error {
-        let now = self.shared.clock.now_ms();
-        let slot = plan.item_slots[item];
-        let rule = path
-            .checked_rules(plan.source_index)
-            .filter(|r| r.slot == slot)
-            .min_by_key(|r| r.rule.amount)
-            .expect("a conflicting item has a checked rule");
-        let state = decide::rule_state(rule, reads, now);
-        let need = plan.items[item].hold;
-        let resets_at = decide::room_at(rule, reads, need, now);
-        self.refuse(decide::does_not_fit(
-            path, rule, state.left, need, resets_at, now,
-        ))
-    }
-
     pub(crate) fn refuse(&self, refusal: Refusal) -> Error {
         bump(&self.shared.stats.refused);
         Error::Refused(Box::new(refusal))
     }
 
     /// Counts a refusal made outside `decide` (a request that cannot fit); other errors pass.
-    fn count_refusal(&self, error: Error) -> Error {
+    pub(crate) fn count_refusal(&self, error: Error) -> Error {
         if matches!(error, Error::Refused(_)) {
             bump(&self.shared.stats.refused);
         }

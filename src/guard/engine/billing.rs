@@ -47,6 +47,9 @@ pub enum Recorded {
     /// retries it in the background by ticket id until the store answers (for up to 5
     /// minutes); it counts exactly once if it lands at all.
     Pending,
+    /// Queued: the bill settles in the background (a store across a network), exactly once
+    /// by ticket id; this guard's views wait for it (`Guard::usage`).
+    Queued,
 }
 
 impl Billed {

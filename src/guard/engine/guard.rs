@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::queue::FLUSH_WAIT;
 use super::shared::Shared;
 use super::stats::{bump, log_store_error, Stats};
 use crate::error::{Error, Result};
@@ -79,6 +80,8 @@ impl Guard {
     /// rules and the ceilings with use and resets, and the rule closest to its amount.
     pub async fn usage(&self, user: Option<&str>, model: &str) -> Result<UsageView> {
         let path = self.path(user, model)?;
+        // Read-your-writes: this guard's queued bills land first.
+        self.shared.queue.flush(None).await;
         let now = self.shared.clock.now_ms();
         let reads = if path.is_unlimited() {
             Vec::new()
@@ -113,11 +116,41 @@ impl Guard {
         )
     }
 
-    /// Writes every ledger row billed so far (the guard keeps working afterwards).
+    /// Waits until every bill this guard queued before the call has settled (or, the store
+    /// not answering, was handed to the background retry), at most `limit`; returns whether
+    /// it got there.
+    pub async fn flush(&self, limit: Option<std::time::Duration>) -> bool {
+        self.shared.queue.flush(limit).await
+    }
+
+    /// Store steps the settle queue sent (each carries every bill queued when it started).
+    pub fn settle_steps(&self) -> u64 {
+        self.shared.queue.steps()
+    }
+
+    /// Settles this guard's queued bills (waiting at most 5 s) and writes every ledger row
+    /// billed so far (the guard keeps working afterwards).
     pub fn close(&self) -> Result<(), LedgerError> {
+        // The wait's timer needs the shared runtime's context (this thread may be any).
+        let _runtime = crate::runtime::shared().enter();
+        if !crate::runtime::block_on(self.flush(Some(FLUSH_WAIT))) {
+            log::warn!(
+                "usage_guard: close() stopped waiting for queued bills after {} s; they \
+                 settle in the background",
+                FLUSH_WAIT.as_secs()
+            );
+        }
         match self.shared.ledger.get() {
             Some(ledger) => ledger.flush(),
             None => Ok(()),
         }
     }
+}
+
+/// Waits (at most `limit` in all) for the bills every guard of the process queued for the
+/// background (call it before the process exits; the Python package does at interpreter
+/// exit); returns how many were still queued when the wait ended.
+pub fn flush_all_blocking(limit: std::time::Duration) -> u64 {
+    let _runtime = crate::runtime::shared().enter();
+    crate::runtime::block_on(super::queue::flush_all(limit))
 }

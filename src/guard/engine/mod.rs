@@ -1,8 +1,9 @@
 //! The engine: a guard ties a policy, a counter store, a clock and an optional ledger
 //! together; admission reads, decides, fits and reserves; tickets and batches settle.
 //!
-//! Files import one way: stats ← fill ← shared ← settling, billing, fitted ← ticket ← guard ←
-//! recovery ← admission ← batch ← batch_parts, batch_state.
+//! Files import one way: stats ← fill, known, queue ← shared ← settling, billing, fitted ←
+//! ticket ← guard ← recovery ← reserve ← optimistic ← admission ← batch ← batch_parts,
+//! batch_state.
 
 mod actions;
 pub(crate) mod admission;
@@ -16,8 +17,12 @@ mod fitted;
 #[allow(clippy::module_inception)]
 pub(crate) mod guard;
 mod halts;
+mod known;
+mod optimistic;
 mod outage;
+pub(crate) mod queue;
 mod recovery;
+mod reserve;
 mod settling;
 pub(crate) mod shared;
 pub(crate) mod stats;

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::queue::Job;
 use super::shared::Shared;
 use super::stats::{bump, log_store_error, store_answered};
 use crate::guard::domain::clock::Millis;
@@ -82,6 +83,60 @@ pub(crate) async fn settle(
             retry(shared.clone(), settle, operation);
             None
         }
+    }
+}
+
+/// Queues `settle` (a bill) on the guard's settle queue, starting its drain when none runs;
+/// `reply` gets the store's answer (`None`: not answered, retried in the background).
+pub(crate) fn queue(
+    shared: &Arc<Shared>,
+    settle: Settle,
+    reply: Option<tokio::sync::oneshot::Sender<Option<SettleOutcome>>>,
+) {
+    if shared.queue.push(Job { settle, reply }) {
+        crate::runtime::shared().spawn(drain(shared.clone()));
+    }
+}
+
+/// The guard's one drain task: sends everything queued in one store step, answers each
+/// job, and goes on while more was queued meanwhile. A settle the store did not answer is
+/// counted, logged and retried in the background like any other.
+async fn drain(shared: Arc<Shared>) {
+    loop {
+        let jobs = shared.queue.take();
+        if jobs.is_empty() {
+            return;
+        }
+        let n = jobs.len();
+        let (settles, replies): (Vec<Settle>, Vec<_>) =
+            jobs.into_iter().map(|j| (j.settle, j.reply)).unzip();
+        let now = shared.clock.now_ms();
+        let answers = match shared.store.settle_many(&settles, now).await {
+            Ok(answers) if answers.len() == n => answers,
+            Ok(answers) => {
+                let why = format!("{} answers for {n} settles", answers.len());
+                vec![Err(StoreError(why)); n]
+            }
+            Err(e) => vec![Err(e); n],
+        };
+        for ((settle, reply), answer) in settles.into_iter().zip(replies).zip(answers) {
+            let outcome = match answer {
+                Ok(outcome) => {
+                    store_answered();
+                    Some(outcome)
+                }
+                Err(e) => {
+                    bump(&shared.stats.settle_failures);
+                    failed(&shared, "bill", &e);
+                    retry(shared.clone(), settle, "bill");
+                    None
+                }
+            };
+            if let Some(reply) = reply {
+                let _ = reply.send(outcome);
+            }
+        }
+        shared.queue.finished(n);
     }
 }
 

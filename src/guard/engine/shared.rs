@@ -8,6 +8,8 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Mutex, RwLock};
 
 use super::fill::{fill_keys, FillState};
+use super::known::Known;
+use super::queue::SettleQueue;
 use super::stats::{store_answered, Stats};
 use crate::error::Result;
 use crate::guard::domain::clock::{Clock, Millis};
@@ -16,7 +18,7 @@ use crate::guard::domain::generic;
 use crate::guard::domain::path::{self, Path};
 use crate::guard::domain::policy::Policy;
 use crate::guard::ledger::Ledger;
-use crate::guard::store::{CounterKey, CounterStore, StoreError};
+use crate::guard::store::{CounterKey, CounterRead, CounterStore, StoreError};
 
 /// A function `Guard::on_event` registered, called with each event.
 pub(crate) type Listener = Arc<dyn Fn(&RuleWarning) + Send + Sync>;
@@ -65,6 +67,10 @@ pub(crate) struct Shared {
     pub(crate) epoch: EpochState,
     /// What `Guard::on_event` registered.
     pub(crate) listeners: RwLock<Vec<Listener>>,
+    /// Bills settling in the background (stores across a network).
+    pub(crate) queue: SettleQueue,
+    /// Last known counter values (stores across a network).
+    pub(crate) known: Known,
 }
 
 /// The store epoch a guard trusts: its generation (empty until the first fenced reserve
@@ -127,6 +133,8 @@ impl Shared {
             fill: FillState::default(),
             epoch: EpochState::default(),
             listeners: RwLock::new(Vec::new()),
+            queue: SettleQueue::default(),
+            known: Known::default(),
         }
     }
 
@@ -224,23 +232,35 @@ impl Shared {
         now: Millis,
     ) -> std::result::Result<Vec<SlotRead>, StoreError> {
         let (keys, previous_at) = read_keys(path, now);
+        self.fill(&keys, now).await;
+        let reads = self.store.read(keys, now).await?;
+        store_answered();
+        Ok(slot_reads(&reads, &previous_at))
+    }
+
+    /// Fills the keys that need it from the ledger (the first time they are read).
+    pub(crate) async fn fill(&self, keys: &[CounterKey], now: Millis) {
         fill_keys(
             self.store.as_ref(),
             self.ledger.get(),
             &self.fill,
-            &keys,
+            keys,
             now,
         )
         .await;
-        let reads = self.store.read(keys, now).await?;
-        store_answered();
-        Ok((0..path.counters.len())
-            .map(|slot| SlotRead {
-                current: reads[slot],
-                previous: previous_at[slot].map(|i| reads[i]).unwrap_or_default(),
-            })
-            .collect())
     }
+}
+
+/// Per slot, its current and previous bucket from `reads` of `read_keys`' keys.
+pub(crate) fn slot_reads(reads: &[CounterRead], previous_at: &[Option<usize>]) -> Vec<SlotRead> {
+    previous_at
+        .iter()
+        .enumerate()
+        .map(|(slot, previous)| SlotRead {
+            current: reads[slot],
+            previous: previous.map(|i| reads[i]).unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// 48 random bits, different in every process (the pid is mixed in: a forked child
@@ -255,7 +275,7 @@ fn random_prefix(clock: &dyn Clock) -> u64 {
 /// windows, its previous bucket (with the index of each counter's previous-bucket key). A
 /// calendar window's previous bucket is not read: its use no longer counts, and holds are the
 /// counter's (read with the current bucket).
-fn read_keys(path: &Path, now: Millis) -> (Vec<CounterKey>, Vec<Option<usize>>) {
+pub(crate) fn read_keys(path: &Path, now: Millis) -> (Vec<CounterKey>, Vec<Option<usize>>) {
     let mut keys = Vec::with_capacity(path.counters.len() * 2);
     let mut previous_at = Vec::with_capacity(path.counters.len());
     for id in &path.counters {

@@ -223,6 +223,22 @@ impl Ticket {
 
     /// `bill`, recording `info` in the ledger row (when the guard has a ledger).
     pub async fn bill_with(&self, usage: Usage, info: BillInfo) -> Result<Option<Billed>> {
+        self.bill_with_options(usage, info, true).await
+    }
+
+    /// `bill_with`. Unless `wait`, on a store that settles in the background (Redis) the
+    /// settle is queued and the bill returns at once with `recorded` `Recorded::Queued`: one
+    /// task per guard sends the queued settles in one pipeline, exactly once by ticket id
+    /// (retried in the background when the store does not answer); `Guard::usage` and
+    /// `Guard::flush` wait for them. With `wait`, the bill waits for the store's answer
+    /// (queued too, so concurrent bills share a round trip). Stores that answer at once (the
+    /// memory store) always settle inline.
+    pub async fn bill_with_options(
+        &self,
+        usage: Usage,
+        info: BillInfo,
+        wait: bool,
+    ) -> Result<Option<Billed>> {
         check_usage(&usage)?;
         if !self.claim() {
             return Ok(None);
@@ -232,7 +248,11 @@ impl Ticket {
         let measured = (now - self.state.parts.admitted_at).max(0) as u64;
         let mut billed = Billed::of(&self.state.parts.path, &usage, measured);
         let adds = usage_adds(&self.state.parts.adds, &billed, now);
-        billed.recorded = self.settle(adds, now, "bill").await;
+        billed.recorded = if shared.store.settles_in_background() {
+            self.queue_settle(adds, now, wait).await
+        } else {
+            self.settle(adds, now, "bill").await
+        };
         bump(&shared.stats.billed);
         if let Some(ledger) = shared.ledger.get() {
             record(
@@ -279,6 +299,41 @@ impl Ticket {
             Some(_) => Recorded::Yes,
             None => Recorded::Pending,
         }
+    }
+
+    /// Queues the bill's settle; with `wait`, waits for the store's answer.
+    async fn queue_settle(&self, adds: Vec<UsageAdd>, now: Millis, wait: bool) -> Recorded {
+        let parts = &self.state.parts;
+        if parts.holds.is_empty() && adds.is_empty() {
+            return Recorded::Yes;
+        }
+        let settle = settling::whole(
+            &parts.id,
+            parts.holds.clone(),
+            parts.expiry_minute,
+            adds,
+            now,
+        );
+        if !wait {
+            settling::queue(&parts.shared, settle, None);
+            return Recorded::Queued;
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        settling::queue(&parts.shared, settle, Some(reply));
+        match answer.await {
+            Ok(Some(_)) => Recorded::Yes,
+            _ => Recorded::Pending,
+        }
+    }
+
+    /// `bill_with_options` from synchronous code.
+    pub fn bill_with_options_blocking(
+        &self,
+        usage: Usage,
+        info: BillInfo,
+        wait: bool,
+    ) -> Result<Option<Billed>> {
+        crate::runtime::block_on(self.bill_with_options(usage, info, wait))
     }
 
     /// `bill_with` from synchronous code.

@@ -18,8 +18,9 @@ pub(crate) use redis::{REDIS_TIMEOUT, TIMEOUT_RANGE as REDIS_TIMEOUT_RANGE};
 pub(crate) use crate::guard::domain::clock::Millis;
 pub(crate) use crate::guard::domain::counter::hold_is_live;
 pub use crate::guard::domain::counter::{
-    expiry_minute, CounterKey, CounterRead, FenceAnswer, HoldRef, PartSettle, PartsSettle,
-    ReserveItem, ReserveOutcome, Settle, SettleOutcome, UsageAdd,
+    expiry_minute, CounterKey, CounterRead, FenceAnswer, HoldRef, KnownAnswer, KnownOutcome,
+    KnownReserve, PartSettle, PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
+    UsageAdd,
 };
 
 /// A store's epoch as read (docs/redis.md, "The epoch fence").
@@ -82,6 +83,54 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
     /// In one step, unless `settle.id` already settled: gives back `settle.holds` (see
     /// `Settle`), adds `settle.adds` and marks `settle.id` settled. Idempotent by id.
     fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome>;
+
+    /// Whether admission should decide from known counter values and reserve with
+    /// `reserve_known` (a store across a network, where a read costs a round trip). The
+    /// default (the memory store): no, admission reads, then reserves.
+    fn reserves_from_known(&self) -> bool {
+        false
+    }
+
+    /// In one step, for a reservation decided from known values: unless the ticket already
+    /// settled or reserved, or the fence refuses, checks that every skipped source still has
+    /// nothing left and no previous bucket counted grew (else `Moved`), then reserves as
+    /// `reserve_fenced` does; answers the fresh values of every counter of the call. The
+    /// default fails: admission only calls it when `reserves_from_known` says so.
+    fn reserve_known(
+        &self,
+        reserve: KnownReserve,
+        now: Millis,
+        fence: Fence,
+    ) -> StoreFuture<'_, KnownAnswer> {
+        let _ = (reserve, now, fence);
+        Box::pin(std::future::ready(Err(StoreError(
+            "this counter store does not reserve from known values".into(),
+        ))))
+    }
+
+    /// Whether bills should settle in the background, pipelined (a store across a network,
+    /// where a settle costs a round trip). The default, for stores that answer at once (the
+    /// memory store): no, bills settle inline.
+    fn settles_in_background(&self) -> bool {
+        false
+    }
+
+    /// Settles every one of `settles` (each as `settle` does, idempotent by id) in as few
+    /// round trips as the store can (Redis: one pipeline). Answers one result per settle, in
+    /// order; the outer error is a failure of the whole step. The default settles one by one.
+    fn settle_many<'a>(
+        &'a self,
+        settles: &'a [Settle],
+        now: Millis,
+    ) -> StoreFuture<'a, Vec<Result<SettleOutcome, StoreError>>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(settles.len());
+            for settle in settles {
+                out.push(self.settle(settle, now).await);
+            }
+            Ok(out)
+        })
+    }
 
     /// Whether each key is marked filled from the ledger (a counter past its retention, or
     /// never written, is not). The default, for stores that cannot fill, reports every

@@ -7,6 +7,22 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, RedisError};
 
+use super::TIMEOUT_RANGE;
+use crate::guard::store::StoreError;
+
+/// Checks a store's `timeout` against `TIMEOUT_RANGE`.
+pub(super) fn check_timeout(timeout: std::time::Duration) -> Result<(), StoreError> {
+    TIMEOUT_RANGE
+        .contains(&timeout)
+        .then_some(())
+        .ok_or_else(|| {
+            let given = timeout.as_secs_f64();
+            StoreError(format!(
+                "timeout {given} s: must be from 0.001 to 60 seconds"
+            ))
+        })
+}
+
 /// Where a store's connections go.
 pub(super) enum Target {
     /// One node: a connection manager multiplexes requests and reconnects by itself.

@@ -12,7 +12,9 @@ mod checks;
 mod connection;
 mod epoch;
 mod keys;
+mod known;
 mod parts;
+mod pipeline;
 mod scripts;
 
 use std::sync::Arc;
@@ -23,13 +25,14 @@ use redis::cluster::ClusterClient;
 use redis::{Client, RedisError};
 
 use checks::Checks;
-use connection::{Conn, Target};
+use connection::{check_timeout, Conn, Target};
 use keys::key_head;
 use scripts::Scripts;
 
 use super::{
-    CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, PartsSettle, ReserveItem,
-    ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError, StoreFuture,
+    CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, KnownAnswer,
+    KnownReserve, PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck,
+    StoreError, StoreFuture,
 };
 use crate::guard::domain::clock::Millis;
 
@@ -38,19 +41,6 @@ pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 /// The accepted range of a store's `timeout`.
 pub(crate) const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_millis(1)..=Duration::from_secs(60);
-
-/// Checks a store's `timeout` against `TIMEOUT_RANGE`.
-fn check_timeout(timeout: Duration) -> Result<(), StoreError> {
-    TIMEOUT_RANGE
-        .contains(&timeout)
-        .then_some(())
-        .ok_or_else(|| {
-            let given = timeout.as_secs_f64();
-            StoreError(format!(
-                "timeout {given} s: must be from 0.001 to 60 seconds"
-            ))
-        })
-}
 
 struct Inner {
     target: Target,
@@ -239,25 +229,7 @@ impl RedisStore {
 
 impl CounterStore for RedisStore {
     fn read(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<CounterRead>> {
-        if keys.is_empty() {
-            return Box::pin(std::future::ready(Ok(Vec::new())));
-        }
-        let redis_keys: Vec<String> = keys
-            .iter()
-            .flat_map(|k| [self.redis_key(k), self.holds_key(k)])
-            .collect();
-        self.run("read", move |inner, mut conn| async move {
-            let mut call = inner.scripts.read.prepare_invoke();
-            call.key(redis_keys).arg(now);
-            let flat: Vec<u64> = call.invoke_async(&mut conn).await?;
-            Ok(flat
-                .chunks_exact(2)
-                .map(|pair| CounterRead {
-                    used: pair[0],
-                    held: pair[1],
-                })
-                .collect())
-        })
+        self.read_call(keys, now)
     }
 
     fn reserve(
@@ -304,19 +276,32 @@ impl CounterStore for RedisStore {
     }
 
     fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
-        let Some((redis_keys, args)) = self.settle_call(settle, now) else {
-            return Box::pin(std::future::ready(Ok(SettleOutcome::Settled)));
-        };
-        self.run("settle", move |inner, mut conn| async move {
-            let mut call = inner.scripts.settle.prepare_invoke();
-            call.key(redis_keys).arg(args);
-            let answer: i64 = call.invoke_async(&mut conn).await?;
-            Ok(if answer == 0 {
-                SettleOutcome::Settled
-            } else {
-                SettleOutcome::AlreadySettled
-            })
-        })
+        self.settle_one_call(settle, now)
+    }
+
+    fn settles_in_background(&self) -> bool {
+        true
+    }
+
+    fn reserves_from_known(&self) -> bool {
+        true
+    }
+
+    fn reserve_known(
+        &self,
+        reserve: KnownReserve,
+        now: Millis,
+        fence: Fence,
+    ) -> StoreFuture<'_, KnownAnswer> {
+        self.reserve_known_call(reserve, now, fence)
+    }
+
+    fn settle_many<'a>(
+        &'a self,
+        settles: &'a [Settle],
+        now: Millis,
+    ) -> StoreFuture<'a, Vec<Result<SettleOutcome, StoreError>>> {
+        self.settle_many_call(settles, now)
     }
 
     fn settle_parts(

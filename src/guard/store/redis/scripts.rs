@@ -7,6 +7,7 @@ const COMMON_LUA: &str = include_str!("../lua/common.lua");
 const READ_LUA: &str = include_str!("../lua/read.lua");
 const FENCE_LUA: &str = include_str!("../lua/fence.lua");
 const RESERVE_LUA: &str = include_str!("../lua/reserve.lua");
+const RESERVE_KNOWN_LUA: &str = include_str!("../lua/reserve_known.lua");
 const SETTLE_LUA: &str = include_str!("../lua/settle.lua");
 const FILLED_LUA: &str = include_str!("../lua/filled.lua");
 const FILL_LUA: &str = include_str!("../lua/fill.lua");
@@ -17,6 +18,7 @@ const SETTLE_PARTS_LUA: &str = include_str!("../lua/settle_parts.lua");
 pub(super) struct Scripts {
     pub(super) read: Script,
     pub(super) reserve: Script,
+    pub(super) reserve_known: Script,
     pub(super) settle: Script,
     pub(super) filled: Script,
     pub(super) fill: Script,
@@ -31,6 +33,7 @@ impl Scripts {
         Scripts {
             read: with_common(READ_LUA),
             reserve: with_common(&format!("{FENCE_LUA}\n{RESERVE_LUA}")),
+            reserve_known: with_common(&format!("{FENCE_LUA}\n{RESERVE_KNOWN_LUA}")),
             settle: with_common(&format!("{FENCE_LUA}\n{SETTLE_LUA}")),
             filled: with_common(FILLED_LUA),
             fill: with_common(FILL_LUA),

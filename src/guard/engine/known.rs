@@ -1,0 +1,55 @@
+//! The last known values of counters, from this guard's reads and reserve answers, with the
+//! time they were read: admission on a store across a network decides from them while they
+//! are at most `KNOWN_FRESH_MS` old and reserves at once (docs/redis.md, "One round trip to
+//! admit"). Correctness never rests on them: the store checks every condition the decision
+//! rested on, and a refusal or a lowered ceiling is only ever decided from values read in the
+//! same admission.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+use crate::guard::domain::clock::Millis;
+use crate::guard::store::{CounterKey, CounterRead};
+
+/// How old known values may be to decide from.
+pub(crate) const KNOWN_FRESH_MS: i64 = 1_000;
+/// At most this many keys are kept (all forgotten when reached; they refill at the next read).
+const KNOWN_MAX: usize = 100_000;
+
+/// Known counter values by key, each with the time it was read.
+#[derive(Debug, Default)]
+pub(crate) struct Known {
+    values: Mutex<HashMap<CounterKey, (CounterRead, Millis)>>,
+}
+
+impl Known {
+    /// The values of every key of `keys`, if each is known and fresh at `now`.
+    pub(crate) fn fresh(&self, keys: &[CounterKey], now: Millis) -> Option<Vec<CounterRead>> {
+        let values = self.values.lock();
+        keys.iter()
+            .map(|k| {
+                values
+                    .get(k)
+                    .filter(|(_, at)| *at <= now && now - *at <= KNOWN_FRESH_MS)
+                    .map(|(read, _)| *read)
+            })
+            .collect()
+    }
+
+    /// Remembers `reads` of `keys`, read at `now`.
+    pub(crate) fn remember(&self, keys: &[CounterKey], reads: &[CounterRead], now: Millis) {
+        let mut values = self.values.lock();
+        if values.len() + keys.len() > KNOWN_MAX {
+            values.clear();
+        }
+        for (key, read) in keys.iter().zip(reads) {
+            values.insert(key.clone(), (*read, now));
+        }
+    }
+
+    /// Forgets every value (the store's epoch moved: counters may have been refilled).
+    pub(crate) fn forget_all(&self) {
+        self.values.lock().clear();
+    }
+}

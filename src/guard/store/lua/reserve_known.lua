@@ -1,0 +1,105 @@
+-- reserve_known: a reservation decided from known (possibly cached) counter values, checked
+-- here against what the decision rested on, in one step (docs/redis.md, "One round trip to
+-- admit"). KEYS = the ticket's record; per counter read: its bucket, its holds; per previous
+-- bucket read (sliding windows): the bucket. ARGV = now, minute, counters read (n), previous
+-- buckets read (p), then per previous bucket: its counter (1-based); items (m), then per item:
+-- its counter, hold, limit ('' = none), carried, its counter's previous bucket (0 = none),
+-- the use the decision assumed there; skipped sources (s), then per source: rules (r), then
+-- per rule: its counter, amount, carried.
+-- Answers {code, used, held (per counter), used (per previous bucket)}: code -1 reserved (the
+-- values then include the holds placed), the 0-based index of the first item that does not
+-- fit, -6 the decision no longer holds (a skipped source has room now, or a previous bucket
+-- the decision counted grew); nothing is placed on any but -1. -5 settled, or the fence's
+-- answer (-2, -3, -4): {code} alone. A ticket already reserved answers -1, placing nothing.
+local now = tonumber(ARGV[1])
+local minute = ARGV[2]
+local hold_until = tonumber(minute) * 60000
+local state = ticket_state(KEYS[1], now)
+if state ~= nil and state ~= 'h' then
+  return {-5}
+end
+if state == nil then
+  local fenced = fence_check(now)
+  if fenced then
+    return {fenced}
+  end
+end
+local n, p = tonumber(ARGV[3]), tonumber(ARGV[4])
+local used, held, until_of, prev = {}, {}, {}, {}
+for c = 1, n do
+  local u, _, until_ms = load_counter(KEYS[2 * c], now)
+  used[c], until_of[c] = u, until_ms
+  held[c] = load_holds(KEYS[2 * c + 1], now)
+end
+for j = 1, p do
+  prev[j] = load_counter(KEYS[1 + 2 * n + j], now)
+end
+local function answer(code)
+  local out = {code}
+  for c = 1, n do
+    out[#out + 1] = used[c]
+    out[#out + 1] = held[c]
+  end
+  for j = 1, p do
+    out[#out + 1] = prev[j]
+  end
+  return out
+end
+if state == 'h' then
+  return answer(-1)
+end
+-- counted = used + live holds + carried; it fits when counted < limit and hold <= limit -
+-- counted (the difference is exact in doubles up to 2^53, the sum may round).
+local a = 5 + p
+local m = tonumber(ARGV[a])
+local items = {}
+for i = 1, m do
+  local b = a + (i - 1) * 6
+  local c, hold, limit = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), ARGV[b + 3]
+  local previous, assumed = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+  if previous > 0 and prev[previous] > assumed then
+    return answer(-6)
+  end
+  if limit ~= '' then
+    local counted = used[c] + held[c] + tonumber(ARGV[b + 4])
+    local cap = tonumber(limit)
+    if counted >= cap or hold > cap - counted then
+      return answer(i - 1)
+    end
+  end
+  items[i] = {c, hold, limit ~= '', ARGV[b + 2]}
+end
+local k = a + m * 6 + 1
+for _ = 1, tonumber(ARGV[k]) do
+  local rules = tonumber(ARGV[k + 1])
+  local room = true
+  for r = 1, rules do
+    local b = k + 1 + (r - 1) * 3
+    local c = tonumber(ARGV[b + 1])
+    if used[c] + held[c] + tonumber(ARGV[b + 3]) >= tonumber(ARGV[b + 2]) then
+      room = false
+    end
+  end
+  if room then
+    return answer(-6)
+  end
+  k = k + 1 + rules * 3
+end
+-- what the fence lists: each bucket found, each holds key given a hold (key -> kept until)
+local kept = {}
+for _, item in ipairs(items) do
+  local c, hold, limited = item[1], item[2], item[3]
+  if limited then
+    kept[KEYS[2 * c]] = until_of[c]
+  end
+  if hold > 0 then
+    local key = KEYS[2 * c + 1]
+    redis.call('HINCRBY', key, 'r' .. minute, item[4])
+    live_at_least(key, hold_until, now)
+    kept[key] = hold_until
+    held[c] = held[c] + hold
+  end
+end
+set_ticket(KEYS[1], 'h', hold_until, now)
+fence_register(kept, now)
+return answer(-1)

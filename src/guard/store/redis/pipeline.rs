@@ -1,0 +1,122 @@
+//! `read` and `settle` on Redis (one script each), and `settle_many`: many settles in one
+//! pipeline (one round trip), each its own `settle.lua` call, so each stays atomic and
+//! idempotent by id on its own.
+
+use redis::{ErrorKind, RedisResult, ServerErrorKind};
+
+use super::RedisStore;
+use crate::guard::domain::clock::Millis;
+use crate::guard::store::{
+    CounterKey, CounterRead, Settle, SettleOutcome, StoreError, StoreFuture,
+};
+
+type Answers = Vec<Result<SettleOutcome, StoreError>>;
+
+impl RedisStore {
+    pub(super) fn read_call(
+        &self,
+        keys: Vec<CounterKey>,
+        now: Millis,
+    ) -> StoreFuture<'static, Vec<CounterRead>> {
+        if keys.is_empty() {
+            return Box::pin(std::future::ready(Ok(Vec::new())));
+        }
+        let redis_keys: Vec<String> = keys
+            .iter()
+            .flat_map(|k| [self.redis_key(k), self.holds_key(k)])
+            .collect();
+        self.run("read", move |inner, mut conn| async move {
+            let mut call = inner.scripts.read.prepare_invoke();
+            call.key(redis_keys).arg(now);
+            let flat: Vec<u64> = call.invoke_async(&mut conn).await?;
+            Ok(flat
+                .chunks_exact(2)
+                .map(|pair| CounterRead {
+                    used: pair[0],
+                    held: pair[1],
+                })
+                .collect())
+        })
+    }
+
+    pub(super) fn settle_one_call(
+        &self,
+        settle: &Settle,
+        now: Millis,
+    ) -> StoreFuture<'static, SettleOutcome> {
+        let Some((redis_keys, args)) = self.settle_call(settle, now) else {
+            return Box::pin(std::future::ready(Ok(SettleOutcome::Settled)));
+        };
+        self.run("settle", move |inner, mut conn| async move {
+            let mut call = inner.scripts.settle.prepare_invoke();
+            call.key(redis_keys).arg(args);
+            let answer: i64 = call.invoke_async(&mut conn).await?;
+            Ok(if answer == 0 {
+                SettleOutcome::Settled
+            } else {
+                SettleOutcome::AlreadySettled
+            })
+        })
+    }
+
+    /// Sends every settle of `settles` that has something to do in one pipeline. A server
+    /// that lost its scripts (`NOSCRIPT`: restarted, failed over, `SCRIPT FLUSH`) is sent the
+    /// script and then the whole pipeline again: every settle is idempotent by id, so those
+    /// that ran the first time do nothing the second.
+    pub(super) fn settle_many_call(
+        &self,
+        settles: &[Settle],
+        now: Millis,
+    ) -> StoreFuture<'static, Answers> {
+        let calls: Vec<Option<(Vec<String>, Vec<String>)>> =
+            settles.iter().map(|s| self.settle_call(s, now)).collect();
+        if calls.iter().all(Option::is_none) {
+            let done = settles.iter().map(|_| Ok(SettleOutcome::Settled)).collect();
+            return Box::pin(std::future::ready(Ok(done)));
+        }
+        self.run("settle", move |inner, mut conn| async move {
+            let script = &inner.scripts.settle;
+            let mut load = false;
+            loop {
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                if load {
+                    pipe.load_script(script).ignore();
+                }
+                let invocations: Vec<_> = calls
+                    .iter()
+                    .flatten()
+                    .map(|(keys, args)| {
+                        let mut call = script.prepare_invoke();
+                        call.key(keys.clone()).arg(args.clone());
+                        call
+                    })
+                    .collect();
+                for call in &invocations {
+                    pipe.invoke_script(call);
+                }
+                let answers: Vec<RedisResult<i64>> = pipe.query_async(&mut conn).await?;
+                let no_script = answers
+                    .iter()
+                    .any(|a| matches!(a, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)));
+                if no_script && !load {
+                    load = true;
+                    continue;
+                }
+                let mut answers = answers.into_iter();
+                return Ok(calls
+                    .iter()
+                    .map(|call| match call {
+                        None => Ok(SettleOutcome::Settled),
+                        Some(_) => match answers.next() {
+                            Some(Ok(0)) => Ok(SettleOutcome::Settled),
+                            Some(Ok(_)) => Ok(SettleOutcome::AlreadySettled),
+                            Some(Err(e)) => Err(StoreError(format!("redis settle: {e}"))),
+                            None => Err(StoreError("redis settle: no answer".into())),
+                        },
+                    })
+                    .collect());
+            }
+        })
+    }
+}
