@@ -369,3 +369,36 @@ fn routing_groups_take_the_largest_count() {
     assert!(!mixed.exact);
     assert!(usage_guard::count_request_for_group(&request, Api::OpenAiChat, &[]).is_err());
 }
+
+/// The o200k_base and cl100k_base counts (hand-written split, counting merge) against
+/// tiktoken-rs's encoder on the shapes that stress the split: whitespace and newline runs,
+/// digit runs, contractions, marks, mixed scripts, emoji, very long words.
+#[test]
+fn fast_counts_agree_with_tiktoken_rs_on_hard_shapes() {
+    let texts = [
+        " ".repeat(3000),
+        format!("a{}b\n{}\n", " ".repeat(999), "\t ".repeat(500)),
+        "\n\n\r\n  \u{a0}\u{3000}x\u{2028}y \n".repeat(200),
+        "1234567890".repeat(500) + " 3.14159 1,000,000 ²³ Ⅻ ٣٤٥",
+        "I'm sure they'LL say it's 'S fine, we've DONE'T x'ſ".repeat(50),
+        "e\u{301}\u{301} \u{301}x .\u{301} CamelCase HTTPServer ǅemal ʰmod".repeat(40),
+        "東京タワー 서울 🙂🚀 👩\u{200d}💻 ❤\u{fe0f} データ用户限额".repeat(60),
+        "supercalifragilisticexpialidocious".repeat(600),
+        "fn main() { let v: Vec<u64> = (0..10).map(|x| x * x).collect(); }\n// a/b//c\n"
+            .repeat(100),
+    ];
+    for text in &texts {
+        for (encoding, bpe) in [
+            ("o200k_base", tiktoken_rs::o200k_base_singleton()),
+            ("cl100k_base", tiktoken_rs::cl100k_base_singleton()),
+        ] {
+            let expected = bpe.encode_ordinary(text).len() as u64;
+            let head: String = text.chars().take(40).collect();
+            assert_eq!(
+                count_tokens(text, encoding).unwrap(),
+                expected,
+                "{encoding}: {head:?}"
+            );
+        }
+    }
+}

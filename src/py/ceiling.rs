@@ -127,13 +127,28 @@ fn spec_for(policy: Option<&Bound<'_, PyPolicy>>, model: Option<&str>) -> Option
 #[pyo3(signature = (text, encoding = "o200k_base"))]
 fn count_tokens(py: Python<'_>, text: &Bound<'_, PyAny>, encoding: &str) -> PyResult<u64> {
     let encoding = Encoding::parse(encoding, "encoding")?;
-    let text: String = text
-        .extract()
-        .map_err(|_| Error::wrong_type("text", text.get_type(), "must be a str"))?;
+    let text = str_as_tiktoken_reads(text)?;
     if text.len() > DETACH_BYTES {
         Ok(py.detach(move || encoding.count(&text)))
     } else {
         Ok(encoding.count(&text))
+    }
+}
+
+/// `text` as a Rust string, read as tiktoken reads it: a str UTF-8 cannot hold (lone
+/// surrogates) goes through UTF-16 with replacement, so a lone surrogate becomes U+FFFD and a
+/// surrogate pair its character.
+fn str_as_tiktoken_reads(text: &Bound<'_, PyAny>) -> PyResult<String> {
+    let not_str = || Error::wrong_type("text", text.get_type(), "must be a str");
+    let s = text
+        .cast::<pyo3::types::PyString>()
+        .map_err(|_| not_str())?;
+    match s.to_cow() {
+        Ok(s) => Ok(s.into_owned()),
+        Err(_) => Ok(s
+            .call_method1("encode", ("utf-16", "surrogatepass"))?
+            .call_method1("decode", ("utf-16", "replace"))?
+            .extract()?),
     }
 }
 

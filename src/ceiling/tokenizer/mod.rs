@@ -1,5 +1,15 @@
-//! BPE encodings (embedded in the build by tiktoken-rs; nothing is downloaded); the choice of
-//! encoding for a model is the registry's (`models::tokenizer_for`).
+//! BPE encodings (embedded in the build by tiktoken-rs and bpe-openai; nothing is downloaded);
+//! the choice of encoding for a model is the registry's (`models::tokenizer_for`).
+//!
+//! o200k_base and cl100k_base, the encodings of every current OpenAI model, are counted by a
+//! hand-written split and a byte-pair merge that keeps only the count (`fast.rs`): several
+//! times Python tiktoken's speed, same counts. The older encodings go through tiktoken-rs.
+
+mod classes;
+mod fast;
+#[cfg(any(test, not(feature = "bpe-openai")))]
+mod merge;
+mod split;
 
 use tiktoken_rs::CoreBPE;
 
@@ -77,10 +87,12 @@ impl Encoding {
     /// The number of tokens of `text`, every special-token spelling counted as plain text (as
     /// a provider counts user text). Equal to tiktoken's `len(enc.encode_ordinary(text))`.
     pub fn count(self, text: &str) -> u64 {
-        if text.is_empty() {
-            return 0;
+        match self {
+            Encoding::O200kBase => fast::count_o200k(text),
+            Encoding::Cl100kBase => fast::count_cl100k(text),
+            _ if text.is_empty() => 0,
+            _ => self.bpe().encode_ordinary(text).len() as u64,
         }
-        self.bpe().encode_ordinary(text).len() as u64
     }
 }
 
