@@ -21,7 +21,7 @@ impl PyGateway {
     #[new]
     #[pyo3(signature = (guard, listen = "127.0.0.1:8080"))]
     fn new(py: Python<'_>, guard: &Bound<'_, PyGuard>, listen: &str) -> PyResult<Self> {
-        let guard = guard.get().guard().clone();
+        let guard = guard.get().inner.clone();
         let options = GatewayOptions {
             listen: listen.to_string(),
         };

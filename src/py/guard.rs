@@ -26,7 +26,8 @@ use crate::guard::engine::ticket::{BillInfo, Ticket};
 /// Admits model calls against a policy, on a counter store.
 #[pyclass(name = "Guard", module = "usage_guard._core", frozen)]
 pub struct PyGuard {
-    inner: Guard,
+    /// The Rust guard (the gateway serves it).
+    pub(crate) inner: Guard,
     /// The Python ledger object given (returned by `guard.ledger`).
     ledger: Option<Py<PyAny>>,
 }
@@ -35,13 +36,6 @@ pub struct PyGuard {
 #[pyclass(name = "Ticket", module = "usage_guard._core", frozen)]
 pub struct PyTicket {
     inner: Ticket,
-}
-
-impl PyGuard {
-    /// The Rust guard (the gateway serves it).
-    pub(crate) fn guard(&self) -> &Guard {
-        &self.inner
-    }
 }
 
 #[pymethods]
