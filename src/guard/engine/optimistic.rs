@@ -91,7 +91,7 @@ impl Guard {
                 Ok(values) => values,
                 Err(e) => return Ok(Err(e)),
             };
-            let (plan, extra) =
+            let (mut plan, extra) =
                 match self.decide_from(path, &values, demand, settings, now, &mut shape)? {
                     Decided::Admit(plan, extra) => (plan, extra),
                     Decided::Refuse(refusal) => return Err(self.refused(path, refusal, now).await),
@@ -111,6 +111,9 @@ impl Guard {
             match answer.outcome {
                 KnownOutcome::Reserve(ReserveOutcome::Reserved) => {
                     store_answered();
+                    if let (false, Some((_, fresh))) = (values.exact, &answered) {
+                        plan.warnings = decide::warnings_after_reserve(path, fresh, now);
+                    }
                     bump(&self.shared.stats.admitted);
                     return Ok(Ok(Reservation {
                         plan,

@@ -21,6 +21,17 @@ pub(crate) use refuse::{does_not_fit, reached};
 use steps::{held_prompt, least_left, usage_ceiling, Holds, Snapshot};
 pub use warnings::RuleWarning;
 
+/// The warnings of a call from the values a store answered once it reserved (its holds
+/// included): a reservation decided from known, possibly stale, values learns from them
+/// which soft thresholds it really crossed.
+pub(crate) fn warnings_after_reserve(
+    path: &Path,
+    reads: &[SlotRead],
+    now: Millis,
+) -> Vec<RuleWarning> {
+    warnings::warnings(path, reads, None, now)
+}
+
 /// A counter's current and previous bucket as read at one instant. Holds belong to the
 /// counter, not to a bucket: `current.held` is every live hold of the counter (an open call
 /// counts in full in every window it overlaps), and `previous.held` is never counted again.
@@ -222,6 +233,6 @@ pub(crate) fn decide(
         item_slots,
         added_slots,
         ceiling: usage_ceiling(&least, &holds, prices, settings),
-        warnings: warnings::warnings(path, reads, &holds, now),
+        warnings: warnings::warnings(path, reads, Some(&holds), now),
     })
 }

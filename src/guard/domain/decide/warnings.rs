@@ -30,11 +30,12 @@ pub struct RuleWarning {
     pub key: CounterKey,
 }
 
-/// The warnings of a call holding `holds` on the path, one per generic rule at most.
+/// The warnings of a call holding `holds` on the path, one per generic rule at most; `None`
+/// when `reads` already count the call's holds (values a store answered after reserving).
 pub(super) fn warnings(
     path: &Path,
     reads: &[SlotRead],
-    holds: &Holds,
+    holds: Option<&Holds>,
     now: Millis,
 ) -> Vec<RuleWarning> {
     let watched = path.watched.iter().map(|r| (r, true));
@@ -50,14 +51,14 @@ fn warning(
     rule: &PathRule,
     only_reports: bool,
     reads: &[SlotRead],
-    holds: &Holds,
+    holds: Option<&Holds>,
     now: Millis,
 ) -> Option<RuleWarning> {
     let generic = rule.generic.as_ref()?;
     let budget = rule.rule.amount;
     let used = rule_state(rule, reads, now)
         .counted
-        .saturating_add(holds.of(rule.rule.metric));
+        .saturating_add(holds.map_or(0, |h| h.of(rule.rule.metric)));
     let over = only_reports && used > budget;
     let threshold = if over {
         1.0
