@@ -91,7 +91,7 @@ impl Guard {
                 Ok(values) => values,
                 Err(e) => return Ok(Err(e)),
             };
-            let (mut plan, extra) =
+            let (plan, extra) =
                 match self.decide_from(path, &values, demand, settings, now, &mut shape)? {
                     Decided::Admit(plan, extra) => (plan, extra),
                     Decided::Refuse(refusal) => return Err(self.refused(path, refusal, now).await),
@@ -110,16 +110,9 @@ impl Guard {
             answered = self.remember(&values, &answer, now);
             match answer.outcome {
                 KnownOutcome::Reserve(ReserveOutcome::Reserved) => {
-                    store_answered();
-                    if let (false, Some((_, fresh))) = (values.exact, &answered) {
-                        plan.warnings = decide::warnings_after_reserve(path, fresh, now);
-                    }
-                    bump(&self.shared.stats.admitted);
-                    return Ok(Ok(Reservation {
-                        plan,
-                        minute,
-                        extra,
-                    }));
+                    let fresh = answered.as_ref().filter(|_| !values.exact);
+                    let fresh = fresh.map(|(_, reads)| reads.as_slice());
+                    return Ok(Ok(self.reserved(path, plan, extra, minute, fresh, now)));
                 }
                 KnownOutcome::Reserve(ReserveOutcome::Conflict { item }) => {
                     bump(&self.shared.stats.reserve_retries);
@@ -153,6 +146,30 @@ impl Guard {
             None => Ok(Err(StoreError(
                 "the counters kept moving under every attempt to reserve".into(),
             ))),
+        }
+    }
+
+    /// The reservation the store placed. Decided from known values, its warnings are taken
+    /// again from the `fresh` values the store answered (another guard's calls may have
+    /// crossed a soft threshold since).
+    fn reserved<T>(
+        &self,
+        path: &Path,
+        mut plan: Plan,
+        extra: T,
+        minute: i64,
+        fresh: Option<&[SlotRead]>,
+        now: Millis,
+    ) -> Reservation<T> {
+        store_answered();
+        bump(&self.shared.stats.admitted);
+        if let Some(fresh) = fresh {
+            plan.warnings = decide::warnings_after_reserve(path, fresh, now);
+        }
+        Reservation {
+            plan,
+            minute,
+            extra,
         }
     }
 
