@@ -9,6 +9,11 @@
 # glibc 2.17's symbols; maturin still audits the result and fails on anything newer or on a
 # library outside the manylinux set. UG_ZIG=0 builds with the system linker instead
 # (manylinux_2_34 here). Cargo's target dir is CARGO_TARGET_DIR (default target/).
+#
+# UG_WHEEL_PROFILE=dev builds the same wheel (same features, abi3) in cargo's dev profile with
+# the system linker: it reuses what `maturin develop` compiled, so `make test` can test a wheel
+# on every Python without a second cold compile of the core (minutes on 2 cores). Ship only
+# the release wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +24,11 @@ fi
 # 1.9.3+: PEP 639 license-files (LICENSE in the wheel's dist-info and in the sdist)
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2"
 ZIG=(--zig --compatibility manylinux2014)
+PROFILE=(--release)
+if [ "${UG_WHEEL_PROFILE:-release}" = dev ]; then
+  PROFILE=(--profile dev)
+  UG_ZIG=0
+fi
 if [ "${UG_ZIG:-1}" = 0 ]; then
   ZIG=()
 else
@@ -30,7 +40,7 @@ rm -f dist/usage_guard-*.whl dist/usage_guard-*.tar.gz
 # sdist's files (a new temporary path, old mtimes) for unchanged and reuse a stale core.
 "$VENV/bin/maturin" sdist --out dist 2>&1 | grep -v '^\s*Compiling ' >&2
 # maturin finds zig as `python -m ziglang` with the python first on the PATH: the venv's
-PATH="$(cd "$VENV" && pwd)/bin:$PATH" "$VENV/bin/maturin" build --release "${ZIG[@]}" \
+PATH="$(cd "$VENV" && pwd)/bin:$PATH" "$VENV/bin/maturin" build "${PROFILE[@]}" "${ZIG[@]}" \
   --out dist 2>&1 | grep -v '^\s*Compiling ' >&2
 
 "$VENV/bin/python" - <<'EOF'

@@ -56,5 +56,7 @@ step "mypy --strict (settings in pyproject.toml)"
 
 step "pytest"
 "$PY" -m pytest -q -p no:cacheprovider tests_py
-# The sdist compiles the core once more (about 5 minutes): `make test-wheels` runs it.
-UG_SDIST=0 VENV="$VENV" bash scripts/test_wheels.sh  # the wheel on CPython 3.9-3.13
+# The wheel on CPython 3.9-3.13, built in the dev profile from what `maturin develop` compiled
+# above: a release build (zig-linked, manylinux2014) and the sdist each compile the core once
+# more, cold (minutes on 2 cores): `make test-wheels` runs those.
+UG_SDIST=0 UG_WHEEL_PROFILE=dev VENV="$VENV" bash scripts/test_wheels.sh

@@ -42,7 +42,7 @@ def policy(metric: str = "cost", amount: float = 1.0, **settings: Any) -> ug.Pol
 
 def call(guard: ug.Guard) -> None:
     ticket = guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
-    assert ticket.bill(input_tokens=50, output_tokens=50) is not None
+    assert ticket.bill(input_tokens=50, output_tokens=50, wait=True) is not None
 
 
 def used(guard: ug.Guard) -> int:
@@ -196,7 +196,7 @@ def test_three_guards_one_recovers_none_overspends(
                 refusals.append(e.reason)
                 continue
             admitted[i] += 1
-            assert ticket.bill(input_tokens=50, output_tokens=50) is not None
+            assert ticket.bill(input_tokens=50, output_tokens=50, wait=True) is not None
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
     for t in threads:
