@@ -27,6 +27,7 @@ const MAX_BUCKETS: i64 = 1_000;
 /// The most (person, model) pairs `counters` reads.
 const MAX_PAIRS: usize = 200;
 
+#[derive(Debug)]
 /// What `series` was asked: buckets of `step` ms in `[since, until)`, one series per `group`.
 struct SeriesAsk {
     step: Millis,
@@ -98,9 +99,16 @@ fn series_json(ask: &SeriesAsk, cells: &[UsageGroup], totals: &[UsageGroup]) -> 
         .iter()
         .map(|g| g.keys.first().and_then(|k| k.1.clone()))
         .collect();
-    let mut lines: Vec<[Vec<u64>; 3]> = order.iter().map(|_| [vec![0; n], vec![0; n], vec![0; n]]).collect();
+    let mut lines: Vec<[Vec<u64>; 3]> = order
+        .iter()
+        .map(|_| [vec![0; n], vec![0; n], vec![0; n]])
+        .collect();
     for cell in cells {
-        let start = cell.keys.first().and_then(|k| k.1.as_deref()).and_then(bucket_start);
+        let start = cell
+            .keys
+            .first()
+            .and_then(|k| k.1.as_deref())
+            .and_then(bucket_start);
         let key = cell.keys.get(1).and_then(|k| k.1.clone());
         let (Some(start), Some(line)) = (start, order.iter().position(|k| *k == key)) else {
             continue;
@@ -135,21 +143,27 @@ async fn query(
     queries: Vec<UsageQuery>,
 ) -> Result<Vec<Vec<UsageGroup>>, Response<Body>> {
     let answer = tokio::task::spawn_blocking(move || {
-        queries.iter().map(|q| ledger.query(q)).collect::<Result<Vec<_>, _>>()
+        queries
+            .iter()
+            .map(|q| ledger.query(q))
+            .collect::<Result<Vec<_>, _>>()
     })
     .await;
     match answer {
         Ok(Ok(groups)) => Ok(groups),
         Ok(Err(e)) => Err(error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())),
-        Err(_) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, "the ledger query failed")),
+        Err(_) => Err(error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the ledger query failed",
+        )),
     }
 }
 
-fn ledger_of(app: &App) -> Result<Arc<dyn Ledger>, Response<Body>> {
-    app.guard
-        .ledger()
-        .cloned()
-        .ok_or_else(|| error(StatusCode::CONFLICT, "no ledger (--ledger): no usage to show"))
+fn no_ledger() -> Response<Body> {
+    error(
+        StatusCode::CONFLICT,
+        "no ledger (--ledger): no usage to show",
+    )
 }
 
 /// `GET /admin/usage/series?group=user|team|model&bucket=hour|day&since=&until=&user=&team=&model=`:
@@ -164,9 +178,8 @@ pub(crate) async fn series(
     if let Some(r) = refused(&app, &headers) {
         return r;
     }
-    let ledger = match ledger_of(&app) {
-        Ok(l) => l,
-        Err(r) => return r,
+    let Some(ledger) = app.guard.ledger().cloned() else {
+        return no_ledger();
     };
     let ask = match series_ask(&q, app.guard.clock().now_ms()) {
         Ok(ask) => ask,
@@ -210,7 +223,7 @@ async fn pairs(app: &App, user: Option<&String>) -> Result<Vec<(String, String)>
             pairs.insert((member.to_string(), limit.model.to_string()));
         }
     }
-    if let Ok(ledger) = ledger_of(app) {
+    if let Some(ledger) = app.guard.ledger().cloned() {
         let seen = UsageQuery {
             group_by: vec![GroupBy::User, GroupBy::Model],
             ..UsageQuery::default()
@@ -288,7 +301,10 @@ fn labels(text: &str) -> serde_json::Map<String, Value> {
                 _ => value.push(c),
             }
         }
-        out.insert(key.trim_start_matches(',').to_string(), Value::String(value));
+        out.insert(
+            key.trim_start_matches(',').to_string(),
+            Value::String(value),
+        );
         rest = &after[end..];
     }
     out
@@ -343,7 +359,12 @@ mod tests {
         assert_eq!(iso8601(ask.until), "2026-12-02T11:00:00Z");
         assert_eq!(iso8601(ask.since), "2026-12-01T11:00:00Z");
         let q = HashMap::from([("bucket".to_string(), "week".to_string())]);
-        assert!(series_ask(&q, now).unwrap_err().contains("accepted: hour, day"));
-        assert_eq!(bucket_start("2026-12-02"), parse_iso8601("2026-12-02T00:00:00Z"));
+        assert!(series_ask(&q, now)
+            .unwrap_err()
+            .contains("accepted: hour, day"));
+        assert_eq!(
+            bucket_start("2026-12-02"),
+            parse_iso8601("2026-12-02T00:00:00Z")
+        );
     }
 }

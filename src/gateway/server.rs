@@ -133,15 +133,15 @@ impl Gateway {
             log::info!("usage-guard dashboard on http://{address}/dashboard");
         } else {
             log::info!(
-            "usage-guard gateway listening on http://{address} ({} keys, upstreams: {})",
-            app.guard.policy().gateway.keys.len(),
-            app.guard
-                .policy()
-                .providers
-                .iter()
-                .map(|u| u.provider.word())
-                .collect::<Vec<_>>()
-                .join(", ")
+                "usage-guard gateway listening on http://{address} ({} keys, upstreams: {})",
+                app.guard.policy().gateway.keys.len(),
+                app.guard
+                    .policy()
+                    .providers
+                    .iter()
+                    .map(|u| u.provider.word())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
         Ok(Gateway {

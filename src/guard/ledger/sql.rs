@@ -279,7 +279,11 @@ pub(crate) fn query_sql(dialect: Dialect, q: &UsageQuery) -> (String, Vec<Param>
     if let Some(until) = q.until {
         w.add("at_ms <", Param::Int(until));
     }
-    let groups: Vec<&str> = q.group_by.iter().map(|g| group_column(dialect, *g)).collect();
+    let groups: Vec<&str> = q
+        .group_by
+        .iter()
+        .map(|g| group_column(dialect, *g))
+        .collect();
     let sums = [
         "input_tokens",
         "cached_input_tokens",
