@@ -83,7 +83,8 @@
   }
   function ruleName(r) {
     const scope = r.team ? r.limit_type + " (" + r.team + ")" : r.limit_type;
-    return r.per_person ? scope + ", each person" : scope;
+    // A direct rule is always the person's own; say so only where a rule could be shared.
+    return r.per_person && r.limit_type !== "direct" ? scope + ", each person" : scope;
   }
 
   // A line per series on uPlot, as wide as its box.
