@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import usage_guard as ug
-from test_dashboard_api import EVIL, TOKEN, seeded, token  # noqa: F401 (fixtures)
+from test_dashboard_api import EVIL, POLICY, TOKEN, seeded, spend, token  # noqa: F401
 from usage_guard.cli_usage import _cost
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -112,8 +112,6 @@ def test_the_dashboard_shows_the_ledger_and_the_counters(
     assert p.page.evaluate("window.__xss") is None
     assert p.page.locator("main img").count() == 0
     p.shot(tmp_path / "usage.png")
-    if os.environ.get("UG_DOC_SCREENSHOT") == "1":
-        p.shot(ROOT / "docs" / "img" / "dashboard.png")
 
     # every rule's live counter equals Guard.usage, the open hold included
     p.page.click('nav a[href="#/rules"]')
@@ -187,3 +185,36 @@ def test_a_phone_width_fits_and_a_wrong_token_asks_again(
     assert p.page.is_visible("#login-form") and not p.page.is_visible("#usage")
     p.context.close()
     assert isinstance(guard, ug.Guard)
+
+
+@pytest.mark.skipif(
+    os.environ.get("UG_DOC_SCREENSHOT") != "1", reason="rewrites docs/img/dashboard.png"
+)
+def test_the_docs_screenshot(browser: Any, token: str, tmp_path: Path) -> None:  # noqa: F811
+    """docs/img/dashboard.png: a day of calls by three people (UG_DOC_SCREENSHOT=1)."""
+    policy = dict(POLICY, teams={"research": {"members": ["alice", "bob", "dave"]}})
+    clock = ug.ManualClock("2026-11-29T11:00:00Z")
+    guard = ug.Guard(
+        ug.Policy.from_dict(policy), clock=clock, ledger=ug.SqliteLedger(str(tmp_path / "u.db"))
+    )
+    for hour in range(24):
+        for user, model, n, size in [
+            ("alice", "gpt-4o", 1 + hour % 3, 900),
+            ("bob", "gpt-4o-mini", 2 + (hour // 4) % 3, 700),
+            ("dave", "gpt-4o-mini", 1 + (hour * 7) % 4, 500),
+        ]:
+            if 8 <= (hour + 11) % 24 <= 20 or user == "dave":
+                spend(guard, user, model, n, size, size // 4)
+        clock.advance(hours=1)
+    clock.advance(hours=-1)
+    guard.ledger.flush()
+    gateway = ug.Gateway(guard, "127.0.0.1:0", dashboard_only=True)
+    try:
+        p = Page(browser, 1100, 760)
+        p.open(f"{gateway.url}/dashboard#token={TOKEN}", "usage")
+        p.shot(ROOT / "docs" / "img" / "dashboard.png")
+        assert p.errors == []
+        p.context.close()
+    finally:
+        gateway.shutdown()
+        assert gateway.wait(10)
