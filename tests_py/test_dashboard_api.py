@@ -19,6 +19,7 @@ import httpx
 import pytest
 import usage_guard as ug
 from redis_harness import RedisServer
+from test_ledger_postgres import pg_url  # noqa: F401 (fixture)
 
 TOKEN = "adm-dashboard-test"
 EVIL = '<img src=x onerror="window.__xss=1">'
@@ -294,3 +295,32 @@ def test_usage_guard_dashboard_without_a_token_variable_exits_1(tmp_path: Path) 
     )
     assert run.returncode == 1
     assert "admin_token_env" in run.stderr
+
+
+def test_hourly_series_on_postgresql_equal_its_query(pg_url: Any, token: str) -> None:  # noqa: F811
+    """The hour bucket is SQL of each dialect: PostgreSQL's agrees with its own query."""
+    clock = ug.ManualClock(START)
+    ledger = ug.PostgresLedger(pg_url())
+    guard = ug.Guard(ug.Policy.from_dict(POLICY), clock=clock, ledger=ledger)
+    held = seed(guard, clock)
+    held.release()
+    gateway = ug.Gateway(guard, "127.0.0.1:0", dashboard_only=True)
+    try:
+        s = get(gateway, "/admin/usage/series?bucket=hour&group=model")
+        nonzero = {}
+        for line in s["series"]:
+            for i, tokens in enumerate(line["tokens"]):
+                if tokens:
+                    nonzero[(line["key"], s["t"][i])] = tokens
+        eight, ten = 1796025600, 1796025600 + 7200  # 2026-11-30 08:00 and 10:00 UTC
+        assert nonzero == {
+            ("gpt-4o", eight): 3 * 1200,
+            ("gpt-4o", ten): 2 * 600,
+            ("gpt-4o-mini", eight): 2 * 350 + 15,
+            ("gpt-4o-mini", ten): 100,
+        }
+        at_ten = ledger.query(since="2026-11-30T10:00:00Z", until="2026-11-30T11:00:00Z")
+        assert sum(g["tokens"] for g in at_ten) == 1300
+    finally:
+        gateway.shutdown()
+        assert gateway.wait(10)
