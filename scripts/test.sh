@@ -14,6 +14,10 @@ fi
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null
 fi
+# The dashboard's browser tests drive Debian's Chromium (never a downloaded browser).
+if ! command -v chromium >/dev/null 2>&1; then
+  (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null || echo "chromium not installed: the dashboard's browser tests skip"
+fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 VENV=${VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then

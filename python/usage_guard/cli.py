@@ -5,6 +5,7 @@ usage-guard check POLICY_FILE   validate a policy file and print every error and
                                 (--strict: warnings fail too)
 usage-guard recover ...         lift the epoch fence after the counter store lost its state
 usage-guard serve ...           the HTTP gateway (OpenAI, Anthropic, Ollama endpoints)
+usage-guard dashboard ...       the usage dashboard for a library deployment (no gateway)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from typing import Optional, Sequence
 
 from . import Policy, PolicyError, __version__
+from .cli_dashboard import add_dashboard_command
 from .cli_demo import EXAMPLE_POLICY, run_day
 from .cli_recover import add_recover_command
 from .cli_serve import add_serve_command
@@ -97,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_usage_command(commands)
     add_recover_command(commands)
     add_serve_command(commands)
+    add_dashboard_command(commands)
     return parser
 
 
@@ -105,7 +108,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "check":
             return check(args.policy_file, strict=args.strict)
-        if args.command in ("usage", "recover", "serve"):
+        if args.command in ("usage", "recover", "serve", "dashboard"):
             return int(args.func(args))
         run_day()
         return 0

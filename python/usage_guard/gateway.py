@@ -33,12 +33,14 @@ def serve(
     listen: str = "127.0.0.1:8080",
     *,
     on_ready: Optional[Callable[[Gateway], None]] = None,
+    dashboard_only: bool = False,
 ) -> None:
     """Serves `guard` on `listen` until Ctrl-C (KeyboardInterrupt) or SIGTERM, then stops
     accepting calls, lets running ones finish (up to the policy's `gateway.drain_seconds`),
     bills them, flushes the ledger and returns. The GIL is released while it waits.
-    `on_ready(gateway)` is called once it listens."""
-    gateway = Gateway(guard, listen)
+    `on_ready(gateway)` is called once it listens. `dashboard_only`: only the dashboard, the
+    admin API and the health checks (docs/dashboard.md)."""
+    gateway = Gateway(guard, listen, dashboard_only=dashboard_only)
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_stop) if main else None
     try:

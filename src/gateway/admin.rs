@@ -22,12 +22,12 @@ use crate::guard::ledger::{GroupBy, UsageQuery};
 
 type Params = Query<HashMap<String, String>>;
 
-fn error(status: StatusCode, message: &str) -> Response<Body> {
+pub(crate) fn error(status: StatusCode, message: &str) -> Response<Body> {
     json_response(status, &json!({ "error": message }))
 }
 
 /// `None` when the request carries the admin token; else the answer to give.
-fn refused(app: &App, headers: &HeaderMap) -> Option<Response<Body>> {
+pub(crate) fn refused(app: &App, headers: &HeaderMap) -> Option<Response<Body>> {
     let var = app.guard.policy().gateway.admin_token_env.clone();
     let token = var
         .and_then(|v| std::env::var(v).ok())
@@ -43,7 +43,7 @@ fn refused(app: &App, headers: &HeaderMap) -> Option<Response<Body>> {
     }
 }
 
-fn rule_json(r: &RuleView) -> Value {
+pub(crate) fn rule_json(r: &RuleView) -> Value {
     json!({
         "limit_type": r.limit_type.name(),
         "team": r.team,

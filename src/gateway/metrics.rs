@@ -56,6 +56,16 @@ impl Metrics {
         *self.labelled.lock().entry((name, text)).or_default() += 1;
     }
 
+    /// The counts of `name`, each with its labels (`key="value"` pairs, joined by commas).
+    pub(crate) fn counts(&self, name: &str) -> Vec<(String, u64)> {
+        self.labelled
+            .lock()
+            .iter()
+            .filter(|((n, _), _)| *n == name)
+            .map(|((_, labels), value)| (labels.clone(), *value))
+            .collect()
+    }
+
     /// Records how long an admission took.
     pub(crate) fn admission_seconds(&self, seconds: f64) {
         observe(&self.admission, seconds);

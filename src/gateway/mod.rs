@@ -4,9 +4,11 @@
 //! only the fitted keys changed, streamed back as it arrives, and billed from the usage the
 //! provider reports (or what was delivered, when a stream ends early).
 //!
-//! Files import one way: shape, keys, metrics, upstream ← headers ← relay ← forward ← proxy ← admin ← server.
+//! Files import one way: shape, keys, metrics, upstream ← headers ← relay ← forward ← proxy ← admin ← dashboard_api ← dashboard ← server.
 
 mod admin;
+mod dashboard;
+mod dashboard_api;
 mod forward;
 mod headers;
 mod keys;

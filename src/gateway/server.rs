@@ -17,6 +17,7 @@ use parking_lot::{Condvar, Mutex};
 use serde_json::{json, Value};
 
 use super::admin;
+use super::dashboard;
 use super::keys;
 use super::metrics::Metrics;
 use super::proxy::{model_call, App};
@@ -32,6 +33,9 @@ use crate::guard::store::StoreCheck;
 pub struct GatewayOptions {
     /// `HOST:PORT` to listen on (port 0: any free port).
     pub listen: String,
+    /// Serve only the dashboard, the admin API and the health checks (no model endpoints,
+    /// so no provider keys needed): `usage-guard dashboard` for a library deployment.
+    pub dashboard_only: bool,
 }
 
 /// Set once the server has stopped.
@@ -57,20 +61,22 @@ impl std::fmt::Debug for Gateway {
     }
 }
 
-fn routes(app: Arc<App>) -> Router {
+fn routes(app: Arc<App>, dashboard_only: bool) -> Router {
     let mut router = Router::new();
-    for endpoint in Endpoint::ALL {
-        router = router.route(
-            endpoint.path,
-            post(
-                move |State(app): State<Arc<App>>, headers: HeaderMap, body: Body| async move {
-                    model_call(app, endpoint, headers, body).await
-                },
-            ),
-        );
+    if !dashboard_only {
+        for endpoint in Endpoint::ALL {
+            router = router.route(
+                endpoint.path,
+                post(
+                    move |State(app): State<Arc<App>>, headers: HeaderMap, body: Body| async move {
+                        model_call(app, endpoint, headers, body).await
+                    },
+                ),
+            );
+        }
+        router = router.route("/v1/models", get(models));
     }
     router
-        .route("/v1/models", get(models))
         .route(
             "/healthz",
             get(|| async { json_response(StatusCode::OK, &json!({"status": "ok"})) }),
@@ -84,6 +90,7 @@ fn routes(app: Arc<App>) -> Router {
             get(admin::get_policy).put(admin::put_policy),
         )
         .route("/admin/recover", post(admin::recover))
+        .merge(dashboard::routes())
         .with_state(app)
 }
 
@@ -92,7 +99,11 @@ impl Gateway {
     /// runtime. Fails when the address cannot be bound or a provider's `api_key_env` is not
     /// set.
     pub fn start(guard: Guard, options: GatewayOptions) -> Result<Gateway> {
-        upstream::check_keys(&guard.policy())?;
+        if options.dashboard_only {
+            check_admin_token(&guard)?;
+        } else {
+            upstream::check_keys(&guard.policy())?;
+        }
         let listener = std::net::TcpListener::bind(&options.listen)
             .and_then(|l| l.set_nonblocking(true).map(|_| l))
             .map_err(|e| {
@@ -116,18 +127,23 @@ impl Gateway {
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let stopped = Arc::new(Stopped::default());
         let (server_app, done) = (app.clone(), stopped.clone());
-        runtime.spawn(run(listener, server_app, stopping, done));
-        log::info!(
-            "usage-guard gateway listening on http://{address} ({} keys, upstreams: {})",
-            app.guard.policy().gateway.keys.len(),
-            app.guard
-                .policy()
-                .providers
-                .iter()
-                .map(|u| u.provider.word())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let router = routes(server_app.clone(), options.dashboard_only);
+        runtime.spawn(run(listener, router, server_app, stopping, done));
+        if options.dashboard_only {
+            log::info!("usage-guard dashboard on http://{address}/dashboard");
+        } else {
+            log::info!(
+                "usage-guard gateway listening on http://{address} ({} keys, upstreams: {})",
+                app.guard.policy().gateway.keys.len(),
+                app.guard
+                    .policy()
+                    .providers
+                    .iter()
+                    .map(|u| u.provider.word())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         Ok(Gateway {
             address,
             app,
@@ -173,10 +189,33 @@ impl Gateway {
     }
 }
 
+/// A dashboard nobody can sign in to is refused: the policy must name the admin token's
+/// variable (`gateway.admin_token_env`) and the variable must be set.
+fn check_admin_token(guard: &Guard) -> Result<()> {
+    let var = guard.policy().gateway.admin_token_env.clone();
+    let set = var
+        .as_deref()
+        .and_then(|v| std::env::var(v).ok())
+        .is_some_and(|t| !t.is_empty());
+    if set {
+        return Ok(());
+    }
+    let message = match &var {
+        Some(v) => format!("${v} is not set: it is the dashboard's sign-in token"),
+        None => "the policy names no admin token: set [gateway] admin_token_env".to_string(),
+    };
+    Err(Error::invalid(
+        "gateway.admin_token_env",
+        var.as_deref().unwrap_or(""),
+        message,
+    ))
+}
+
 /// Serves until a stop is asked, then drains (up to `gateway.drain_seconds`), flushes the
 /// ledger and marks the gateway stopped.
 async fn run(
     listener: tokio::net::TcpListener,
+    router: Router,
     server_app: Arc<App>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
     done: Arc<Stopped>,
@@ -187,7 +226,7 @@ async fn run(
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    let serve = axum::serve(listener, routes(server_app.clone()))
+    let serve = axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             let _ = signal.wait_for(|s| *s).await;
         })

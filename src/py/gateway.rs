@@ -17,13 +17,21 @@ pub struct PyGateway {
 
 #[pymethods]
 impl PyGateway {
-    /// Starts serving `guard` on `listen` (`HOST:PORT`; port 0 picks a free one).
+    /// Starts serving `guard` on `listen` (`HOST:PORT`; port 0 picks a free one). With
+    /// `dashboard_only`, only the dashboard, the admin API and the health checks (no model
+    /// endpoints, no provider keys needed).
     #[new]
-    #[pyo3(signature = (guard, listen = "127.0.0.1:8080"))]
-    fn new(py: Python<'_>, guard: &Bound<'_, PyGuard>, listen: &str) -> PyResult<Self> {
+    #[pyo3(signature = (guard, listen = "127.0.0.1:8080", *, dashboard_only = false))]
+    fn new(
+        py: Python<'_>,
+        guard: &Bound<'_, PyGuard>,
+        listen: &str,
+        dashboard_only: bool,
+    ) -> PyResult<Self> {
         let guard = guard.get().inner.clone();
         let options = GatewayOptions {
             listen: listen.to_string(),
+            dashboard_only,
         };
         let inner = py.detach(move || Gateway::start(guard, options))?;
         Ok(Self { inner })

@@ -85,6 +85,8 @@ pub enum GroupBy {
     Team,
     Model,
     Day,
+    /// The UTC hour (`YYYY-MM-DDTHH:00:00Z`): the dashboard's series; not a `group_by` word.
+    Hour,
 }
 
 impl GroupBy {
@@ -106,6 +108,7 @@ impl GroupBy {
             GroupBy::Team => "team",
             GroupBy::Model => "model",
             GroupBy::Day => "day",
+            GroupBy::Hour => "hour",
         }
     }
 }

@@ -252,12 +252,18 @@ pub(crate) fn sum_sql(
     )
 }
 
-fn group_column(g: GroupBy) -> &'static str {
-    match g {
-        GroupBy::User => "user_id",
-        GroupBy::Team => "team_id",
-        GroupBy::Model => "model",
-        GroupBy::Day => "day",
+fn group_column(dialect: Dialect, g: GroupBy) -> &'static str {
+    match (g, dialect) {
+        (GroupBy::User, _) => "user_id",
+        (GroupBy::Team, _) => "team_id",
+        (GroupBy::Model, _) => "model",
+        (GroupBy::Day, _) => "day",
+        (GroupBy::Hour, Dialect::Sqlite) => {
+            "strftime('%Y-%m-%dT%H:00:00Z', at_ms / 1000, 'unixepoch')"
+        }
+        (GroupBy::Hour, Dialect::Postgres) => {
+            "to_char(to_timestamp(at_ms / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24\":00:00Z\"')"
+        }
     }
 }
 
@@ -273,7 +279,11 @@ pub(crate) fn query_sql(dialect: Dialect, q: &UsageQuery) -> (String, Vec<Param>
     if let Some(until) = q.until {
         w.add("at_ms <", Param::Int(until));
     }
-    let groups: Vec<&str> = q.group_by.iter().map(|g| group_column(*g)).collect();
+    let groups: Vec<&str> = q
+        .group_by
+        .iter()
+        .map(|g| group_column(dialect, *g))
+        .collect();
     let sums = [
         "input_tokens",
         "cached_input_tokens",
