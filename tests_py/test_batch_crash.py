@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -83,14 +84,21 @@ def _killed_after_progress(
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        text=True,
+        bufsize=0,
     )
     try:
         assert child.stdout is not None
-        assert child.stdout.readline().strip() == "go"
+        out = b""
+        while b"go\n" not in out:
+            chunk = os.read(child.stdout.fileno(), 64)
+            assert chunk, f"the child ended before its step: {out!r}"
+            out += chunk
         before = _keys(server)
-        while _keys(server) == before and child.poll() is None:
-            pass
+        # Kill once the step has written to the store; a loaded machine may let the child
+        # finish its step before a change is seen ("done"): it is killed then all the same.
+        while _keys(server) == before and child.poll() is None and b"done" not in out:
+            if select.select([child.stdout], [], [], 0)[0]:
+                out += os.read(child.stdout.fileno(), 64)
         os.kill(child.pid, signal.SIGKILL)
     finally:
         child.kill()
