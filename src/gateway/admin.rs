@@ -27,7 +27,7 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
 }
 
 /// `None` when the request carries the admin token; else the answer to give.
-fn refused(app: &App, headers: &HeaderMap) -> Option<Response<Body>> {
+pub(crate) fn refused(app: &App, headers: &HeaderMap) -> Option<Response<Body>> {
     let var = app.guard.policy().gateway.admin_token_env.clone();
     let token = var
         .and_then(|v| std::env::var(v).ok())

@@ -4,11 +4,15 @@
 //! only the fitted keys changed, streamed back as it arrives, and billed from the usage the
 //! provider reports (or what was delivered, when a stream ends early).
 //!
-//! Files import one way: shape, keys, metrics, upstream ← headers ← relay ← forward ← proxy ← admin ← server.
+//! Files import one way: shape, keys, metrics, upstream ← headers ← relay ← forward ← proxy ←
+//! admin ← health, fallback_hops ← fallback ← server.
 
 mod admin;
+mod fallback;
+mod fallback_hops;
 mod forward;
 mod headers;
+mod health;
 mod keys;
 mod metrics;
 mod proxy;
