@@ -12,7 +12,7 @@ use crate::guard::domain::health::{Outcome, Transition, Unavailable};
 fn unavailable_to_py<'py>(py: Python<'py>, u: &Unavailable) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("provider", &u.provider)?;
-    d.set_item("credential", &u.credential)?;
+    d.set_item("credential", u.credential.as_deref())?;
     d.set_item("reason", u.reason.word())?;
     d.set_item("until", iso8601(u.until))?;
     d.set_item("until_ms", u.until)?;

@@ -33,7 +33,11 @@ def failure(exc: BaseException) -> Optional[tuple[Optional[int], Optional[str], 
         text = json.dumps(body, default=str) if body is not None else str(exc)
         return status, text, pairs
     name = type(exc).__name__
-    if isinstance(exc, (TimeoutError, ConnectionError)) or "Timeout" in name or "Connection" in name:
+    if (
+        isinstance(exc, (TimeoutError, ConnectionError))
+        or "Timeout" in name
+        or "Connection" in name
+    ):
         return None, None, []
     return None
 
@@ -93,8 +97,8 @@ class Ladder:
             stage = "post-attempt" if self.attempted else "pre-attempt"
             resolution = f"fallback({self.asked} -> {model}, {stage}, unavailable)"
         try:
-            setattr(result, "usage_resolution", resolution)
-        except (AttributeError, TypeError, ValueError):
+            object.__setattr__(result, "usage_resolution", resolution)
+        except (AttributeError, TypeError):  # pragma: no cover - objects without a __dict__
             pass
 
     def exhausted(self) -> BaseException:
