@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use futures::executor::block_on;
 use usage_guard::{
-    Clock, CounterStore, Guard, ManualClock, MemoryStore, Outcome, Policy, UnavailableReason,
+    CounterStore, Guard, ManualClock, MemoryStore, Outcome, Policy, UnavailableReason,
 };
 
 /// 2026-01-01T00:00:30Z.
@@ -19,7 +19,11 @@ fn notes_keep_the_later_end(store: &dyn CounterStore) {
     block_on(store.raise_until("a".into(), T0 + 5_000, "open".into(), T0)).unwrap();
     block_on(store.raise_until("a".into(), T0 + 2_000, "shorter".into(), T0)).unwrap();
     block_on(store.raise_until("b:with|bar".into(), T0 + 1_000, "x|y".into(), T0)).unwrap();
-    let keys = vec!["a".to_string(), "b:with|bar".to_string(), "none".to_string()];
+    let keys = vec![
+        "a".to_string(),
+        "b:with|bar".to_string(),
+        "none".to_string(),
+    ];
     let read = block_on(store.read_until(keys.clone(), T0 + 1)).unwrap();
     assert_eq!(
         read,

@@ -206,8 +206,9 @@ impl Attempt<'_> {
         Ok(Call::new(admitted?, app.metrics.clone(), info))
     }
 
-    /// Counts an admitted call (and a fitted one); its lowered output maximum, if any.
-    fn admitted(&self, call: &Call) -> Option<u64> {
+    /// Counts an admitted call (and a fitted one); `Some` (its output maximum) when the fit
+    /// lowered it.
+    fn admitted(&self, call: &Call) -> Option<Option<u64>> {
         let metrics = &self.app.metrics;
         let path = self.endpoint.path;
         metrics.count(

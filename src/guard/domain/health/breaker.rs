@@ -69,7 +69,7 @@ pub enum Transition {
 
 /// One provider's breaker.
 #[derive(Debug, Clone)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     settings: BreakerSettings,
     /// (when, failed) of the calls recorded while closed, oldest first.
     window: VecDeque<(Millis, bool)>,
@@ -81,7 +81,7 @@ pub struct Breaker {
 
 impl Breaker {
     /// A closed breaker.
-    pub fn new(settings: BreakerSettings) -> Self {
+    pub(crate) fn new(settings: BreakerSettings) -> Self {
         Breaker {
             settings,
             window: VecDeque::new(),
@@ -91,7 +91,7 @@ impl Breaker {
     }
 
     /// The state at `now` (an open breaker past its time reads half-open).
-    pub fn state(&mut self, now: Millis) -> BreakerState {
+    pub(crate) fn state(&mut self, now: Millis) -> BreakerState {
         if let BreakerState::Open { until } = self.state {
             if now >= until {
                 self.state = BreakerState::HalfOpen {
@@ -117,7 +117,7 @@ impl Breaker {
 
     /// Whether a call at `now` would be let through, without taking a probe: `Err(until)`
     /// when it would be refused until about that instant.
-    pub fn would_admit(&mut self, now: Millis) -> Result<(), Millis> {
+    pub(crate) fn would_admit(&mut self, now: Millis) -> Result<(), Millis> {
         match self.state(now) {
             BreakerState::Closed => Ok(()),
             BreakerState::Open { until } => Err(until),
@@ -130,7 +130,7 @@ impl Breaker {
 
     /// Opens the breaker until `until` because another guard opened it (read from the
     /// store); an open breaker that ends later is kept. Returns whether it changed.
-    pub fn adopt_open(&mut self, until: Millis, now: Millis) -> bool {
+    pub(crate) fn adopt_open(&mut self, until: Millis, now: Millis) -> bool {
         if until <= now {
             return false;
         }
@@ -146,7 +146,7 @@ impl Breaker {
 
     /// Asks to send a call at `now`: `Ok` lets it through (taking a probe when half-open),
     /// `Err(until)` refuses it until about that instant.
-    pub fn try_call(&mut self, now: Millis) -> Result<(), Millis> {
+    pub(crate) fn try_call(&mut self, now: Millis) -> Result<(), Millis> {
         match self.state(now) {
             BreakerState::Closed => Ok(()),
             BreakerState::Open { until } => Err(until),
@@ -168,7 +168,7 @@ impl Breaker {
     }
 
     /// Records a call's outcome at `now` (`failed`: a retryable failure).
-    pub fn record(&mut self, failed: bool, now: Millis) -> Transition {
+    pub(crate) fn record(&mut self, failed: bool, now: Millis) -> Transition {
         match self.state(now) {
             BreakerState::Open { .. } => Transition::None,
             BreakerState::HalfOpen {
@@ -220,12 +220,5 @@ impl Breaker {
         while self.window.front().is_some_and(|(t, _)| *t <= from) || self.window.len() > 1000 {
             self.window.pop_front();
         }
-    }
-
-    /// Calls recorded in the window and how many of them failed, at `now`.
-    pub fn window_counts(&mut self, now: Millis) -> (usize, usize) {
-        self.trim(now);
-        let failures = self.window.iter().filter(|(_, f)| *f).count();
-        (self.window.len(), failures)
     }
 }

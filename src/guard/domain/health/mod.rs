@@ -14,7 +14,7 @@ mod tests;
 pub use book::{Cooldown, Cooled, HealthBook, HealthSettings, HealthSnapshot, Recorded};
 pub use breaker::{BreakerSettings, BreakerState, Transition};
 pub use outcome::Outcome;
-pub use timing::{cooldown_timing, go_duration_ms, CooldownTiming, TimingSource};
+pub use timing::{cooldown_timing, CooldownTiming, TimingSource};
 
 use super::clock::Millis;
 

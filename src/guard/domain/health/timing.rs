@@ -8,9 +8,9 @@
 use crate::guard::domain::clock::{parse_iso8601, Millis};
 
 /// The default wait without timing headers (5 s).
-pub const DEFAULT_COOLDOWN_MS: i64 = 5_000;
+pub(crate) const DEFAULT_COOLDOWN_MS: i64 = 5_000;
 /// The longest wait (5 min).
-pub const MAX_COOLDOWN_MS: i64 = 300_000;
+pub(crate) const MAX_COOLDOWN_MS: i64 = 300_000;
 
 /// Where a cooldown's timing came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,16 +78,19 @@ pub fn cooldown_timing(
 
 /// The wait the headers ask for, by the first source that parses.
 fn asked(headers: &[(String, String)], now: Millis) -> Option<(i64, TimingSource)> {
-    let value = |name: &str| {
+    fn value<'h>(
+        headers: &'h [(String, String)],
+        name: &'static str,
+    ) -> impl Iterator<Item = &'h str> {
         headers
             .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.trim())
-    };
-    if let Some(ms) = value("retry-after").find_map(|v| retry_after_ms(v, now)) {
+    }
+    if let Some(ms) = value(headers, "retry-after").find_map(|v| retry_after_ms(v, now)) {
         return Some((ms, TimingSource::RetryAfter));
     }
-    if let Some(ms) = value("retry-after-ms").find_map(number_ms) {
+    if let Some(ms) = value(headers, "retry-after-ms").find_map(number_ms) {
         return Some((ms, TimingSource::RetryAfterMs));
     }
     let mut earliest: Option<(i64, TimingSource)> = None;
@@ -134,7 +137,7 @@ fn finite_ms(ms: f64) -> Option<i64> {
 
 /// A Go duration as OpenAI writes it (`1s`, `6m0s`, `20ms`, `1h2m3.5s`, `0.5s`), in whole
 /// ms rounded up; `None` unless the whole text is one.
-pub fn go_duration_ms(text: &str) -> Option<i64> {
+pub(crate) fn go_duration_ms(text: &str) -> Option<i64> {
     if text.is_empty() {
         return None;
     }
