@@ -36,6 +36,11 @@ pub use gateway::{Gateway, GatewayOptions};
 pub use guard::domain::clock::{iso8601, parse_iso8601, Clock, ManualClock, Millis, SystemClock};
 pub use guard::domain::decide::{RuleWarning, UsageCeiling};
 pub use guard::domain::generic::{Action, Attribute, GenericRule};
+pub use guard::domain::health::{
+    cooldown_timing, BreakerSettings, BreakerState, Cooldown, CooldownTiming, Cooled, HealthBook,
+    HealthSettings, HealthSnapshot, Outcome, Recorded as HealthRecorded, TimingSource, Transition,
+    Unavailable, UnavailableReason,
+};
 pub use guard::domain::path::{SourceKind, SourceRef};
 pub use guard::domain::policy::{Policy, Prices, MAX_AMOUNT};
 pub use guard::domain::refusal::{Reason, Refusal};
@@ -45,6 +50,7 @@ pub use guard::domain::window::{Anchored, CalendarUnit, Window};
 pub use guard::engine::admission::AdmitRequest;
 pub use guard::engine::batch::{BatchRequest, BatchTicket};
 pub use guard::engine::guard::{flush_all_blocking, Guard};
+pub use guard::engine::health::ProviderHealth;
 pub use guard::engine::stats::Stats;
 pub use guard::engine::ticket::{BillInfo, Billed, Recorded, Ticket, Usage};
 #[cfg(feature = "postgres")]

@@ -14,12 +14,15 @@ Knobs (attributes, change them between calls):
   chunk_delay     seconds to wait between the pieces of a streaming answer
   refusal         (status, headers, body) from `UsageLimitError.to_http`: every request is
                   answered with it
+  script          answers for the next requests, one each, before the usual ones: a
+                  (status, headers, body) tuple, or "drop" (the connection is closed unanswered)
 Every request is recorded in `requests` as `Recorded(method, path, headers, body)`.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -50,6 +53,7 @@ class FakeProvider:
         self.delay = 0.0  # seconds before answering
         self.chunk_delay = 0.0  # seconds between streamed pieces
         self.refusal: Optional[tuple[int, dict[str, str], Any]] = None
+        self.script: list[Any] = []
         self._lock = threading.Lock()
         provider = self
 
@@ -106,6 +110,8 @@ class FakeProvider:
         with self._lock:
             self.requests.clear()
         self.refusal = None
+        with self._lock:
+            self.script.clear()
         self.break_after = None
         self.delay = 0.0
         self.chunk_delay = 0.0
@@ -124,6 +130,16 @@ class FakeProvider:
     def _answer(self, h: BaseHTTPRequestHandler, path: str, body: dict[str, Any]) -> None:
         if self.delay:
             time.sleep(self.delay)
+        with self._lock:
+            scripted = self.script.pop(0) if self.script else None
+        if scripted == "drop":
+            h.close_connection = True
+            h.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if scripted is not None:
+            status, headers, payload = scripted
+            _send_json(h, status, payload, headers)
+            return
         if self.refusal is not None:
             status, headers, payload = self.refusal
             _send_json(h, status, payload, headers)

@@ -70,7 +70,7 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, FakePro
 
 
 def test_the_docs_policy_is_valid_and_its_commands_are_there():
-    assert len(commands()) == 9
+    assert len(commands()) == 10
     assert any("stream" in c for c, _ in commands())
 
 
@@ -88,9 +88,10 @@ def test_every_curl_command_answers_as_documented_and_sigterm_drains(served):
         )
         assert out.returncode == 0, (command, out.stderr)
         assert out.stdout.strip() == str(status), (command, out.stdout)
-    # the two admitted calls reached the provider with the provider's key, not the caller's
+    # the two admitted calls (and the probe's one-token call) reached the provider with the
+    # provider's key, not the caller's
     sent = [r for r in fake.requests if r.path == "/v1/chat/completions"]
-    assert len(sent) == 2
+    assert len(sent) == 3 and sent[-1].body["max_tokens"] == 1
     assert all(r.headers["authorization"] == "Bearer sk-upstream-secret" for r in sent)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0

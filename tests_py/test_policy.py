@@ -25,7 +25,7 @@ WINDOWS = "minute, hour, N seconds, N minutes, N hours, day, week, month, year"
 METRICS = "tokens, input_tokens, output_tokens, cost, requests, compute_ms, concurrency"
 MODEL_KEYS = (
     "display_name, provider, context_window, max_input_tokens, max_output_tokens, prices, "
-    "router, encoding, counting"
+    "router, encoding, counting, fallbacks"
 )
 WHOLE = "must be a whole number from 0 to 9007199254740992"
 

@@ -36,6 +36,7 @@ from .errors import (
     ContextWindowExceeded,
     ModelNotFound,
     PolicyError,
+    ProviderUnavailable,
     UsageLimitDoesNotFit,
     UsageLimitError,
     UsageLimitsUnavailable,
@@ -67,6 +68,7 @@ atexit.register(_flush_settles_at_exit)
 __all__ = [
     "ContextWindowExceeded",
     "ModelNotFound",
+    "ProviderUnavailable",
     "FitResult",
     "BatchTicket",
     "Gateway",

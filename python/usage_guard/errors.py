@@ -12,6 +12,7 @@ __all__ = [
     "ContextWindowExceeded",
     "ModelNotFound",
     "PolicyError",
+    "ProviderUnavailable",
     "UsageLimitDoesNotFit",
     "UsageLimitError",
     "UsageLimitsUnavailable",
@@ -117,3 +118,22 @@ class ModelNotFound(UsageLimitError):
     """The model is not one of the policy's and the policy refuses unknown models
     (`settings.unknown_models = "refuse"`): MODEL_NOT_FOUND, HTTP 404 `model_not_found`
     (Anthropic `not_found_error`). Names only the model asked for."""
+
+
+class ProviderUnavailable(Exception):
+    """Every candidate of a call's fallback ladder is unavailable: its provider's breaker is
+    open or its credential cools down (after a 429 or billing exhaustion). `until` is when
+    the first of them may take calls again (ISO 8601 UTC), `retry_after` the whole seconds to
+    then, `unavailable` one dict per candidate (provider, credential, reason, until)."""
+
+    def __init__(self, message: str, unavailable: Optional[list[dict[str, Any]]] = None) -> None:
+        super().__init__(message)
+        self.unavailable: list[dict[str, Any]] = list(unavailable or [])
+
+    def __reduce__(self) -> tuple[Any, tuple[str, list[dict[str, Any]]]]:
+        return (type(self), (str(self), self.unavailable))
+
+    @property
+    def until(self) -> Optional[str]:
+        first = min(self.unavailable, key=lambda u: int(u["until_ms"]), default=None)
+        return None if first is None else str(first["until"])

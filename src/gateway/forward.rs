@@ -201,7 +201,7 @@ impl Forward<'_> {
 }
 
 /// The provider's status and headers (without those of its connection), for the answer.
-fn head(upstream: &reqwest::Response) -> Response<Body> {
+pub(crate) fn head(upstream: &reqwest::Response) -> Response<Body> {
     let mut response = Response::new(Body::empty());
     *response.status_mut() =
         StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);

@@ -4,13 +4,17 @@
 //! only the fitted keys changed, streamed back as it arrives, and billed from the usage the
 //! provider reports (or what was delivered, when a stream ends early).
 //!
-//! Files import one way: shape, keys, metrics, upstream ← headers ← relay ← forward ← proxy ← admin ← dashboard_api ← dashboard ← server.
+//! Files import one way: shape, keys, metrics, upstream ← headers ← relay ← forward ← proxy ←
+//! admin ← health, fallback_hops ← fallback ← dashboard_api ← dashboard ← server.
 
 mod admin;
 mod dashboard;
 mod dashboard_api;
+mod fallback;
+mod fallback_hops;
 mod forward;
 mod headers;
+mod health;
 mod keys;
 mod metrics;
 mod proxy;

@@ -1,27 +1,24 @@
 //! One model call through the gateway: key → body → admission (prompt counted, output
-//! maximum fitted) → the provider → the answer relayed and billed. Every refusal and error
-//! answers in the endpoint's provider shape, before the provider sees the call.
+//! maximum fitted) → the provider → the answer relayed and billed (the ladder of candidates
+//! that drives these steps is `fallback`'s). Every refusal and error answers in the
+//! endpoint's provider shape, before the provider sees the call.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use super::forward::Forward;
-use super::headers::{rate_limit, refused, restriction, tightest};
+use super::headers::{rate_limit, refused};
 use super::keys;
 use super::metrics::Metrics;
 use super::relay::Call;
 use super::shape::{json_response, set_headers, Endpoint, Problem};
-use crate::ceiling::Api;
-use crate::error::Error;
 use crate::guard::domain::policy::{GatewayKey, Upstream};
 use crate::guard::domain::refusal::Refusal;
-use crate::guard::engine::admission::AdmitRequest;
 use crate::guard::engine::guard::Guard;
 use crate::guard::engine::ticket::BillInfo;
 
@@ -34,31 +31,7 @@ pub(crate) struct App {
     pub(crate) draining: AtomicBool,
 }
 
-/// Serves one model call at `endpoint`, and counts its answer.
-pub(crate) async fn model_call(
-    app: Arc<App>,
-    endpoint: Endpoint,
-    headers: HeaderMap,
-    body: Body,
-) -> Response<Body> {
-    let metrics = app.metrics.clone();
-    // The call runs in its own task: a client that goes away while the provider works does
-    // not cancel it, so what the provider did is still billed.
-    let task = crate::runtime::shared().spawn(call(app, endpoint, headers, body));
-    let response = task
-        .await
-        .unwrap_or_else(|_| Problem::BadGateway.response(endpoint.shape, "the call failed"));
-    metrics.count(
-        "usage_guard_gateway_requests_total",
-        &[
-            ("endpoint", endpoint.path),
-            ("status", response.status().as_str()),
-        ],
-    );
-    response
-}
-
-fn bad(endpoint: Endpoint, message: &str) -> Response<Body> {
+pub(crate) fn bad(endpoint: Endpoint, message: &str) -> Response<Body> {
     Problem::BadRequest.response(endpoint.shape, message)
 }
 
@@ -119,7 +92,7 @@ async fn read_request(
 }
 
 /// The refusal as the endpoint's provider answers it, with the rate-limit headers.
-fn refusal_response(app: &App, refusal: &Refusal, endpoint: Endpoint) -> Response<Body> {
+pub(crate) fn refusal_response(app: &App, refusal: &Refusal, endpoint: Endpoint) -> Response<Body> {
     app.metrics.count(
         "usage_guard_gateway_refusals_total",
         &[
@@ -141,7 +114,7 @@ fn refusal_response(app: &App, refusal: &Refusal, endpoint: Endpoint) -> Respons
 
 /// What the ledger row of a gateway call records beside the usage: the key's label (never
 /// the key), its credential and attributes, and the endpoint.
-fn bill_info(key: &GatewayKey, endpoint: Endpoint, stream: bool) -> BillInfo {
+pub(crate) fn bill_info(key: &GatewayKey, endpoint: Endpoint, stream: bool) -> BillInfo {
     let mut meta = json!({
         "gateway": endpoint.path,
         "key": key.label,
@@ -164,7 +137,7 @@ fn bill_info(key: &GatewayKey, endpoint: Endpoint, stream: bool) -> BillInfo {
 
 /// The body to send: the caller's bytes untouched unless the fit changed a key or the
 /// gateway asks for the stream's usage.
-fn outgoing(bytes: Bytes, mut request: Value, call: &Call, ask_usage: bool) -> Bytes {
+pub(crate) fn outgoing(bytes: Bytes, mut request: Value, call: &Call, ask_usage: bool) -> Bytes {
     let changes = call.ticket().fitted_changes().unwrap_or_default();
     if changes.is_empty() && !ask_usage {
         return bytes;
@@ -183,19 +156,19 @@ fn outgoing(bytes: Bytes, mut request: Value, call: &Call, ask_usage: bool) -> B
 }
 
 /// A call whose key, body, model and upstream were checked.
-struct Checked {
-    key: GatewayKey,
-    bytes: Bytes,
-    request: Value,
-    model: String,
-    stream: bool,
-    upstream: Upstream,
-    timeout: Duration,
+pub(crate) struct Checked {
+    pub(crate) key: GatewayKey,
+    pub(crate) bytes: Bytes,
+    pub(crate) request: Value,
+    pub(crate) model: String,
+    pub(crate) stream: bool,
+    pub(crate) upstream: Upstream,
+    pub(crate) timeout: Duration,
 }
 
 /// Checks a call before admission: the gateway is running, the key, the body, the key may
 /// call the model, and the model's provider has an upstream.
-async fn check(
+pub(crate) async fn check(
     app: &App,
     endpoint: Endpoint,
     headers: &HeaderMap,
@@ -241,74 +214,4 @@ async fn check(
         upstream,
         timeout: Duration::from_secs(policy.gateway.upstream_timeout_seconds),
     })
-}
-
-async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response<Body> {
-    let Checked {
-        key,
-        bytes,
-        request,
-        model,
-        stream,
-        upstream,
-        timeout,
-    } = match check(&app, endpoint, &headers, body).await {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
-    let started = Instant::now();
-    let admitted = app
-        .guard
-        .admit(AdmitRequest {
-            user: Some(key.principal.to_string()),
-            model: model.clone(),
-            request: Some((request.clone(), endpoint.api)),
-            ..AdmitRequest::default()
-        })
-        .await;
-    app.metrics
-        .admission_seconds(started.elapsed().as_secs_f64());
-    let ticket = match admitted {
-        Ok(t) => t,
-        Err(Error::Refused(r)) => return refusal_response(&app, &r, endpoint),
-        Err(e) => return bad(endpoint, &e.to_string()),
-    };
-    app.metrics.count(
-        "usage_guard_gateway_admissions_total",
-        &[("endpoint", endpoint.path)],
-    );
-    let lowered = ticket
-        .fitted()
-        .filter(|f| f.lowered)
-        .map(|f| f.max_output_tokens);
-    if lowered.is_some() {
-        app.metrics.fitted.fetch_add(1, Ordering::Relaxed);
-    }
-    let call = Call::new(
-        ticket,
-        app.metrics.clone(),
-        bill_info(&key, endpoint, stream),
-    );
-    let asked = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
-    let ask_usage = stream && endpoint.api == Api::OpenAiChat && !asked;
-    let send = outgoing(bytes, request, &call, ask_usage);
-    let forward = Forward {
-        client: &app.client,
-        metrics: &app.metrics,
-        endpoint,
-        upstream: &upstream,
-        timeout,
-    };
-    // The headers' view is read while the provider works.
-    let view = app.guard.usage(Some(&key.principal), &model);
-    let (view, answer) = tokio::join!(view, forward.send(&headers, send));
-    let mut extra = Vec::new();
-    if let Ok(view) = &view {
-        let now = app.guard.clock().now_ms();
-        extra = rate_limit(&tightest(view), endpoint.shape, now);
-        if let Some(max) = lowered {
-            extra.push(("x-usage-restriction".into(), restriction(view, max)));
-        }
-    }
-    forward.answer(answer, call, stream, ask_usage, extra).await
 }

@@ -18,9 +18,11 @@ use serde_json::{json, Value};
 
 use super::admin;
 use super::dashboard;
+use super::fallback::model_call;
+use super::health;
 use super::keys;
 use super::metrics::Metrics;
-use super::proxy::{model_call, App};
+use super::proxy::App;
 use super::shape::{json_response, Endpoint, Problem};
 use super::upstream;
 use crate::ceiling::HttpShape;
@@ -91,6 +93,7 @@ fn routes(app: Arc<App>, dashboard_only: bool) -> Router {
         )
         .route("/admin/recover", post(admin::recover))
         .merge(dashboard::routes())
+        .route("/admin/providers/{id}/probe", post(health::probe))
         .with_state(app)
 }
 
@@ -159,7 +162,7 @@ impl Gateway {
 
     /// The Prometheus text of `GET /metrics`.
     pub fn metrics_text(&self) -> String {
-        self.app.metrics.render(self.app.guard.stats())
+        self.app.metrics.render(self.app.guard.stats()) + &health::metrics_text(&self.app.guard)
     }
 
     /// Stops accepting calls and lets running ones finish (up to `gateway.drain_seconds`);
@@ -319,7 +322,8 @@ async fn ready(State(app): State<Arc<App>>) -> Response<Body> {
 
 /// `GET /metrics`: Prometheus text.
 async fn metrics(State(app): State<Arc<App>>) -> Response<Body> {
-    let mut response = Response::new(Body::from(app.metrics.render(app.guard.stats())));
+    let text = app.metrics.render(app.guard.stats()) + &health::metrics_text(&app.guard);
+    let mut response = Response::new(Body::from(text));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),

@@ -9,6 +9,7 @@ mod convert;
 mod errors;
 mod gateway;
 mod guard;
+mod health;
 mod json;
 mod ledger;
 mod policy;
@@ -38,5 +39,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ledger::register(m)?;
     usage::register(m)?;
     gateway::register(m)?;
+    health::register(m)?;
     Ok(())
 }

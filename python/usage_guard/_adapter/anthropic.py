@@ -175,8 +175,15 @@ class GuardedAnthropic(GuardedClient):
     `user` is the default user; a call's `user=` keyword overrides it and is not sent.
     """
 
-    def __init__(self, client: Any, guard: Any, user: Optional[str] = None):
-        super().__init__(client, guard, user)
+    def __init__(
+        self,
+        client: Any,
+        guard: Any,
+        user: Optional[str] = None,
+        fallbacks: Optional[list[str]] = None,
+        credential: str = "default",
+    ):
+        super().__init__(client, guard, user, fallbacks, credential)
         messages = client.messages
 
         def stream(*args: Any, **kwargs: Any) -> _StreamManager:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from ..errors import UsageLimitError
 from .call import (
     Api,
     Call,
@@ -22,6 +23,7 @@ from .call import (
     settle_async,
     settle_sync,
 )
+from .ladder import Ladder
 
 __all__ = ["AsyncGuardedStream", "GuardedClient", "GuardedStream", "Proxy"]
 
@@ -36,16 +38,58 @@ def run_sync(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
+    if owner._fallbacks is not None:
+        return run_ladder_sync(owner, api, fn, args, kwargs)
     call = begin_sync(owner, api, args, kwargs)
     try:
         result = fn(**call.kwargs)
     except BaseException:
         call.ticket.release()
         raise
+    return finish_sync(call, result)
+
+
+def finish_sync(call: Call, result: Any) -> Any:
     if call.stream:
         return GuardedStream(call, result)
     settle_sync(call, call.response_usage(result), result, call.response_capped(result))
     return result
+
+
+def run_ladder_sync(
+    owner: GuardedClient,
+    api: Api,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """`run_sync` down the call's fallback ladder (`ladder`)."""
+    ladder = Ladder(owner, api, args, kwargs)
+    for i, (model, provider) in enumerate(ladder.rungs):
+        if not ladder.available(provider):
+            continue
+        try:
+            call = begin_sync(owner, api, (), ladder.kwargs_for(model))
+        except UsageLimitError as exc:
+            if i == 0:
+                raise
+            ladder.refused.append(exc)
+            continue
+        if not ladder.available(provider, take=True):
+            call.ticket.release()
+            continue
+        try:
+            result = fn(**call.kwargs)
+        except BaseException as exc:
+            call.ticket.release()
+            if ladder.failed(exc, provider, last=i + 1 == len(ladder.rungs)):
+                continue
+            raise
+        ladder.succeeded(provider)
+        result = finish_sync(call, result)
+        ladder.mark(result, i, model)
+        return result
+    raise ladder.exhausted()
 
 
 class _StreamProxy:
@@ -129,16 +173,59 @@ async def run_async(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
+    if owner._fallbacks is not None:
+        return await run_ladder_async(owner, api, fn, args, kwargs)
     call = await begin_async(owner, api, args, kwargs)
     try:
         result = await fn(**call.kwargs)
     except BaseException:
         await call.ticket.release_async()
         raise
+    return await finish_async(call, result)
+
+
+async def finish_async(call: Call, result: Any) -> Any:
     if call.stream:
         return AsyncGuardedStream(call, result)
     await settle_async(call, call.response_usage(result), result, call.response_capped(result))
     return result
+
+
+async def run_ladder_async(
+    owner: GuardedClient,
+    api: Api,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """`run_ladder_sync` for asyncio (the health checks are in-process but for a store
+    read every 500 ms)."""
+    ladder = Ladder(owner, api, args, kwargs)
+    for i, (model, provider) in enumerate(ladder.rungs):
+        if not ladder.available(provider):
+            continue
+        try:
+            call = await begin_async(owner, api, (), ladder.kwargs_for(model))
+        except UsageLimitError as exc:
+            if i == 0:
+                raise
+            ladder.refused.append(exc)
+            continue
+        if not ladder.available(provider, take=True):
+            await call.ticket.release_async()
+            continue
+        try:
+            result = await fn(**call.kwargs)
+        except BaseException as exc:
+            await call.ticket.release_async()
+            if ladder.failed(exc, provider, last=i + 1 == len(ladder.rungs)):
+                continue
+            raise
+        ladder.succeeded(provider)
+        result = await finish_async(call, result)
+        ladder.mark(result, i, model)
+        return result
+    raise ladder.exhausted()
 
 
 class AsyncGuardedStream(_StreamProxy):
@@ -223,10 +310,22 @@ class GuardedClient:
 
     _is_async = False
 
-    def __init__(self, client: Any, guard: Any, user: Optional[str] = None):
+    def __init__(
+        self,
+        client: Any,
+        guard: Any,
+        user: Optional[str] = None,
+        fallbacks: Optional[list[str]] = None,
+        credential: str = "default",
+    ):
         self._client = client
         self._guard = guard
         self._guard_user = user
+        # None: no ladder (and no health tracking); a list: the models tried in order after
+        # the one asked for, against the guard's provider health.
+        self._fallbacks: Optional[list[str]] = None if fallbacks is None else list(fallbacks)
+        # The name the provider's key is tracked under for cooldowns (never the key).
+        self._credential = credential
 
     @property
     def client(self) -> Any:
@@ -238,21 +337,24 @@ class GuardedClient:
         return self._guard
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("_client", "_guard", "_guard_user"):
+        if name in ("_client", "_guard", "_guard_user", "_fallbacks", "_credential"):
             raise AttributeError(name)
         return getattr(self._client, name)
 
     def with_options(self, **options: Any) -> Any:
         """The wrapped client's `with_options(...)`, guarded the same way."""
-        return type(self)(self._client.with_options(**options), self._guard, self._guard_user)
+        return self._same(self._client.with_options(**options), self._guard_user)
 
     def copy(self, **options: Any) -> Any:
         """The wrapped client's `copy(...)`, guarded the same way."""
-        return type(self)(self._client.copy(**options), self._guard, self._guard_user)
+        return self._same(self._client.copy(**options), self._guard_user)
 
     def for_user(self, user: Optional[str]) -> Any:
         """The same client and guard, with another default user."""
-        return type(self)(self._client, self._guard, user)
+        return self._same(self._client, user)
+
+    def _same(self, client: Any, user: Optional[str]) -> Any:
+        return type(self)(client, self._guard, user, self._fallbacks, self._credential)
 
     def _guarded(self, api: Api, fn: Callable[..., Any]) -> Callable[..., Any]:
         """`fn` as a guarded call (a coroutine function on async clients)."""

@@ -66,8 +66,15 @@ class GuardedOllama(GuardedClient):
     `user` is the default user; a call's `user=` keyword overrides it and is not sent.
     """
 
-    def __init__(self, client: Any, guard: Any, user: Optional[str] = None):
-        super().__init__(client, guard, user)
+    def __init__(
+        self,
+        client: Any,
+        guard: Any,
+        user: Optional[str] = None,
+        fallbacks: Optional[list[str]] = None,
+        credential: str = "default",
+    ):
+        super().__init__(client, guard, user, fallbacks, credential)
         self.chat = self._guarded(CHAT, client.chat)
         self.generate = self._guarded(GENERATE, client.generate)
         self.embed = self._guarded(EMBED, client.embed)

@@ -105,10 +105,20 @@ class GuardedOpenAI(GuardedClient):
     """An `openai.OpenAI` (or `AzureOpenAI`) whose model calls are guarded.
 
     `user` is the default user; a call's `user=` keyword overrides it and is not sent.
+    `fallbacks` are models tried in order when the one asked for is unavailable (its
+    provider's breaker open, `credential` cooling down) or fails retryably; each passes
+    admission again, and the answer's `usage_resolution` says when a fallback served it.
     """
 
-    def __init__(self, client: Any, guard: Any, user: Optional[str] = None):
-        super().__init__(client, guard, user)
+    def __init__(
+        self,
+        client: Any,
+        guard: Any,
+        user: Optional[str] = None,
+        fallbacks: Optional[list[str]] = None,
+        credential: str = "default",
+    ):
+        super().__init__(client, guard, user, fallbacks, credential)
         chat = client.chat.completions
         # Structured-output `parse` takes and answers the same shapes as `create`.
         guarded_chat = {"create": self._guarded(CHAT, chat.create)}

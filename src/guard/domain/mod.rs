@@ -8,6 +8,7 @@ pub(crate) mod counter;
 pub(crate) mod decide;
 pub(crate) mod explain;
 pub(crate) mod generic;
+pub(crate) mod health;
 pub(crate) mod message;
 pub(crate) mod path;
 pub(crate) mod policy;

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::health::ProviderHealth;
 use super::queue::FLUSH_WAIT;
 use super::shared::Shared;
 use super::stats::{bump, log_store_error, Stats};
@@ -69,6 +70,12 @@ impl Guard {
     /// The store the guard counts in.
     pub fn store(&self) -> &Arc<dyn CounterStore> {
         &self.shared.store
+    }
+
+    /// Provider health (breakers, credential cooldowns), shared with every guard on the
+    /// same store.
+    pub fn health(&self) -> &ProviderHealth {
+        &self.shared.health
     }
 
     /// The person's path on the model, from the cache when fresh (30 s, same policy version).

@@ -1,7 +1,7 @@
 //! The engine: a guard ties a policy, a counter store, a clock and an optional ledger
 //! together; admission reads, decides, fits and reserves; tickets and batches settle.
 //!
-//! Files import one way: stats ← fill, known, queue ← shared ← settling, billing, fitted ←
+//! Files import one way: stats ← fill, known, queue, health ← shared ← settling, billing, fitted ←
 //! ticket ← guard ← recovery ← reserve ← optimistic ← admission ← batch ← batch_parts,
 //! batch_state.
 
@@ -17,6 +17,7 @@ mod fitted;
 #[allow(clippy::module_inception)]
 pub(crate) mod guard;
 mod halts;
+pub(crate) mod health;
 mod known;
 mod optimistic;
 mod outage;

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Mutex, RwLock};
 
 use super::fill::{fill_keys, FillState};
+use super::health::ProviderHealth;
 use super::known::Known;
 use super::queue::SettleQueue;
 use super::stats::{store_answered, Stats};
@@ -71,6 +72,8 @@ pub(crate) struct Shared {
     pub(crate) queue: SettleQueue,
     /// Last known counter values (stores across a network).
     pub(crate) known: Known,
+    /// Provider breakers and credential cooldowns, shared through the store.
+    pub(crate) health: ProviderHealth,
 }
 
 /// The store epoch a guard trusts: its generation (empty until the first fenced reserve
@@ -117,6 +120,7 @@ impl Shared {
     pub(crate) fn new(policy: Policy, store: Arc<dyn CounterStore>, clock: Arc<dyn Clock>) -> Self {
         let ticket_prefix = AtomicU64::new(random_prefix(&*clock));
         let prefix_generation = AtomicU64::new(crate::fork::generation());
+        let health = ProviderHealth::new(store.clone(), clock.clone());
         Shared {
             store,
             clock,
@@ -135,6 +139,7 @@ impl Shared {
             listeners: RwLock::new(Vec::new()),
             queue: SettleQueue::default(),
             known: Known::default(),
+            health,
         }
     }
 

@@ -57,6 +57,8 @@ struct Inner {
     marks: HashMap<String, Millis>,
     /// Batch part records (billed, or only given back) and when they may go.
     parts: HashMap<String, (bool, Millis)>,
+    /// `raise_until` notes: (until, note).
+    notes: HashMap<String, (Millis, String)>,
     next_sweep: Millis,
 }
 
@@ -71,6 +73,7 @@ impl Inner {
         self.tickets.sweep(now);
         self.marks.retain(|_, until| *until > now);
         self.parts.retain(|_, (_, until)| *until > now);
+        self.notes.retain(|_, (until, _)| *until > now);
     }
 
     /// The cell of `key` if it is still kept at `now`.
@@ -284,6 +287,30 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// `raise_until`, synchronously.
+    pub fn raise_until_now(&self, key: &str, until: Millis, note: &str, now: Millis) {
+        let mut inner = self.inner.lock();
+        inner.sweep(now);
+        match inner.notes.get(key) {
+            Some((kept, _)) if *kept > now && *kept > until => {}
+            _ => {
+                inner
+                    .notes
+                    .insert(key.to_string(), (until, note.to_string()));
+            }
+        }
+    }
+
+    /// `read_until`, synchronously.
+    pub fn read_until_now(&self, keys: &[String], now: Millis) -> Vec<Option<(Millis, String)>> {
+        let inner = self.inner.lock();
+        keys.iter()
+            .map(|k| inner.notes.get(k).filter(|(u, _)| *u > now).cloned())
+            .collect()
+    }
+}
+
 impl CounterStore for MemoryStore {
     fn read(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<CounterRead>> {
         Box::pin(std::future::ready(Ok(self.read_now(&keys, now))))
@@ -331,5 +358,24 @@ impl CounterStore for MemoryStore {
     fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {
         let set = self.mark_once_now(&mark, keep_until, now);
         Box::pin(std::future::ready(Ok(set)))
+    }
+
+    fn raise_until(
+        &self,
+        key: String,
+        until: Millis,
+        note: String,
+        now: Millis,
+    ) -> StoreFuture<'_, ()> {
+        self.raise_until_now(&key, until, &note, now);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn read_until(
+        &self,
+        keys: Vec<String>,
+        now: Millis,
+    ) -> StoreFuture<'_, Vec<Option<(Millis, String)>>> {
+        Box::pin(std::future::ready(Ok(self.read_until_now(&keys, now))))
     }
 }

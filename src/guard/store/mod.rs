@@ -224,6 +224,32 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
         ))))
     }
 
+    /// Sets the note `key` (any text; stores escape it) to `(until, note)` unless it holds a
+    /// later `until` still ahead of `now`; it is kept until `until` (at least a second).
+    /// Provider health shares open breakers and cooldowns this way. The default keeps
+    /// nothing: each guard then only knows its own health.
+    fn raise_until(
+        &self,
+        key: String,
+        until: Millis,
+        note: String,
+        now: Millis,
+    ) -> StoreFuture<'_, ()> {
+        let _ = (key, until, note, now);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// The notes at `keys`, in order, written by `raise_until`: `(until, note)` for each still
+    /// ahead of `now`, else `None`. The default knows none.
+    fn read_until(
+        &self,
+        keys: Vec<String>,
+        now: Millis,
+    ) -> StoreFuture<'_, Vec<Option<(Millis, String)>>> {
+        let _ = now;
+        Box::pin(std::future::ready(Ok(vec![None; keys.len()])))
+    }
+
     /// In one step, for every part of `settle` (in order) whose record says it has not done
     /// so yet: gives back the part's share (once, if the batch's reservation landed), adds a
     /// bill's use (once), and records what it did until `settle.settled_until`. Returns, per

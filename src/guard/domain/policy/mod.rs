@@ -210,6 +210,21 @@ impl Policy {
         self.index.models.get(id).map(|&i| &self.models[i])
     }
 
+    /// The fallback ladder of `model`: it, then its `fallbacks` in order, each with its
+    /// provider (`None` for a model the policy does not list).
+    pub fn ladder(&self, model: &str) -> Vec<(String, Option<Provider>)> {
+        let provider = |m: &str| self.model(m).map(|s| s.provider);
+        let mut out = vec![(model.to_string(), provider(model))];
+        for f in self
+            .model(model)
+            .map(|m| m.fallbacks.as_slice())
+            .unwrap_or(&[])
+        {
+            out.push((f.to_string(), provider(f)));
+        }
+        out
+    }
+
     /// The team entry.
     pub fn team(&self, id: &str) -> Option<&TeamSpec> {
         self.index.teams.get(id).map(|&i| &self.teams[i])

@@ -1,5 +1,6 @@
 //! The `models` section: each model's provider, sizes, prices and prompt counting.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -108,9 +109,13 @@ pub struct ModelSpec {
     /// The tokenizer encoding to count prompts with (e.g. `o200k_base`).
     pub encoding: Option<String>,
     pub counting: Option<Counting>,
+    /// The models the gateway and the wrappers try, in order, when this one's provider is
+    /// unavailable (breaker open, credential cooling) or fails retryably; each passes
+    /// admission again.
+    pub fallbacks: Vec<Arc<str>>,
 }
 
-const MODEL_KEYS: [&str; 9] = [
+const MODEL_KEYS: [&str; 10] = [
     "display_name",
     "provider",
     "context_window",
@@ -120,6 +125,7 @@ const MODEL_KEYS: [&str; 9] = [
     "router",
     "encoding",
     "counting",
+    "fallbacks",
 ];
 
 impl Parser {
@@ -134,6 +140,7 @@ impl Parser {
             return Vec::new();
         };
         let mut models = Vec::new();
+        let ids: HashSet<String> = map.keys().cloned().collect();
         for (id, entry) in map {
             let path = key_path("models", id);
             if id.trim().is_empty() {
@@ -141,7 +148,11 @@ impl Parser {
                 continue;
             }
             if let Some(fields) = self.table(&path, entry, &MODEL_KEYS) {
-                models.push(Arc::new(self.model(&path, id, fields)));
+                let mut model = self.model(&path, id, fields);
+                if let Some(v) = fields.get("fallbacks") {
+                    model.fallbacks = self.fallbacks(&key_path(&path, "fallbacks"), id, v, &ids);
+                }
+                models.push(Arc::new(model));
             }
         }
         models
@@ -162,6 +173,7 @@ impl Parser {
             router: false,
             encoding: None,
             counting: None,
+            fallbacks: Vec::new(),
         };
         if let (Some(v), p) = field("display_name") {
             model.display_name = self.string(&p, v).unwrap_or_default();
@@ -192,6 +204,29 @@ impl Parser {
         }
         self.check_output_fits_context(path, fields, &model);
         model
+    }
+
+    /// A model's `fallbacks`: models of the policy, not the model itself.
+    fn fallbacks(
+        &mut self,
+        path: &str,
+        id: &str,
+        value: &Value,
+        ids: &HashSet<String>,
+    ) -> Vec<Arc<str>> {
+        let mut out: Vec<Arc<str>> = Vec::new();
+        for (i, item) in self.list(path, value).iter().enumerate() {
+            let item_path = format!("{path}[{i}]");
+            let Some(fallback) = self.reference(&item_path, item, ids, "model") else {
+                continue;
+            };
+            if &*fallback == id || out.contains(&fallback) {
+                self.error(&item_path, Some(item), "repeats a model of the ladder");
+                continue;
+            }
+            out.push(fallback);
+        }
+        out
     }
 
     fn provider(&mut self, path: &str, value: &Value) -> Provider {

@@ -13,6 +13,7 @@ mod connection;
 mod epoch;
 mod keys;
 mod known;
+mod marks;
 mod parts;
 mod pipeline;
 mod scripts;
@@ -313,36 +314,17 @@ impl CounterStore for RedisStore {
     }
 
     fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {
-        if keys.is_empty() {
-            return Box::pin(std::future::ready(Ok(Vec::new())));
-        }
-        let mut redis_keys: Vec<String> = keys.iter().map(|k| self.redis_key(k)).collect();
-        redis_keys.push(self.inner.epoch_key.clone());
-        self.run("filled", move |inner, mut conn| async move {
-            let mut call = inner.scripts.filled.prepare_invoke();
-            call.key(redis_keys).arg(now);
-            let marks: Vec<i64> = call.invoke_async(&mut conn).await?;
-            Ok(marks.into_iter().map(|m| m == 1).collect())
-        })
+        self.filled_call(keys, now)
     }
 
     fn fill(
         &self,
         key: CounterKey,
-        ledger_used: u64,
-        retain_until: Millis,
+        used: u64,
+        until: Millis,
         now: Millis,
     ) -> StoreFuture<'_, bool> {
-        let redis_keys = [self.redis_key(&key), self.inner.epoch_key.clone()];
-        self.run("fill", move |inner, mut conn| async move {
-            let mut call = inner.scripts.fill.prepare_invoke();
-            call.key(&redis_keys[..])
-                .arg(now)
-                .arg(ledger_used)
-                .arg(retain_until);
-            let filled: i64 = call.invoke_async(&mut conn).await?;
-            Ok(filled == 1)
-        })
+        self.fill_call(key, used, until, now)
     }
 
     fn epoch(&self) -> StoreFuture<'_, EpochRead> {
@@ -372,12 +354,24 @@ impl CounterStore for RedisStore {
     }
 
     fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {
-        let redis_key = self.mark_key(&mark);
-        self.run("mark_once", move |inner, mut conn| async move {
-            let mut call = inner.scripts.mark_once.prepare_invoke();
-            call.key(redis_key).arg(now).arg(keep_until);
-            let set: i64 = call.invoke_async(&mut conn).await?;
-            Ok(set == 1)
-        })
+        self.mark_once_call(mark, keep_until, now)
+    }
+
+    fn raise_until(
+        &self,
+        key: String,
+        until: Millis,
+        note: String,
+        now: Millis,
+    ) -> StoreFuture<'_, ()> {
+        self.raise_until_call(key, until, note, now)
+    }
+
+    fn read_until(
+        &self,
+        keys: Vec<String>,
+        now: Millis,
+    ) -> StoreFuture<'_, Vec<Option<(Millis, String)>>> {
+        self.read_until_call(keys, now)
     }
 }

@@ -12,6 +12,7 @@ const SETTLE_LUA: &str = include_str!("../lua/settle.lua");
 const FILLED_LUA: &str = include_str!("../lua/filled.lua");
 const FILL_LUA: &str = include_str!("../lua/fill.lua");
 const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
+const RAISE_UNTIL_LUA: &str = include_str!("../lua/raise_until.lua");
 const EPOCH_LUA: &str = include_str!("../lua/epoch.lua");
 const SETTLE_PARTS_LUA: &str = include_str!("../lua/settle_parts.lua");
 
@@ -23,6 +24,7 @@ pub(super) struct Scripts {
     pub(super) filled: Script,
     pub(super) fill: Script,
     pub(super) mark_once: Script,
+    pub(super) raise_until: Script,
     pub(super) epoch: Script,
     pub(super) settle_parts: Script,
 }
@@ -38,6 +40,7 @@ impl Scripts {
             filled: with_common(FILLED_LUA),
             fill: with_common(FILL_LUA),
             mark_once: Script::new(MARK_ONCE_LUA),
+            raise_until: Script::new(RAISE_UNTIL_LUA),
             epoch: Script::new(EPOCH_LUA),
             settle_parts: with_common(SETTLE_PARTS_LUA),
         }

@@ -1,0 +1,321 @@
+//! The fallback ladder of one model call: the model asked for, then its policy `fallbacks`,
+//! in order. Each hop re-derives the next candidate against live health (a provider whose
+//! breaker is open or whose credential cools is skipped), and every candidate passes
+//! admission again (a fallback that would overspend is skipped: never spend through a
+//! fallback what the first model could not). A candidate whose provider fails retryably
+//! (5xx, timeout, connection fault) or limits the rate hands the call to the next one while
+//! nothing was relayed yet. Each answer's outcome is recorded in the guard's health.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Response};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::fallback_hops::{exhausted, Hops};
+use super::forward::{head, Forward};
+use super::headers::{rate_limit, restriction, tightest};
+use super::health::{credential, header_pairs, outcome};
+use super::proxy::{bad, bill_info, check, outgoing, refusal_response, App, Checked};
+use super::relay::Call;
+use super::shape::{set_headers, Endpoint, Problem};
+use crate::ceiling::Api;
+use crate::error::Error;
+use crate::guard::domain::health::Outcome;
+use crate::guard::domain::policy::{Policy, Upstream};
+use crate::guard::engine::admission::AdmitRequest;
+
+/// Serves one model call at `endpoint`, and counts its answer.
+pub(crate) async fn model_call(
+    app: Arc<App>,
+    endpoint: Endpoint,
+    headers: HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    let metrics = app.metrics.clone();
+    // The call runs in its own task: a client that goes away while the provider works does
+    // not cancel it, so what the provider did is still billed.
+    let task = crate::runtime::shared().spawn(call(app, endpoint, headers, body));
+    let response = task
+        .await
+        .unwrap_or_else(|_| Problem::BadGateway.response(endpoint.shape, "the call failed"));
+    metrics.count(
+        "usage_guard_gateway_requests_total",
+        &[
+            ("endpoint", endpoint.path),
+            ("status", response.status().as_str()),
+        ],
+    );
+    response
+}
+
+/// The upstream of `model`'s provider (a model the policy does not list goes to the
+/// endpoint's own provider).
+fn upstream_for(policy: &Policy, model: &str, endpoint: Endpoint) -> Option<Upstream> {
+    let provider = policy
+        .model(model)
+        .map(|m| m.provider)
+        .unwrap_or(endpoint.provider());
+    policy
+        .providers
+        .iter()
+        .find(|u| u.provider == provider)
+        .cloned()
+}
+
+/// The ladder: the model asked for, then its fallbacks the key may call.
+fn ladder(policy: &Policy, checked: &Checked) -> Vec<String> {
+    let may = |m: &str| {
+        checked
+            .key
+            .models
+            .as_ref()
+            .is_none_or(|ms| ms.iter().any(|k| k == m))
+    };
+    let mut out = vec![checked.model.clone()];
+    for (m, _) in policy.ladder(&checked.model).into_iter().skip(1) {
+        if may(&m) && !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    out
+}
+
+async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response<Body> {
+    let checked = match check(&app, endpoint, &headers, body).await {
+        Ok(c) => c,
+        Err(response) => return response,
+    };
+    let policy = app.guard.policy();
+    let ladder = ladder(&policy, &checked);
+    let mut hops = Hops::default();
+    let health = app.guard.health();
+    let attempt = Attempt {
+        app: &app,
+        endpoint,
+        headers: &headers,
+        checked: &checked,
+    };
+    for (i, model) in ladder.iter().enumerate() {
+        let upstream = match i {
+            0 => checked.upstream.clone(),
+            _ => match upstream_for(&policy, model, endpoint) {
+                Some(u) => u,
+                None => continue,
+            },
+        };
+        let (provider, cred) = (upstream.provider.word(), credential(&upstream));
+        if let Err(u) = health.available(provider, &cred).await {
+            hops.skip(u.until);
+            continue;
+        }
+        let (bytes, request) = with_model(&checked, model);
+        let call = match attempt.admit(model, &request).await {
+            Ok(call) => call,
+            Err(Error::Refused(r)) if i == 0 => return refusal_response(&app, &r, endpoint),
+            Err(Error::Refused(r)) => {
+                hops.refused.push((model.clone(), *r));
+                continue;
+            }
+            Err(e) => return bad(endpoint, &e.to_string()),
+        };
+        if let Err(u) = health.take(provider, &cred).await {
+            // Another call took the last half-open probe meanwhile.
+            call.release().await;
+            hops.skip(u.until);
+            continue;
+        }
+        let served = Served {
+            model,
+            upstream: &upstream,
+            resolution: (i > 0).then(|| hops.resolution(&checked.model, model)),
+            last: i + 1 == ladder.len(),
+        };
+        match attempt.send(served, call, bytes, request).await {
+            Ok(response) => return response,
+            Err(failed) => {
+                hops.attempted = true;
+                hops.failed = Some(failed);
+            }
+        }
+    }
+    exhausted(&app, endpoint, &checked.model, hops)
+}
+
+/// The caller's body with `model` in it (the caller's bytes when it is the model asked for).
+fn with_model(checked: &Checked, model: &str) -> (Bytes, Value) {
+    if model == checked.model {
+        return (checked.bytes.clone(), checked.request.clone());
+    }
+    let mut request = checked.request.clone();
+    request["model"] = json!(model);
+    let bytes = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
+    (bytes, request)
+}
+
+/// The candidate a call is sent to.
+struct Served<'a> {
+    model: &'a str,
+    upstream: &'a Upstream,
+    /// `X-Model-Resolution`, for a fallback.
+    resolution: Option<String>,
+    /// Whether no candidate follows (a failure is then passed on as it came).
+    last: bool,
+}
+
+/// The headers that say who served a call: `X-Served-Provider`, and `X-Model-Resolution`
+/// for a fallback.
+fn marks(served: &Served<'_>) -> Vec<(String, String)> {
+    let mut mark = vec![(
+        "x-served-provider".to_string(),
+        served.upstream.provider.word().to_string(),
+    )];
+    if let Some(r) = &served.resolution {
+        mark.push(("x-model-resolution".into(), r.clone()));
+    }
+    mark
+}
+
+/// One candidate's attempt.
+struct Attempt<'a> {
+    app: &'a Arc<App>,
+    endpoint: Endpoint,
+    headers: &'a HeaderMap,
+    checked: &'a Checked,
+}
+
+impl Attempt<'_> {
+    /// Admits the call on `model` (its body `request`): a call ready to send.
+    async fn admit(&self, model: &str, request: &Value) -> Result<Call, Error> {
+        let (app, checked) = (self.app, self.checked);
+        let started = Instant::now();
+        let admitted = app
+            .guard
+            .admit(AdmitRequest {
+                user: Some(checked.key.principal.to_string()),
+                model: model.to_string(),
+                request: Some((request.clone(), self.endpoint.api)),
+                ..AdmitRequest::default()
+            })
+            .await;
+        app.metrics
+            .admission_seconds(started.elapsed().as_secs_f64());
+        let info = bill_info(&checked.key, self.endpoint, checked.stream);
+        Ok(Call::new(admitted?, app.metrics.clone(), info))
+    }
+
+    /// Counts an admitted call (and a fitted one); `Some` (its output maximum) when the fit
+    /// lowered it.
+    fn admitted(&self, call: &Call) -> Option<Option<u64>> {
+        let metrics = &self.app.metrics;
+        let path = self.endpoint.path;
+        metrics.count(
+            "usage_guard_gateway_admissions_total",
+            &[("endpoint", path)],
+        );
+        let lowered = call
+            .ticket()
+            .fitted()
+            .filter(|f| f.lowered)
+            .map(|f| f.max_output_tokens);
+        if lowered.is_some() {
+            metrics
+                .fitted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        lowered
+    }
+
+    /// Sends the admitted call; `Err` with the failed answer when the provider failed in a
+    /// way the next candidate may cure and one follows (the ticket is released).
+    async fn send(
+        &self,
+        served: Served<'_>,
+        call: Call,
+        bytes: Bytes,
+        request: Value,
+    ) -> Result<Response<Body>, Response<Body>> {
+        let (app, endpoint, checked) = (self.app, self.endpoint, self.checked);
+        let lowered = self.admitted(&call);
+        let asked = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
+        let ask_usage = checked.stream && endpoint.api == Api::OpenAiChat && !asked;
+        let send = outgoing(bytes, request, &call, ask_usage);
+        let forward = Forward {
+            client: &app.client,
+            metrics: &app.metrics,
+            endpoint,
+            upstream: served.upstream,
+            timeout: checked.timeout,
+        };
+        // The headers' view is read while the provider works.
+        let view = app.guard.usage(Some(&checked.key.principal), served.model);
+        let (view, answer) = tokio::join!(view, forward.send(self.headers, send));
+        let mark = marks(&served);
+        let mut extra = mark.clone();
+        if let Ok(view) = &view {
+            let now = app.guard.clock().now_ms();
+            extra.extend(rate_limit(&tightest(view), endpoint.shape, now));
+            if let Some(max) = lowered {
+                extra.push(("x-usage-restriction".into(), restriction(view, max)));
+            }
+        }
+        let provider = served.upstream.provider.word();
+        let cred = credential(served.upstream);
+        let health = app.guard.health();
+        let upstream = match answer {
+            Ok(r) if r.status().is_success() => {
+                health.record(provider, &cred, Outcome::Success, &[]).await;
+                let stream = checked.stream;
+                return Ok(forward.answer(Ok(r), call, stream, ask_usage, extra).await);
+            }
+            Ok(r) => r,
+            Err(problem) => {
+                let retryable = Outcome::Retryable;
+                health.record(provider, &cred, retryable, &[]).await;
+                let mut response = forward
+                    .answer(Err(problem), call, false, false, extra)
+                    .await;
+                set_headers(&mut response, mark);
+                return if served.last {
+                    Ok(response)
+                } else {
+                    Err(response)
+                };
+            }
+        };
+        // The provider refused or failed: it used nothing we can bill.
+        call.release().await;
+        let (response, outcome) = self.failed(upstream, provider, &cred).await;
+        let mut response = response;
+        set_headers(&mut response, mark);
+        let next_may_cure = matches!(
+            outcome,
+            Outcome::Retryable | Outcome::RateLimited | Outcome::Billing
+        );
+        if next_may_cure && !served.last {
+            return Err(response);
+        }
+        Ok(response)
+    }
+
+    /// A provider's error answer, passed on as it came, and its outcome (recorded).
+    async fn failed(
+        &self,
+        upstream: reqwest::Response,
+        provider: &str,
+        cred: &str,
+    ) -> (Response<Body>, Outcome) {
+        let status = upstream.status().as_u16();
+        let pairs = header_pairs(upstream.headers());
+        let mut response = head(&upstream);
+        let body = tokio::time::timeout(self.checked.timeout, upstream.bytes()).await;
+        let body = body.ok().and_then(Result::ok).unwrap_or_default();
+        let outcome = outcome(status, &body);
+        let health = self.app.guard.health();
+        health.record(provider, cred, outcome, &pairs).await;
+        *response.body_mut() = Body::from(body);
+        (response, outcome)
+    }
+}
