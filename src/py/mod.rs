@@ -13,6 +13,8 @@ mod json;
 mod ledger;
 mod policy;
 mod provider;
+mod quota;
+mod quota_db;
 mod redis_store;
 mod store;
 mod usage;
@@ -38,5 +40,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ledger::register(m)?;
     usage::register(m)?;
     gateway::register(m)?;
+    quota::register(m)?;
     Ok(())
 }
