@@ -139,12 +139,16 @@ def test_admission_counts_the_quota_counters(service: Make) -> None:
     q.create_policy("member", ROLE)
     q.assign("member", "role:member")
     for _ in range(3):
-        q.guard.admit("bob", "gpt-5", prompt_tokens=5, attributes={"role": "member"}).release()
+        ticket = q.guard.admit(
+            "bob", "gpt-5", prompt_tokens=5, max_tokens=5, attributes={"role": "member"}
+        )
+        ticket.bill(input_tokens=5, output_tokens=5)
+    assert q.usage("role:member", "ai.tokens.total", user="bob")["used"] == 30
     assert not q.check("user:bob", "ai.rate", role="member").allowed
-    with pytest.raises(ug.UsageLimitError):
-        q.guard.admit("bob", "gpt-5", prompt_tokens=5, attributes={"role": "member"})
+    with pytest.raises(ug.UsageLimitError, match="quota ai.rate role:member"):
+        q.guard.admit("bob", "gpt-5", prompt_tokens=5, max_tokens=5, attributes={"role": "member"})
     # A call without the role is not under the role's quota.
-    q.guard.admit("bob", "gpt-5", prompt_tokens=5).release()
+    q.guard.admit("bob", "gpt-5", prompt_tokens=5, max_tokens=5).release()
 
 
 def test_crud_effective_from_and_unassign(service: Make, clock: ug.ManualClock) -> None:
@@ -227,12 +231,19 @@ def test_file_rules_and_stored_quotas_compose(service: Make) -> None:
     q.assign("research", "team:research")
     names = [r["name"] for r in ug._core._guard_policy(q.guard).rules]
     assert names[0] == file_rule["name"] and "quota ai.rate team:research" in names
-    q.guard.admit("alice", "gpt-5", prompt_tokens=1, attributes={"team": "research"}).release()
+    q.guard.admit(
+        "alice", "gpt-5", prompt_tokens=1, max_tokens=1, attributes={"team": "research"}
+    ).bill(input_tokens=1, output_tokens=1)
     with pytest.raises(ug.UsageLimitError, match="quota ai.rate team:research"):
-        q.guard.admit("alice", "gpt-5", prompt_tokens=1, attributes={"team": "research"})
-    q.guard.admit("alice", "gpt-5", prompt_tokens=1).release()  # the file rule's 2nd call
+        q.guard.admit(
+            "alice", "gpt-5", prompt_tokens=1, max_tokens=1, attributes={"team": "research"}
+        )
+    # the file rule's 2nd call
+    q.guard.admit("alice", "gpt-5", prompt_tokens=1, max_tokens=1).bill(
+        input_tokens=1, output_tokens=1
+    )
     with pytest.raises(ug.UsageLimitError, match="file: 2 calls"):
-        q.guard.admit("alice", "gpt-5", prompt_tokens=1)
+        q.guard.admit("alice", "gpt-5", prompt_tokens=1, max_tokens=1)
 
 
 @pytest.mark.parametrize(
