@@ -193,13 +193,16 @@ def test_disable_turns_every_quota_off_visibly(
     q.assign("research", "team:research")
     q.record("team:research", "ai.tokens.total", 1000, request_id="all")
     assert not q.check("team:research", "ai.tokens.total").allowed
+    other = service()  # another guard on the same store and database
     with caplog.at_level("WARNING", logger="usage_guard.quota"):
         q.disable()
-    assert "quotas disabled" in caplog.text
+        other._poll_once()  # what its poller does within 0.25 s
+    assert caplog.text.count("quotas disabled") == 2
     assert q.stats()["enabled"] is False and q.stats()["rules"] == 0
+    assert other.stats()["enabled"] is False
     assert q.check("team:research", "ai.tokens.total").allowed
     q.enable()
-    assert q.stats() == {"enabled": True, "policies": 1, "assignments": 1, "rules": 3, "version": 2}
+    assert q.stats() == {"enabled": True, "policies": 1, "assignments": 1, "rules": 3, "version": 4}
     assert not q.check("team:research", "ai.tokens.total").allowed
 
 

@@ -52,3 +52,14 @@ def test_quota_commands(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> No
     assert code == 1 and "'group' is not a subject type" in text
     code, text = run(capsys, *q, "show", "nope")
     assert code == 1 and "defined: preset-medium, tiny" in text
+
+
+def test_the_off_switch_from_the_cli(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "l.db")
+    run(capsys, "init", "--preset", "large", "--out", str(tmp_path / "l.json"), "--ledger", db)
+    code, text = run(capsys, "quota", "--ledger", db, "disable")
+    assert code == 0 and "enabled=False" in text
+    code, text = run(capsys, "quota", "--ledger", db, "--json", "status")
+    assert json.loads(text)["enabled"] is False
+    code, text = run(capsys, "quota", "--ledger", db, "enable")
+    assert "enabled=True" in text

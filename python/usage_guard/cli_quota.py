@@ -122,6 +122,11 @@ def _run(args: argparse.Namespace, q: QuotaService) -> int:
     elif args.action == "delete":
         q.delete_policy(args.name)
         _emit(args, {"deleted": args.name}, f"deleted {args.name}")
+    elif args.action in ("enable", "disable", "status"):
+        if args.action != "status":
+            getattr(q, args.action)()
+        stats = q.stats()
+        _emit(args, stats, " ".join(f"{k}={v}" for k, v in stats.items()))
     elif args.action == "usage":
         dims = [args.dimension] if args.dimension else list(AI_DIMENSIONS)
         usage = {d: q.usage(args.subject, d, user=args.user) for d in dims}
@@ -193,6 +198,9 @@ def add_quota_commands(commands: Any) -> None:
     assign.add_argument("subject")
     assign.add_argument("--effective-from", help="ISO 8601 (default: now)")
     actions.add_parser("unassign", help="remove a subject's policy").add_argument("subject")
+    actions.add_parser("disable", help="turn every stored quota off (every guard, within 1 s)")
+    actions.add_parser("enable", help="turn the stored quotas back on")
+    actions.add_parser("status", help="enabled, policies, assignments")
     usage = actions.add_parser("usage", help="used / limit / remaining / reset per dimension")
     usage.add_argument("subject")
     usage.add_argument("--dimension")

@@ -118,6 +118,13 @@ class QuotaService:
             self._seen = self._version() if self._installed is not None else None
             now = self._now_ms()
             in_force, later = [], []
+            enabled = self.store.enabled()
+            if enabled != self.enabled:
+                self.enabled = enabled
+                if enabled:
+                    LOG.info("quotas enabled")
+                else:
+                    LOG.warning("quotas disabled: no stored quota policy is enforced by this guard")
             for a in self.store.assignments() if self.enabled else []:
                 kind, ident = a["subject"].split(":", 1)
                 if a["effective_from"] <= now:
@@ -143,19 +150,16 @@ class QuotaService:
         self._stop.set()
 
     def disable(self) -> None:
-        """Turns every quota of this service off (the file policy still applies), visibly:
-        `stats()["enabled"]` is False and a warning is logged."""
-        with self._lock:
-            self.enabled = False
-            self.refresh()
-        LOG.warning("quotas disabled: no stored quota policy is enforced by this guard")
+        """Turns every stored quota off for every guard on this database and store, within
+        1 s (the file policy still applies), visibly: `stats()["enabled"]` is False and each
+        service logs a warning on `usage_guard.quota`."""
+        self.store.set_enabled(False)
+        self._bump()
 
     def enable(self) -> None:
-        """Turns the quotas back on."""
-        with self._lock:
-            self.enabled = True
-            self.refresh()
-        LOG.info("quotas enabled")
+        """Turns the stored quotas back on (everywhere, as `disable`)."""
+        self.store.set_enabled(True)
+        self._bump()
 
     def stats(self) -> dict[str, Any]:
         """`enabled`, the stored `policies` and `assignments`, the `rules` in force, the

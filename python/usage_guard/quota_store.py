@@ -29,6 +29,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " subject_id TEXT NOT NULL, effective_from BIGINT NOT NULL DEFAULT 0,"
         " UNIQUE (subject_type, subject_id))",
     ),
+    ("CREATE TABLE IF NOT EXISTS quota_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",),
 )
 AUTO_ID = {
     "sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT",
@@ -255,6 +256,21 @@ class QuotaStore:
                 ident,
             )
         return had is not None
+
+    def enabled(self) -> bool:
+        """Whether quotas are on (the stored switch; on unless turned off)."""
+        with self.tx() as tx:
+            row = tx.one("SELECT value FROM quota_settings WHERE name = 'enabled'")
+        return row is None or row[0] == "true"
+
+    def set_enabled(self, on: bool) -> None:
+        """Turns every quota on or off for every guard on this database."""
+        with self.tx() as tx:
+            tx.run("DELETE FROM quota_settings WHERE name = 'enabled'")
+            tx.run(
+                "INSERT INTO quota_settings (name, value) VALUES ('enabled', ?)",
+                "true" if on else "false",
+            )
 
     def assignments(self) -> list[dict[str, Any]]:
         """Every assignment: subject, policy, effective_from (ms), limits."""
