@@ -51,6 +51,7 @@ pub use guard::engine::admission::AdmitRequest;
 pub use guard::engine::batch::{BatchRequest, BatchTicket};
 pub use guard::engine::guard::{flush_all_blocking, Guard};
 pub use guard::engine::health::ProviderHealth;
+pub use guard::engine::quota::{QuotaRecord, RuleCounter};
 pub use guard::engine::stats::Stats;
 pub use guard::engine::ticket::{BillInfo, Billed, Recorded, Ticket, Usage};
 #[cfg(feature = "postgres")]
@@ -60,6 +61,8 @@ pub use guard::ledger::SqliteLedger;
 pub use guard::ledger::{
     GroupBy, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery,
 };
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use guard::ledger::{QuotaDb, QuotaDbAt, SqlValue};
 #[cfg(feature = "redis")]
 pub use guard::store::RedisStore;
 pub use guard::store::{

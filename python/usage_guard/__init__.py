@@ -42,6 +42,7 @@ from .errors import (
     UsageLimitsUnavailable,
 )
 from .gateway import Gateway, serve
+from .quota import Decision, PolicyInUse, QuotaService
 
 
 def _flush_ledgers_at_exit() -> None:
@@ -67,6 +68,9 @@ atexit.register(_flush_settles_at_exit)
 
 __all__ = [
     "ContextWindowExceeded",
+    "Decision",
+    "PolicyInUse",
+    "QuotaService",
     "ModelNotFound",
     "ProviderUnavailable",
     "FitResult",

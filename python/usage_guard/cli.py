@@ -6,6 +6,8 @@ usage-guard check POLICY_FILE   validate a policy file and print every error and
 usage-guard recover ...         lift the epoch fence after the counter store lost its state
 usage-guard serve ...           the HTTP gateway (OpenAI, Anthropic, Ollama endpoints)
 usage-guard dashboard ...       the usage dashboard for a library deployment (no gateway)
+usage-guard quota ...           stored quota policies: list, show, create, assign, usage, check
+usage-guard init --preset SIZE  write a conservative starter quota policy (small|medium|large)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Optional, Sequence
 from . import Policy, PolicyError, __version__
 from .cli_dashboard import add_dashboard_command
 from .cli_demo import EXAMPLE_POLICY, run_day
+from .cli_quota import add_quota_commands
 from .cli_recover import add_recover_command
 from .cli_serve import add_serve_command
 from .cli_usage import add_usage_command
@@ -100,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_recover_command(commands)
     add_serve_command(commands)
     add_dashboard_command(commands)
+    add_quota_commands(commands)
     return parser
 
 
@@ -108,7 +112,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "check":
             return check(args.policy_file, strict=args.strict)
-        if args.command in ("usage", "recover", "serve", "dashboard"):
+        if args.command in ("usage", "recover", "serve", "dashboard", "quota", "init"):
             return int(args.func(args))
         run_day()
         return 0

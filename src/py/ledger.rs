@@ -16,7 +16,7 @@ use crate::guard::engine::guard::Guard;
 use crate::guard::engine::ticket::BillInfo;
 use crate::guard::ledger::{
     flush_all, register_open, GroupBy, Ledger, LedgerError as CoreLedgerError, PostgresLedger,
-    SqliteLedger, UsageQuery,
+    QuotaDbAt, SqliteLedger, UsageQuery,
 };
 
 fn ledger_err(e: CoreLedgerError) -> Error {
@@ -172,6 +172,8 @@ ledger_class!(PySqliteLedger, {
 pub struct PyPostgresLedger {
     inner: Arc<dyn Ledger>,
     where_: String,
+    /// The URL as given (the quota tables connect to it).
+    url: String,
 }
 
 ledger_class!(PyPostgresLedger, {
@@ -191,7 +193,7 @@ ledger_class!(PyPostgresLedger, {
         let where_ = ledger.url().to_string();
         let inner: Arc<dyn Ledger> = Arc::new(ledger);
         register_open(&inner);
-        Ok(Self { inner, where_ })
+        Ok(Self { inner, where_, url })
     }
 });
 
@@ -214,6 +216,18 @@ pub(crate) fn extract_ledger(
         "accepted: a SqliteLedger or a PostgresLedger",
     )
     .into())
+}
+
+/// Where a Python ledger object's database is (for the quota tables).
+pub(crate) fn quota_db_at(ledger: &Bound<'_, PyAny>) -> PyResult<QuotaDbAt> {
+    if let Ok(l) = ledger.cast::<PySqliteLedger>() {
+        return Ok(QuotaDbAt::Sqlite(l.get().where_.clone()));
+    }
+    if let Ok(l) = ledger.cast::<PyPostgresLedger>() {
+        return Ok(QuotaDbAt::Postgres(l.get().url.clone()));
+    }
+    let why = "accepted: a SqliteLedger or a PostgresLedger";
+    Err(Error::wrong_type("ledger", ledger.get_type(), why).into())
 }
 
 /// Flushes the guard's ledger.

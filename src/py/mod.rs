@@ -14,6 +14,8 @@ mod json;
 mod ledger;
 mod policy;
 mod provider;
+mod quota;
+mod quota_db;
 mod redis_store;
 mod store;
 mod usage;
@@ -40,5 +42,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     usage::register(m)?;
     gateway::register(m)?;
     health::register(m)?;
+    quota::register(m)?;
     Ok(())
 }

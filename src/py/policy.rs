@@ -98,6 +98,14 @@ impl PyPolicy {
         Ok(list)
     }
 
+    /// This policy with more generic rules (a list of `[[rules]]` tables) after its own; a
+    /// rule named like one of the policy's is refused.
+    fn with_rules(&self, py: Python<'_>, rules: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let value = py_to_json_document(rules)?;
+        let base = self.inner.clone();
+        Ok(Self::wrap(py.detach(move || base.with_rules(&value))?))
+    }
+
     /// A model's display name (its id when the policy does not list it).
     fn display_name(&self, model: &str) -> String {
         self.inner

@@ -22,6 +22,7 @@ mod known;
 mod optimistic;
 mod outage;
 pub(crate) mod queue;
+pub(crate) mod quota;
 mod recovery;
 mod reserve;
 mod settling;

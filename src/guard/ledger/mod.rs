@@ -13,6 +13,8 @@ mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod queue;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod quota_db;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -26,6 +28,8 @@ use std::sync::{Arc, Weak};
 
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresLedger;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use self::quota_db::{QuotaDb, QuotaDbAt, SqlValue};
 #[cfg(feature = "sqlite")]
 pub use self::sqlite::SqliteLedger;
 

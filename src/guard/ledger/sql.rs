@@ -242,6 +242,8 @@ pub(crate) fn sum_sql(
     w.text("model", &filter.model);
     w.add("at_ms >=", Param::Int(filter.since));
     w.add("at_ms <", Param::Int(filter.until));
+    // Use the quota service recorded counts in its own rules, never in the limit kinds'.
+    w.clauses.push("source_type <> 'quota'".into());
     (
         format!(
             "SELECT CAST(COALESCE(SUM({}), 0) AS BIGINT) FROM usage_ledger{}",

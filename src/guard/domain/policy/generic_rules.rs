@@ -285,3 +285,26 @@ impl Parser {
         }
     }
 }
+
+impl super::Policy {
+    /// This policy with `rules` (a `[[rules]]` list, validated as a document's) after its own
+    /// generic rules: how the quota service adds the rules its stored policies compile to. A
+    /// name one of the policy's rules has is refused.
+    pub fn with_rules(&self, rules: &Value) -> Result<super::Policy, crate::error::Error> {
+        let models: HashSet<String> = self.models.iter().map(|m| m.id.to_string()).collect();
+        let mut p = Parser::new();
+        let extra = p.generic_rules(rules, &models);
+        for (i, rule) in extra.iter().enumerate() {
+            if self.rules.iter().any(|r| r.name == rule.name) {
+                let v = Value::from(&*rule.name);
+                let path = key_path(&format!("rules[{i}]"), "name");
+                p.error(&path, Some(&v), "is the name of a rule of the policy");
+            }
+        }
+        let (extra, _) = p.finish(extra)?;
+        let mut out = self.clone();
+        out.rules.extend(extra);
+        out.build_index();
+        Ok(out)
+    }
+}

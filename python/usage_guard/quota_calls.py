@@ -1,0 +1,171 @@
+"""The quota service's calls as pure functions: amounts in counter units, the call a subject
+makes, the decision over the counters read, instants."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from .quota_model import RULE_PREFIX, Subject, metric_of, parse_subject, rule_name, window_of
+
+Instant = Union[str, dt.datetime, None]
+# The assignments in force: (subject type, id, limits).
+InForce = list[tuple[str, str, dict[str, dict[str, Any]]]]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What `check` answers: whether `amount` fits every quota that applies, what is left
+    (None: no quota applies), when the binding window resets (ISO 8601 UTC) and, when refused,
+    why (`quota_exceeded: ...`)."""
+
+    allowed: bool
+    remaining: Optional[float]
+    reset_at: Optional[str]
+    reason: Optional[str]
+
+
+def units_of(dimension: str, amount: Any, field: str = "amount") -> int:
+    """An amount in the counters' unit (micro-dollars for ai.cost), checked."""
+    metric = metric_of(dimension)
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount != amount:
+        raise ValueError(f"{field}: {amount!r} is not an amount; accepted: a number >= 0")
+    if amount < 0:
+        raise ValueError(f"{field}: {amount!r} is negative; accepted: a number >= 0")
+    if metric == "cost":
+        return int(round(amount * 1_000_000))
+    if amount != int(amount):
+        raise ValueError(
+            f"{field}: {amount!r} is not whole; accepted: a whole number for {dimension}"
+        )
+    return int(amount)
+
+
+def shown(dimension: str, units: int) -> float:
+    return units / 1_000_000 if metric_of(dimension) == "cost" else units
+
+
+def instant_ms(when: Instant) -> int:
+    if when is None:
+        return 0
+    if isinstance(when, str):
+        try:
+            when = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"effective_from: {when!r} is not an instant; accepted: ISO 8601 such as "
+                "'2026-12-01T00:00:00Z', a datetime, or None (now)"
+            ) from None
+    if not isinstance(when, dt.datetime):
+        raise ValueError(
+            f"effective_from: {when!r} is not an instant; accepted: str, datetime, None"
+        )
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def call_of(
+    subject: Subject,
+    dimension: str,
+    team: Optional[str],
+    role: Optional[str],
+    user: Optional[str],
+) -> tuple[Optional[str], dict[str, str], str]:
+    """The call a subject makes (with the memberships it carries): the principal, the
+    attributes, and the prefix of the rules of `dimension`."""
+    metric_of(dimension)
+    kind, ident = parse_subject(subject)
+    attrs: dict[str, str] = {}
+    if team is not None:
+        attrs["team"] = team
+    if role is not None:
+        attrs["role"] = role
+    if kind == "user":
+        user = ident
+    elif kind == "team":
+        attrs["team"] = ident
+    else:
+        attrs["role"] = ident
+        if user is None:
+            raise ValueError(
+                f"user: {subject!r}'s limits count per member; accepted: user='<id>' naming "
+                "the member"
+            )
+    if not dimension.startswith("ai."):
+        attrs["endpoint"] = dimension
+    return user, attrs, f"{RULE_PREFIX}{dimension} "
+
+
+def decide(dimension: str, units: int, counters: list[dict[str, Any]]) -> Decision:
+    """The decision on `units` over the counters of the rules that apply."""
+    if not counters:
+        return Decision(True, None, None, None)
+    binding = min(counters, key=lambda c: c["left"])
+    short = [c for c in counters if c["left"] < units]
+    if not short:
+        return Decision(True, shown(dimension, binding["left"]), binding["resets_at"], None)
+    worst = max(short, key=lambda c: c["resets_at"] or "")
+    subject = worst["rule"].rsplit(" ", 1)[1]
+    reason = (
+        f"quota_exceeded: {subject} has {shown(dimension, worst['left'])} of "
+        f"{shown(dimension, worst['budget'])} {dimension} left"
+        + (f" this {worst['window']}" if worst["window"] else "")
+    )
+    return Decision(False, shown(dimension, binding["left"]), worst["resets_at"], reason)
+
+
+def limit_of(in_force: InForce, kind: str, ident: str, dimension: str) -> Optional[dict[str, Any]]:
+    """The limit assigned to the subject on `dimension`, if any."""
+    for k, i, limits in in_force:
+        if (k, i) == (kind, ident) and dimension in limits:
+            return dict(limits[dimension])
+    return None
+
+
+def usage_view(
+    in_force: InForce, subject: Subject, dimension: str, window: Any, counters: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The subject's own counter as `usage` answers it."""
+    kind, ident = parse_subject(subject)
+    own = [c for c in counters if c["rule"] == rule_name(dimension, kind, ident)]
+    limit = limit_of(in_force, kind, ident, dimension)
+    if window is not None:
+        window_of("window", window)
+        if limit is None or limit.get("window") != window:
+            accepted = limit.get("window") if limit else "none: no limit is assigned"
+            raise ValueError(
+                f"window: {window!r} is not the window of {kind}:{ident}'s {dimension} "
+                f"limit; accepted: {accepted}"
+            )
+    if not own:
+        return {"used": None, "limit": None, "remaining": None, "reset_at": None}
+    c = own[0]
+    return {
+        "used": shown(dimension, c["used"] + c["held"]),
+        "limit": shown(dimension, c["budget"]),
+        "remaining": shown(dimension, c["left"]),
+        "reset_at": c["resets_at"],
+    }
+
+
+def effective(
+    in_force: InForce, subject: Subject, dimension: str, team: Optional[str], role: Optional[str]
+) -> Optional[dict[str, Any]]:
+    """The smallest limit of the subject and the memberships it carries on `dimension`."""
+    metric_of(dimension)
+    kind, ident = parse_subject(subject)
+    candidates = [(kind, ident)]
+    if team is not None and kind != "team":
+        candidates.append(("team", team))
+    if role is not None and kind != "role":
+        candidates.append(("role", role))
+    found = []
+    for k, i in candidates:
+        limit = limit_of(in_force, k, i, dimension)
+        if limit is not None:
+            found.append(
+                {"limit": limit["limit"], "window": limit.get("window"), "subject": f"{k}:{i}"}
+            )
+    return min(found, key=lambda f: f["limit"]) if found else None

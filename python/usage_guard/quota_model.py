@@ -1,0 +1,184 @@
+"""The quota service's data model (docs/quotas.md): subjects, dimensions, windows and
+limits, and how a policy assigned to a subject compiles into generic rules."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Optional, Union
+
+SUBJECT_TYPES = ("team", "user", "role")
+
+# Dimension -> the rule amount (metric) it counts.
+AI_DIMENSIONS = {
+    "ai.tokens.total": "tokens",
+    "ai.tokens.input": "input_tokens",
+    "ai.tokens.output": "output_tokens",
+    "ai.cost": "cost",
+    "ai.rate": "requests",
+    "ai.concurrency": "concurrency",
+    "tools.invocations": "requests",
+}
+CALENDAR_WORDS = ("day", "week", "month", "year")
+ROLLING_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+RULE_PREFIX = "quota "
+# The counter every guard on the store polls to see a policy change.
+VERSION_RULE = "quota-version"
+VERSION_ENDPOINT = "usage-guard:quota-version"
+
+Subject = Union[str, tuple[str, str]]
+
+
+def parse_subject(subject: Subject) -> tuple[str, str]:
+    """`"team:eng"` or `("team", "eng")` -> `("team", "eng")`; anything else a ValueError
+    naming the value and the accepted types."""
+    if isinstance(subject, tuple) and len(subject) == 2:
+        kind, ident = subject
+    elif isinstance(subject, str) and ":" in subject:
+        kind, ident = subject.split(":", 1)
+    else:
+        raise ValueError(
+            f"subject: {subject!r} is not a subject; accepted: 'team:<id>', 'user:<id>', "
+            "'role:<id>' or a (type, id) tuple"
+        )
+    if kind not in SUBJECT_TYPES:
+        raise ValueError(
+            f"subject: {kind!r} is not a subject type; accepted: team, user, role (got {subject!r})"
+        )
+    if not isinstance(ident, str) or not ident:
+        raise ValueError(f"subject: the id of {subject!r} must be a non-empty string")
+    return kind, ident
+
+
+def metric_of(dimension: str) -> str:
+    """The rule amount a dimension counts: the AI ones as mapped, any other (a dotted name such
+    as `tools.invocations`) is counted as `requests` of its own counter."""
+    if dimension in AI_DIMENSIONS:
+        return AI_DIMENSIONS[dimension]
+    dotted = isinstance(dimension, str) and re.fullmatch(
+        r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)+", dimension
+    )
+    if not dotted or dimension.startswith("ai."):
+        raise ValueError(
+            f"dimension: {dimension!r} is not a dimension; accepted: "
+            f"{', '.join(AI_DIMENSIONS)}, or a dotted lower-case name outside 'ai.' such as "
+            "'tools.writes'"
+        )
+    return "requests"
+
+
+def window_of(field: str, window: Any) -> Union[str, dict[str, Any], None]:
+    """A quotas.md window (`"day"`, `"month"`, `"60s"`, `"10m"`, ...) as a rule window."""
+    if window is None:
+        return None
+    if isinstance(window, str):
+        if window in CALENDAR_WORDS:
+            return window
+        m = re.fullmatch(r"([1-9][0-9]*)\s*([smhd])", window)
+        if m:
+            return {"kind": "rolling", "count": int(m.group(1)), "unit": ROLLING_UNITS[m.group(2)]}
+    raise ValueError(
+        f"{field}: {window!r} is not a window; accepted: day, week, month, year (calendar, UTC) "
+        "or a rolling '<n>s', '<n>m', '<n>h', '<n>d' such as '60s'"
+    )
+
+
+def check_limits(limits: Any) -> dict[str, dict[str, Any]]:
+    """A policy's `limits` JSON, checked: each dimension a table of `limit` (>= 0) and
+    `window` (none for `ai.concurrency`, required otherwise)."""
+    if not isinstance(limits, Mapping) or not limits:
+        raise ValueError(
+            f"limits: {limits!r} must be a non-empty mapping of dimension to {{limit, window}}"
+        )
+    out: dict[str, dict[str, Any]] = {}
+    for dimension, spec in limits.items():
+        field = f"limits[{dimension!r}]"
+        metric = metric_of(dimension)
+        if not isinstance(spec, Mapping) or "limit" not in spec:
+            raise ValueError(f"{field}: {spec!r} must be a table with 'limit' (and 'window')")
+        keys = {"limit", "window"} | ({"on_rate", "max_wait"} if dimension == "ai.rate" else set())
+        unknown = set(spec) - keys
+        if unknown:
+            raise ValueError(
+                f"{field}: {sorted(unknown)[0]!r} is not a key; accepted: {', '.join(sorted(keys))}"
+            )
+        limit = spec["limit"]
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
+            raise ValueError(f"{field}.limit: {limit!r} must be a number >= 0")
+        if metric != "cost" and limit != int(limit):
+            raise ValueError(f"{field}.limit: {limit!r} must be a whole number")
+        window = spec.get("window")
+        if metric == "concurrency":
+            if window is not None:
+                raise ValueError(f"{field}.window: ai.concurrency takes no window (got {window!r})")
+        else:
+            if window is None:
+                raise ValueError(f"{field}.window: is required for {dimension}")
+            window_of(f"{field}.window", window)
+        out[dimension] = {"limit": limit, **({"window": window} if window is not None else {})}
+        if dimension == "ai.rate":
+            out[dimension].update(_rate_options(field, spec))
+    return out
+
+
+def _rate_options(field: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """`on_rate` (`enqueue`: wait for room, the default; `reject`) and `max_wait` (whole
+    seconds, default 10) of an `ai.rate` limit."""
+    on_rate = spec.get("on_rate", "enqueue")
+    if on_rate not in ("enqueue", "reject"):
+        raise ValueError(f"{field}.on_rate: {on_rate!r} is not a word; accepted: enqueue, reject")
+    max_wait = spec.get("max_wait", 10)
+    if isinstance(max_wait, bool) or not isinstance(max_wait, int) or not 1 <= max_wait <= 3600:
+        raise ValueError(
+            f"{field}.max_wait: {max_wait!r} is not a wait; accepted: whole seconds, 1 to 3600"
+        )
+    return {"on_rate": on_rate, "max_wait": max_wait}
+
+
+def rule_name(dimension: str, kind: str, ident: str) -> str:
+    """The generic rule a subject's limit on a dimension compiles into."""
+    return f"{RULE_PREFIX}{dimension} {kind}:{ident}"
+
+
+def compile_rules(
+    assigned: list[tuple[str, str, dict[str, dict[str, Any]]]], warn_at: Optional[float] = 0.8
+) -> list[dict[str, Any]]:
+    """The `[[rules]]` of the assigned limits (subject type, id, limits): a team's limit is
+    one counter for the team; a user's, one for the user (`principal`); a role's, one per
+    member (`count_by = ["principal"]`) — a cap every member of the role has. `warn_at`: the
+    soft threshold (a fraction of the limit) at which the guard's events fire, once per
+    window, subject and dimension (None: none)."""
+    rules: list[dict[str, Any]] = [
+        {
+            "name": VERSION_RULE,
+            "applies_when": {"endpoint": VERSION_ENDPOINT},
+            "amount": "requests",
+            "budget": 1 << 53,
+            "window": "year",
+            "action": "warn",
+        }
+    ]
+    attribute = {"team": "team", "user": "principal", "role": "role"}
+    for kind, ident, limits in assigned:
+        for dimension, spec in limits.items():
+            when: dict[str, Any] = {attribute[kind]: ident}
+            if not dimension.startswith("ai."):
+                when["endpoint"] = dimension
+            rule: dict[str, Any] = {
+                "name": rule_name(dimension, kind, ident),
+                "applies_when": when,
+                "amount": metric_of(dimension),
+                "budget": spec["limit"],
+            }
+            if kind == "role":
+                rule["count_by"] = ["principal"]
+            if warn_at is not None and dimension != "ai.concurrency":
+                rule["warn_at"] = [warn_at]
+            if spec.get("on_rate", "reject") == "enqueue":
+                rule["action"] = "throttle"
+                rule["throttle_max_wait"] = spec.get("max_wait", 10)
+            window = window_of("window", spec.get("window"))
+            if window is not None:
+                rule["window"] = window
+            rules.append(rule)
+    return rules

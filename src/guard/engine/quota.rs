@@ -1,0 +1,260 @@
+//! The quota service's two engine operations (docs/quotas.md): reading the counters of the
+//! generic rules a set of attributes matches (one store read, nothing reserved), and adding
+//! use that did not pass through admission to them, once per request id.
+
+use std::sync::Arc;
+
+use super::guard::Guard;
+use super::settling::settled_until;
+use super::stats::{bump, log_store_error};
+use crate::error::{Error, Result};
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::counter::{CounterRead, Settle, SettleOutcome, UsageAdd};
+use crate::guard::domain::decide::{rule_state, SlotRead};
+use crate::guard::domain::generic::{Attribute, CallAttributes, GenericRule};
+use crate::guard::domain::path::PathRule;
+use crate::guard::domain::refusal::Refusal;
+use crate::guard::domain::rule::{CounterId, LimitType, Metric};
+use crate::guard::domain::window::Window;
+use crate::guard::ledger::LedgerRow;
+use crate::guard::store::CounterKey;
+
+/// How long a recorded request id is remembered: a repeated `record` within this time
+/// counts once.
+pub(crate) const RECORD_KEEP_MS: i64 = 35 * 24 * 3_600_000;
+
+/// One generic rule's counter for the attributes read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleCounter {
+    pub name: Arc<str>,
+    pub metric: Metric,
+    pub window: Window,
+    /// The budget, in the metric's unit (micro-dollars for cost).
+    pub budget: u64,
+    /// Billed use in the window (with the previous bucket's share, for sliding windows).
+    pub used: u64,
+    /// Held by calls running now.
+    pub held: u64,
+    pub left: u64,
+    pub resets_at: Option<Millis>,
+}
+
+/// The rules named `prefix`... that `call` matches, each with its counter.
+fn matching(
+    guard: &Guard,
+    call: &CallAttributes,
+    prefix: &str,
+) -> Vec<(Arc<GenericRule>, Arc<CounterId>)> {
+    let (policy, _) = guard.shared.policy();
+    policy
+        .rules
+        .iter()
+        .filter(|rule| rule.name.starts_with(prefix) && rule.matches(call))
+        .filter_map(|rule| {
+            let subject = rule.subject(call)?;
+            let spec = &rule.spec;
+            let id = CounterId::rule(subject.into(), spec.metric, spec.window);
+            Some((rule.clone(), Arc::new(id)))
+        })
+        .collect()
+}
+
+/// The attributes of a quota call: `principal` is `user`, the others from `attributes`.
+fn call_of(
+    guard: &Guard,
+    user: Option<&str>,
+    attributes: &[(String, String)],
+) -> Result<CallAttributes> {
+    let (policy, _) = guard.shared.policy();
+    let call = CallAttributes::of(user.unwrap_or(""), "", None, attributes, &policy.scopes)?;
+    Ok(call)
+}
+
+fn unavailable(
+    guard: &Guard,
+    operation: &'static str,
+    e: &crate::guard::store::StoreError,
+) -> Error {
+    bump(&guard.shared.stats.store_errors);
+    log_store_error(operation, e);
+    Error::Refused(Box::new(Refusal::unavailable()))
+}
+
+impl Guard {
+    /// The counters of every generic rule named `prefix`... the attributes match
+    /// (`principal` = `user`), in policy order, read in one store round trip.
+    pub async fn rule_counters(
+        &self,
+        user: Option<&str>,
+        attributes: &[(String, String)],
+        prefix: &str,
+    ) -> Result<Vec<RuleCounter>> {
+        let call = call_of(self, user, attributes)?;
+        let rules = matching(self, &call, prefix);
+        if rules.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.shared.clock.now_ms();
+        let mut keys = Vec::with_capacity(rules.len() * 2);
+        for (_, id) in &rules {
+            let bucket = id.window.bucket_start(now);
+            keys.push(CounterKey {
+                id: id.clone(),
+                bucket,
+            });
+        }
+        let mut previous_at = Vec::with_capacity(rules.len());
+        for (_, id) in &rules {
+            let start = id.window.bucket_start(now);
+            let prev = id
+                .window
+                .is_sliding()
+                .then(|| id.window.previous_bucket_start(start));
+            previous_at.push(prev.flatten().map(|bucket| {
+                keys.push(CounterKey {
+                    id: id.clone(),
+                    bucket,
+                });
+                keys.len() - 1
+            }));
+        }
+        let reads = self
+            .shared
+            .store
+            .read(keys, now)
+            .await
+            .map_err(|e| unavailable(self, "quota read", &e))?;
+        let slots: Vec<SlotRead> = (0..rules.len())
+            .map(|i| SlotRead {
+                current: reads[i],
+                previous: previous_at[i]
+                    .map(|p| reads[p])
+                    .unwrap_or(CounterRead::default()),
+            })
+            .collect();
+        Ok(rules
+            .iter()
+            .enumerate()
+            .map(|(slot, (rule, _))| {
+                let bound = PathRule {
+                    limit_type: LimitType::Rule,
+                    rule: rule.spec.clone(),
+                    slot,
+                    team: None,
+                    team_name: Arc::from(""),
+                    per_person: false,
+                    generic: Some(rule.clone()),
+                };
+                let state = rule_state(&bound, &slots, now);
+                RuleCounter {
+                    name: rule.name.clone(),
+                    metric: rule.spec.metric,
+                    window: rule.spec.window,
+                    budget: rule.spec.amount,
+                    used: state.used,
+                    held: state.held,
+                    left: state.left,
+                    resets_at: state.resets_at,
+                }
+            })
+            .collect())
+    }
+
+    /// Adds `record.amount` of `record.metric` to the counter of every generic rule named
+    /// `record.prefix`... on that metric the attributes match, never refusing; once per
+    /// request id for [`RECORD_KEEP_MS`] (the store's settled mark, one round trip). The
+    /// first time, a ledger row (`rec:<request_id>`, source type `quota`) is queued too.
+    /// Returns whether this call counted it (`false`: already recorded).
+    pub async fn record_rules(&self, record: &QuotaRecord) -> Result<bool> {
+        let call = call_of(self, record.user.as_deref(), &record.attributes)?;
+        let now = self.shared.clock.now_ms();
+        let adds: Vec<UsageAdd> = matching(self, &call, &record.prefix)
+            .into_iter()
+            .filter(|(_, id)| id.metric == record.metric && record.amount > 0)
+            .map(|(_, id)| {
+                let bucket = id.window.bucket_start(now);
+                let retain_until = id.window.retain_until(bucket);
+                UsageAdd {
+                    key: CounterKey { id, bucket },
+                    amount: record.amount,
+                    retain_until,
+                }
+            })
+            .collect();
+        let id = format!("rec:{}", record.request_id);
+        let settle = Settle {
+            id: id.clone(),
+            ticket: id,
+            holds: Vec::new(),
+            expiry_minute: now.div_euclid(60_000),
+            adds,
+            settled_until: settled_until(now).max(now + RECORD_KEEP_MS),
+        };
+        let outcome = self
+            .shared
+            .store
+            .settle(&settle, now)
+            .await
+            .map_err(|e| unavailable(self, "quota record", &e))?;
+        let counted = outcome == SettleOutcome::Settled;
+        if counted && !record.dimension.is_empty() {
+            if let Some(ledger) = self.shared.ledger.get() {
+                ledger.record(ledger_row(record, &call, now));
+            }
+        }
+        Ok(counted)
+    }
+}
+
+/// Use that did not pass through admission, for [`Guard::record_rules`].
+#[derive(Debug, Clone)]
+pub struct QuotaRecord {
+    /// The principal (`user:` subjects).
+    pub user: Option<String>,
+    /// The other call attributes (`team`, `role`, `endpoint` ...).
+    pub attributes: Vec<(String, String)>,
+    /// The rules counted: those whose name starts with it.
+    pub prefix: String,
+    pub metric: Metric,
+    /// In the metric's unit (micro-dollars for cost).
+    pub amount: u64,
+    pub request_id: String,
+    /// The quota dimension, as the ledger row's `source_id` (empty: no ledger row).
+    pub dimension: String,
+    pub model: Option<String>,
+    pub executor: Option<String>,
+    /// Free JSON the caller attached.
+    pub meta: Option<serde_json::Value>,
+}
+
+fn ledger_row(record: &QuotaRecord, call: &CallAttributes, now: Millis) -> LedgerRow {
+    let mut row = LedgerRow {
+        ticket_id: format!("rec:{}", record.request_id),
+        at_ms: now,
+        user: record.user.clone(),
+        teams: call
+            .get(Attribute::Team)
+            .map(String::from)
+            .into_iter()
+            .collect(),
+        source_type: "quota".into(),
+        source_id: record.dimension.clone(),
+        model: record.model.clone().unwrap_or_default(),
+        request_id: Some(record.request_id.clone()),
+        metadata: Some(serde_json::json!({
+            "dimension": record.dimension,
+            "amount": record.amount,
+            "executor": record.executor,
+            "meta": record.meta,
+        })),
+        ..LedgerRow::default()
+    };
+    match record.metric {
+        Metric::Tokens | Metric::InputTokens => row.input_tokens = record.amount,
+        Metric::OutputTokens => row.output_tokens = record.amount,
+        Metric::Cost => row.cost_micros = record.amount,
+        Metric::ComputeMs => row.compute_ms = record.amount,
+        Metric::Requests | Metric::Concurrency => {}
+    }
+    row
+}
