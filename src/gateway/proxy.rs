@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
@@ -49,7 +49,7 @@ pub(crate) async fn model_call(
         .await
         .unwrap_or_else(|_| Problem::BadGateway.response(endpoint.shape, "the call failed"));
     metrics.count(
-        "usage_guard_gateway_requests_total",
+        "usage_guard_gateway_requests",
         &[
             ("endpoint", endpoint.path),
             ("status", response.status().as_str()),
@@ -120,13 +120,6 @@ async fn read_request(
 
 /// The refusal as the endpoint's provider answers it, with the rate-limit headers.
 fn refusal_response(app: &App, refusal: &Refusal, endpoint: Endpoint) -> Response<Body> {
-    app.metrics.count(
-        "usage_guard_gateway_refusals_total",
-        &[
-            ("reason", refusal.reason.code()),
-            ("limit_type", refusal.limit_type.map_or("", |l| l.name())),
-        ],
-    );
     let http = refusal.to_http(endpoint.shape);
     let mut response = json_response(
         StatusCode::from_u16(http.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
@@ -165,7 +158,11 @@ fn bill_info(key: &GatewayKey, endpoint: Endpoint, stream: bool) -> BillInfo {
 /// The body to send: the caller's bytes untouched unless the fit changed a key or the
 /// gateway asks for the stream's usage.
 fn outgoing(bytes: Bytes, mut request: Value, call: &Call, ask_usage: bool) -> Bytes {
-    let changes = call.ticket().fitted_changes().unwrap_or_default();
+    let mut changes = call.ticket().fitted_changes().unwrap_or_default();
+    if call.ticket().degraded_from().is_some() {
+        // A `degrade` rule admitted its `degrade_to` model instead: that one is sent.
+        changes.insert("model".into(), json!(call.ticket().model()));
+    }
     if changes.is_empty() && !ask_usage {
         return bytes;
     }
@@ -256,7 +253,6 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
         Ok(c) => c,
         Err(response) => return response,
     };
-    let started = Instant::now();
     let admitted = app
         .guard
         .admit(AdmitRequest {
@@ -266,29 +262,20 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
             ..AdmitRequest::default()
         })
         .await;
-    app.metrics
-        .admission_seconds(started.elapsed().as_secs_f64());
     let ticket = match admitted {
         Ok(t) => t,
         Err(Error::Refused(r)) => return refusal_response(&app, &r, endpoint),
         Err(e) => return bad(endpoint, &e.to_string()),
     };
     app.metrics.count(
-        "usage_guard_gateway_admissions_total",
+        "usage_guard_gateway_admissions",
         &[("endpoint", endpoint.path)],
     );
     let lowered = ticket
         .fitted()
         .filter(|f| f.lowered)
         .map(|f| f.max_output_tokens);
-    if lowered.is_some() {
-        app.metrics.fitted.fetch_add(1, Ordering::Relaxed);
-    }
-    let call = Call::new(
-        ticket,
-        app.metrics.clone(),
-        bill_info(&key, endpoint, stream),
-    );
+    let call = Call::new(ticket, bill_info(&key, endpoint, stream));
     let asked = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
     let ask_usage = stream && endpoint.api == Api::OpenAiChat && !asked;
     let send = outgoing(bytes, request, &call, ask_usage);
@@ -300,12 +287,19 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
         timeout,
     };
     // The headers' view is read while the provider works.
-    let view = app.guard.usage(Some(&key.principal), &model);
+    let admitted = call.ticket().model().to_string();
+    let view = app.guard.usage(Some(&key.principal), &admitted);
     let (view, answer) = tokio::join!(view, forward.send(&headers, send));
     let mut extra = Vec::new();
+    if let Some(from) = call.ticket().degraded_from() {
+        extra.push((
+            "x-degraded".into(),
+            format!("{from} -> {}", call.ticket().model()),
+        ));
+    }
     if let Ok(view) = &view {
         let now = app.guard.clock().now_ms();
-        extra = rate_limit(&tightest(view), endpoint.shape, now);
+        extra.extend(rate_limit(&tightest(view), endpoint.shape, now));
         if let Some(max) = lowered {
             extra.push(("x-usage-restriction".into(), restriction(view, max)));
         }

@@ -84,6 +84,11 @@ fn routes(app: Arc<App>) -> Router {
             get(admin::get_policy).put(admin::put_policy),
         )
         .route("/admin/recover", post(admin::recover))
+        .route("/admin/keys", get(admin::list_keys))
+        .route(
+            "/admin/keys/{label}",
+            axum::routing::put(admin::put_key).delete(admin::delete_key),
+        )
         .with_state(app)
 }
 
@@ -143,7 +148,7 @@ impl Gateway {
 
     /// The Prometheus text of `GET /metrics`.
     pub fn metrics_text(&self) -> String {
-        self.app.metrics.render(self.app.guard.stats())
+        self.app.metrics.render(&self.app.guard)
     }
 
     /// Stops accepting calls and lets running ones finish (up to `gateway.drain_seconds`);
@@ -280,7 +285,7 @@ async fn ready(State(app): State<Arc<App>>) -> Response<Body> {
 
 /// `GET /metrics`: Prometheus text.
 async fn metrics(State(app): State<Arc<App>>) -> Response<Body> {
-    let mut response = Response::new(Body::from(app.metrics.render(app.guard.stats())));
+    let mut response = Response::new(Body::from(app.metrics.render(&app.guard)));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4"),

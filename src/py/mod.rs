@@ -11,6 +11,7 @@ mod gateway;
 mod guard;
 mod json;
 mod ledger;
+mod metrics;
 mod policy;
 mod provider;
 mod redis_store;

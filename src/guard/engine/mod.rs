@@ -1,8 +1,8 @@
 //! The engine: a guard ties a policy, a counter store, a clock and an optional ledger
 //! together; admission reads, decides, fits and reserves; tickets and batches settle.
 //!
-//! Files import one way: stats ← fill, known, queue ← shared ← settling, billing, fitted ←
-//! ticket ← guard ← recovery ← reserve ← optimistic ← admission ← batch ← batch_parts,
+//! Files import one way: stats, billing ← metrics ← fill, known, queue ← shared ← settling,
+//! fitted ← ticket ← guard ← recovery ← reserve ← optimistic ← admission ← batch ← batch_parts,
 //! batch_state.
 
 mod actions;
@@ -18,6 +18,7 @@ mod fitted;
 pub(crate) mod guard;
 mod halts;
 mod known;
+pub(crate) mod metrics;
 mod optimistic;
 mod outage;
 pub(crate) mod queue;
