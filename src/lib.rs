@@ -51,6 +51,7 @@ pub use guard::engine::admission::AdmitRequest;
 pub use guard::engine::batch::{BatchRequest, BatchTicket};
 pub use guard::engine::guard::{flush_all_blocking, Guard};
 pub use guard::engine::health::ProviderHealth;
+pub use guard::engine::metrics::{MetricFamily, MetricKind, MetricSample};
 pub use guard::engine::quota::{QuotaRecord, RuleCounter};
 pub use guard::engine::stats::Stats;
 pub use guard::engine::ticket::{BillInfo, Billed, Recorded, Ticket, Usage};

@@ -207,7 +207,7 @@ def test_refusals_by_reason_equal_the_metrics(seeded: Any) -> None:
         assert r.status_code == 429, r.text
     got = get(gateway, "/admin/refusals")
     m = re.search(
-        r'usage_guard_gateway_refusals_total\{reason="(\w+)",limit_type="(\w+)"\} (\d+)',
+        r'usage_guard_refusals_total\{reason="(\w+)",limit_type="(\w+)"\} (\d+)',
         gateway.metrics(),
     )
     assert m is not None

@@ -315,12 +315,12 @@ def test_health_readiness_and_metrics(fake, start):
     with pytest.raises(openai.RateLimitError):
         oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES)
     text = httpx.get(f"{gateway.url}/metrics").text
-    assert text.startswith("# TYPE usage_guard_")
+    assert text.startswith("# HELP usage_guard_")
     assert "usage_guard_refused_total 1" in text
     refusals = 'refusals_total{reason="USAGE_LIMIT_DOES_NOT_FIT",limit_type="direct"} 1'
-    assert f"usage_guard_gateway_{refusals}" in text
+    assert f"usage_guard_{refusals}" in text
     assert 'status="429"' in text
-    assert "usage_guard_gateway_admission_seconds_count 1" in text
+    assert "usage_guard_admission_seconds_count 1" in text
 
 
 def test_keys_never_reach_the_logs(fake, start, caplog):

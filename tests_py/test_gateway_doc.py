@@ -70,7 +70,7 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, FakePro
 
 
 def test_the_docs_policy_is_valid_and_its_commands_are_there():
-    assert len(commands()) == 10
+    assert len(commands()) == 14
     assert any("stream" in c for c, _ in commands())
 
 

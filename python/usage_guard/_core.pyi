@@ -11,6 +11,7 @@ from .types import (
     ErrorShape,
     LimitType,
     Metric,
+    MetricFamily,
     PromptCount,
     Provider,
     ReportedUsage,
@@ -200,6 +201,8 @@ class Guard:
     @property
     def policy_version(self) -> int: ...
     def stats(self) -> dict[str, int]: ...
+    def metrics(self) -> dict[str, MetricFamily]: ...
+    def metrics_text(self) -> str: ...
 
 # The usage ceiling (src/py/ceiling.rs).
 

@@ -18,6 +18,8 @@ __all__ = [
     "ErrorShape",
     "LimitType",
     "Metric",
+    "MetricFamily",
+    "MetricSample",
     "PromptCount",
     "Provider",
     "ReportedUsage",
@@ -187,3 +189,17 @@ class ReportedUsage(TypedDict):
     output_tokens: int
     cached_input_tokens: int
     reasoning_tokens: int
+
+
+# One sample of a metric family: its name (`..._total`, `..._bucket`, `..._sum`, `..._count`),
+# its labels, its value.
+MetricSample = tuple[str, dict[str, str], float]
+
+
+class MetricFamily(TypedDict):
+    """A value of `Guard.metrics()` (keyed by the family's name, `usage_guard_admitted`):
+    the family's Prometheus type, help and samples."""
+
+    type: Literal["counter", "gauge", "histogram"]
+    help: str
+    samples: list[MetricSample]

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 
@@ -16,7 +16,7 @@ use super::shape::json_response;
 use super::upstream;
 use crate::error::Error;
 use crate::guard::domain::clock::{iso8601, parse_iso8601};
-use crate::guard::domain::policy::{key_digest, Policy};
+use crate::guard::domain::policy::{key_digest, GatewayKey, Policy};
 use crate::guard::domain::view::RuleView;
 use crate::guard::ledger::{GroupBy, UsageQuery};
 
@@ -228,20 +228,92 @@ pub(crate) async fn put_policy(
                 &policy_json(&policy, app.guard.policy_version()),
             )
         }
-        Err(e) => {
-            let errors: Vec<Value> = match &e {
-                Error::Policy(list) => list.clone(),
-                Error::InvalidArgument(f) | Error::WrongType(f) => vec![f.clone()],
-                _ => Vec::new(),
-            }
-            .iter()
-            .map(|f| json!({"path": f.path, "value": f.value, "message": f.message}))
-            .collect();
-            json_response(
-                StatusCode::BAD_REQUEST,
-                &json!({"error": e.to_string(), "errors": errors}),
-            )
+        Err(e) => invalid(&e),
+    }
+}
+
+/// 400 with every error of an invalid policy (or key).
+fn invalid(e: &Error) -> Response<Body> {
+    let errors: Vec<Value> = match e {
+        Error::Policy(list) => list.clone(),
+        Error::InvalidArgument(f) | Error::WrongType(f) => vec![f.clone()],
+        _ => Vec::new(),
+    }
+    .iter()
+    .map(|f| json!({"path": f.path, "value": f.value, "message": f.message}))
+    .collect();
+    json_response(
+        StatusCode::BAD_REQUEST,
+        &json!({"error": e.to_string(), "errors": errors}),
+    )
+}
+
+fn key_json(k: &GatewayKey) -> Value {
+    json!({
+        "label": k.label, "principal": &*k.principal, "credential": k.credential,
+        "teams": k.teams, "attributes": k.attributes, "models": k.models,
+    })
+}
+
+/// `GET /admin/keys`: the gateway's keys (labels and who they call as; never a key).
+pub(crate) async fn list_keys(State(app): State<Arc<App>>, headers: HeaderMap) -> Response<Body> {
+    if let Some(r) = refused(&app, &headers) {
+        return r;
+    }
+    let keys: Vec<Value> = app
+        .guard
+        .policy()
+        .gateway
+        .keys
+        .iter()
+        .map(key_json)
+        .collect();
+    json_response(StatusCode::OK, &json!({ "keys": keys }))
+}
+
+/// `PUT /admin/keys/{label}`: adds or replaces a key (the fields of a `[gateway.keys.*]`
+/// table, as JSON) in the policy in force; 400 with every error when it is not valid.
+pub(crate) async fn put_key(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(label): Path<String>,
+    body: String,
+) -> Response<Body> {
+    if let Some(r) = refused(&app, &headers) {
+        return r;
+    }
+    let entry = match serde_json::from_str::<Value>(&body) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("not JSON: {e}")),
+    };
+    match app.guard.policy().with_gateway_key(&label, &entry) {
+        Ok(policy) => {
+            app.guard.set_policy(policy);
+            log::info!("gateway: key {label:?} set by the admin API");
+            let policy = app.guard.policy();
+            let key = policy.gateway.keys.iter().find(|k| k.label == label);
+            json_response(StatusCode::OK, &key.map(key_json).unwrap_or_default())
         }
+        Err(e) => invalid(&e),
+    }
+}
+
+/// `DELETE /admin/keys/{label}`: removes a key from the policy in force (404 when none).
+pub(crate) async fn delete_key(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(label): Path<String>,
+) -> Response<Body> {
+    if let Some(r) = refused(&app, &headers) {
+        return r;
+    }
+    match app.guard.policy().without_gateway_key(&label) {
+        Some(policy) => {
+            app.guard.set_policy(policy);
+            log::info!("gateway: key {label:?} removed by the admin API");
+            json_response(StatusCode::OK, &json!({ "deleted": label }))
+        }
+        None => error(StatusCode::NOT_FOUND, "no key with that label"),
     }
 }
 

@@ -280,49 +280,27 @@ pub(crate) async fn counters(
     )
 }
 
-/// `key="value"` pairs (values escaped as the metrics write them) as a map.
-fn labels(text: &str) -> serde_json::Map<String, Value> {
-    let mut out = serde_json::Map::new();
-    let mut rest = text;
-    while let Some((key, after)) = rest.split_once("=\"") {
-        let (mut value, mut chars) = (String::new(), after.char_indices());
-        let mut end = after.len();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => match chars.next() {
-                    Some((_, 'n')) => value.push('\n'),
-                    Some((_, other)) => value.push(other),
-                    None => {}
-                },
-                '"' => {
-                    end = i + 1;
-                    break;
-                }
-                _ => value.push(c),
-            }
-        }
-        out.insert(
-            key.trim_start_matches(',').to_string(),
-            Value::String(value),
-        );
-        rest = &after[end..];
-    }
-    out
-}
-
 /// `GET /admin/refusals`: the refusals this server answered since it started, by reason and
 /// limit type, and the guard's own counts.
 pub(crate) async fn refusals(State(app): State<Arc<App>>, headers: HeaderMap) -> Response<Body> {
     if let Some(r) = refused(&app, &headers) {
         return r;
     }
+    // The guard's refusals by reason and limit type (the family `/metrics` renders as
+    // `usage_guard_refusals_total`).
     let by_reason: Vec<Value> = app
-        .metrics
-        .counts("usage_guard_gateway_refusals_total")
+        .guard
+        .metrics()
         .into_iter()
-        .map(|(text, count)| {
-            let mut row = labels(&text);
-            row.insert("count".into(), json!(count));
+        .filter(|family| family.name == "usage_guard_refusals")
+        .flat_map(|family| family.samples)
+        .map(|sample| {
+            let mut row: serde_json::Map<String, Value> = sample
+                .labels
+                .into_iter()
+                .map(|(k, v)| (k, Value::String(v)))
+                .collect();
+            row.insert("count".into(), json!(sample.value as u64));
             Value::Object(row)
         })
         .collect();
@@ -344,13 +322,6 @@ pub(crate) async fn refusals(State(app): State<Arc<App>>, headers: HeaderMap) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn labels_read_escaped_values() {
-        let parsed = labels(r#"reason="a\"b",limit_type="direct""#);
-        assert_eq!(parsed["reason"], "a\"b");
-        assert_eq!(parsed["limit_type"], "direct");
-    }
 
     #[test]
     fn a_series_is_whole_buckets_ending_after_now() {

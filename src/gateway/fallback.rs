@@ -7,7 +7,6 @@
 //! nothing was relayed yet. Each answer's outcome is recorded in the guard's health.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Response};
@@ -42,7 +41,7 @@ pub(crate) async fn model_call(
         .await
         .unwrap_or_else(|_| Problem::BadGateway.response(endpoint.shape, "the call failed"));
     metrics.count(
-        "usage_guard_gateway_requests_total",
+        "usage_guard_gateway_requests",
         &[
             ("endpoint", endpoint.path),
             ("status", response.status().as_str()),
@@ -128,7 +127,6 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
             continue;
         }
         let served = Served {
-            model,
             upstream: &upstream,
             resolution: (i > 0).then(|| hops.resolution(&checked.model, model)),
             last: i + 1 == ladder.len(),
@@ -157,7 +155,6 @@ fn with_model(checked: &Checked, model: &str) -> (Bytes, Value) {
 
 /// The candidate a call is sent to.
 struct Served<'a> {
-    model: &'a str,
     upstream: &'a Upstream,
     /// `X-Model-Resolution`, for a fallback.
     resolution: Option<String>,
@@ -190,7 +187,6 @@ impl Attempt<'_> {
     /// Admits the call on `model` (its body `request`): a call ready to send.
     async fn admit(&self, model: &str, request: &Value) -> Result<Call, Error> {
         let (app, checked) = (self.app, self.checked);
-        let started = Instant::now();
         let admitted = app
             .guard
             .admit(AdmitRequest {
@@ -200,32 +196,20 @@ impl Attempt<'_> {
                 ..AdmitRequest::default()
             })
             .await;
-        app.metrics
-            .admission_seconds(started.elapsed().as_secs_f64());
         let info = bill_info(&checked.key, self.endpoint, checked.stream);
-        Ok(Call::new(admitted?, app.metrics.clone(), info))
+        Ok(Call::new(admitted?, info))
     }
 
-    /// Counts an admitted call (and a fitted one); `Some` (its output maximum) when the fit
-    /// lowered it.
+    /// Counts an admitted call (the guard counts fitted ones); `Some` (its output maximum)
+    /// when the fit lowered it.
     fn admitted(&self, call: &Call) -> Option<Option<u64>> {
-        let metrics = &self.app.metrics;
         let path = self.endpoint.path;
-        metrics.count(
-            "usage_guard_gateway_admissions_total",
-            &[("endpoint", path)],
-        );
-        let lowered = call
-            .ticket()
+        let metrics = &self.app.metrics;
+        metrics.count("usage_guard_gateway_admissions", &[("endpoint", path)]);
+        call.ticket()
             .fitted()
             .filter(|f| f.lowered)
-            .map(|f| f.max_output_tokens);
-        if lowered.is_some() {
-            metrics
-                .fitted
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        lowered
+            .map(|f| f.max_output_tokens)
     }
 
     /// Sends the admitted call; `Err` with the failed answer when the provider failed in a
@@ -250,10 +234,15 @@ impl Attempt<'_> {
             timeout: checked.timeout,
         };
         // The headers' view is read while the provider works.
-        let view = app.guard.usage(Some(&checked.key.principal), served.model);
+        // A `degrade` rule admitted (and `outgoing` sends) its `degrade_to` model instead.
+        let admitted = call.ticket().model().to_string();
+        let view = app.guard.usage(Some(&checked.key.principal), &admitted);
         let (view, answer) = tokio::join!(view, forward.send(self.headers, send));
         let mark = marks(&served);
         let mut extra = mark.clone();
+        if let Some(from) = call.ticket().degraded_from() {
+            extra.push(("x-degraded".into(), format!("{from} -> {admitted}")));
+        }
         if let Ok(view) = &view {
             let now = app.guard.clock().now_ms();
             extra.extend(rate_limit(&tightest(view), endpoint.shape, now));

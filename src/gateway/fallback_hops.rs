@@ -54,10 +54,6 @@ pub(crate) fn exhausted(app: &App, endpoint: Endpoint, model: &str, hops: Hops) 
             "The model {model:?} is unavailable and no affordable fallback remains ({})",
             why.join("; ")
         );
-        app.metrics.count(
-            "usage_guard_gateway_refusals_total",
-            &[("reason", "budget_exhausted"), ("limit_type", "")],
-        );
         let mut response = shaped(
             endpoint.shape,
             StatusCode::PAYMENT_REQUIRED,

@@ -45,8 +45,7 @@ impl Forward<'_> {
         let request = upstream::request(self.client, self.upstream, self.endpoint.path, caller);
         let started = Instant::now();
         let sent = tokio::time::timeout(self.timeout, request.body(body).send()).await;
-        self.metrics
-            .upstream_seconds(started.elapsed().as_secs_f64());
+        self.metrics.upstream_seconds(started.elapsed());
         let status = match &sent {
             Ok(Ok(r)) => r.status().as_str().to_string(),
             Ok(Err(e)) if e.is_timeout() => "timeout".into(),
@@ -54,7 +53,7 @@ impl Forward<'_> {
             Ok(Err(_)) => "unreachable".into(),
         };
         self.metrics.count(
-            "usage_guard_gateway_upstream_responses_total",
+            "usage_guard_gateway_upstream_responses",
             &[
                 ("provider", self.upstream.provider.word()),
                 ("status", &status),

@@ -93,13 +93,6 @@ async fn read_request(
 
 /// The refusal as the endpoint's provider answers it, with the rate-limit headers.
 pub(crate) fn refusal_response(app: &App, refusal: &Refusal, endpoint: Endpoint) -> Response<Body> {
-    app.metrics.count(
-        "usage_guard_gateway_refusals_total",
-        &[
-            ("reason", refusal.reason.code()),
-            ("limit_type", refusal.limit_type.map_or("", |l| l.name())),
-        ],
-    );
     let http = refusal.to_http(endpoint.shape);
     let mut response = json_response(
         StatusCode::from_u16(http.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
@@ -138,7 +131,11 @@ pub(crate) fn bill_info(key: &GatewayKey, endpoint: Endpoint, stream: bool) -> B
 /// The body to send: the caller's bytes untouched unless the fit changed a key or the
 /// gateway asks for the stream's usage.
 pub(crate) fn outgoing(bytes: Bytes, mut request: Value, call: &Call, ask_usage: bool) -> Bytes {
-    let changes = call.ticket().fitted_changes().unwrap_or_default();
+    let mut changes = call.ticket().fitted_changes().unwrap_or_default();
+    if call.ticket().degraded_from().is_some() {
+        // A `degrade` rule admitted its `degrade_to` model instead: that one is sent.
+        changes.insert("model".into(), json!(call.ticket().model()));
+    }
     if changes.is_empty() && !ask_usage {
         return bytes;
     }

@@ -2,44 +2,23 @@
 //! else from what was delivered), and relaying a streamed answer event by event while
 //! reading the usage and the delivered text out of it.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::metrics::Metrics;
 use super::shape::Framing;
 use crate::ceiling::{reported_usage, Api, Encoding, ReportedUsage};
 use crate::guard::engine::ticket::{BillInfo, Ticket, Usage};
-
-/// Counts a call as open while it lives.
-struct Open(Arc<Metrics>);
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 /// An admitted call: its ticket, settled once by `bill` or `release`. Dropped unsettled
 /// (the caller gave up before the provider answered), its ticket releases itself.
 pub(crate) struct Call {
     ticket: Ticket,
     info: BillInfo,
-    metrics: Arc<Metrics>,
-    _open: Open,
 }
 
 impl Call {
-    pub(crate) fn new(ticket: Ticket, metrics: Arc<Metrics>, info: BillInfo) -> Self {
-        metrics.open.fetch_add(1, Ordering::Relaxed);
-        Call {
-            ticket,
-            info,
-            _open: Open(metrics.clone()),
-            metrics,
-        }
+    pub(crate) fn new(ticket: Ticket, info: BillInfo) -> Self {
+        Call { ticket, info }
     }
 
     pub(crate) fn ticket(&self) -> &Ticket {
@@ -60,18 +39,8 @@ impl Call {
         if let Some(Value::Object(m)) = info.metadata.as_mut() {
             m.insert("ended".into(), Value::from(ended));
         }
-        match self.ticket.bill_with(usage, info).await {
-            Ok(Some(billed)) => {
-                let m = &self.metrics;
-                m.billed_input_tokens
-                    .fetch_add(billed.input_tokens, Ordering::Relaxed);
-                m.billed_output_tokens
-                    .fetch_add(billed.output_tokens, Ordering::Relaxed);
-                m.billed_cost_micros
-                    .fetch_add(billed.cost_micros, Ordering::Relaxed);
-            }
-            Ok(None) => {}
-            Err(e) => log::warn!("gateway: billing ticket {} failed: {e}", self.ticket.id()),
+        if let Err(e) = self.ticket.bill_with(usage, info).await {
+            log::warn!("gateway: billing ticket {} failed: {e}", self.ticket.id());
         }
     }
 

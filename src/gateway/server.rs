@@ -94,6 +94,11 @@ fn routes(app: Arc<App>, dashboard_only: bool) -> Router {
         .route("/admin/recover", post(admin::recover))
         .merge(dashboard::routes())
         .route("/admin/providers/{id}/probe", post(health::probe))
+        .route("/admin/keys", get(admin::list_keys))
+        .route(
+            "/admin/keys/{label}",
+            axum::routing::put(admin::put_key).delete(admin::delete_key),
+        )
         .with_state(app)
 }
 
@@ -162,7 +167,7 @@ impl Gateway {
 
     /// The Prometheus text of `GET /metrics`.
     pub fn metrics_text(&self) -> String {
-        self.app.metrics.render(self.app.guard.stats()) + &health::metrics_text(&self.app.guard)
+        self.app.metrics.render(&self.app.guard) + &health::metrics_text(&self.app.guard)
     }
 
     /// Stops accepting calls and lets running ones finish (up to `gateway.drain_seconds`);
@@ -322,7 +327,7 @@ async fn ready(State(app): State<Arc<App>>) -> Response<Body> {
 
 /// `GET /metrics`: Prometheus text.
 async fn metrics(State(app): State<Arc<App>>) -> Response<Body> {
-    let text = app.metrics.render(app.guard.stats()) + &health::metrics_text(&app.guard);
+    let text = app.metrics.render(&app.guard) + &health::metrics_text(&app.guard);
     let mut response = Response::new(Body::from(text));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -198,13 +198,17 @@ impl PyGuard {
     /// Counts an operator can watch: admitted, refused, uncounted, unavailable, store
     /// errors, reserve retries, billed, released, settle failures.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (name, value) in self.inner.stats().snapshot() {
-            d.set_item(name, value)?;
-        }
-        // Store steps (Redis: pipelines) that sent the bills queued for the background.
-        d.set_item("settle_steps", self.inner.settle_steps())?;
-        Ok(d)
+        super::metrics::stats(py, &self.inner)
+    }
+
+    /// Every metric family `GET /metrics` serves for this guard, as data.
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        super::metrics::families(py, &self.inner)
+    }
+
+    /// The same metrics in the Prometheus text format.
+    fn metrics_text(&self) -> String {
+        self.inner.metrics_text()
     }
 
     fn __repr__(&self) -> String {

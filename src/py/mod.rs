@@ -12,6 +12,7 @@ mod guard;
 mod health;
 mod json;
 mod ledger;
+mod metrics;
 mod policy;
 mod provider;
 mod quota;

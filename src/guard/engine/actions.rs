@@ -4,6 +4,7 @@
 //! `throttle_max_wait`, and admits or refuses then (one timer, never a busy loop).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::admission::AdmitRequest;
 use super::guard::Guard;
@@ -23,7 +24,18 @@ impl Guard {
     /// refused by a `throttle` rule waits for room (at most `throttle_max_wait`) and is
     /// admitted or refused then.
     pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
-        let ticket = self.admit_acting(request).await?;
+        let started = Instant::now();
+        let admitted = self.admit_acting(request).await;
+        let refusal = match &admitted {
+            Err(Error::Refused(r)) => Some(&**r),
+            _ => None,
+        };
+        let metrics = &self.shared.metrics;
+        metrics.admission(started.elapsed(), refusal);
+        let ticket = admitted?;
+        if ticket.fitted().is_some_and(|f| f.lowered) {
+            metrics.fitted();
+        }
         self.emit(&ticket).await;
         Ok(ticket)
     }

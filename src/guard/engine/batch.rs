@@ -5,6 +5,7 @@
 //! each result is billed once and each share given back once, across crashes too.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::admission::{demand, AdmitRequest};
 use super::guard::Guard;
@@ -64,6 +65,22 @@ impl Guard {
     /// Admits a batch for `user` on `model`: every request must fit in full (a batch is not
     /// shrunk), and its whole use is held for 25 hours.
     pub async fn admit_batch(
+        &self,
+        user: &str,
+        model: &str,
+        requests: Vec<BatchRequest>,
+    ) -> Result<BatchTicket> {
+        let started = Instant::now();
+        let admitted = self.admit_batch_once(user, model, requests).await;
+        let refusal = match &admitted {
+            Err(Error::Refused(r)) => Some(&**r),
+            _ => None,
+        };
+        self.shared.metrics.admission(started.elapsed(), refusal);
+        admitted
+    }
+
+    async fn admit_batch_once(
         &self,
         user: &str,
         model: &str,

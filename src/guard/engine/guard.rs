@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::health::ProviderHealth;
+use super::metrics::{render, MetricFamily};
 use super::queue::FLUSH_WAIT;
 use super::shared::Shared;
 use super::stats::{bump, log_store_error, Stats};
@@ -60,6 +61,17 @@ impl Guard {
     /// The operator's counts.
     pub fn stats(&self) -> &Stats {
         &self.shared.stats
+    }
+
+    /// Every count as Prometheus metric families: the stats, refusals by reason and limit
+    /// type, fitted calls, tokens and cost billed, open holds, the admission latency.
+    pub fn metrics(&self) -> Vec<MetricFamily> {
+        self.shared.metrics.families(&self.shared.stats)
+    }
+
+    /// [`Guard::metrics`] in the Prometheus text format.
+    pub fn metrics_text(&self) -> String {
+        render(&self.metrics())
     }
 
     /// The clock the guard reads.

@@ -1,8 +1,8 @@
 //! The engine: a guard ties a policy, a counter store, a clock and an optional ledger
 //! together; admission reads, decides, fits and reserves; tickets and batches settle.
 //!
-//! Files import one way: stats ← fill, known, queue, health ← shared ← settling, billing, fitted ←
-//! ticket ← guard ← recovery ← reserve ← optimistic ← admission ← batch ← batch_parts,
+//! Files import one way: stats, billing ← metrics ← fill, known, queue, health ← shared ← settling,
+//! fitted ← ticket ← guard ← recovery ← reserve ← optimistic ← admission ← batch ← batch_parts,
 //! batch_state.
 
 mod actions;
@@ -19,6 +19,7 @@ pub(crate) mod guard;
 mod halts;
 pub(crate) mod health;
 mod known;
+pub(crate) mod metrics;
 mod optimistic;
 mod outage;
 pub(crate) mod queue;

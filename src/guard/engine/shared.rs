@@ -10,6 +10,7 @@ use parking_lot::{Mutex, RwLock};
 use super::fill::{fill_keys, FillState};
 use super::health::ProviderHealth;
 use super::known::Known;
+use super::metrics::Metrics;
 use super::queue::SettleQueue;
 use super::stats::{store_answered, Stats};
 use crate::error::Result;
@@ -54,6 +55,8 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<dyn CounterStore>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) stats: Stats,
+    /// Refusals by reason, fitted calls, billed tokens and cost, open holds, latency.
+    pub(crate) metrics: Metrics,
     policy: RwLock<PolicyState>,
     cache: Mutex<PathCache>,
     ticket_seq: AtomicU64,
@@ -125,6 +128,7 @@ impl Shared {
             store,
             clock,
             stats: Stats::default(),
+            metrics: Metrics::default(),
             policy: RwLock::new(PolicyState {
                 policy: Arc::new(policy),
                 version: 1,

@@ -53,6 +53,7 @@ impl Drop for TicketState {
         }
         let shared = &self.parts.shared;
         bump(&shared.stats.dropped);
+        shared.metrics.hold_closed();
         let holds = std::mem::take(&mut self.parts.holds);
         let now = shared.clock.now_ms();
         let settle = settling::whole(
@@ -85,6 +86,9 @@ impl std::fmt::Debug for Ticket {
 
 impl Ticket {
     pub(crate) fn new(parts: TicketParts) -> Self {
+        if !parts.holds.is_empty() {
+            parts.shared.metrics.hold_opened();
+        }
         Ticket {
             state: Arc::new(TicketState {
                 parts,
@@ -206,10 +210,15 @@ impl Ticket {
     }
 
     fn claim(&self) -> bool {
-        self.state
+        let claimed = self
+            .state
             .settled
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
+            .is_ok();
+        if claimed && !self.state.parts.holds.is_empty() {
+            self.state.parts.shared.metrics.hold_closed();
+        }
+        claimed
     }
 
     /// Replaces the whole reservation with what the call used, in one store operation; use
@@ -254,6 +263,7 @@ impl Ticket {
             self.settle(adds, now, "bill").await
         };
         bump(&shared.stats.billed);
+        shared.metrics.billed(&billed);
         if let Some(ledger) = shared.ledger.get() {
             record(
                 ledger.as_ref(),

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::models::Provider;
 use super::values::{key_path, kind, Parser};
+use crate::error::{Error, FieldError};
 
 /// Where one provider's calls are sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +73,57 @@ impl GatewaySettings {
     /// The key whose SHA-256 digest is `digest` (lowercase hex).
     pub fn key(&self, digest: &str) -> Option<&GatewayKey> {
         self.by_digest.get(digest).map(|&i| &self.keys[i])
+    }
+}
+
+impl super::Policy {
+    /// This policy with the gateway key `label` added, or replaced, by `entry` (the fields
+    /// of a `[gateway.keys.<label>]` table), checked as the policy checks its keys; every
+    /// error when it is not valid (the policy is unchanged either way: set the one returned).
+    pub fn with_gateway_key(&self, label: &str, entry: &Value) -> Result<super::Policy, Error> {
+        let mut parser = Parser::new();
+        let path = key_path("gateway.keys", label);
+        let teams: HashSet<String> = self.teams.iter().map(|t| t.id.to_string()).collect();
+        let models: HashSet<String> = self.models.iter().map(|m| m.id.to_string()).collect();
+        let key = parser
+            .table(&path, entry, &KEY_KEYS)
+            .and_then(|fields| parser.key(&path, label, fields, &teams, &models));
+        let (key, _) = parser.finish(key)?;
+        let key = key.ok_or_else(|| Error::invalid(&path, "", "is not a key entry"))?;
+        let mut keys: Vec<GatewayKey> = self.gateway.keys.clone();
+        keys.retain(|k| k.label != label);
+        if keys.iter().any(|k| k.sha256 == key.sha256) {
+            let message = "is the same key as another entry";
+            return Err(Error::Policy(vec![FieldError::new(path, "", message)]));
+        }
+        keys.push(key);
+        let mut policy = self.clone();
+        policy.gateway.set_keys(keys);
+        Ok(policy)
+    }
+
+    /// This policy without the gateway key `label`; `None` when it has no such key.
+    pub fn without_gateway_key(&self, label: &str) -> Option<super::Policy> {
+        let mut keys = self.gateway.keys.clone();
+        keys.retain(|k| k.label != label);
+        if keys.len() == self.gateway.keys.len() {
+            return None;
+        }
+        let mut policy = self.clone();
+        policy.gateway.set_keys(keys);
+        Some(policy)
+    }
+}
+
+impl GatewaySettings {
+    /// Replaces the keys (their digests unique).
+    fn set_keys(&mut self, keys: Vec<GatewayKey>) {
+        self.by_digest = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.sha256.clone(), i))
+            .collect();
+        self.keys = keys;
     }
 }
 
