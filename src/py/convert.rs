@@ -1,5 +1,6 @@
 //! Conversions between Python objects and the core's types.
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString};
 use serde_json::Value;
@@ -62,7 +63,7 @@ pub(crate) fn ceiling_to_py<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("tokens", c.tokens)?;
-    d.set_item("cost_micros", c.cost_micros)?;
+    d.set_item(intern!(py, "cost_micros"), c.cost_micros)?;
     match &c.rates {
         Some(rates) => d.set_item("rates", prices_to_py(py, rates)?)?,
         None => d.set_item("rates", py.None())?,
@@ -205,19 +206,19 @@ pub(crate) fn billed_to_py<'py>(
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
     let Some(b) = billed else { return Ok(None) };
     let d = PyDict::new(py);
-    d.set_item("input_tokens", b.input_tokens)?;
-    d.set_item("cached_input_tokens", b.cached_input_tokens)?;
-    d.set_item("output_tokens", b.output_tokens)?;
-    d.set_item("reasoning_tokens", b.reasoning_tokens)?;
-    d.set_item("cost_micros", b.cost_micros)?;
-    d.set_item("compute_ms", b.compute_ms)?;
+    d.set_item(intern!(py, "input_tokens"), b.input_tokens)?;
+    d.set_item(intern!(py, "cached_input_tokens"), b.cached_input_tokens)?;
+    d.set_item(intern!(py, "output_tokens"), b.output_tokens)?;
+    d.set_item(intern!(py, "reasoning_tokens"), b.reasoning_tokens)?;
+    d.set_item(intern!(py, "cost_micros"), b.cost_micros)?;
+    d.set_item(intern!(py, "compute_ms"), b.compute_ms)?;
     // True: in the counters; None: not known yet (queued, or the store did not answer and
     // it is retried in the background).
     let recorded = match b.recorded {
         Recorded::Yes => Some(true),
         Recorded::Pending | Recorded::Queued => None,
     };
-    d.set_item("recorded", recorded)?;
+    d.set_item(intern!(py, "recorded"), recorded)?;
     Ok(Some(d))
 }
 
