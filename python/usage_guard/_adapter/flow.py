@@ -11,6 +11,7 @@ by a sync and an async driver (and stream wrappers) that share every step that d
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable, Optional
 
 from ..errors import UsageLimitError
@@ -198,11 +199,11 @@ async def run_ladder_async(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """`run_ladder_sync` for asyncio (the health checks are in-process but for a store
-    read every 500 ms)."""
+    """`run_ladder_sync` for asyncio. The health checks may read the store (every 500 ms):
+    they run in a worker thread (the core releases the GIL), never on the loop."""
     ladder = Ladder(owner, api, args, kwargs)
     for i, (model, provider) in enumerate(ladder.rungs):
-        if not ladder.available(provider):
+        if not await asyncio.to_thread(ladder.available, provider):
             continue
         try:
             call = await begin_async(owner, api, (), ladder.kwargs_for(model))
@@ -211,17 +212,18 @@ async def run_ladder_async(
                 raise
             ladder.refused.append(exc)
             continue
-        if not ladder.available(provider, take=True):
+        if not await asyncio.to_thread(ladder.available, provider, True):
             await call.ticket.release_async()
             continue
         try:
             result = await fn(**call.kwargs)
         except BaseException as exc:
             await call.ticket.release_async()
-            if ladder.failed(exc, provider, last=i + 1 == len(ladder.rungs)):
+            last = i + 1 == len(ladder.rungs)
+            if await asyncio.to_thread(ladder.failed, exc, provider, last):
                 continue
             raise
-        ladder.succeeded(provider)
+        await asyncio.to_thread(ladder.succeeded, provider)
         result = await finish_async(call, result)
         ladder.mark(result, i, model)
         return result
