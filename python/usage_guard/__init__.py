@@ -12,6 +12,7 @@ import logging
 
 from ._core import (
     BatchTicket,
+    EventStream,
     FitResult,
     Guard,
     LedgerError,
@@ -69,6 +70,7 @@ __all__ = [
     "ModelNotFound",
     "FitResult",
     "BatchTicket",
+    "EventStream",
     "Gateway",
     "Guard",
     "LedgerError",

@@ -3,6 +3,7 @@
 usage-guard demo                a simulated day on the in-memory store, with a manual clock
 usage-guard check POLICY_FILE   validate a policy file and print every error and warning
                                 (--strict: warnings fail too)
+usage-guard audit --ledger URL  the events recorded in a ledger's audit log (--json)
 usage-guard recover ...         lift the epoch fence after the counter store lost its state
 usage-guard serve ...           the HTTP gateway (OpenAI, Anthropic, Ollama endpoints)
 """
@@ -18,6 +19,7 @@ from . import Policy, PolicyError, __version__
 from .cli_demo import EXAMPLE_POLICY, run_day
 from .cli_recover import add_recover_command
 from .cli_serve import add_serve_command
+from .cli_audit import add_audit_command
 from .cli_usage import add_usage_command
 
 __all__ = ["EXAMPLE_POLICY", "build_parser", "check", "main", "run_day"]
@@ -95,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--strict", action="store_true", help="exit 1 when the policy has warnings too"
     )
     add_usage_command(commands)
+    add_audit_command(commands)
     add_recover_command(commands)
     add_serve_command(commands)
     return parser
@@ -105,7 +108,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "check":
             return check(args.policy_file, strict=args.strict)
-        if args.command in ("usage", "recover", "serve"):
+        if args.command in ("usage", "audit", "recover", "serve"):
             return int(args.func(args))
         run_day()
         return 0

@@ -42,7 +42,7 @@ pub(crate) fn admit_request(
 }
 
 /// `attributes={"credential": "key-1", ...}`: a dict of strings (None or absent: none).
-fn attributes_from_py(value: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
+pub(crate) fn attributes_from_py(value: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(Vec::new());
     };
@@ -106,17 +106,4 @@ pub(crate) fn warning_to_py<'py>(py: Python<'py>, w: &RuleWarning) -> PyResult<B
     d.set_item("action", w.action.word())?;
     d.set_item("would_refuse", w.would_refuse)?;
     Ok(d)
-}
-
-/// A Python callable as an event listener: called with the event's dict under the GIL; an
-/// exception it raises is logged, never propagated into admission.
-pub(crate) fn listener(callback: Py<PyAny>) -> impl Fn(&RuleWarning) + Send + Sync + 'static {
-    move |w: &RuleWarning| {
-        Python::attach(|py| {
-            let called = warning_to_py(py, w).and_then(|d| callback.call1(py, (d,)));
-            if let Err(e) = called {
-                log::warn!("usage_guard: an on_event callback raised: {e}");
-            }
-        })
-    }
 }
