@@ -1,15 +1,12 @@
-//! Events (issue 13.4): `Guard::events` streams beside `on_event`, the audit log on SQLite
-//! and PostgreSQL (one row per event, its own migration), and generic rules on calls with no
-//! user and on batches with attributes.
+//! Events (issue 13.4): `Guard::events` streams beside `on_event`, and generic rules on
+//! calls with no user and on batches with attributes. The audit log: `audit_log.rs`.
 
 mod common;
 
 use std::sync::{Arc, Mutex};
 
 use common::{at, reached, setup, GPT5};
-use usage_guard::{
-    AdmitRequest, AuditQuery, AuditRow, BatchRequest, Event, EventKind, Ledger, SqliteLedger,
-};
+use usage_guard::{AdmitRequest, BatchRequest, Event, EventKind};
 
 const NOW: &str = "2026-12-02T10:00:00Z";
 
@@ -62,7 +59,8 @@ fn a_stream_gets_what_listeners_get_and_ends_when_the_guard_closes() {
     let s = setup(&policy(), NOW);
     let heard: Arc<Mutex<Vec<Event>>> = Arc::default();
     let sink = heard.clone();
-    s.guard.on_event(move |e| sink.lock().unwrap().push(e.clone()));
+    s.guard
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()));
     let (one, two) = (s.guard.events(100), s.guard.events(100));
     let _held: Vec<_> = (0..3)
         .map(|_| s.guard.admit_blocking(alice("a")).unwrap())
@@ -137,101 +135,6 @@ fn a_halt_is_one_event_naming_the_session_and_the_caller() {
     assert!(halts[0].key.render().contains("s1"), "{:?}", halts[0].key);
 }
 
-/// Events of a guard on `ledger` land in its audit log, one row each, whatever wrote them.
-fn audit_round_trip(ledger: Arc<dyn Ledger>) {
-    let s = setup(&policy(), NOW);
-    let guard = s.guard.clone().with_ledger(ledger.clone());
-    let stream = guard.events(100);
-    let _held: Vec<_> = (0..3)
-        .map(|_| guard.admit_blocking(alice("a")).unwrap())
-        .collect();
-    s.clock.set(at("2026-12-02T10:00:30Z"));
-    let sess = || call(None, &[("session", "s9")]);
-    let _calls: Vec<_> = (0..2)
-        .map(|_| guard.admit_blocking(sess()).unwrap())
-        .collect();
-    reached(guard.admit_blocking(sess()));
-    guard.close().unwrap();
-    let sent = drain(&stream);
-    let rows = ledger.audit(&AuditQuery::default()).unwrap();
-    assert_eq!(rows, sent.iter().map(AuditRow::of).collect::<Vec<_>>());
-    let kinds: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
-    let expected = ["soft_threshold"; 3].into_iter().chain(["halt_session"]);
-    assert_eq!(kinds, expected.collect::<Vec<_>>());
-    let first = &rows[0];
-    assert_eq!(
-        (first.rule.as_str(), first.threshold, first.at_ms),
-        ("soft", 0.1, at(NOW))
-    );
-    assert_eq!(
-        (first.principal.as_deref(), first.model.as_deref()),
-        (Some("alice"), Some("gpt-5"))
-    );
-    assert_eq!(first.counter_key, sent[0].key.render());
-    assert_eq!(
-        first.detail,
-        serde_json::json!({"amount": "requests", "used": 1, "budget": 10,
-                           "action": "block", "would_refuse": false})
-    );
-    // The halted call had no user.
-    assert_eq!(rows[3].principal, None);
-    // Filters: a kind, an instant, the latest N.
-    let halts = AuditQuery {
-        kind: Some("halt_session".into()),
-        ..AuditQuery::default()
-    };
-    assert_eq!(ledger.audit(&halts).unwrap(), vec![rows[3].clone()]);
-    let since = AuditQuery {
-        since: Some(at("2026-12-02T10:00:30Z")),
-        ..AuditQuery::default()
-    };
-    assert_eq!(ledger.audit(&since).unwrap().len(), 1);
-    let latest = AuditQuery {
-        limit: Some(2),
-        ..AuditQuery::default()
-    };
-    assert_eq!(ledger.audit(&latest).unwrap(), rows[2..].to_vec());
-    // An event recorded twice (the same id) is one row.
-    ledger.record_event(rows[0].clone());
-    assert_eq!(ledger.audit(&AuditQuery::default()).unwrap().len(), 4);
-}
-
-#[test]
-fn sqlite_keeps_one_audit_row_per_event_and_migrates_once() {
-    let path = common::tempdir("audit").join("ledger.db");
-    let path = path.to_str().unwrap().to_string();
-    audit_round_trip(Arc::new(SqliteLedger::open(&path).unwrap()));
-    // Opened again: the migration does not run twice, the rows are there.
-    let again = SqliteLedger::open(&path).unwrap();
-    assert_eq!(again.audit(&AuditQuery::default()).unwrap().len(), 4);
-    let db = rusqlite::Connection::open(&path).unwrap();
-    let applied: Vec<String> = db
-        .prepare("SELECT name FROM usage_guard_migrations")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert_eq!(applied, vec!["audit_log/1".to_string()]);
-}
-
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_keeps_one_audit_row_per_event() {
-    let Some(pg) = common::pg::Pg::start() else {
-        panic!("no PostgreSQL: initdb/pg_ctl not found and nothing on 127.0.0.1:5432");
-    };
-    let url = pg.fresh_url();
-    audit_round_trip(Arc::new(usage_guard::PostgresLedger::connect(&url).unwrap()));
-    // Two more ledgers on the same database at once: the migration runs once, no error.
-    let (a, b) = (url.clone(), url.clone());
-    let opened = [a, b].map(|u| std::thread::spawn(move || usage_guard::PostgresLedger::connect(&u)));
-    for o in opened {
-        let ledger = o.join().unwrap().unwrap();
-        assert_eq!(ledger.audit(&AuditQuery::default()).unwrap().len(), 4);
-    }
-}
-
 /// A per-credential rule, and a platform limit that calls with no user do not have.
 fn anonymous_policy() -> String {
     format!(
@@ -265,7 +168,11 @@ fn generic_rules_count_calls_with_no_user() {
     let _a = s.guard.admit_blocking(anon("k1")).unwrap();
     let _b = s.guard.admit_blocking(anon("k1")).unwrap();
     let r = reached(s.guard.admit_blocking(anon("k1")));
-    assert!(r.message.contains("Rule \"per credential\""), "{}", r.message);
+    assert!(
+        r.message.contains("Rule \"per credential\""),
+        "{}",
+        r.message
+    );
     let _c = s.guard.admit_blocking(anon("k2")).unwrap();
     // A call lacking the attribute is not counted by the rule.
     for _ in 0..3 {
@@ -273,12 +180,20 @@ fn generic_rules_count_calls_with_no_user() {
     }
     // A named user has the platform limit (200 tokens > 50).
     let r = common::refusal(s.guard.admit_blocking(call(Some("bob"), &[])));
-    assert_eq!(r.limit_type, Some(usage_guard::LimitType::Platform), "{}", r.message);
+    assert_eq!(
+        r.limit_type,
+        Some(usage_guard::LimitType::Platform),
+        "{}",
+        r.message
+    );
 }
 
 #[test]
 fn a_batch_with_attributes_counts_every_request_in_the_rules_it_matches() {
-    let s = setup(&anonymous_policy().replace("amount = 50", "amount = 100000"), NOW);
+    let s = setup(
+        &anonymous_policy().replace("amount = 50", "amount = 100000"),
+        NOW,
+    );
     let requests = |ids: &[&str]| -> Vec<BatchRequest> {
         ids.iter()
             .map(|id| BatchRequest {
@@ -297,8 +212,13 @@ fn a_batch_with_attributes_counts_every_request_in_the_rules_it_matches() {
     ))
     .unwrap();
     // Two of the credential's two a minute are held: a third call on k1 is refused...
-    reached(s.guard.admit_blocking(call(Some("bob"), &[("credential", "k1")])));
-    let again = s.guard.admit_batch_with("bob", "gpt-5", requests(&["c"]), k1);
+    reached(
+        s.guard
+            .admit_blocking(call(Some("bob"), &[("credential", "k1")])),
+    );
+    let again = s
+        .guard
+        .admit_batch_with("bob", "gpt-5", requests(&["c"]), k1);
     let Err(usage_guard::Error::Refused(_)) = futures::executor::block_on(again) else {
         panic!("a second batch on k1 was admitted");
     };
@@ -309,6 +229,9 @@ fn a_batch_with_attributes_counts_every_request_in_the_rules_it_matches() {
         .unwrap();
     // The state keeps the attributes: a resumed batch is the same batch.
     let state = batch.state();
-    assert!(state.contains(r#""attributes":{"credential":"k1"}"#), "{state}");
+    assert!(
+        state.contains(r#""attributes":{"credential":"k1"}"#),
+        "{state}"
+    );
     assert_eq!(s.guard.resume_batch(&state).unwrap().state(), state);
 }

@@ -6,17 +6,17 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Optional, Union, final
 
 from .types import (
+    AuditEntry,
     Billed,
     Ceiling,
     ErrorShape,
+    Event,
     LimitType,
     Metric,
     PromptCount,
     Provider,
     ReportedUsage,
     Reserved,
-    AuditEntry,
-    Event,
     RuleWarning,
     Source,
     UsageView,

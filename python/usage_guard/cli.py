@@ -16,10 +16,10 @@ import sys
 from typing import Optional, Sequence
 
 from . import Policy, PolicyError, __version__
+from .cli_audit import add_audit_command
 from .cli_demo import EXAMPLE_POLICY, run_day
 from .cli_recover import add_recover_command
 from .cli_serve import add_serve_command
-from .cli_audit import add_audit_command
 from .cli_usage import add_usage_command
 
 __all__ = ["EXAMPLE_POLICY", "build_parser", "check", "main", "run_day"]

@@ -42,7 +42,9 @@ pub(crate) fn admit_request(
 }
 
 /// `attributes={"credential": "key-1", ...}`: a dict of strings (None or absent: none).
-pub(crate) fn attributes_from_py(value: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
+pub(crate) fn attributes_from_py(
+    value: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Vec<(String, String)>> {
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(Vec::new());
     };

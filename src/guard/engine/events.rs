@@ -126,7 +126,12 @@ impl Guard {
         }
         let now = self.shared.clock.now_ms();
         let keep_until = keep_until.max(now + 60_000);
-        match self.shared.store.mark_once(mark.clone(), keep_until, now).await {
+        match self
+            .shared
+            .store
+            .mark_once(mark.clone(), keep_until, now)
+            .await
+        {
             Ok(true) => self.deliver(&Event {
                 id: mark,
                 at_ms: now,
@@ -181,9 +186,11 @@ mod tests {
         let sink = heard.clone();
         guard.on_event(move |e| sink.lock().unwrap().push(e.kind));
         let stream = guard.events(10);
-        let id = CounterId::rule(Arc::from("quota:team:x"), Metric::Cost, Window::Sliding {
-            seconds: 60,
-        });
+        let id = CounterId::rule(
+            Arc::from("quota:team:x"),
+            Metric::Cost,
+            Window::Sliding { seconds: 60 },
+        );
         let warning = RuleWarning {
             rule: Arc::from("team x monthly"),
             metric: Metric::Cost,
@@ -192,7 +199,10 @@ mod tests {
             threshold: 0.8,
             action: Action::Warn,
             would_refuse: false,
-            key: CounterKey { id: Arc::new(id), bucket: 0 },
+            key: CounterKey {
+                id: Arc::new(id),
+                bucket: 0,
+            },
         };
         for _ in 0..2 {
             let sent = guard.emit_once(&warning, "ev:quota:x:0.8".into(), 0);
@@ -200,10 +210,16 @@ mod tests {
         }
         assert_eq!(*heard.lock().unwrap(), vec![EventKind::SoftThreshold]);
         let streamed = stream.try_next().unwrap();
-        assert_eq!((streamed.id.as_str(), stream.try_next()), ("ev:quota:x:0.8", None));
+        assert_eq!(
+            (streamed.id.as_str(), stream.try_next()),
+            ("ev:quota:x:0.8", None)
+        );
         let rows = ledger.audit(&AuditQuery::default()).unwrap();
         assert_eq!(rows.len(), 1);
-        assert_eq!((rows[0].rule.as_str(), rows[0].kind.as_str()), ("team x monthly", "soft_threshold"));
+        assert_eq!(
+            (rows[0].rule.as_str(), rows[0].kind.as_str()),
+            ("team x monthly", "soft_threshold")
+        );
         assert_eq!(rows[0].detail["used"], serde_json::json!(8.0));
     }
 }

@@ -18,7 +18,7 @@ impl Guard {
             let placed = self
                 .shared
                 .store
-                .reserve(ticket, vec![item], minute, now)
+                .reserve(ticket.clone(), vec![item.clone()], minute, now)
                 .await;
             match placed {
                 Ok(_) => self.halted(path, &ticket, item).await,

@@ -3,6 +3,12 @@
 //! writer thread like usage rows, idempotent by event id. Its table comes with its own
 //! migration (`usage_guard_migrations` records which ran), beside the usage table.
 
+// Without a database backend only the row and query types are used.
+#![cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(dead_code)
+)]
+
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::event::Event;
 

@@ -4,9 +4,9 @@
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement};
 
+use super::audit_db;
 use super::sql::{self, ColumnParam, Dialect, Param};
 use super::writer::{Backend, Writer};
-use super::audit_db;
 use super::{
     AuditQuery, AuditRow, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery,
 };

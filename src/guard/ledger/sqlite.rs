@@ -3,9 +3,9 @@
 use rusqlite::types::{ToSqlOutput, Value};
 use rusqlite::{params_from_iter, Connection, ToSql};
 
+use super::audit_db;
 use super::sql::{self, Dialect, Param};
 use super::writer::{Backend, Writer};
-use super::audit_db;
 use super::{
     AuditQuery, AuditRow, GroupBy, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup,
     UsageQuery,

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::queue::{Msg, Queue, Reply};
 use super::audit::MAX_PENDING;
+use super::queue::{Msg, Queue, Reply};
 use super::{AuditQuery, AuditRow, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::guard::domain::rule::Metric;
 
@@ -263,7 +263,10 @@ impl Loop<'_> {
         }
         if !self.audit.is_empty() {
             if let Err(e) = self.backend.write_audit(&self.audit) {
-                log::warn!("audit log write failed ({} rows kept): {e}", self.audit.len());
+                log::warn!(
+                    "audit log write failed ({} rows kept): {e}",
+                    self.audit.len()
+                );
                 return Err(LedgerError(e));
             }
             self.audit.clear();
