@@ -10,8 +10,9 @@ use parking_lot::Mutex;
 
 use crate::guard::domain::event::Event;
 
-/// The default buffer of a stream, in events.
-pub const DEFAULT_BUFFER: usize = 1_000;
+/// The default buffer of a stream, in events (`Guard.events()` in Python).
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+pub(crate) const DEFAULT_BUFFER: usize = 1_000;
 
 #[derive(Default)]
 struct Buffer {

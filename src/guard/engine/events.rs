@@ -102,7 +102,9 @@ impl Guard {
     }
 
     /// Sends `warning` as an event of its kind (`EventKind::of_warning`) for no particular
-    /// call, if this call sets `mark` (kept until `keep_until`, at least a minute).
+    /// call, if this call sets `mark` (kept until `keep_until`, at least a minute): the hook
+    /// of producers outside admission (the quota service's soft thresholds).
+    #[allow(dead_code)]
     pub(crate) async fn emit_once(&self, warning: &RuleWarning, mark: String, keep_until: Millis) {
         let kind = EventKind::of_warning(warning);
         let caller = Caller::default();
