@@ -58,8 +58,11 @@ def test_the_iterator_gets_what_on_event_gets(make_guard: Callable[..., ug.Guard
 
     async def run() -> tuple[list[types.Event], list[types.Event]]:
         one, two = guard.events(), guard.events()
-        for _ in range(3):
+        held = [
             await guard.admit_async("alice", "gpt-4o", prompt_tokens=10, attributes={"agent": "a"})
+            for _ in range(3)
+        ]
+        assert len(held) == 3
         return [await one.__anext__() for _ in range(3)], [await two.__anext__() for _ in range(3)]
 
     one, two = asyncio.run(run())
@@ -112,8 +115,11 @@ def test_waiting_never_blocks_the_loop_and_close_ends_the_iteration(
             await asyncio.sleep(0)
             ticks += 1
         assert not consumer.done()
-        await guard.admit_async("alice", "gpt-4o", prompt_tokens=10, attributes={"agent": "a"})
+        held = await guard.admit_async(
+            "alice", "gpt-4o", prompt_tokens=10, attributes={"agent": "a"}
+        )
         await arrived.wait()
+        held.release()
         guard.close()
         await asyncio.wait_for(consumer, 30)
         assert stream.closed
