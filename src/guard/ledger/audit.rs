@@ -4,10 +4,7 @@
 //! migration (`usage_guard_migrations` records which ran), beside the usage table.
 
 // Without a database backend only the row and query types are used.
-#![cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres")),
-    allow(dead_code)
-)]
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::event::Event;

@@ -6,12 +6,23 @@ use super::audit::{self, AuditParam, AuditQuery, AuditRow, MIGRATIONS, MIGRATION
 
 #[cfg(feature = "sqlite")]
 /// SQLite: runs the audit migrations not yet applied (an immediate transaction each: a
-/// second process waits for the first, then sees its migration applied).
+/// second process waits for the first, then sees its migration applied). A database whose
+/// migrations all ran is only read (opening it never waits for another writer).
 pub(crate) fn sqlite_migrate(conn: &mut rusqlite::Connection) -> Result<(), String> {
     use rusqlite::TransactionBehavior;
     let text = |e: rusqlite::Error| format!("audit log migration: {e}");
     conn.execute_batch(MIGRATIONS_TABLE).map_err(text)?;
     for m in MIGRATIONS {
+        let done: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM usage_guard_migrations WHERE name = ?1",
+                [m.name],
+                |r| r.get(0),
+            )
+            .map_err(text)?;
+        if done > 0 {
+            continue;
+        }
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(text)?;
@@ -114,6 +125,15 @@ pub(crate) fn pg_migrate(client: &mut postgres::Client) -> Result<(), String> {
 fn pg_migrate_once(client: &mut postgres::Client) -> Result<(), postgres::Error> {
     client.batch_execute(MIGRATIONS_TABLE)?;
     for m in MIGRATIONS {
+        let done: i64 = client
+            .query_one(
+                "SELECT COUNT(*) FROM usage_guard_migrations WHERE name = $1",
+                &[&m.name],
+            )?
+            .get(0);
+        if done > 0 {
+            continue;
+        }
         let mut tx = client.transaction()?;
         tx.batch_execute("LOCK TABLE usage_guard_migrations IN EXCLUSIVE MODE")?;
         let applied: i64 = tx
