@@ -84,8 +84,8 @@ def run_audit(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
         print(f"usage-guard audit: {e}", file=sys.stderr)
         return 2
     if args.json:
-        for e in entries:
-            out.write(json.dumps(e, sort_keys=True) + "\n")
+        for entry in entries:
+            out.write(json.dumps(entry, sort_keys=True) + "\n")
     elif entries:
         _table(entries, out)
     else:

@@ -17,7 +17,6 @@ use super::provider::Provider;
 use super::store::extract_store;
 use super::ticket::PyTicket;
 use crate::guard::domain::clock::{Clock, SystemClock};
-use crate::guard::engine::event_stream::DEFAULT_BUFFER;
 use crate::guard::engine::guard::Guard;
 
 /// Admits model calls against a policy, on a counter store.
@@ -174,7 +173,7 @@ impl PyGuard {
     /// An async iterator of the events this guard sends from now on (the dicts `on_event`
     /// gets), buffering at most `buffer` unread ones: a reader behind loses the oldest
     /// (counted in `dropped`). Ends when the guard closes.
-    #[pyo3(signature = (buffer = DEFAULT_BUFFER))]
+    #[pyo3(signature = (buffer = 1000))]
     fn events(&self, buffer: usize) -> PyEventStream {
         PyEventStream::new(self.inner.events(buffer))
     }

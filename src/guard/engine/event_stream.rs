@@ -10,10 +10,6 @@ use parking_lot::Mutex;
 
 use crate::guard::domain::event::Event;
 
-/// The default buffer of a stream, in events (`Guard.events()` in Python).
-#[cfg_attr(not(feature = "python"), allow(dead_code))]
-pub(crate) const DEFAULT_BUFFER: usize = 1_000;
-
 #[derive(Default)]
 struct Buffer {
     events: VecDeque<Event>,
