@@ -35,6 +35,7 @@ pub use error::{Error, FieldError, Result};
 pub use gateway::{Gateway, GatewayOptions};
 pub use guard::domain::clock::{iso8601, parse_iso8601, Clock, ManualClock, Millis, SystemClock};
 pub use guard::domain::decide::{RuleWarning, UsageCeiling};
+pub use guard::domain::event::{Event, EventKind};
 pub use guard::domain::generic::{Action, Attribute, GenericRule};
 pub use guard::domain::health::{
     cooldown_timing, BreakerSettings, BreakerState, Cooldown, CooldownTiming, Cooled, HealthBook,
@@ -49,6 +50,7 @@ pub use guard::domain::view::UsageView;
 pub use guard::domain::window::{Anchored, CalendarUnit, Window};
 pub use guard::engine::admission::AdmitRequest;
 pub use guard::engine::batch::{BatchRequest, BatchTicket};
+pub use guard::engine::event_stream::EventStream;
 pub use guard::engine::guard::{flush_all_blocking, Guard};
 pub use guard::engine::health::ProviderHealth;
 pub use guard::engine::metrics::{MetricFamily, MetricKind, MetricSample};
@@ -60,7 +62,8 @@ pub use guard::ledger::PostgresLedger;
 #[cfg(feature = "sqlite")]
 pub use guard::ledger::SqliteLedger;
 pub use guard::ledger::{
-    GroupBy, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery,
+    AuditQuery, AuditRow, GroupBy, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup,
+    UsageQuery,
 };
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use guard::ledger::{QuotaDb, QuotaDbAt, SqlValue};

@@ -12,6 +12,7 @@ import logging
 
 from ._core import (
     BatchTicket,
+    EventStream,
     FitResult,
     Guard,
     LedgerError,
@@ -75,6 +76,7 @@ __all__ = [
     "ProviderUnavailable",
     "FitResult",
     "BatchTicket",
+    "EventStream",
     "Gateway",
     "Guard",
     "LedgerError",

@@ -3,6 +3,7 @@
 usage-guard demo                a simulated day on the in-memory store, with a manual clock
 usage-guard check POLICY_FILE   validate a policy file and print every error and warning
                                 (--strict: warnings fail too)
+usage-guard audit --ledger URL  the events recorded in a ledger's audit log (--json)
 usage-guard recover ...         lift the epoch fence after the counter store lost its state
 usage-guard serve ...           the HTTP gateway (OpenAI, Anthropic, Ollama endpoints)
 usage-guard dashboard ...       the usage dashboard for a library deployment (no gateway)
@@ -18,6 +19,7 @@ import sys
 from typing import Optional, Sequence
 
 from . import Policy, PolicyError, __version__
+from .cli_audit import add_audit_command
 from .cli_dashboard import add_dashboard_command
 from .cli_demo import EXAMPLE_POLICY, run_day
 from .cli_quota import add_quota_commands
@@ -100,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--strict", action="store_true", help="exit 1 when the policy has warnings too"
     )
     add_usage_command(commands)
+    add_audit_command(commands)
     add_recover_command(commands)
     add_serve_command(commands)
     add_dashboard_command(commands)
@@ -112,7 +115,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "check":
             return check(args.policy_file, strict=args.strict)
-        if args.command in ("usage", "recover", "serve", "dashboard", "quota", "init"):
+        if args.command in ("usage", "audit", "recover", "serve", "dashboard", "quota", "init"):
             return int(args.func(args))
         run_day()
         return 0

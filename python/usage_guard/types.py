@@ -9,13 +9,16 @@ The values stay ordinary dicts at run time; these `TypedDict`s only describe the
 tests_py/test_boundary.py checks that every key here is a key the core writes, and back.
 """
 
-from typing import Literal, Optional, TypedDict, Union
+from typing import Any, Literal, Optional, TypedDict, Union
 
 __all__ = [
     "Action",
+    "AuditEntry",
     "Billed",
     "Ceiling",
     "ErrorShape",
+    "Event",
+    "EventKind",
     "LimitType",
     "Metric",
     "MetricFamily",
@@ -59,6 +62,11 @@ LimitType = Literal[
 
 # What a generic rule does past its budget (`[[rules]] action`).
 Action = Literal["warn", "block", "throttle", "degrade", "halt_session"]
+
+# What an event reports (src/guard/domain/event.rs).
+EventKind = Literal[
+    "soft_threshold", "over_budget", "shadow_refusal", "degrade", "throttle", "halt_session"
+]
 
 Metric = Literal[
     "tokens", "input_tokens", "output_tokens", "cost", "requests", "compute_ms", "concurrency"
@@ -171,6 +179,38 @@ class RuleWarning(TypedDict):
     action: Action
     would_refuse: bool
     """True when the rule would have refused the call (shadow mode)."""
+
+
+class Event(RuleWarning):
+    """What `Guard.on_event` callbacks and `Guard.events()` iterators get: a warning that
+    went out (once per window, counter and threshold across every guard of the store) or an
+    action taken (`threshold` 1.0, `action` naming it)."""
+
+    id: str
+    """Unique across every guard of the store; the audit log's key."""
+    at: str
+    """When it went out, ISO 8601 UTC."""
+    kind: EventKind
+    counter: str
+    """The counter and window bucket it is about."""
+    principal: Optional[str]
+    """The call's user, when it had one."""
+    model: Optional[str]
+
+
+class AuditEntry(TypedDict):
+    """One row of `ledger.audit()`: an event the guard recorded in its ledger."""
+
+    id: str
+    at: str
+    kind: str
+    rule: str
+    counter: str
+    threshold: float
+    principal: Optional[str]
+    model: Optional[str]
+    detail: dict[str, Any]
+    """amount, used, budget (dollars for cost), action, would_refuse."""
 
 
 class PromptCount(TypedDict):

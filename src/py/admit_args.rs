@@ -109,16 +109,3 @@ pub(crate) fn warning_to_py<'py>(py: Python<'py>, w: &RuleWarning) -> PyResult<B
     d.set_item("would_refuse", w.would_refuse)?;
     Ok(d)
 }
-
-/// A Python callable as an event listener: called with the event's dict under the GIL; an
-/// exception it raises is logged, never propagated into admission.
-pub(crate) fn listener(callback: Py<PyAny>) -> impl Fn(&RuleWarning) + Send + Sync + 'static {
-    move |w: &RuleWarning| {
-        Python::attach(|py| {
-            let called = warning_to_py(py, w).and_then(|d| callback.call1(py, (d,)));
-            if let Err(e) = called {
-                log::warn!("usage_guard: an on_event callback raised: {e}");
-            }
-        })
-    }
-}

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use super::audit::audit_rows;
 use super::clock::instant;
 use super::convert::{
     billed_to_py, py_to_json, reserved_to_py, source_to_py, usage_from_py, whole, Range,
@@ -106,6 +107,21 @@ macro_rules! ledger_class {
             ) -> PyResult<Py<PyList>> {
                 let q = usage_query(user, team, model, since, until, group_by)?;
                 query(py, &self.inner, q)
+            }
+
+            /// The audit log's events in `[since, until)`, of one kind or rule, the latest
+            /// `limit`: dicts of id, at, kind, rule, counter, threshold, principal, model, detail.
+            #[pyo3(signature = (since = None, until = None, kind = None, rule = None, limit = None))]
+            fn audit(
+                &self,
+                py: Python<'_>,
+                since: Option<&Bound<'_, PyAny>>,
+                until: Option<&Bound<'_, PyAny>>,
+                kind: Option<String>,
+                rule: Option<String>,
+                limit: Option<u64>,
+            ) -> PyResult<Py<PyList>> {
+                audit_rows(py, &self.inner, (since, until, kind, rule, limit))
             }
 
             /// Waits until every row billed so far is written.
@@ -289,18 +305,17 @@ fn batch_requests(requests: &Bound<'_, PyAny>) -> PyResult<Vec<BatchRequest>> {
     Ok(out)
 }
 
-/// `guard.admit_batch(user, model, requests)`.
+/// `guard.admit_batch(user, model, requests, attributes=...)`.
 pub(crate) fn admit_batch(
     py: Python<'_>,
     guard: &Guard,
-    user: String,
-    model: String,
+    (user, model, attributes): (String, String, Vec<(String, String)>),
     requests: &Bound<'_, PyAny>,
 ) -> PyResult<PyBatchTicket> {
     let requests = batch_requests(requests)?;
     let g = guard.clone();
-    let inner =
-        py.detach(move || crate::runtime::block_on(g.admit_batch(&user, &model, requests)))?;
+    let admitted = g.admit_batch_with(&user, &model, requests, attributes);
+    let inner = py.detach(move || crate::runtime::block_on(admitted))?;
     Ok(PyBatchTicket { inner })
 }
 

@@ -3,10 +3,12 @@
 
 mod admit_args;
 mod asyncio;
+mod audit;
 mod ceiling;
 mod clock;
 mod convert;
 mod errors;
+mod events;
 mod gateway;
 mod guard;
 mod health;
@@ -19,6 +21,7 @@ mod quota;
 mod quota_db;
 mod redis_store;
 mod store;
+mod ticket;
 mod usage;
 
 use pyo3::prelude::*;
@@ -38,6 +41,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     store::register(m)?;
     redis_store::register(m)?;
     guard::register(m)?;
+    events::register(m)?;
     ceiling::register(m)?;
     ledger::register(m)?;
     usage::register(m)?;

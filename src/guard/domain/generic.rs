@@ -246,17 +246,20 @@ impl CallAttributes {
         self.values[attr as usize] = (!value.is_empty()).then(|| Arc::from(value));
     }
 
-    /// The attributes of a call by `user` on `model` (of `provider`), with the caller's
-    /// `extra` ones; an unknown attribute, or one the call itself gives, is refused.
+    /// The attributes of a call by `user` (none: an anonymous call, with no `principal`) on
+    /// `model` (of `provider`), with the caller's `extra` ones; an unknown attribute, or one
+    /// the call itself gives, is refused.
     pub fn of(
-        user: &str,
+        user: Option<&str>,
         model: &str,
         provider: Option<&str>,
         extra: &[(String, String)],
         scopes: &HashMap<Arc<str>, Arc<str>>,
     ) -> Result<CallAttributes, Error> {
         let mut call = CallAttributes::default();
-        call.set(Attribute::Principal, user);
+        if let Some(user) = user {
+            call.set(Attribute::Principal, user);
+        }
         call.set(Attribute::Model, model);
         if let Some(p) = provider {
             call.set(Attribute::Provider, p);

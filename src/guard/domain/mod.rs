@@ -6,6 +6,7 @@ pub(crate) mod caller;
 pub(crate) mod clock;
 pub(crate) mod counter;
 pub(crate) mod decide;
+pub(crate) mod event;
 pub(crate) mod explain;
 pub(crate) mod generic;
 pub(crate) mod health;

@@ -316,8 +316,8 @@ fn known_model(policy: &Policy, model: &str) -> Result<Option<Arc<ModelSpec>>, E
     Ok(model_spec)
 }
 
-/// Resolves the path of `user` on `model`. A call with no user has no limits (the caller
-/// maps it first, see [`caller`]).
+/// Resolves the path of `user` on `model`. A call with no user (the caller maps it first,
+/// see [`caller`]) has no limit kind; the generic rules that match it apply.
 pub(crate) fn resolve(
     policy: &Policy,
     user: Option<&str>,
@@ -333,25 +333,10 @@ pub(crate) fn resolve(
         kind: SourceKind::Public,
         id: model.clone(),
     };
-    let Some(user) = user else {
-        return Ok(Path {
-            user: None,
-            model,
-            model_spec,
-            ceilings: Vec::new(),
-            watched: Vec::new(),
-            halts: Vec::new(),
-            sources: Vec::new(),
-            personal: Vec::new(),
-            counters: Vec::new(),
-            default_source,
-        });
-    };
     let provider = model_spec.as_ref().map(|m| m.provider.word());
     let call = CallAttributes::of(user, &model, provider, attributes, &policy.scopes)?;
-    let user: Arc<str> = Arc::from(user);
     let mut b = Builder {
-        user: Some(user.clone()),
+        user: user.map(Arc::from),
         model: model.clone(),
         router: model_spec.as_ref().is_some_and(|m| m.router),
         slots: HashMap::new(),
@@ -359,6 +344,22 @@ pub(crate) fn resolve(
         personal: Vec::new(),
         generic_ceilings: Vec::new(),
         halts: Vec::new(),
+    };
+    let Some(user) = b.user.clone() else {
+        // No user: no limit kind applies; the generic rules that match the call do.
+        let watched = b.generic(policy, &call);
+        return Ok(Path {
+            user: None,
+            model,
+            model_spec,
+            ceilings: b.generic_ceilings,
+            watched,
+            halts: b.halts,
+            sources: Vec::new(),
+            personal: Vec::new(),
+            counters: b.counters,
+            default_source,
+        });
     };
     let mut ceilings = b.ceilings(policy, &user);
     let watched = b.generic(policy, &call);

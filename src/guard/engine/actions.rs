@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::admission::AdmitRequest;
+use super::events::Caller;
 use super::guard::Guard;
 use super::ticket::Ticket;
 use crate::error::{Error, Result};
@@ -46,6 +47,7 @@ impl Guard {
             return self.admit_one(request).await;
         }
         let retry = request.clone();
+        let caller = Caller::of(retry.user.as_deref(), &retry.model);
         let refusal = match self.admit_one(request).await {
             Err(Error::Refused(refusal)) => refusal,
             other => return other,
@@ -62,7 +64,7 @@ impl Guard {
                     let timer = crate::runtime::shared()
                         .spawn(async move { tokio::time::sleep(pause).await });
                     let _ = timer.await;
-                    self.acted(&rule, key).await;
+                    self.acted(&rule, key, &caller).await;
                     self.admit_one(retry).await
                 }
                 _ => Err(Error::Refused(refusal)),
@@ -85,7 +87,7 @@ impl Guard {
         match self.admit_one(substitute).await {
             Ok(ticket) => {
                 ticket.set_degraded_from(from);
-                self.acted(&rule, key).await;
+                self.acted(&rule, key, &caller).await;
                 Ok(ticket)
             }
             Err(Error::Refused(_)) => Err(Error::Refused(refusal)),
@@ -121,9 +123,10 @@ impl Guard {
     }
 
     /// The event of `rule`'s action on `key`, once per window of its counter.
-    async fn acted(&self, rule: &GenericRule, key: CounterKey) {
+    async fn acted(&self, rule: &GenericRule, key: CounterKey, caller: &Caller) {
         let mark = format!("ev:{}:{}", key.render(), rule.action.word());
         let keep_until = key.id.window.retain_until(key.bucket);
-        self.emit_action(rule, key, mark, keep_until).await;
+        self.emit_action(rule, key, (mark, keep_until), caller)
+            .await;
     }
 }

@@ -45,6 +45,8 @@ pub struct BatchTicket {
     pub(super) expiry_minute: i64,
     pub(super) adds: Vec<Arc<CounterId>>,
     pub(super) request_ids: Vec<String>,
+    /// The call's attributes (for `[[rules]]`), kept in the state.
+    pub(super) attributes: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for BatchTicket {
@@ -70,8 +72,23 @@ impl Guard {
         model: &str,
         requests: Vec<BatchRequest>,
     ) -> Result<BatchTicket> {
+        self.admit_batch_with(user, model, requests, Vec::new())
+            .await
+    }
+
+    /// [`Guard::admit_batch`] for a batch whose calls carry `attributes`: the generic rules
+    /// that match them count every request (a `requests` rule counts each one).
+    pub async fn admit_batch_with(
+        &self,
+        user: &str,
+        model: &str,
+        requests: Vec<BatchRequest>,
+        attributes: Vec<(String, String)>,
+    ) -> Result<BatchTicket> {
         let started = Instant::now();
-        let admitted = self.admit_batch_once(user, model, requests).await;
+        let admitted = self
+            .admit_batch_once(user, model, requests, attributes)
+            .await;
         let refusal = match &admitted {
             Err(Error::Refused(r)) => Some(&**r),
             _ => None,
@@ -85,16 +102,17 @@ impl Guard {
         user: &str,
         model: &str,
         requests: Vec<BatchRequest>,
+        attributes: Vec<(String, String)>,
     ) -> Result<BatchTicket> {
         check_ids(&requests)?;
-        let Resolved { path, policy } = self.shared.resolve(Some(user), model)?;
+        let Resolved { path, policy } = self.shared.resolve_with(Some(user), model, &attributes)?;
         let demand = batch_demand(&path, user, model, &requests, &policy.settings);
         let need = BatchNeed::new(&path, &demand, requests.len() as u64);
         let request_ids: Vec<String> = requests.into_iter().map(|r| r.id).collect();
         let id = format!("b{}", self.shared.ticket_id());
         if path.is_unlimited() {
             bump(&self.shared.stats.admitted);
-            return Ok(self.batch(id, &path, None, request_ids));
+            return Ok(self.batch(id, &path, None, (request_ids, attributes)));
         }
         let in_full = |plan: &mut Plan, reads: &[SlotRead], now: Millis| {
             need.require(&path, plan, reads, now)
@@ -110,7 +128,10 @@ impl Guard {
             )
             .await?;
         match end {
-            Ok(done) => Ok(self.batch(id, &path, Some((&done.plan, done.minute)), request_ids)),
+            Ok(done) => {
+                let reserved = Some((&done.plan, done.minute));
+                Ok(self.batch(id, &path, reserved, (request_ids, attributes)))
+            }
             Err(e) => {
                 log_store_error("admit_batch", &e);
                 Err(unavailable())
@@ -123,7 +144,7 @@ impl Guard {
         id: String,
         path: &Arc<Path>,
         reserved: Option<(&Plan, i64)>,
-        request_ids: Vec<String>,
+        (request_ids, attributes): (Vec<String>, Vec<(String, String)>),
     ) -> BatchTicket {
         let ReservedParts {
             source,
@@ -141,6 +162,7 @@ impl Guard {
             expiry_minute,
             adds,
             request_ids,
+            attributes,
         }
     }
 }

@@ -68,7 +68,11 @@ fn resume(guard: &Guard, state: &str) -> Result<BatchTicket> {
     let v: Value = serde_json::from_str(state).map_err(|e| bad("", &e.to_string()))?;
     let user = text(&v, "user")?;
     let model = text(&v, "model")?;
-    let path = guard.path(Some(user), model)?;
+    let attributes = attributes(&v)?;
+    let path = guard
+        .shared
+        .resolve_with(Some(user), model, &attributes)?
+        .path;
     let source = v.get("source").ok_or_else(|| bad("source", "is missing"))?;
     let source = SourceRef {
         kind: parse_source_kind(text(source, "type")?)
@@ -115,7 +119,22 @@ fn resume(guard: &Guard, state: &str) -> Result<BatchTicket> {
         expiry_minute: int(&v, "expiry_minute")?,
         adds,
         request_ids: requests,
+        attributes,
     })
+}
+
+/// The batch's attributes (none in a state written before batches had them).
+fn attributes(v: &Value) -> Result<Vec<(String, String)>> {
+    let Some(map) = v.get("attributes").and_then(Value::as_object) else {
+        return Ok(Vec::new());
+    };
+    map.iter()
+        .map(|(k, v)| {
+            v.as_str()
+                .map(|s| (k.clone(), s.to_string()))
+                .ok_or_else(|| bad("attributes", "must map names to strings"))
+        })
+        .collect()
 }
 
 impl BatchTicket {
@@ -139,6 +158,9 @@ impl BatchTicket {
             "source": {"type": self.source.kind.word(), "id": &*self.source.id},
             "expiry_minute": self.expiry_minute,
             "requests": self.request_ids,
+            "attributes": self.attributes.iter()
+                .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+                .collect::<serde_json::Map<String, Value>>(),
             "holds": self.holds.iter().map(|h| json!({
                 "counter": counter(&h.key.id), "bucket": h.key.bucket, "amount": h.amount,
             })).collect::<Vec<Value>>(),

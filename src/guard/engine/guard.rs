@@ -147,9 +147,11 @@ impl Guard {
         self.shared.queue.steps()
     }
 
-    /// Settles this guard's queued bills (waiting at most 5 s) and writes every ledger row
-    /// billed so far (the guard keeps working afterwards).
+    /// Settles this guard's queued bills (waiting at most 5 s), writes every ledger row
+    /// billed so far and ends the event streams open now (the guard keeps working
+    /// afterwards; later streams get later events).
     pub fn close(&self) -> Result<(), LedgerError> {
+        self.shared.events.close();
         // The wait's timer needs the shared runtime's context (this thread may be any).
         let _runtime = crate::runtime::shared().enter();
         if !crate::runtime::block_on(self.flush(Some(FLUSH_WAIT))) {

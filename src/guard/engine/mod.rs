@@ -1,9 +1,9 @@
 //! The engine: a guard ties a policy, a counter store, a clock and an optional ledger
 //! together; admission reads, decides, fits and reserves; tickets and batches settle.
 //!
-//! Files import one way: stats, billing ← metrics ← fill, known, queue, health ← shared ← settling,
-//! fitted ← ticket ← guard ← recovery ← reserve ← optimistic ← admission ← batch ← batch_parts,
-//! batch_state.
+//! Files import one way: stats, billing ← metrics ← fill, known, queue, health, event_stream ←
+//! shared ← settling, fitted ← ticket ← guard ← events ← halts, actions; guard ← recovery ←
+//! reserve ← optimistic ← admission ← batch ← batch_parts, batch_state.
 
 mod actions;
 pub(crate) mod admission;
@@ -11,6 +11,7 @@ pub(crate) mod batch;
 mod batch_parts;
 mod batch_state;
 pub(crate) mod billing;
+pub(crate) mod event_stream;
 mod events;
 pub(crate) mod fill;
 mod fitted;

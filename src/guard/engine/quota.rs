@@ -66,7 +66,7 @@ fn call_of(
     attributes: &[(String, String)],
 ) -> Result<CallAttributes> {
     let (policy, _) = guard.shared.policy();
-    let call = CallAttributes::of(user.unwrap_or(""), "", None, attributes, &policy.scopes)?;
+    let call = CallAttributes::of(user, "", None, attributes, &policy.scopes)?;
     Ok(call)
 }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::event_stream::EventHub;
 use super::fill::{fill_keys, FillState};
 use super::health::ProviderHealth;
 use super::known::Known;
@@ -15,7 +16,8 @@ use super::queue::SettleQueue;
 use super::stats::{store_answered, Stats};
 use crate::error::Result;
 use crate::guard::domain::clock::{Clock, Millis};
-use crate::guard::domain::decide::{RuleWarning, SlotRead};
+use crate::guard::domain::decide::SlotRead;
+use crate::guard::domain::event::Event;
 use crate::guard::domain::generic;
 use crate::guard::domain::path::{self, Path};
 use crate::guard::domain::policy::Policy;
@@ -23,7 +25,7 @@ use crate::guard::ledger::Ledger;
 use crate::guard::store::{CounterKey, CounterRead, CounterStore, StoreError};
 
 /// A function `Guard::on_event` registered, called with each event.
-pub(crate) type Listener = Arc<dyn Fn(&RuleWarning) + Send + Sync>;
+pub(crate) type Listener = Arc<dyn Fn(&Event) + Send + Sync>;
 
 /// How long a resolved path is reused before it is resolved again.
 pub(crate) const PATH_CACHE_MS: i64 = 30_000;
@@ -71,6 +73,8 @@ pub(crate) struct Shared {
     pub(crate) epoch: EpochState,
     /// What `Guard::on_event` registered.
     pub(crate) listeners: RwLock<Vec<Listener>>,
+    /// The streams of `Guard::events`.
+    pub(crate) events: EventHub,
     /// Bills settling in the background (stores across a network).
     pub(crate) queue: SettleQueue,
     /// Last known counter values (stores across a network).
@@ -141,6 +145,7 @@ impl Shared {
             fill: FillState::default(),
             epoch: EpochState::default(),
             listeners: RwLock::new(Vec::new()),
+            events: EventHub::default(),
             queue: SettleQueue::default(),
             known: Known::default(),
             health,

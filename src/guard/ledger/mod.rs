@@ -8,6 +8,9 @@
 //! query therefore sees every row recorded before it, and a blocking database client never
 //! runs inside an async runtime.
 
+mod audit;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod audit_db;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -26,6 +29,7 @@ use parking_lot::Mutex;
 #[cfg(feature = "python")]
 use std::sync::{Arc, Weak};
 
+pub use self::audit::{AuditQuery, AuditRow};
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresLedger;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -174,6 +178,17 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
     /// Rows waiting to be written, and rows dropped (the ledger was closed, or its writer
     /// could not take them in time).
     fn pending(&self) -> (usize, u64);
+    /// Queues an event's row for the audit log, without waiting (a ledger with no audit log
+    /// ignores it). Written in order with the usage rows; an event id already written is
+    /// ignored.
+    fn record_event(&self, row: AuditRow) {
+        let _ = row;
+    }
+    /// The audit rows `query` selects, oldest first (after every row queued before it).
+    fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, LedgerError> {
+        let _ = query;
+        Ok(Vec::new())
+    }
 }
 
 #[cfg(feature = "python")]

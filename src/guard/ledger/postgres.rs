@@ -4,9 +4,12 @@
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement};
 
+use super::audit_db;
 use super::sql::{self, ColumnParam, Dialect, Param};
 use super::writer::{Backend, Writer};
-use super::{Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
+use super::{
+    AuditQuery, AuditRow, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery,
+};
 use crate::guard::domain::rule::Metric;
 
 struct PostgresBackend {
@@ -82,6 +85,7 @@ impl PostgresBackend {
                 .batch_execute(sql::SCHEMA)
                 .map_err(|e| format!("cannot create the ledger table: {e}"))?;
         }
+        audit_db::pg_migrate(&mut client)?;
         if !durable {
             // The promise is about this process dying, not the server: a commit need not
             // wait for the server's WAL flush (the server still never corrupts).
@@ -179,6 +183,14 @@ impl Backend for PostgresBackend {
                 .collect()
         })
     }
+
+    fn write_audit(&mut self, rows: &[AuditRow]) -> Result<(), String> {
+        self.with(|client| audit_db::pg_write(client, rows))
+    }
+
+    fn audit(&mut self, query: &AuditQuery) -> Result<Vec<AuditRow>, String> {
+        self.with(|client| audit_db::pg_read(client, query))
+    }
 }
 
 /// A ledger in PostgreSQL at `url` (`postgres://user@host:port/db`); no TLS. A `kill -9`
@@ -253,5 +265,13 @@ impl Ledger for PostgresLedger {
 
     fn pending(&self) -> (usize, u64) {
         self.writer.pending()
+    }
+
+    fn record_event(&self, row: AuditRow) {
+        self.writer.record_audit(row)
+    }
+
+    fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, LedgerError> {
+        self.writer.audit(query)
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use super::{LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
+use super::{AuditQuery, AuditRow, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::guard::domain::rule::Metric;
 
 /// The most rows recorded and not yet committed (memory bound, ~20 MB). The loss window is
@@ -36,6 +36,9 @@ pub(crate) enum Msg {
     Flush(Reply<()>),
     Sum(SumFilter, Metric, Reply<u64>),
     Query(UsageQuery, Reply<Vec<UsageGroup>>),
+    /// An audit row (never waited for: outside the rows' loss-window accounting).
+    Audit(Box<AuditRow>),
+    Audited(AuditQuery, Reply<Vec<AuditRow>>),
     Stop(Reply<()>),
 }
 

@@ -3,9 +3,13 @@
 use rusqlite::types::{ToSqlOutput, Value};
 use rusqlite::{params_from_iter, Connection, ToSql};
 
+use super::audit_db;
 use super::sql::{self, Dialect, Param};
 use super::writer::{Backend, Writer};
-use super::{GroupBy, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
+use super::{
+    AuditQuery, AuditRow, GroupBy, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup,
+    UsageQuery,
+};
 use crate::guard::domain::rule::Metric;
 
 impl ToSql for Param {
@@ -29,7 +33,7 @@ fn text(e: rusqlite::Error) -> String {
 
 impl SqliteBackend {
     fn open(path: &str, durable: bool) -> Result<Self, String> {
-        let conn = if path == ":memory:" {
+        let mut conn = if path == ":memory:" {
             Connection::open_in_memory()
         } else {
             Connection::open(path)
@@ -52,6 +56,7 @@ impl SqliteBackend {
         }
         conn.execute_batch(sql::SCHEMA)
             .map_err(|e| format!("cannot create the ledger table in {path:?}: {e}"))?;
+        audit_db::sqlite_migrate(&mut conn)?;
         Ok(SqliteBackend { conn })
     }
 }
@@ -106,6 +111,14 @@ impl Backend for SqliteBackend {
             })
             .map_err(text)?;
         rows.collect::<Result<Vec<_>, _>>().map_err(text)
+    }
+
+    fn write_audit(&mut self, rows: &[AuditRow]) -> Result<(), String> {
+        audit_db::sqlite_write(&mut self.conn, rows)
+    }
+
+    fn audit(&mut self, query: &AuditQuery) -> Result<Vec<AuditRow>, String> {
+        audit_db::sqlite_read(&self.conn, query)
     }
 }
 
@@ -175,5 +188,13 @@ impl Ledger for SqliteLedger {
 
     fn pending(&self) -> (usize, u64) {
         self.writer.pending()
+    }
+
+    fn record_event(&self, row: AuditRow) {
+        self.writer.record_audit(row)
+    }
+
+    fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, LedgerError> {
+        self.writer.audit(query)
     }
 }

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::audit::MAX_PENDING;
 use super::queue::{Msg, Queue, Reply};
-use super::{LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
+use super::{AuditQuery, AuditRow, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::guard::domain::rule::Metric;
 
 /// The most rows written in one transaction: small enough that a commit lands well inside
@@ -28,6 +29,10 @@ pub(crate) trait Backend: Send + 'static {
     fn sum(&mut self, filter: &SumFilter, metric: Metric) -> Result<u64, String>;
     /// Grouped usage.
     fn query(&mut self, query: &UsageQuery) -> Result<Vec<UsageGroup>, String>;
+    /// Writes audit rows in one transaction, skipping event ids already present.
+    fn write_audit(&mut self, rows: &[AuditRow]) -> Result<(), String>;
+    /// The audit rows a query selects.
+    fn audit(&mut self, query: &AuditQuery) -> Result<Vec<AuditRow>, String>;
 }
 
 /// Opens the database connection a writer thread owns (again in a forked child).
@@ -176,6 +181,21 @@ impl Writer {
         self.ask(|r| Msg::Query(query.clone(), r))
     }
 
+    /// Queues an audit row, never waiting (dropped when the ledger is closed).
+    pub(crate) fn record_audit(&self, row: AuditRow) {
+        match self.current() {
+            Some(queue) if !queue.state.lock().stopped => {
+                queue.send(Msg::Audit(Box::new(row)));
+            }
+            _ => log::debug!("usage_guard: an audit row after the ledger closed was dropped"),
+        }
+    }
+
+    /// The audit rows `query` selects, after every row queued so far.
+    pub(crate) fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, LedgerError> {
+        self.ask(|r| Msg::Audited(query.clone(), r))
+    }
+
     /// Flushes and stops the thread; later calls answer "closed". In a forked child that
     /// never used the ledger, there is nothing of its own to flush.
     pub(crate) fn close(&self) -> Result<(), LedgerError> {
@@ -220,6 +240,8 @@ impl Drop for Writer {
 struct Loop<'q> {
     backend: Box<dyn Backend>,
     pending: Vec<LedgerRow>,
+    /// Audit rows not yet written (at most `MAX_PENDING`: the oldest go first).
+    audit: Vec<AuditRow>,
     queue: &'q Queue,
 }
 
@@ -239,7 +261,25 @@ impl Loop<'_> {
             self.pending.drain(..n);
             self.queue.committed(n);
         }
+        if !self.audit.is_empty() {
+            if let Err(e) = self.backend.write_audit(&self.audit) {
+                log::warn!(
+                    "audit log write failed ({} rows kept): {e}",
+                    self.audit.len()
+                );
+                return Err(LedgerError(e));
+            }
+            self.audit.clear();
+        }
         Ok(())
+    }
+
+    fn push_audit(&mut self, row: AuditRow) {
+        if self.audit.len() >= MAX_PENDING {
+            self.audit.remove(0);
+            log::warn!("usage_guard: the audit log is not taking rows: the oldest was dropped");
+        }
+        self.audit.push(row);
     }
 }
 
@@ -248,10 +288,11 @@ fn run(backend: Box<dyn Backend>, queue: &Queue) {
     let mut l = Loop {
         backend,
         pending: Vec::new(),
+        audit: Vec::new(),
         queue,
     };
     loop {
-        let wait = (!l.pending.is_empty()).then_some(RETRY_AFTER);
+        let wait = (!l.pending.is_empty() || !l.audit.is_empty()).then_some(RETRY_AFTER);
         let msgs = queue.take(wait);
         for msg in msgs {
             match msg {
@@ -271,6 +312,13 @@ fn run(backend: Box<dyn Backend>, queue: &Queue) {
 fn answer(l: &mut Loop<'_>, msg: Msg) -> bool {
     match msg {
         Msg::Row(row) => l.pending.push(*row),
+        Msg::Audit(row) => l.push_audit(*row),
+        Msg::Audited(query, reply) => {
+            let _ = reply.send(
+                l.write_pending()
+                    .and_then(|_| l.backend.audit(&query).map_err(LedgerError)),
+            );
+        }
         Msg::Flush(reply) => {
             let _ = reply.send(l.write_pending());
         }

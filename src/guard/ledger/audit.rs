@@ -1,0 +1,180 @@
+//! The audit log: one `audit_log` row per event a guard sends (soft thresholds, `warn` rules
+//! past their budget, shadowed refusals, actions taken), written through the ledger's
+//! writer thread like usage rows, idempotent by event id. Its table comes with its own
+//! migration (`usage_guard_migrations` records which ran), beside the usage table.
+
+// Without a database backend only the row and query types are used.
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::event::Event;
+
+/// One event as the audit log keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditRow {
+    /// The event's id (unique across the fleet): the primary key.
+    pub event_id: String,
+    /// When the event went out (ms since the epoch, guard clock).
+    pub at_ms: Millis,
+    /// `soft_threshold`, `over_budget`, `shadow_refusal`, `degrade`, `throttle`,
+    /// `halt_session` (other producers may add kinds).
+    pub kind: String,
+    /// The rule (or quota) the event is about.
+    pub rule: String,
+    /// The counter key (`CounterKey::render`): which counter and window bucket.
+    pub counter_key: String,
+    /// The threshold crossed (1.0 past the budget, and for actions).
+    pub threshold: f64,
+    /// The call's user, when it had one.
+    pub principal: Option<String>,
+    pub model: Option<String>,
+    /// The rest, as JSON: amount, used, budget (cost in dollars), action, would_refuse.
+    pub detail: serde_json::Value,
+}
+
+impl AuditRow {
+    /// The row of `event`.
+    pub fn of(event: &Event) -> AuditRow {
+        AuditRow {
+            event_id: event.id.clone(),
+            at_ms: event.at_ms,
+            kind: event.kind.word().to_string(),
+            rule: event.rule.to_string(),
+            counter_key: event.key.render(),
+            threshold: event.threshold,
+            principal: event.principal.as_deref().map(str::to_string),
+            model: event.model.as_deref().map(str::to_string),
+            detail: event.detail(),
+        }
+    }
+}
+
+/// Which audit rows to list: `[since, until)`, one kind, one rule (`None` matches every
+/// row); with `limit`, only the latest that many. Rows come oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditQuery {
+    pub since: Option<Millis>,
+    pub until: Option<Millis>,
+    pub kind: Option<String>,
+    pub rule: Option<String>,
+    pub limit: Option<u64>,
+}
+
+/// The most audit rows kept in memory while the database does not take them (events are
+/// rare: once per window per counter); past it the oldest are dropped, with a log line.
+pub(crate) const MAX_PENDING: usize = 10_000;
+
+/// A migration: its name (recorded once applied) and its statements.
+pub(crate) struct Migration {
+    pub(crate) name: &'static str,
+    pub(crate) sql: &'static str,
+}
+
+/// Which migrations ran (shared by every module with its own tables).
+pub(crate) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS usage_guard_migrations (
+    name TEXT PRIMARY KEY,
+    applied_at_ms BIGINT NOT NULL
+)";
+
+/// The audit log's migrations, in order.
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    name: "audit_log/1",
+    sql: "
+CREATE TABLE IF NOT EXISTS audit_log (
+    event_id TEXT PRIMARY KEY,
+    at_ms BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    counter_key TEXT NOT NULL,
+    threshold DOUBLE PRECISION NOT NULL,
+    principal TEXT,
+    model TEXT,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_log_at ON audit_log (at_ms);
+",
+}];
+
+/// The placeholder `n` of a dialect: `?n` (SQLite) or `$n` (PostgreSQL).
+pub(crate) fn placeholder(postgres: bool, n: usize) -> String {
+    if postgres {
+        format!("${n}")
+    } else {
+        format!("?{n}")
+    }
+}
+
+/// The insert of one row (nine parameters, in `AuditRow` order); an event id already
+/// there is skipped.
+pub(crate) fn insert_sql(postgres: bool) -> String {
+    let values: Vec<String> = (1..=9).map(|n| placeholder(postgres, n)).collect();
+    format!(
+        "INSERT INTO audit_log (event_id, at_ms, kind, rule, counter_key, threshold, \
+         principal, model, detail) VALUES ({}) ON CONFLICT (event_id) DO NOTHING",
+        values.join(", ")
+    )
+}
+
+/// A bound parameter of the select.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AuditParam {
+    Int(i64),
+    Text(String),
+}
+
+/// The select of `query`: the nine columns in `AuditRow` order, newest first when limited.
+pub(crate) fn select_sql(postgres: bool, query: &AuditQuery) -> (String, Vec<AuditParam>) {
+    let mut clauses = Vec::new();
+    let mut params = Vec::new();
+    let mut add = |clause: &str, param: AuditParam| {
+        params.push(param);
+        clauses.push(format!("{clause} {}", placeholder(postgres, params.len())));
+    };
+    if let Some(since) = query.since {
+        add("at_ms >=", AuditParam::Int(since));
+    }
+    if let Some(until) = query.until {
+        add("at_ms <", AuditParam::Int(until));
+    }
+    if let Some(kind) = &query.kind {
+        add("kind =", AuditParam::Text(kind.clone()));
+    }
+    if let Some(rule) = &query.rule {
+        add("rule =", AuditParam::Text(rule.clone()));
+    }
+    let mut sql = "SELECT event_id, at_ms, kind, rule, counter_key, threshold, principal, \
+                   model, detail FROM audit_log"
+        .to_string();
+    if !clauses.is_empty() {
+        sql.push_str(&format!(" WHERE {}", clauses.join(" AND ")));
+    }
+    match query.limit {
+        Some(n) => {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            sql.push_str(&format!(" ORDER BY at_ms DESC, event_id DESC LIMIT {n}"));
+        }
+        None => sql.push_str(" ORDER BY at_ms, event_id"),
+    }
+    (sql, params)
+}
+
+/// The rows a select returned, oldest first (a limited select reads newest first).
+pub(crate) fn in_order(mut rows: Vec<AuditRow>, query: &AuditQuery) -> Vec<AuditRow> {
+    if query.limit.is_some() {
+        rows.reverse();
+    }
+    rows
+}
+
+/// A `detail` column read back (text that is not JSON is kept as a string).
+pub(crate) fn detail_of(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::from(text))
+}
+
+/// Now, for `applied_at_ms`.
+pub(crate) fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
