@@ -7,53 +7,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{at, reached, setup, GPT5};
-use usage_guard::{AdmitRequest, AuditQuery, AuditRow, Event, Ledger, SqliteLedger};
-
-const NOW: &str = "2026-12-02T10:00:00Z";
-
-fn call(user: Option<&str>, attributes: &[(&str, &str)]) -> AdmitRequest {
-    AdmitRequest {
-        user: user.map(str::to_string),
-        attributes: attributes
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ..common::call("-", "gpt-5", 100, 100)
-    }
-}
-
-fn alice(agent: &str) -> AdmitRequest {
-    call(Some("alice"), &[("agent", agent)])
-}
-
-/// Soft thresholds at each of the first calls, and a session halt after two calls a minute.
-fn policy() -> String {
-    format!(
-        r#"{GPT5}
-[[rules]]
-name = "soft"
-count_by = ["agent"]
-amount = "requests"
-budget = 10
-window = "minute"
-warn_at = [0.1, 0.2, 0.3, 0.4, 0.5]
-
-[[rules]]
-name = "runaway"
-count_by = ["session"]
-amount = "requests"
-budget = 2
-window = "minute"
-action = "halt_session"
-action_duration_seconds = 600
-"#
-    )
-}
-
-fn drain(stream: &usage_guard::EventStream) -> Vec<Event> {
-    std::iter::from_fn(|| stream.try_next()).collect()
-}
+use common::events::{alice, call, drain, policy, NOW};
+use common::{at, reached, setup};
+use usage_guard::{AuditQuery, AuditRow, Ledger, SqliteLedger};
 
 /// Events of a guard on `ledger` land in its audit log, one row each, whatever wrote them.
 fn audit_round_trip(ledger: Arc<dyn Ledger>) {

@@ -5,54 +5,9 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
+use common::events::{alice, call, drain, policy, NOW};
 use common::{at, reached, setup, GPT5};
-use usage_guard::{AdmitRequest, BatchRequest, Event, EventKind};
-
-const NOW: &str = "2026-12-02T10:00:00Z";
-
-fn call(user: Option<&str>, attributes: &[(&str, &str)]) -> AdmitRequest {
-    AdmitRequest {
-        user: user.map(str::to_string),
-        attributes: attributes
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ..common::call("-", "gpt-5", 100, 100)
-    }
-}
-
-fn alice(agent: &str) -> AdmitRequest {
-    call(Some("alice"), &[("agent", agent)])
-}
-
-/// A rule with five soft thresholds (one event at each of the first five calls) and a
-/// session halt after two calls a minute.
-fn policy() -> String {
-    format!(
-        r#"{GPT5}
-[[rules]]
-name = "soft"
-count_by = ["agent"]
-amount = "requests"
-budget = 10
-window = "minute"
-warn_at = [0.1, 0.2, 0.3, 0.4, 0.5]
-
-[[rules]]
-name = "runaway"
-count_by = ["session"]
-amount = "requests"
-budget = 2
-window = "minute"
-action = "halt_session"
-action_duration_seconds = 600
-"#
-    )
-}
-
-fn drain(stream: &usage_guard::EventStream) -> Vec<Event> {
-    std::iter::from_fn(|| stream.try_next()).collect()
-}
+use usage_guard::{BatchRequest, Event, EventKind};
 
 #[test]
 fn a_stream_gets_what_listeners_get_and_ends_when_the_guard_closes() {

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod events;
 pub mod redis_server;
 
 use std::sync::Arc;
