@@ -8,10 +8,11 @@ use pyo3::types::PyDict;
 
 use super::admit_args::{admit_request, attributes_from_py};
 use super::asyncio::FirstPoll;
+use super::batch::{admit_batch, resume_batch, PyBatchTicket};
 use super::clock::PyManualClock;
 use super::convert::view_to_py;
 use super::events::{listener, PyEventStream};
-use super::ledger::{admit_batch, close_guard, extract_ledger, resume_batch, PyBatchTicket};
+use super::ledger::{close_guard, extract_ledger};
 use super::policy::PyPolicy;
 use super::provider::Provider;
 use super::store::extract_store;

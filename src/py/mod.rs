@@ -4,6 +4,7 @@
 mod admit_args;
 mod asyncio;
 mod audit;
+mod batch;
 mod ceiling;
 mod clock;
 mod convert;
@@ -44,6 +45,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     events::register(m)?;
     ceiling::register(m)?;
     ledger::register(m)?;
+    batch::register(m)?;
     usage::register(m)?;
     gateway::register(m)?;
     health::register(m)?;
