@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::events::NOW;
 use common::{at, reached, setup, GPT5};
 use usage_guard::{AdmitRequest, Error, LimitType, Policy};
 
@@ -15,16 +16,8 @@ fn errors(toml: &str) -> Vec<String> {
 }
 
 fn call(user: &str, attributes: &[(&str, &str)]) -> AdmitRequest {
-    AdmitRequest {
-        attributes: attributes
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ..common::call(user, "gpt-5", 100, 100)
-    }
+    common::events::call(Some(user), attributes)
 }
-
-const NOW: &str = "2026-12-02T10:00:00Z";
 
 #[test]
 fn bad_rules_are_refused_with_their_paths() {

@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::guard::domain::clock::{iso8601, parse_iso8601};
 use crate::guard::domain::policy::{key_digest, GatewayKey, Policy};
 use crate::guard::domain::view::RuleView;
-use crate::guard::ledger::{GroupBy, UsageQuery};
+use crate::guard::ledger::{GroupBy, Ledger, UsageQuery};
 
 type Params = Query<HashMap<String, String>>;
 
@@ -122,17 +122,32 @@ fn usage_query(q: &HashMap<String, String>) -> Result<UsageQuery, String> {
     })
 }
 
+/// The guard's ledger for an admin request: `Err` with the answer when the token is wrong
+/// (401) or there is no ledger (409).
+pub(crate) fn admin_ledger(
+    app: &App,
+    headers: &HeaderMap,
+) -> Result<Arc<dyn Ledger>, Box<Response<Body>>> {
+    if let Some(r) = refused(app, headers) {
+        return Err(Box::new(r));
+    }
+    app.guard.ledger().cloned().ok_or_else(|| {
+        Box::new(error(
+            StatusCode::CONFLICT,
+            "The gateway has no ledger (--ledger)",
+        ))
+    })
+}
+
 /// `GET /admin/usage?user=&team=&model=&since=&until=&group_by=user,model`: from the ledger.
 pub(crate) async fn usage(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     Query(q): Params,
 ) -> Response<Body> {
-    if let Some(r) = refused(&app, &headers) {
-        return r;
-    }
-    let Some(ledger) = app.guard.ledger().cloned() else {
-        return error(StatusCode::CONFLICT, "The gateway has no ledger (--ledger)");
+    let ledger = match admin_ledger(&app, &headers) {
+        Ok(ledger) => ledger,
+        Err(response) => return *response,
     };
     let query = match usage_query(&q) {
         Ok(query) => query,

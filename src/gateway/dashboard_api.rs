@@ -11,7 +11,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::admin::{error, refused, rule_json};
+use super::admin::{admin_ledger, error, refused, rule_json};
 use super::proxy::App;
 use super::shape::json_response;
 use crate::error::Error;
@@ -159,13 +159,6 @@ async fn query(
     }
 }
 
-fn no_ledger() -> Response<Body> {
-    error(
-        StatusCode::CONFLICT,
-        "no ledger (--ledger): no usage to show",
-    )
-}
-
 /// `GET /admin/usage/series?group=user|team|model&bucket=hour|day&since=&until=&user=&team=&model=`:
 /// usage per bucket and group from the ledger (tokens, cost, requests; every bucket in
 /// `[since, until)`, empty ones 0), and each group's totals over the range (by default the
@@ -175,11 +168,9 @@ pub(crate) async fn series(
     headers: HeaderMap,
     Query(q): Params,
 ) -> Response<Body> {
-    if let Some(r) = refused(&app, &headers) {
-        return r;
-    }
-    let Some(ledger) = app.guard.ledger().cloned() else {
-        return no_ledger();
+    let ledger = match admin_ledger(&app, &headers) {
+        Ok(ledger) => ledger,
+        Err(response) => return *response,
     };
     let ask = match series_ask(&q, app.guard.clock().now_ms()) {
         Ok(ask) => ask,
