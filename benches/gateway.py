@@ -7,6 +7,10 @@ ratio of LiteLLM's addition to the gateway's.
 
 Run: .venv/bin/python benches/gateway.py [--requests N] [--litellm PATH|none]
 
+Python clients cannot hold 500 calls/s with sub-millisecond precision on two cores: the goal
+itself is measured by benches/gateway_load.rs (open loop, a Rust client and a Rust fake
+upstream; `make bench` runs both).
+
 The fake provider (tests_py/fake_provider.py) runs in its own process; the gateway runs in
 this one on the crate's runtime (the in-memory store, a Direct Limit with a tokens and a
 requests rule, no ledger); LiteLLM's proxy (`litellm --config`, one uvicorn worker, a master
@@ -267,8 +271,9 @@ def main() -> int:
         fake.wait()
     report(rows, [t for t in targets if t != "direct"])
     print(
-        f"goal (issue 15): gateway p99 added <= 1 ms at {PACED_RATE} calls/s "
-        f"(the {PACED_RATE}/s rows)"
+        f"goal (issue 15): gateway p99 added <= 1 ms at {PACED_RATE} calls/s: measured by "
+        "benches/gateway_load.rs (open loop, Rust client and upstream); the Python clients' "
+        f"{PACED_RATE}/s rows above are an upper bound"
     )
     if why_not:
         print(why_not)

@@ -271,3 +271,35 @@ fn ollama_unlimited_num_predict_is_capped() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn legacy_completions_reserve_the_default_16_and_share_among_prompts() {
+    let api = Api::OpenAiCompletions;
+    let capless = json!({"model": "gpt-4o", "prompt": "Say hello"});
+    assert_eq!(
+        usage_guard::requested_max_output(&capless, api).unwrap(),
+        Some(16)
+    );
+    let r = run(&capless, api, &ceiling(Some(1_000_000), 8192)).unwrap();
+    // 16 is the API's own default: nothing is written, nothing was lowered.
+    assert_eq!(r.request, capless);
+    assert_eq!(r.max_output_tokens, Some(16));
+    assert!(!r.lowered);
+    // Two prompts × n = 2: four answers share what is left.
+    let many = json!({"model": "gpt-4o", "prompt": ["a", [1, 2]], "n": 2, "max_tokens": 2000});
+    let prompt = effective_prompt(&many, api, 0.05);
+    assert_eq!(
+        prompt,
+        count_request(&many, api, None, None).unwrap().tokens
+    );
+    let r = run(&many, api, &ceiling(Some(prompt + 4000), 8192)).unwrap();
+    assert_eq!(r.request["max_tokens"], json!(1000));
+    for bad in [
+        json!({"prompt": 7}),
+        json!({"prompt": [{"a": 1}]}),
+        json!({}),
+    ] {
+        let e = count_request(&bad, api, Some("gpt-4o"), None).unwrap_err();
+        assert!(e.to_string().contains("request.prompt"), "{e}");
+    }
+}

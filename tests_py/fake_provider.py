@@ -1,6 +1,7 @@
 """A small real HTTP server that answers like OpenAI, Anthropic and Ollama.
 
-Endpoints: OpenAI `/v1/chat/completions`, `/v1/responses`, `/v1/embeddings`; Anthropic
+Endpoints: OpenAI `/v1/chat/completions`, `/v1/completions` (legacy: `prompt`, `max_tokens`
+16 when absent), `/v1/responses`, `/v1/embeddings`; Anthropic
 `/v1/messages`; Ollama `/api/chat`, `/api/generate`, `/api/embed`. Each answers plain or
 streaming (SSE for OpenAI and Anthropic, NDJSON for Ollama) with realistic bodies and usage.
 
@@ -146,6 +147,7 @@ class FakeProvider:
             return
         routes = {
             "/v1/chat/completions": self._openai_chat,
+            "/v1/completions": self._openai_completions,
             "/v1/responses": self._openai_responses,
             "/v1/embeddings": self._openai_embeddings,
             "/v1/messages": self._anthropic_messages,
@@ -223,6 +225,47 @@ class FakeProvider:
             )
         events.append((None, "[DONE]"))
         self._sse(h, events, content_at=range(1, n + 1))
+
+    # OpenAI legacy completions: one choice per prompt of a prompt list, times n
+    def _openai_completions(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        n, capped = self._produce(body.get("max_tokens", 16))
+        finish = "length" if capped else "stop"
+        prompt = body.get("prompt")
+        prompts = (
+            len(prompt)
+            if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int)
+            else 1
+        )
+        count = prompts * int(body.get("n") or 1)
+        usage = {
+            "prompt_tokens": self.input_tokens,
+            "completion_tokens": n * count,
+            "total_tokens": self.input_tokens + n * count,
+        }
+        base = {
+            "id": "cmpl-fake1",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model", "gpt-3.5-turbo-instruct"),
+            "system_fingerprint": "fp_fake",
+        }
+
+        def choice(i: int, text: str, finish_reason: Optional[str]) -> dict[str, Any]:
+            return {"index": i, "text": text, "logprobs": None, "finish_reason": finish_reason}
+
+        if not body.get("stream"):
+            choices = [choice(i, WORD * n, finish) for i in range(count)]
+            _send_json(h, 200, {**base, "choices": choices, "usage": usage})
+            return
+        events: list[tuple[Optional[str], Any]] = []
+        for i in range(count):
+            events += [(None, {**base, "choices": [choice(i, WORD, None)]}) for _ in range(n)]
+            events.append((None, {**base, "choices": [choice(i, "", finish)]}))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append((None, {**base, "choices": [], "usage": usage}))
+        events.append((None, "[DONE]"))
+        content = [i for i, (_, e) in enumerate(events) if isinstance(e, dict) and e["choices"]]
+        self._sse(h, events, content_at=[i for i in content if events[i][1]["choices"][0]["text"]])
 
     # OpenAI responses
     def _openai_responses(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:

@@ -70,7 +70,7 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, FakePro
 
 
 def test_the_docs_policy_is_valid_and_its_commands_are_there():
-    assert len(commands()) == 14
+    assert len(commands()) == 15
     assert any("stream" in c for c, _ in commands())
 
 
@@ -88,8 +88,8 @@ def test_every_curl_command_answers_as_documented_and_sigterm_drains(served):
         )
         assert out.returncode == 0, (command, out.stderr)
         assert out.stdout.strip() == str(status), (command, out.stdout)
-    # the two admitted calls (and the probe's one-token call) reached the provider with the
-    # provider's key, not the caller's
+    # the two admitted chat calls (and the probe's one-token call) reached the provider with
+    # the provider's key, not the caller's
     sent = [r for r in fake.requests if r.path == "/v1/chat/completions"]
     assert len(sent) == 3 and sent[-1].body["max_tokens"] == 1
     assert all(r.headers["authorization"] == "Bearer sk-upstream-secret" for r in sent)
@@ -100,10 +100,13 @@ def test_every_curl_command_answers_as_documented_and_sigterm_drains(served):
         rows = db.execute(
             "SELECT user_id, model, input_tokens, output_tokens, metadata FROM usage_ledger"
         ).fetchall()
-    assert [r[:4] for r in rows] == [("alice", "gpt-4o", 21, 12)] * 2
+    assert sorted(r[:4] for r in rows) == sorted(
+        [("alice", "gpt-4o", 21, 12)] * 2 + [("alice", "gpt-3.5-turbo-instruct", 21, 12)]
+    )
+    assert [r.body.get("max_tokens") for r in fake.requests if r.path == "/v1/completions"] == [20]
     meta = [json.loads(r[4]) for r in rows]
     assert all(m["key"] == "alice-laptop" and m["credential"] == "laptop" for m in meta)
-    assert sorted(m["stream"] for m in meta) == [False, True]
+    assert sorted(m["stream"] for m in meta) == [False, False, True]
     # and the keys never reached the logs
     assert proc.stderr is not None
     logged = proc.stderr.read()

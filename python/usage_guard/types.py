@@ -40,6 +40,7 @@ __all__ = [
 Provider = Literal[
     "openai",
     "openai.chat",
+    "openai.completions",
     "openai.responses",
     "openai.embeddings",
     "anthropic",

@@ -9,6 +9,8 @@ use crate::guard::domain::policy::Provider;
 pub enum Api {
     /// OpenAI chat completions (`/v1/chat/completions`); also OpenAI-compatible servers.
     OpenAiChat,
+    /// OpenAI legacy completions (`/v1/completions`): `prompt`, `max_tokens` (16 when absent).
+    OpenAiCompletions,
     /// OpenAI responses (`/v1/responses`).
     OpenAiResponses,
     /// OpenAI embeddings (`/v1/embeddings`).
@@ -27,8 +29,9 @@ pub enum Api {
 
 impl Api {
     /// Every word [`Api::parse`] accepts, in order.
-    pub const WORDS: [&'static str; 8] = [
+    pub const WORDS: [&'static str; 9] = [
         "openai",
+        "openai.completions",
         "openai.responses",
         "openai.embeddings",
         "anthropic",
@@ -44,6 +47,7 @@ impl Api {
     pub fn parse(word: &str, field: &str) -> Result<Api> {
         Ok(match word {
             "openai" | "openai.chat" => Api::OpenAiChat,
+            "openai.completions" => Api::OpenAiCompletions,
             "openai.responses" => Api::OpenAiResponses,
             "openai.embeddings" => Api::OpenAiEmbeddings,
             "anthropic" => Api::Anthropic,
@@ -65,6 +69,7 @@ impl Api {
     pub fn word(self) -> &'static str {
         match self {
             Api::OpenAiChat => "openai",
+            Api::OpenAiCompletions => "openai.completions",
             Api::OpenAiResponses => "openai.responses",
             Api::OpenAiEmbeddings => "openai.embeddings",
             Api::Anthropic => "anthropic",
@@ -78,7 +83,10 @@ impl Api {
     /// The provider that serves this API.
     pub fn provider(self) -> Provider {
         match self {
-            Api::OpenAiChat | Api::OpenAiResponses | Api::OpenAiEmbeddings => Provider::OpenAi,
+            Api::OpenAiChat
+            | Api::OpenAiCompletions
+            | Api::OpenAiResponses
+            | Api::OpenAiEmbeddings => Provider::OpenAi,
             Api::Anthropic => Provider::Anthropic,
             Api::Gemini => Provider::Gemini,
             Api::OllamaChat | Api::OllamaGenerate | Api::OllamaEmbed => Provider::Ollama,

@@ -81,13 +81,21 @@ impl FitResult {
 }
 
 /// The caller's output maximum in `request` for `api` (`None` when it sets none, and always
-/// for embeddings). A value that is not a non-negative integer is an error naming the field.
+/// for embeddings; legacy completions without `max_tokens` get the API's own default, 16).
+/// A value that is not a non-negative integer is an error naming the field.
 pub fn requested_max_output(request: &Value, api: Api) -> Result<Option<u64>> {
     let Some(path) = output_path(request, api) else {
         return Ok(None);
     };
-    read_count(request, &path, negative_output_is_unlimited(api))
+    let asked = read_count(request, &path, negative_output_is_unlimited(api))?;
+    Ok(match api {
+        Api::OpenAiCompletions => asked.or(Some(COMPLETIONS_DEFAULT_MAX_TOKENS)),
+        _ => asked,
+    })
 }
+
+/// What OpenAI's legacy completions write when `max_tokens` is absent.
+const COMPLETIONS_DEFAULT_MAX_TOKENS: u64 = 16;
 
 /// The output maximum chosen, with what the call asked for.
 struct Output {

@@ -69,6 +69,7 @@ pub fn count_request(
     };
     match api {
         Api::OpenAiChat => openai::chat(&mut c, request)?,
+        Api::OpenAiCompletions => completions(&mut c, request)?,
         Api::OpenAiResponses => openai::responses(&mut c, request)?,
         Api::OpenAiEmbeddings => embeddings(&mut c, request, "input")?,
         Api::Anthropic => anthropic(&mut c, request)?,
@@ -114,6 +115,47 @@ fn embeddings(c: &mut Counter, request: &Value, field: &str) -> Result<()> {
             }
         }
         v => return Err(field_error(&path, v, accepted)),
+    }
+    Ok(())
+}
+
+/// Legacy completions: `prompt` (a string, a list of strings, a list of token ids or a list
+/// of token-id lists: every prompt is sent as it is, no framing) and `suffix`.
+fn completions(c: &mut Counter, request: &Value) -> Result<()> {
+    let accepted = "must be a string, a list of strings, a list of token ids, or a list of \
+                    token-id lists";
+    // A list of token ids: one token each.
+    let ids = |v: &Value| match v {
+        Value::Array(ids) if ids.iter().all(Value::is_u64) => Some(ids.len() as u64),
+        _ => None,
+    };
+    match request.get("prompt") {
+        None => {
+            return Err(Error::invalid(
+                "request.prompt",
+                "",
+                format!("is required; {accepted}"),
+            ))
+        }
+        Some(Value::String(s)) => c.text(s),
+        Some(v) if ids(v).is_some() => c.add(ids(v).unwrap_or(0)),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                match (item, ids(item)) {
+                    (Value::String(s), _) => c.text(s),
+                    (_, Some(n)) => c.add(n),
+                    (v, None) => {
+                        return Err(field_error(&format!("request.prompt[{i}]"), v, accepted))
+                    }
+                }
+            }
+        }
+        Some(v) => return Err(field_error("request.prompt", v, accepted)),
+    }
+    match request.get("suffix") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => c.text(s),
+        Some(v) => return Err(field_error("request.suffix", v, "must be a string")),
     }
     Ok(())
 }

@@ -17,13 +17,13 @@ use super::fallback_hops::{exhausted, Hops};
 use super::forward::{head, Forward};
 use super::headers::{rate_limit, restriction, tightest};
 use super::health::{credential, header_pairs, outcome};
-use super::proxy::{bad, bill_info, check, outgoing, refusal_response, App, Checked};
+use super::proxy::{attributes, bad, bill_info, check, outgoing, refusal_response, App, Checked};
 use super::relay::Call;
 use super::shape::{set_headers, Endpoint, Problem};
-use crate::ceiling::Api;
 use crate::error::Error;
 use crate::guard::domain::health::Outcome;
 use crate::guard::domain::policy::{Policy, Upstream};
+use crate::guard::domain::refusal::Refusal;
 use crate::guard::engine::admission::AdmitRequest;
 
 /// Serves one model call at `endpoint`, and counts its answer.
@@ -111,8 +111,17 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
             continue;
         }
         let (bytes, request) = with_model(&checked, model);
-        let call = match attempt.admit(model, &request).await {
-            Ok(call) => call,
+        let admitted = attempt.admit(model, &request).await;
+        let (call, upstream) = match admitted.map(|c| degraded(&policy, endpoint, c, upstream)) {
+            Ok(Ok(sent)) => sent,
+            Ok(Err((call, r))) => {
+                call.release().await;
+                if i == 0 {
+                    return refusal_response(&app, &r, endpoint);
+                }
+                hops.refused.push((model.clone(), *r));
+                continue;
+            }
             Err(Error::Refused(r)) if i == 0 => return refusal_response(&app, &r, endpoint),
             Err(Error::Refused(r)) => {
                 hops.refused.push((model.clone(), *r));
@@ -120,6 +129,7 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
             }
             Err(e) => return bad(endpoint, &e.to_string()),
         };
+        let (provider, cred) = (upstream.provider.word(), credential(&upstream));
         if let Err(u) = health.take(provider, &cred).await {
             // Another call took the last half-open probe meanwhile.
             call.release().await;
@@ -140,6 +150,43 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
         }
     }
     exhausted(&app, endpoint, &checked.model, hops)
+}
+
+/// Where a call a `degrade` rule admitted on its `degrade_to` model goes: that model's
+/// provider's upstream when it serves the endpoint as it is (no translation between APIs).
+/// Otherwise the call comes back with the refusal of the model asked for, which stands.
+fn degraded(
+    policy: &Policy,
+    endpoint: Endpoint,
+    call: Call,
+    upstream: Upstream,
+) -> Result<(Call, Upstream), (Call, Box<Refusal>)> {
+    if call.ticket().degraded_from().is_none() {
+        return Ok((call, upstream));
+    }
+    let model = call.ticket().model();
+    let provider = policy
+        .model(model)
+        .map_or(endpoint.provider(), |m| m.provider);
+    if provider == upstream.provider {
+        return Ok((call, upstream));
+    }
+    let served = endpoint.served_by(provider);
+    match upstream_for(policy, model, endpoint).filter(|_| served) {
+        Some(upstream) => Ok((call, upstream)),
+        None => {
+            log::info!(
+                "gateway: the degrade_to model {model:?} is served by {} in another API than \
+                 {} (or has no upstream): the refusal stands",
+                provider.word(),
+                endpoint.path
+            );
+            match call.ticket().degrade_refusal().cloned() {
+                Some(refusal) => Err((call, Box::new(refusal))),
+                None => Ok((call, upstream)),
+            }
+        }
+    }
 }
 
 /// The caller's body with `model` in it (the caller's bytes when it is the model asked for).
@@ -193,6 +240,7 @@ impl Attempt<'_> {
                 user: Some(checked.key.principal.to_string()),
                 model: model.to_string(),
                 request: Some((request.clone(), self.endpoint.api)),
+                attributes: attributes(&checked.key, self.endpoint),
                 ..AdmitRequest::default()
             })
             .await;
@@ -224,7 +272,7 @@ impl Attempt<'_> {
         let (app, endpoint, checked) = (self.app, self.endpoint, self.checked);
         let lowered = self.admitted(&call);
         let asked = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
-        let ask_usage = checked.stream && endpoint.api == Api::OpenAiChat && !asked;
+        let ask_usage = checked.stream && endpoint.asks_stream_usage() && !asked;
         let send = outgoing(bytes, request, &call, ask_usage);
         let forward = Forward {
             client: &app.client,

@@ -128,6 +128,19 @@ pub(crate) fn bill_info(key: &GatewayKey, endpoint: Endpoint, stream: bool) -> B
     }
 }
 
+/// The attributes a key's calls are admitted with, for the generic rules: `endpoint` (the
+/// path called), the key's `credential`, each of its `teams` as `team` (a rule on `team`
+/// matches any of them; `count_by = ["team"]` counts the least), and its `attributes`.
+pub(crate) fn attributes(key: &GatewayKey, endpoint: Endpoint) -> Vec<(String, String)> {
+    let mut out = vec![("endpoint".to_string(), endpoint.path.to_string())];
+    if let Some(c) = &key.credential {
+        out.push(("credential".into(), c.clone()));
+    }
+    out.extend(key.teams.iter().map(|t| ("team".to_string(), t.clone())));
+    out.extend(key.attributes.iter().map(|(k, v)| (k.clone(), v.clone())));
+    out
+}
+
 /// The body to send: the caller's bytes untouched unless the fit changed a key or the
 /// gateway asks for the stream's usage.
 pub(crate) fn outgoing(bytes: Bytes, mut request: Value, call: &Call, ask_usage: bool) -> Bytes {

@@ -170,6 +170,16 @@ fn delta_text(event: &Value, api: Api, out: &mut String) {
                 }
             }
         }
+        Api::OpenAiCompletions => {
+            for c in event
+                .get("choices")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                push(c.get("text"));
+            }
+        }
         Api::OpenAiResponses => {
             let kind = event.get("type").and_then(Value::as_str).unwrap_or("");
             if kind.ends_with(".delta") {

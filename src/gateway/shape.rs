@@ -35,6 +35,11 @@ impl Endpoint {
         framing: Framing::Sse,
         streams_by_default: false,
     };
+    pub(crate) const OPENAI_COMPLETIONS: Endpoint = Endpoint {
+        path: "/v1/completions",
+        api: Api::OpenAiCompletions,
+        ..Endpoint::OPENAI_CHAT
+    };
     pub(crate) const OPENAI_RESPONSES: Endpoint = Endpoint {
         path: "/v1/responses",
         api: Api::OpenAiResponses,
@@ -72,8 +77,9 @@ impl Endpoint {
     };
 
     /// Every model endpoint.
-    pub(crate) const ALL: [Endpoint; 7] = [
+    pub(crate) const ALL: [Endpoint; 8] = [
         Endpoint::OPENAI_CHAT,
+        Endpoint::OPENAI_COMPLETIONS,
         Endpoint::OPENAI_RESPONSES,
         Endpoint::OPENAI_EMBEDDINGS,
         Endpoint::ANTHROPIC,
@@ -85,6 +91,19 @@ impl Endpoint {
     /// The provider whose upstream serves a model the policy does not list.
     pub(crate) fn provider(self) -> Provider {
         self.api.provider()
+    }
+
+    /// Whether `provider`'s upstream serves this endpoint as it is (no translation): the
+    /// endpoint's own provider, and for the OpenAI endpoints `other` (OpenAI-compatible
+    /// servers).
+    pub(crate) fn served_by(self, provider: Provider) -> bool {
+        provider == self.provider()
+            || (self.shape == HttpShape::OpenAi && provider == Provider::Other)
+    }
+
+    /// Whether the gateway asks a stream for its usage (`stream_options.include_usage`).
+    pub(crate) fn asks_stream_usage(self) -> bool {
+        matches!(self.api, Api::OpenAiChat | Api::OpenAiCompletions)
     }
 }
 

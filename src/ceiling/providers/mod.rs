@@ -37,6 +37,7 @@ pub struct ReportedUsage {
 pub(crate) fn output_path(request: &Value, api: Api) -> Option<Vec<&'static str>> {
     match api {
         Api::OpenAiChat | Api::OpenAiResponses => Some(openai::output_path(request, api)),
+        Api::OpenAiCompletions => Some(vec!["max_tokens"]),
         Api::Anthropic => Some(anthropic::OUTPUT_PATH.to_vec()),
         Api::Gemini => Some(gemini::output_path(request)),
         Api::OllamaChat | Api::OllamaGenerate => Some(ollama::OUTPUT_PATH.to_vec()),
@@ -49,11 +50,13 @@ pub(crate) fn negative_output_is_unlimited(api: Api) -> bool {
     matches!(api, Api::OllamaChat | Api::OllamaGenerate)
 }
 
-/// How many answers the call asks for (OpenAI chat `n`, Gemini `candidateCount`), at least
-/// 1: each may produce up to the output maximum.
+/// How many answers the call asks for (OpenAI chat `n`, Gemini `candidateCount`; legacy
+/// completions: `max(n, best_of)` per prompt of its `prompt` list), at least 1: each may
+/// produce up to the output maximum.
 pub(crate) fn choices(request: &Value, api: Api) -> Result<u64> {
     match api {
         Api::OpenAiChat => openai::choices(request),
+        Api::OpenAiCompletions => openai::completion_choices(request),
         Api::Gemini => gemini::choices(request),
         _ => Ok(1),
     }
@@ -73,7 +76,9 @@ pub(crate) fn thinking_path(request: &Value, api: Api) -> Option<Vec<&'static st
 /// one per answer.
 pub(crate) fn finish_reasons(response: &Value, api: Api) -> Vec<&str> {
     match api {
-        Api::OpenAiChat | Api::OpenAiResponses => openai::finish_reasons(response, api),
+        Api::OpenAiChat | Api::OpenAiCompletions | Api::OpenAiResponses => {
+            openai::finish_reasons(response, api)
+        }
         Api::Anthropic => anthropic::finish_reasons(response),
         Api::Gemini => gemini::finish_reasons(response),
         Api::OllamaChat | Api::OllamaGenerate => ollama::finish_reasons(response),
@@ -86,7 +91,9 @@ pub(crate) fn finish_reasons(response: &Value, api: Api) -> Vec<&str> {
 /// Ollama `length`).
 pub fn stopped_at_max(reason: &str, api: Api) -> bool {
     let at_max = match api {
-        Api::OpenAiChat | Api::OllamaChat | Api::OllamaGenerate => "length",
+        Api::OpenAiChat | Api::OpenAiCompletions | Api::OllamaChat | Api::OllamaGenerate => {
+            "length"
+        }
         Api::OpenAiResponses => "max_output_tokens",
         Api::Anthropic => "max_tokens",
         Api::Gemini => return reason.eq_ignore_ascii_case("MAX_TOKENS"),
@@ -99,7 +106,7 @@ pub fn stopped_at_max(reason: &str, api: Api) -> bool {
 /// usage); `None` when it carries none.
 pub fn reported_usage(response: &Value, api: Api) -> Option<ReportedUsage> {
     match api {
-        Api::OpenAiChat | Api::OpenAiResponses | Api::OpenAiEmbeddings => {
+        Api::OpenAiChat | Api::OpenAiCompletions | Api::OpenAiResponses | Api::OpenAiEmbeddings => {
             openai::usage(response, api)
         }
         Api::Anthropic => anthropic::usage(response),
@@ -113,7 +120,7 @@ pub fn reported_usage(response: &Value, api: Api) -> Option<ReportedUsage> {
 /// never the answer itself (an embeddings response's vectors, say).
 pub fn usage_paths(api: Api) -> &'static [&'static [&'static str]] {
     match api {
-        Api::OpenAiChat | Api::OpenAiEmbeddings => &[&["usage"]],
+        Api::OpenAiChat | Api::OpenAiCompletions | Api::OpenAiEmbeddings => &[&["usage"]],
         Api::OpenAiResponses => &[&["usage"], &["response", "usage"]],
         Api::Anthropic => &[&["usage"], &["message", "usage"]],
         Api::Gemini => &[&["usageMetadata"], &["usage_metadata"]],

@@ -31,7 +31,21 @@ pub(super) fn choices(request: &Value) -> Result<u64> {
     Ok(read_count(request, &["n"], false)?.unwrap_or(1).max(1))
 }
 
-/// Chat: every choice's `finish_reason` (a response or a stream chunk). Responses: the
+/// Legacy completions: `max(n, best_of)` answers for each prompt (`prompt` may be a list of
+/// strings or of token-id lists: one completion each).
+pub(super) fn completion_choices(request: &Value) -> Result<u64> {
+    let n = read_count(request, &["n"], false)?.unwrap_or(1).max(1);
+    let best_of = read_count(request, &["best_of"], false)?.unwrap_or(1);
+    let prompts = match request.get("prompt") {
+        Some(Value::Array(items)) if items.iter().any(|i| i.is_string() || i.is_array()) => {
+            items.len() as u64
+        }
+        _ => 1,
+    };
+    Ok(n.max(best_of).saturating_mul(prompts.max(1)))
+}
+
+/// Chat and legacy completions: every choice's `finish_reason` (a response or a stream chunk). Responses: the
 /// `incomplete_details.reason` of a response or of a `response.incomplete` event.
 pub(super) fn finish_reasons(response: &Value, api: Api) -> Vec<&str> {
     if api == Api::OpenAiResponses {

@@ -192,6 +192,10 @@ impl GenericRule {
         self.applies_when.iter().all(|(attr, values)| match attr {
             // A parent scope's rule counts its children's calls.
             Attribute::Scope => call.scopes.iter().any(|s| values.contains(s)),
+            // A call may be made for several teams (a gateway key's `teams`): any matches.
+            Attribute::Team => (call.teams.iter().map(|t| &**t))
+                .chain(call.get(Attribute::Team))
+                .any(|t| values.iter().any(|w| **w == *t)),
             _ => call
                 .get(*attr)
                 .is_some_and(|v| values.iter().any(|w| **w == *v)),
@@ -233,6 +237,8 @@ pub struct CallAttributes {
     values: [Option<Arc<str>>; 13],
     /// The call's scope and its ancestors in the policy's tenancy tree.
     scopes: Vec<Arc<str>>,
+    /// Every `team` given (`count_by` reads the least, alphabetically).
+    teams: Vec<Arc<str>>,
 }
 
 impl CallAttributes {
@@ -265,7 +271,16 @@ impl CallAttributes {
             call.set(Attribute::Provider, p);
         }
         for (key, value) in extra {
-            call.set(checked(key, value)?, value);
+            let attr = checked(key, value)?;
+            if attr != Attribute::Team {
+                call.set(attr, value);
+            } else if !value.is_empty() {
+                call.teams.push(Arc::from(value.as_str()));
+            }
+        }
+        // The least team, as the path cache keys the teams sorted.
+        if let Some(team) = call.teams.iter().min().cloned() {
+            call.set(Attribute::Team, &team);
         }
         if let Some(scope) = call.get(Attribute::Scope) {
             call.scopes = ancestors(scopes, scope);

@@ -86,7 +86,7 @@ impl Guard {
         };
         match self.admit_one(substitute).await {
             Ok(ticket) => {
-                ticket.set_degraded_from(from);
+                ticket.set_degraded_from(from, refusal);
                 self.acted(&rule, key, &caller).await;
                 Ok(ticket)
             }

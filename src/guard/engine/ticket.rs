@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{Plan, RuleWarning, UsageCeiling};
 use crate::guard::domain::path::{Path, SourceRef};
+use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, Metric};
 use crate::guard::store::{HoldRef, UsageAdd};
 
@@ -39,8 +40,8 @@ pub(crate) struct TicketParts {
 struct TicketState {
     parts: TicketParts,
     settled: AtomicBool,
-    /// The model asked for, when a `degrade` rule admitted this one instead.
-    degraded_from: std::sync::OnceLock<Arc<str>>,
+    /// The model asked for and its refusal, when a `degrade` rule admitted this one instead.
+    degraded_from: std::sync::OnceLock<(Arc<str>, Box<Refusal>)>,
 }
 
 /// A ticket dropped without bill or release (an abandoned or cancelled call) gives its
@@ -108,23 +109,25 @@ impl Ticket {
         &self.state.parts.source
     }
 
-    /// The model admitted (the `degrade_to` model of a `degrade` rule when it refused the one
-    /// asked for).
+    /// The model admitted (a `degrade` rule's `degrade_to` when it refused the one asked for).
     pub fn model(&self) -> &str {
         &self.state.parts.path.model
     }
 
     /// The model asked for, when a `degrade` rule admitted another (`model`) instead.
     pub fn degraded_from(&self) -> Option<&str> {
-        self.state.degraded_from.get().map(|m| &**m)
+        self.state.degraded_from.get().map(|(m, _)| &**m)
     }
 
-    pub(crate) fn set_degraded_from(&self, model: Arc<str>) {
-        let _ = self.state.degraded_from.set(model);
+    /// The refusal of the model asked for, when a `degrade` rule admitted another instead.
+    pub fn degrade_refusal(&self) -> Option<&Refusal> {
+        self.state.degraded_from.get().map(|(_, r)| &**r)
+    }
+    pub(crate) fn set_degraded_from(&self, model: Arc<str>, refusal: Box<Refusal>) {
+        let _ = self.state.degraded_from.set((model, refusal));
     }
 
-    /// Generic rules past a soft threshold (`warn_at`), or past the budget of a rule that
-    /// only reports (`warn`, shadow mode).
+    /// Generic rules past a soft threshold (`warn_at`), or past a `warn` rule's budget.
     pub fn warnings(&self) -> &[RuleWarning] {
         &self.state.parts.warnings
     }

@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use super::models::Provider;
 use super::values::{key_path, kind, Parser};
 use crate::error::{Error, FieldError};
+use crate::guard::domain::generic::Attribute;
 
 /// Where one provider's calls are sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +145,17 @@ const GATEWAY_KEYS: [&str; 5] = [
     "upstream_timeout_seconds",
     "drain_seconds",
     "admin_token_env",
+];
+/// The attributes a key's `attributes` table may set (the generic rules' vocabulary, less
+/// what the key's own fields and the call give).
+const KEY_ATTRIBUTES: [Attribute; 7] = [
+    Attribute::Scope,
+    Attribute::Session,
+    Attribute::Agent,
+    Attribute::Task,
+    Attribute::Environment,
+    Attribute::RequestFingerprint,
+    Attribute::Role,
 ];
 const KEY_KEYS: [&str; 6] = [
     "key",
@@ -365,9 +377,21 @@ impl Parser {
             return out;
         };
         for (name, v) in map {
-            if let Some(text) = self.string(&key_path(path, name), v) {
+            let at = key_path(path, name);
+            let Some(text) = self.string(&at, v) else {
+                continue;
+            };
+            if Attribute::parse(name).is_some_and(|a| KEY_ATTRIBUTES.contains(&a)) {
                 out.insert(name.clone(), text);
+                continue;
             }
+            let words: Vec<&str> = KEY_ATTRIBUTES.iter().map(|a| a.word()).collect();
+            let why = format!(
+                "is not an attribute a key sets (principal, credential and teams are the key's \
+                 own fields; model, provider and endpoint come from the call); accepted: {}",
+                words.join(", ")
+            );
+            self.error(&at, Some(v), why);
         }
         out
     }
