@@ -6,6 +6,7 @@ provider sees the call."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ import openai
 import pytest
 import usage_guard as ug
 from fake_provider import WORD, FakeProvider
-from provider_support import reserved, room, used
+from provider_support import prompt_tokens, reserved, room, used
 from test_gateway import ALICE, gateway_policy, oai
 
 MODEL = "gpt-3.5-turbo-instruct"
@@ -95,6 +96,32 @@ def test_streamed_asks_for_the_usage_keeps_it_back_and_bills_it(fake, start):
         )
     )
     assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == 12
+
+
+def test_client_gone_mid_stream_bills_the_text_delivered(fake, start):
+    guard, gateway = start()
+    fake.output_tokens, fake.chunk_delay = 60, 0.03
+    request = {"model": MODEL, "prompt": PROMPT, "max_tokens": 100, "stream": True}
+    got = 0
+    with httpx.Client(timeout=10) as http:
+        with http.stream(
+            "POST",
+            f"{gateway.url}/v1/completions",
+            json=request,
+            headers={"authorization": f"Bearer {ALICE}"},
+        ) as r:
+            for line in r.iter_lines():
+                if WORD in line:
+                    got += 1
+                if got == 5:
+                    break
+    for _ in range(100):
+        if reserved(guard, "alice", MODEL) == 0:
+            break
+        time.sleep(0.02)
+    billed = used(guard, "alice", MODEL) - prompt_tokens(request, "openai.completions", MODEL)
+    assert 5 <= billed < 60
+    assert reserved(guard, "alice", MODEL) == 0
 
 
 def test_refused_before_the_provider(fake, start):
