@@ -16,7 +16,7 @@ use super::guard::Guard;
 use super::shared::Shared;
 use super::stats::log_store_error;
 use super::ticket::Ticket;
-use super::wake::{LEFT, ROOM};
+use super::wake::{seen, LEAVES, LEFT, ROOM, ROOMS};
 use crate::error::{Error, Result};
 use crate::guard::domain::counter::CounterKey;
 use crate::guard::domain::generic::{Action, GenericRule};
@@ -80,7 +80,7 @@ async fn leave(store: Arc<dyn CounterStore>, queues: Vec<String>, ticket: u64) {
             log_store_error("queue leave", &e);
         }
     }
-    LEFT.notify_waiters();
+    super::wake::left();
 }
 
 /// A refusal of `rule` saying `message`.
@@ -97,9 +97,15 @@ fn queue_refusal(rule: &GenericRule, last: Option<&Refusal>, message: String) ->
     }
 }
 
-/// Sleeps `pause` on the shared runtime (the caller may be on any executor) or until `wake`.
-async fn pause(length: Duration, wake: &tokio::sync::Notify) {
-    let notified = std::pin::pin!(wake.notified());
+/// Sleeps `length` on the shared runtime (the caller may be on any executor), or until
+/// `wake`, or not at all when `done()` holds already.
+async fn pause(length: Duration, wake: &tokio::sync::Notify, done: impl Fn() -> bool) {
+    let mut notified = std::pin::pin!(wake.notified());
+    // Registered before `done` is checked, so no notification falls between the two.
+    notified.as_mut().enable();
+    if done() {
+        return;
+    }
     // The sleep is made on the runtime: making it needs the runtime's timer.
     let timer = crate::runtime::shared().spawn(async move { tokio::time::sleep(length).await });
     let abort = timer.abort_handle();
@@ -213,17 +219,26 @@ impl Guard {
         let q = store
             .queues()
             .expect("queue_rules checked the store has queues");
+        // Waiters ahead at the last poll, and the leaves of this process seen then: between
+        // polls each leave counts as one fewer ahead (a guess the next poll corrects).
+        let (mut ahead, mut leaves) = (0, 0);
+        let mut polled_at: Option<Instant> = None;
         loop {
             let now = self.shared.clock.now_ms();
-            let names = place.queues.clone();
-            let ahead = match q.ahead(names, place.ticket, now + LAPSE_MS, now).await {
-                Ok(Some(ahead)) => ahead,
-                Ok(None) => break,
-                Err(e) => {
-                    log_store_error("queue poll", &e);
-                    0
-                }
-            };
+            let gone = seen(&LEAVES).wrapping_sub(leaves);
+            if gone >= ahead || polled_at.is_none_or(|at| at.elapsed() >= WAITER_POLL) {
+                (leaves, polled_at) = (seen(&LEAVES), Some(Instant::now()));
+                let names = place.queues.clone();
+                ahead = match q.ahead(names, place.ticket, now + LAPSE_MS, now).await {
+                    Ok(Some(ahead)) => ahead,
+                    Ok(None) => break,
+                    Err(e) => {
+                        log_store_error("queue poll", &e);
+                        0
+                    }
+                };
+            }
+            let rooms = seen(&ROOMS);
             if ahead == 0 {
                 match self.admit_one(request.clone()).await {
                     Err(Error::Refused(r)) if throttled(queues, &r) => {
@@ -244,15 +259,25 @@ impl Guard {
             if left.is_zero() {
                 break;
             }
+            let since = polled_at.map_or(WAITER_POLL, |at| at.elapsed());
             let wait = match (ahead, last.as_ref().and_then(|r| r.resets_at)) {
                 (0, Some(at)) => Duration::from_millis((at - now).max(1) as u64),
                 (0, None) => HEAD_POLL,
-                _ => WAITER_POLL,
+                _ => WAITER_POLL.saturating_sub(since),
             };
-            let wake = if ahead == 0 { &*ROOM } else { &*LEFT };
-            pause(wait.min(left), wake).await;
+            if ahead == 0 {
+                pause(wait.min(left), &ROOM, || seen(&ROOMS) != rooms).await;
+            } else {
+                let moved_up = || seen(&LEAVES).wrapping_sub(leaves) >= ahead;
+                pause(wait.min(left), &LEFT, moved_up).await;
+            }
         }
         place.leave().await;
+        Err(self.timed_out(queues, deadline, last.as_deref()))
+    }
+
+    /// The refusal of a call that waited its whole `throttle_max_wait`.
+    fn timed_out(&self, queues: &[QueueRule], deadline: Instant, last: Option<&Refusal>) -> Error {
         let rule = &queues
             .iter()
             .min_by_key(|q| q.rule.throttle_max_wait_ms)
@@ -265,7 +290,7 @@ impl Guard {
             rule.name,
             waited.as_secs_f64()
         );
-        Err(self.refuse(queue_refusal(rule, last.as_deref(), message)))
+        self.refuse(queue_refusal(rule, last, message))
     }
 
     fn queue_full(&self, rule: &GenericRule) -> Error {
