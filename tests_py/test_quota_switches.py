@@ -130,3 +130,20 @@ def test_a_users_own_limit_replaces_the_role_default(service: Make) -> None:
         q.guard.admit(
             "alice", "gpt-5", prompt_tokens=250, max_tokens=10, attributes={"role": "member"}
         )
+
+
+def test_applies_unless_in_a_policy_file() -> None:
+    rule = {"name": "r", "amount": "requests", "budget": 1, "window": "day"}
+    doc = {"models": MODELS, "rules": [{**rule, "applies_unless": {"principal": ["vip"]}}]}
+    guard = ug.Guard(ug.Policy.from_dict(doc))
+    guard.admit("u", "gpt-5", prompt_tokens=1, max_tokens=1).release()
+    guard.admit("u", "gpt-5", prompt_tokens=1, max_tokens=1).bill(input_tokens=1, output_tokens=1)
+    with pytest.raises(ug.UsageLimitError):
+        guard.admit("u", "gpt-5", prompt_tokens=1, max_tokens=1)
+    for _ in range(3):  # not matched: never counted, never refused
+        guard.admit("vip", "gpt-5", prompt_tokens=1, max_tokens=1).bill(
+            input_tokens=1, output_tokens=1
+        )
+    bad = {"models": MODELS, "rules": [{**rule, "applies_unless": {"colour": "red"}}]}
+    with pytest.raises(ValueError, match=r"rules\[0\].applies_unless.colour.*is not an attribute"):
+        ug.Policy.from_dict(bad)
