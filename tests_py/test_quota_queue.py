@@ -359,3 +359,53 @@ def test_three_processes_share_one_fifo_queue_on_redis(
     again = [admit(guard, f"again{i}") for i in range(limit)]
     for ticket in again:
         ticket.release()
+
+
+def test_a_newcomer_does_not_jump_the_queue(store: Any) -> None:
+    # The team has a free slot, but alice waits at the head of the team's queue (her own
+    # limit is taken): bob, a newcomer, joins behind her instead of taking the free slot.
+    # (bob's own limit only shortens his wait: 1 s, where alice may wait 30 s.)
+    limits = [
+        ("team", "t", check_limits({"ai.concurrency": {"limit": 2, "max_wait": 30}})),
+        ("user", "alice", check_limits({"ai.concurrency": {"limit": 1, "max_wait": 30}})),
+        ("user", "bob", check_limits({"ai.concurrency": {"limit": 10, "max_wait": 1}})),
+    ]
+    doc = {"models": MODELS, "rules": compile_rules(limits)}
+    guard = ug.Guard(ug.Policy.from_dict(doc), store=store)
+    held = admit(guard, "alice")
+    outcome: list[str] = []
+
+    def alice() -> None:
+        try:
+            admit(guard, "alice").release()
+            outcome.append("admitted")
+        except ug.UsageLimitError:
+            outcome.append("refused")
+
+    waiter = threading.Thread(target=alice)
+    waiter.start()
+    until(lambda: guard.waiting == 1)
+    with pytest.raises(ug.UsageLimitError, match="kept the call waiting in its queue"):
+        admit(guard, "bob")
+    assert outcome == [] and guard.waiting == 1  # alice still waits, at the head
+    held.release()  # alice's own limit has room: she is admitted
+    waiter.join()
+    assert outcome == ["admitted"]
+    admit(guard, "bob").release()  # the queue is empty again: straight in
+    assert guard.waiting == 0
+
+
+def test_an_enqueued_rate_limit_waits_for_its_window() -> None:
+    limits = check_limits({"ai.rate": {"limit": 1, "window": "1s", "max_wait": 5}})
+    doc = {"models": MODELS, "rules": compile_rules([("team", "t", limits)])}
+    guard = ug.Guard(ug.Policy.from_dict(doc), store=ug.MemoryStore())
+    admit(guard).bill(input_tokens=1, output_tokens=1)
+    # Refused now, admitted once the 1 s window has rolled (system clock).
+    admit(guard).bill(input_tokens=1, output_tokens=1)
+    assert guard.waiting == 0 and guard.stats()["refused"] == 0
+    rejecting = check_limits({"ai.rate": {"limit": 1, "window": "60s", "on_rate": "reject"}})
+    doc = {"models": MODELS, "rules": compile_rules([("team", "t", rejecting)])}
+    guard = ug.Guard(ug.Policy.from_dict(doc), store=ug.MemoryStore())
+    admit(guard).bill(input_tokens=1, output_tokens=1)
+    with pytest.raises(ug.UsageLimitError):
+        admit(guard)
