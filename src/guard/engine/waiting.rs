@@ -223,6 +223,7 @@ impl Guard {
         // polls each leave counts as one fewer ahead (a guess the next poll corrects).
         let (mut ahead, mut leaves) = (0, 0);
         let mut polled_at: Option<Instant> = None;
+        let mut lapsed = false;
         loop {
             let now = self.shared.clock.now_ms();
             let gone = seen(&LEAVES).wrapping_sub(leaves);
@@ -231,7 +232,10 @@ impl Guard {
                 let names = place.queues.clone();
                 ahead = match q.ahead(names, place.ticket, now + LAPSE_MS, now).await {
                     Ok(Some(ahead)) => ahead,
-                    Ok(None) => break,
+                    Ok(None) => {
+                        lapsed = true;
+                        break;
+                    }
                     Err(e) => {
                         log_store_error("queue poll", &e);
                         0
@@ -273,23 +277,39 @@ impl Guard {
             }
         }
         place.leave().await;
-        Err(self.timed_out(queues, deadline, last.as_deref()))
+        Err(self.timed_out(queues, deadline, last.as_deref(), lapsed))
     }
 
-    /// The refusal of a call that waited its whole `throttle_max_wait`.
-    fn timed_out(&self, queues: &[QueueRule], deadline: Instant, last: Option<&Refusal>) -> Error {
+    /// The refusal of a call that waited its whole `throttle_max_wait` (or, `lapsed`, lost its
+    /// place: it did not poll for LAPSE_MS, a stalled process).
+    fn timed_out(
+        &self,
+        queues: &[QueueRule],
+        deadline: Instant,
+        last: Option<&Refusal>,
+        lapsed: bool,
+    ) -> Error {
         let rule = &queues
             .iter()
             .min_by_key(|q| q.rule.throttle_max_wait_ms)
             .expect("a queued call has queues")
             .rule;
         let waited = (deadline - Duration::from_millis(rule.throttle_max_wait_ms)).elapsed();
-        let message = format!(
-            "Rule \"{}\" kept the call waiting in its queue for {:.1} s, its throttle_max_wait, \
-             and had no room for it; try again later.",
-            rule.name,
-            waited.as_secs_f64()
-        );
+        let message = if lapsed {
+            format!(
+                "Rule \"{}\" dropped the call from its queue after {:.1} s: it stopped polling \
+                 for 2 s (a stalled process); try again.",
+                rule.name,
+                waited.as_secs_f64()
+            )
+        } else {
+            format!(
+                "Rule \"{}\" kept the call waiting in its queue for {:.1} s, its \
+                 throttle_max_wait, and had no room for it; try again later.",
+                rule.name,
+                waited.as_secs_f64()
+            )
+        };
         self.refuse(queue_refusal(rule, last, message))
     }
 
