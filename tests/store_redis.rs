@@ -9,11 +9,14 @@ mod store_cases_core;
 mod store_cases_fill;
 #[path = "common/store_cases_parts.rs"]
 mod store_cases_parts;
+#[path = "common/store_cases_queue.rs"]
+mod store_cases_queue;
 
 mod store_cases {
     pub use crate::store_cases_core::*;
     pub use crate::store_cases_fill::*;
     pub use crate::store_cases_parts::*;
+    pub use crate::store_cases_queue::*;
 }
 
 use std::sync::Arc;
@@ -104,4 +107,7 @@ suite!(
     parts_settle_once_by_bill_or_finish,
     parts_of_a_batch_never_landed_give_nothing_back,
     many_parts_settle_in_one_call,
+    queues_are_first_in_first_out,
+    a_full_queue_joins_nothing,
+    a_lapsed_waiter_drops_out,
 );

@@ -202,7 +202,14 @@ def test_disable_turns_every_quota_off_visibly(
     assert other.stats()["enabled"] is False
     assert q.check("team:research", "ai.tokens.total").allowed
     q.enable()
-    assert q.stats() == {"enabled": True, "policies": 1, "assignments": 1, "rules": 3, "version": 4}
+    assert q.stats() == {
+        "enabled": True,
+        "disabled_by": None,
+        "policies": 1,
+        "assignments": 1,
+        "rules": 3,
+        "version": 4,
+    }
     assert not q.check("team:research", "ai.tokens.total").allowed
 
 
@@ -296,10 +303,20 @@ def test_bad_input_is_a_clear_error(
 def test_rate_enqueues_by_default_as_the_engine_s_throttle() -> None:
     limits = check_limits({"ai.rate": {"limit": 60, "window": "60s"}})
     assert limits == {
-        "ai.rate": {"limit": 60, "window": "60s", "on_rate": "enqueue", "max_wait": 10}
+        "ai.rate": {
+            "limit": 60,
+            "window": "60s",
+            "on_rate": "enqueue",
+            "max_wait": 10,
+            "max_queue": 100,
+        }
     }
     rule = compile_rules([("team", "x", limits)])[1]
-    assert (rule["action"], rule["throttle_max_wait"]) == ("throttle", 10)
+    assert (rule["action"], rule["throttle_max_wait"], rule["throttle_max_queue"]) == (
+        "throttle",
+        10,
+        100,
+    )
     rejecting = check_limits({"ai.rate": {"limit": 1, "window": "1m", "on_rate": "reject"}})
     assert "action" not in compile_rules([("team", "x", rejecting)])[1]
     with pytest.raises(

@@ -27,7 +27,7 @@ def test_init_writes_and_stores_a_preset(tmp_path: Any, capsys: pytest.CaptureFi
     code, text = run(capsys, "quota", "--ledger", db, "--json", "list")
     listed = json.loads(text)
     assert [(p["name"], p["subjects"]) for p in listed] == [("preset-small", ["role:member"])]
-    assert listed[0]["limits"]["ai.concurrency"] == {"limit": 2}
+    assert listed[0]["limits"]["ai.concurrency"] == {"limit": 2, "max_wait": 10, "max_queue": 100}
 
 
 def test_quota_commands(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,11 +24,13 @@ from .quota_calls import (
     Instant,
     call_of,
     decide,
+    disabled_by,
     effective,
     instant_ms,
     units_of,
     usage_view,
 )
+from .quota_calls import poll as _poll_loop
 from .quota_model import (
     VERSION_ENDPOINT,
     VERSION_RULE,
@@ -68,6 +70,8 @@ class QuotaService:
         self.clock = clock
         self.warn_at = warn_at
         self.enabled = True
+        # Why the quotas are off (None: they are on).
+        self.disabled_by: Optional[str] = None
         self._base = _core._guard_policy(guard)
         self._lock = threading.RLock()
         self._installed: Optional[list[dict[str, Any]]] = None
@@ -78,8 +82,8 @@ class QuotaService:
         self._stop = threading.Event()
         if poll:
             threading.Thread(
-                target=_poll,
-                args=(weakref.ref(self), self._stop),
+                target=_poll_loop,
+                args=(weakref.ref(self), self._stop, POLL_SECONDS),
                 daemon=True,
                 name="usage-guard-quota-poll",
             ).start()
@@ -118,13 +122,16 @@ class QuotaService:
             self._seen = self._version() if self._installed is not None else None
             now = self._now_ms()
             in_force, later = [], []
-            enabled = self.store.enabled()
-            if enabled != self.enabled:
-                self.enabled = enabled
-                if enabled:
+            why = disabled_by(self._base.quotas_enabled, self.store.enabled())
+            if why != self.disabled_by:
+                self.enabled, self.disabled_by = why is None, why
+                if why is None:
                     LOG.info("quotas enabled")
                 else:
-                    LOG.warning("quotas disabled: no stored quota policy is enforced by this guard")
+                    LOG.warning(
+                        "quotas disabled (%s): no stored quota policy is enforced by this guard",
+                        why,
+                    )
             for a in self.store.assignments() if self.enabled else []:
                 kind, ident = a["subject"].split(":", 1)
                 if a["effective_from"] <= now:
@@ -162,10 +169,12 @@ class QuotaService:
         self._bump()
 
     def stats(self) -> dict[str, Any]:
-        """`enabled`, the stored `policies` and `assignments`, the `rules` in force, the
-        store `version` last seen."""
+        """`enabled` (and, when off, `disabled_by`: the policy file's `settings.enabled` or
+        the database's switch), the stored `policies` and `assignments`, the `rules` in force,
+        the store `version` last seen."""
         return {
             "enabled": self.enabled,
+            "disabled_by": self.disabled_by,
             "policies": len(self.store.policies()),
             "assignments": len(self.store.assignments()),
             "rules": max(len(self._installed or []) - 1, 0),
@@ -385,16 +394,3 @@ class QuotaService:
     async def unassign_async(self, subject: Subject) -> bool:
         """`unassign` as a coroutine."""
         return await asyncio.to_thread(self.unassign, subject)
-
-
-def _poll(ref: weakref.ref[QuotaService], stop: threading.Event) -> None:
-    """Every POLL_SECONDS: reload when the store's version moved or an assignment came due."""
-    while not stop.wait(POLL_SECONDS):
-        service = ref()
-        if service is None:
-            return
-        try:
-            service._poll_once()
-        except Exception as e:  # noqa: BLE001 - a store or database outage: try again later
-            LOG.debug("quota poll failed: %s", e)
-        del service

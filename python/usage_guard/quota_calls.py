@@ -4,11 +4,15 @@ makes, the decision over the counters read, instants."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from .quota_model import RULE_PREFIX, Subject, metric_of, parse_subject, rule_name, window_of
 
+LOG = logging.getLogger("usage_guard.quota")
 Instant = Union[str, dt.datetime, None]
 # The assignments in force: (subject type, id, limits).
 InForce = list[tuple[str, str, dict[str, dict[str, Any]]]]
@@ -153,13 +157,16 @@ def usage_view(
 def effective(
     in_force: InForce, subject: Subject, dimension: str, team: Optional[str], role: Optional[str]
 ) -> Optional[dict[str, Any]]:
-    """The smallest limit of the subject and the memberships it carries on `dimension`."""
+    """The smallest limit of the subject and the memberships it carries on `dimension` (a
+    user's own limit replaces the role's default)."""
     metric_of(dimension)
     kind, ident = parse_subject(subject)
     candidates = [(kind, ident)]
     if team is not None and kind != "team":
         candidates.append(("team", team))
-    if role is not None and kind != "role":
+    own = kind == "user" and limit_of(in_force, kind, ident, dimension) is not None
+    if role is not None and kind != "role" and not own:
+        # A user's own limit replaces their role's default.
         candidates.append(("role", role))
     found = []
     for k, i in candidates:
@@ -169,3 +176,26 @@ def effective(
                 {"limit": limit["limit"], "window": limit.get("window"), "subject": f"{k}:{i}"}
             )
     return min(found, key=lambda f: f["limit"]) if found else None
+
+
+def disabled_by(file_on: bool, stored_on: bool) -> Optional[str]:
+    """Why the quotas are off, or None when they are on."""
+    if not file_on:
+        return "settings.enabled = false in the policy file"
+    if not stored_on:
+        return "disabled in the quota database (QuotaService.disable())"
+    return None
+
+
+def poll(ref: weakref.ref[Any], stop: threading.Event, seconds: float) -> None:
+    """Every `seconds`: reload the service when the store's version moved or an assignment
+    came due (`_poll_once`); stops when the service is gone or `stop` is set."""
+    while not stop.wait(seconds):
+        service = ref()
+        if service is None:
+            return
+        try:
+            service._poll_once()
+        except Exception as e:  # noqa: BLE001 - a store or database outage: try again later
+            LOG.debug("quota poll failed: %s", e)
+        del service

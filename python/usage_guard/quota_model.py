@@ -96,7 +96,7 @@ def check_limits(limits: Any) -> dict[str, dict[str, Any]]:
         metric = metric_of(dimension)
         if not isinstance(spec, Mapping) or "limit" not in spec:
             raise ValueError(f"{field}: {spec!r} must be a table with 'limit' (and 'window')")
-        keys = {"limit", "window"} | ({"on_rate", "max_wait"} if dimension == "ai.rate" else set())
+        keys = {"limit", "window"} | _QUEUE_KEYS.get(dimension, set())
         unknown = set(spec) - keys
         if unknown:
             raise ValueError(
@@ -116,23 +116,47 @@ def check_limits(limits: Any) -> dict[str, dict[str, Any]]:
                 raise ValueError(f"{field}.window: is required for {dimension}")
             window_of(f"{field}.window", window)
         out[dimension] = {"limit": limit, **({"window": window} if window is not None else {})}
-        if dimension == "ai.rate":
-            out[dimension].update(_rate_options(field, spec))
+        if dimension in _QUEUE_KEYS:
+            out[dimension].update(_queue_options(dimension, field, spec))
     return out
 
 
-def _rate_options(field: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-    """`on_rate` (`enqueue`: wait for room, the default; `reject`) and `max_wait` (whole
-    seconds, default 10) of an `ai.rate` limit."""
-    on_rate = spec.get("on_rate", "enqueue")
-    if on_rate not in ("enqueue", "reject"):
-        raise ValueError(f"{field}.on_rate: {on_rate!r} is not a word; accepted: enqueue, reject")
+# The keys of the dimensions that wait in a queue (ai.concurrency always; ai.rate unless
+# `on_rate` is `reject`).
+_QUEUE_KEYS = {
+    "ai.rate": {"on_rate", "max_wait", "max_queue"},
+    "ai.concurrency": {"max_wait", "max_queue"},
+}
+
+
+def _queue_options(dimension: str, field: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """`on_rate` (`ai.rate` only: `enqueue`, wait in the queue for room, the default;
+    `reject`), `max_wait` (whole seconds a call may wait, 1 to 3600, default 10) and
+    `max_queue` (calls that may wait at once per counter, 1 to 100000, default 100)."""
+    out: dict[str, Any] = {}
+    if dimension == "ai.rate":
+        on_rate = spec.get("on_rate", "enqueue")
+        if on_rate not in ("enqueue", "reject"):
+            raise ValueError(
+                f"{field}.on_rate: {on_rate!r} is not a word; accepted: enqueue, reject"
+            )
+        out["on_rate"] = on_rate
     max_wait = spec.get("max_wait", 10)
     if isinstance(max_wait, bool) or not isinstance(max_wait, int) or not 1 <= max_wait <= 3600:
         raise ValueError(
             f"{field}.max_wait: {max_wait!r} is not a wait; accepted: whole seconds, 1 to 3600"
         )
-    return {"on_rate": on_rate, "max_wait": max_wait}
+    max_queue = spec.get("max_queue", 100)
+    if (
+        isinstance(max_queue, bool)
+        or not isinstance(max_queue, int)
+        or not 1 <= max_queue <= 100_000
+    ):
+        raise ValueError(
+            f"{field}.max_queue: {max_queue!r} is not a queue length; accepted: whole number "
+            "of calls, 1 to 100000"
+        )
+    return {**out, "max_wait": max_wait, "max_queue": max_queue}
 
 
 def rule_name(dimension: str, kind: str, ident: str) -> str:
@@ -145,7 +169,8 @@ def compile_rules(
 ) -> list[dict[str, Any]]:
     """The `[[rules]]` of the assigned limits (subject type, id, limits): a team's limit is
     one counter for the team; a user's, one for the user (`principal`); a role's, one per
-    member (`count_by = ["principal"]`) — a cap every member of the role has. `warn_at`: the
+    member (`count_by = ["principal"]`) — a default every member of the role has, unless the
+    member has their own limit on that dimension (`applies_unless`). `warn_at`: the
     soft threshold (a fraction of the limit) at which the guard's events fire, once per
     window, subject and dimension (None: none)."""
     rules: list[dict[str, Any]] = [
@@ -159,6 +184,12 @@ def compile_rules(
         }
     ]
     attribute = {"team": "team", "user": "principal", "role": "role"}
+    # A user's own limit on a dimension replaces their roles' defaults on it.
+    own: dict[str, list[str]] = {}
+    for kind, ident, limits in assigned:
+        if kind == "user":
+            for dimension in limits:
+                own.setdefault(dimension, []).append(ident)
     for kind, ident, limits in assigned:
         for dimension, spec in limits.items():
             when: dict[str, Any] = {attribute[kind]: ident}
@@ -172,11 +203,14 @@ def compile_rules(
             }
             if kind == "role":
                 rule["count_by"] = ["principal"]
+                if own.get(dimension):
+                    rule["applies_unless"] = {"principal": sorted(own[dimension])}
             if warn_at is not None and dimension != "ai.concurrency":
                 rule["warn_at"] = [warn_at]
-            if spec.get("on_rate", "reject") == "enqueue":
+            if dimension == "ai.concurrency" or spec.get("on_rate", "reject") == "enqueue":
                 rule["action"] = "throttle"
                 rule["throttle_max_wait"] = spec.get("max_wait", 10)
+                rule["throttle_max_queue"] = spec.get("max_queue", 100)
             window = window_of("window", spec.get("window"))
             if window is not None:
                 rule["window"] = window

@@ -199,6 +199,12 @@ impl PyGuard {
         self.inner.policy_version()
     }
 
+    /// How many calls of this guard wait in a throttle queue now.
+    #[getter]
+    fn waiting(&self) -> u64 {
+        self.inner.waiting()
+    }
+
     /// Counts an operator can watch: admitted, refused, uncounted, unavailable, store
     /// errors, reserve retries, billed, released, settle failures.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

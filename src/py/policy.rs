@@ -98,6 +98,12 @@ impl PyPolicy {
         Ok(list)
     }
 
+    /// `settings.enabled`: false turns the quota service's stored quotas off.
+    #[getter]
+    fn quotas_enabled(&self) -> bool {
+        self.inner.settings.quotas_enabled
+    }
+
     /// This policy with more generic rules (a list of `[[rules]]` tables) after its own; a
     /// rule named like one of the policy's is refused.
     fn with_rules(&self, py: Python<'_>, rules: &Bound<'_, PyAny>) -> PyResult<Self> {

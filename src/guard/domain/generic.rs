@@ -81,6 +81,9 @@ impl Attribute {
     }
 }
 
+/// How many calls may wait in a `throttle` rule's queue unless the rule says.
+pub(crate) const THROTTLE_MAX_QUEUE: u64 = 100;
+
 /// What a generic rule does when its counter would pass the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
@@ -124,6 +127,9 @@ pub struct GenericRule {
     pub name: Arc<str>,
     /// Each attribute with the values it may take (any of them), sorted by attribute.
     pub applies_when: Vec<(Attribute, Vec<Arc<str>>)>,
+    /// Calls with any of these attribute values are not matched (not part of the counter's
+    /// identity: the rule keeps its counter when the list changes).
+    pub applies_unless: Vec<(Attribute, Vec<Arc<str>>)>,
     /// The attributes whose values key one counter each, in the order written.
     pub count_by: Vec<Attribute>,
     /// The amount (metric), the budget and the window.
@@ -134,6 +140,8 @@ pub struct GenericRule {
     pub degrade_to: Option<Arc<str>>,
     pub action_duration_seconds: Option<u64>,
     pub throttle_max_wait_ms: u64,
+    /// How many calls may wait in a `throttle` rule's queue (per counter) at once.
+    pub throttle_max_queue: u64,
     /// The counter identity shared by rules alike (`applies_when` and `count_by`, escaped).
     identity: String,
 }
@@ -175,6 +183,7 @@ impl GenericRule {
         GenericRule {
             name,
             applies_when,
+            applies_unless: Vec::new(),
             count_by,
             spec,
             action,
@@ -182,6 +191,7 @@ impl GenericRule {
             degrade_to,
             action_duration_seconds,
             throttle_max_wait_ms,
+            throttle_max_queue: THROTTLE_MAX_QUEUE,
             identity,
         }
     }
@@ -189,7 +199,7 @@ impl GenericRule {
     /// Whether the call's attributes match `applies_when` (every attribute named has one of
     /// its values; an absent attribute matches nothing).
     pub fn matches(&self, call: &CallAttributes) -> bool {
-        self.applies_when.iter().all(|(attr, values)| match attr {
+        let has = |(attr, values): &(Attribute, Vec<Arc<str>>)| match attr {
             // A parent scope's rule counts its children's calls.
             Attribute::Scope => call.scopes.iter().any(|s| values.contains(s)),
             // A call may be made for several teams (a gateway key's `teams`): any matches.
@@ -199,7 +209,8 @@ impl GenericRule {
             _ => call
                 .get(*attr)
                 .is_some_and(|v| values.iter().any(|w| **w == *v)),
-        })
+        };
+        self.applies_when.iter().all(has) && !self.applies_unless.iter().any(has)
     }
 
     /// The counter subject of this rule for a call: its identity and the `count_by` values
@@ -218,6 +229,7 @@ impl GenericRule {
     pub fn attributes(&self) -> impl Iterator<Item = Attribute> + '_ {
         self.applies_when
             .iter()
+            .chain(&self.applies_unless)
             .map(|(a, _)| *a)
             .chain(self.count_by.iter().copied())
     }

@@ -1,7 +1,8 @@
 //! The actions that act after a refusal: `degrade` admits the call on the rule's
 //! `degrade_to` model instead, when that model itself passes admission (its own rules,
-//! context and fit); `throttle` waits until the counter has room, when that is within
-//! `throttle_max_wait`, and admits or refuses then (one timer, never a busy loop).
+//! context and fit); `throttle` waits in the rule's fair FIFO queue (`waiting.rs`) until the
+//! counter has room, within `throttle_max_wait`, and admits or refuses then (on a store
+//! without queues: one timer until the refusal's `resets_at`, never a busy loop).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,8 +23,9 @@ impl Guard {
     /// a request that cannot fit is refused before anything is reserved. A call refused by a
     /// `degrade` rule is admitted on its `degrade_to` model when that one passes admission
     /// (`Ticket::model`, `Ticket::degraded_from`); otherwise the first refusal stands. A call
-    /// refused by a `throttle` rule waits for room (at most `throttle_max_wait`) and is
-    /// admitted or refused then.
+    /// refused by a `throttle` rule, or finding others already waiting in one of its queues,
+    /// waits in the queue, first in first out (at most `throttle_max_wait`, at most
+    /// `throttle_max_queue` waiting) and is admitted or refused then.
     pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
         let started = Instant::now();
         let admitted = self.admit_acting(request).await;
@@ -48,13 +50,33 @@ impl Guard {
         }
         let retry = request.clone();
         let caller = Caller::of(retry.user.as_deref(), &retry.model);
-        let refusal = match self.admit_one(request).await {
+        let queues = if index.throttles {
+            self.queue_rules(&retry)
+        } else {
+            Vec::new()
+        };
+        let first = if queues.is_empty() {
+            self.admit_one(request).await
+        } else {
+            match self.admit_queued(request, &queues).await {
+                (Ok(ticket), true) => {
+                    let q = &queues[0];
+                    self.acted(&q.rule, q.key.clone(), &caller).await;
+                    return Ok(ticket);
+                }
+                (out, _) => out,
+            }
+        };
+        let refusal = match first {
             Err(Error::Refused(refusal)) => refusal,
             other => return other,
         };
         let Some((rule, key)) = self.acting_rule(&retry, &refusal) else {
             return Err(Error::Refused(refusal));
         };
+        if rule.action == Action::Throttle && !queues.is_empty() {
+            return Err(Error::Refused(refusal));
+        }
         if rule.action == Action::Throttle {
             let now = self.shared.clock.now_ms();
             return match refusal.resets_at.map(|at| at - now) {

@@ -50,7 +50,7 @@ impl Guard {
     }
 
     /// Whether an event would go anywhere (else no store mark is spent on it).
-    fn has_event_sinks(&self) -> bool {
+    pub(crate) fn has_event_sinks(&self) -> bool {
         !self.shared.listeners.read().is_empty()
             || self.shared.ledger.get().is_some()
             || self.shared.events.has_streams()

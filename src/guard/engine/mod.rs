@@ -1,9 +1,10 @@
 //! The engine: a guard ties a policy, a counter store, a clock and an optional ledger
 //! together; admission reads, decides, fits and reserves; tickets and batches settle.
 //!
-//! Files import one way: stats, billing ← metrics ← fill, known, queue, health, event_stream ←
-//! shared ← settling, fitted ← ticket ← guard ← events ← halts, actions; guard ← recovery ←
-//! reserve ← optimistic ← admission ← batch ← batch_parts, batch_state.
+//! Files import one way: wake, stats, billing ← metrics ← fill, known, queue, health,
+//! event_stream ← shared ← settling, fitted ← ticket ← guard ← events ← halts, actions; guard ←
+//! recovery ← reserve ← optimistic ← admission ← waiting ← actions, batch ← batch_parts,
+//! batch_state.
 
 mod actions;
 pub(crate) mod admission;
@@ -31,3 +32,5 @@ mod settling;
 pub(crate) mod shared;
 pub(crate) mod stats;
 pub(crate) mod ticket;
+mod waiting;
+mod wake;

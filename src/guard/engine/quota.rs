@@ -4,13 +4,15 @@
 
 use std::sync::Arc;
 
+use super::events::Caller;
 use super::guard::Guard;
 use super::settling::settled_until;
 use super::stats::{bump, log_store_error};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::counter::{CounterRead, Settle, SettleOutcome, UsageAdd};
-use crate::guard::domain::decide::{rule_state, SlotRead};
+use crate::guard::domain::decide::{rule_state, RuleWarning, SlotRead};
+use crate::guard::domain::event::EventKind;
 use crate::guard::domain::generic::{Attribute, CallAttributes, GenericRule};
 use crate::guard::domain::path::PathRule;
 use crate::guard::domain::refusal::Refusal;
@@ -91,12 +93,20 @@ impl Guard {
     ) -> Result<Vec<RuleCounter>> {
         let call = call_of(self, user, attributes)?;
         let rules = matching(self, &call, prefix);
+        self.read_rules(&rules).await
+    }
+
+    /// The counters of `rules`, read in one store round trip.
+    async fn read_rules(
+        &self,
+        rules: &[(Arc<GenericRule>, Arc<CounterId>)],
+    ) -> Result<Vec<RuleCounter>> {
         if rules.is_empty() {
             return Ok(Vec::new());
         }
         let now = self.shared.clock.now_ms();
         let mut keys = Vec::with_capacity(rules.len() * 2);
-        for (_, id) in &rules {
+        for (_, id) in rules {
             let bucket = id.window.bucket_start(now);
             keys.push(CounterKey {
                 id: id.clone(),
@@ -104,7 +114,7 @@ impl Guard {
             });
         }
         let mut previous_at = Vec::with_capacity(rules.len());
-        for (_, id) in &rules {
+        for (_, id) in rules {
             let start = id.window.bucket_start(now);
             let prev = id
                 .window
@@ -202,7 +212,55 @@ impl Guard {
                 ledger.record(ledger_row(record, &call, now));
             }
         }
+        if counted {
+            self.warn_recorded(record, &call).await;
+        }
         Ok(counted)
+    }
+
+    /// Sends the soft-threshold events a record crossed, as admission does (the same store
+    /// mark: once per window, counter and threshold, whichever of them crosses first).
+    async fn warn_recorded(&self, record: &QuotaRecord, call: &CallAttributes) {
+        let rules: Vec<_> = matching(self, call, &record.prefix)
+            .into_iter()
+            .filter(|(rule, id)| id.metric == record.metric && !rule.warn_at.is_empty())
+            .collect();
+        if rules.is_empty() || !self.has_event_sinks() {
+            return;
+        }
+        let Ok(counters) = self.read_rules(&rules).await else {
+            return;
+        };
+        let now = self.shared.clock.now_ms();
+        let caller = Caller {
+            principal: record.user.as_deref().map(Arc::from),
+            model: record.model.as_deref().map(Arc::from),
+        };
+        for ((rule, id), counter) in rules.iter().zip(counters) {
+            let (used, budget) = (counter.used.saturating_add(counter.held), counter.budget);
+            let reached = |t: &&f64| used as f64 >= (**t * budget as f64).ceil();
+            let Some(&threshold) = rule.warn_at.iter().rev().find(reached) else {
+                continue;
+            };
+            let key = CounterKey {
+                id: id.clone(),
+                bucket: id.window.bucket_start(now),
+            };
+            let mark = format!("ev:{}:{threshold}:false", key.render());
+            let keep_until = id.window.retain_until(key.bucket);
+            let warning = RuleWarning {
+                rule: rule.name.clone(),
+                metric: rule.spec.metric,
+                used,
+                budget,
+                threshold,
+                action: rule.action,
+                would_refuse: false,
+                key,
+            };
+            let kind = EventKind::of_warning(&warning);
+            self.publish(kind, warning, &caller, mark, keep_until).await;
+        }
     }
 }
 

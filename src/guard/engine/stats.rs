@@ -31,6 +31,8 @@ pub struct Stats {
     /// Reservations the caller gave up on before the store answered (timeout, cancel,
     /// failed round trip): given back by ticket id in the background.
     pub given_up: AtomicU64,
+    /// Calls waiting in a throttle queue now (`Guard::waiting`; a gauge, not in `snapshot`).
+    pub waiting: AtomicU64,
 }
 
 impl Stats {

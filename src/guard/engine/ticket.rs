@@ -265,6 +265,7 @@ impl Ticket {
         } else {
             self.settle(adds, now, "bill").await
         };
+        super::wake::room_freed();
         bump(&shared.stats.billed);
         shared.metrics.billed(&billed);
         if let Some(ledger) = shared.ledger.get() {
@@ -292,6 +293,7 @@ impl Ticket {
         }
         let now = self.state.parts.shared.clock.now_ms();
         self.settle(Vec::new(), now, "release").await;
+        super::wake::room_freed();
         bump(&self.state.parts.shared.stats.released);
         true
     }

@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::memory_queue::MemoryQueues;
 use super::memory_tickets::{KeyHasher, Record, TicketRecords};
 use super::{
     hold_is_live, CounterKey, CounterRead, CounterStore, HoldRef, PartsSettle, ReserveItem,
-    ReserveOutcome, Settle, SettleOutcome, StoreFuture, UsageAdd,
+    ReserveOutcome, Settle, SettleOutcome, StoreFuture, UsageAdd, WaitQueues,
 };
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::CounterId;
@@ -122,6 +123,7 @@ impl Inner {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    queues: MemoryQueues,
 }
 
 impl MemoryStore {
@@ -312,6 +314,10 @@ impl MemoryStore {
 }
 
 impl CounterStore for MemoryStore {
+    fn queues(&self) -> Option<&dyn WaitQueues> {
+        Some(&self.queues)
+    }
+
     fn read(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<CounterRead>> {
         Box::pin(std::future::ready(Ok(self.read_now(&keys, now))))
     }

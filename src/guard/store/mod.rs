@@ -2,7 +2,9 @@
 //! usage atomically; it never decides. The same decision code serves every store.
 
 mod memory;
+mod memory_queue;
 mod memory_tickets;
+mod queues;
 #[cfg(feature = "redis")]
 mod redis;
 
@@ -10,6 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 pub use memory::MemoryStore;
+pub use queues::{QueueJoin, QueueSpot, WaitQueues};
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
 #[cfg(feature = "python")]
@@ -83,6 +86,12 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
     /// In one step, unless `settle.id` already settled: gives back `settle.holds` (see
     /// `Settle`), adds `settle.adds` and marks `settle.id` settled. Idempotent by id.
     fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome>;
+
+    /// The store's fair FIFO wait queues (`throttle` rules wait in them). The default: none,
+    /// and a throttled call waits on its refusal's `resets_at` alone.
+    fn queues(&self) -> Option<&dyn WaitQueues> {
+        None
+    }
 
     /// Whether admission should decide from known counter values and reserve with
     /// `reserve_known` (a store across a network, where a read costs a round trip). The

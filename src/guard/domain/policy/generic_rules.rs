@@ -7,12 +7,13 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::values::{key_path, Parser};
-use crate::guard::domain::generic::{Action, Attribute, GenericRule};
+use crate::guard::domain::generic::{Action, Attribute, GenericRule, THROTTLE_MAX_QUEUE};
 use crate::guard::domain::rule::{Metric, RuleSpec};
 
-const RULE_KEYS: [&str; 11] = [
+const RULE_KEYS: [&str; 13] = [
     "name",
     "applies_when",
+    "applies_unless",
     "count_by",
     "amount",
     "budget",
@@ -22,6 +23,7 @@ const RULE_KEYS: [&str; 11] = [
     "degrade_to",
     "action_duration_seconds",
     "throttle_max_wait",
+    "throttle_max_queue",
 ];
 
 /// How long a throttled call may wait by default.
@@ -67,6 +69,10 @@ impl Parser {
             Some(v) => self.applies_when(&key_path(path, "applies_when"), v),
             None => Some(Vec::new()),
         };
+        let unless = match fields.get("applies_unless") {
+            Some(v) => self.applies_when(&key_path(path, "applies_unless"), v),
+            None => Some(Vec::new()),
+        };
         let count_by = match fields.get("count_by") {
             Some(v) => self.count_by(&key_path(path, "count_by"), v),
             None => Some(Vec::new()),
@@ -103,7 +109,11 @@ impl Parser {
                 .map(|s| s.saturating_mul(1000)),
             None => Some(THROTTLE_MAX_WAIT_MS),
         };
-        Some(GenericRule::new(
+        let queue = match fields.get("throttle_max_queue") {
+            Some(v) => self.whole(&key_path(path, "throttle_max_queue"), v, 1),
+            None => Some(THROTTLE_MAX_QUEUE),
+        };
+        let mut rule = GenericRule::new(
             Arc::from(name?),
             applies_when?,
             count_by?,
@@ -117,7 +127,10 @@ impl Parser {
             degrade_to?,
             duration?,
             wait?,
-        ))
+        );
+        rule.throttle_max_queue = queue?;
+        rule.applies_unless = unless?;
+        Some(rule)
     }
 
     fn attribute(&mut self, path: &str, key: &str, value: Option<&Value>) -> Option<Attribute> {

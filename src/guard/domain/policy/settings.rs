@@ -60,6 +60,9 @@ pub struct Settings {
     /// `settings.mode = "shadow"`: generic rules count and report what they would have
     /// refused (`ticket.warnings`), and never refuse.
     pub shadow: bool,
+    /// `settings.enabled = false`: the quota service installs no stored quota (the file's
+    /// own limits and rules still apply).
+    pub quotas_enabled: bool,
 }
 
 impl Default for Settings {
@@ -74,6 +77,7 @@ impl Default for Settings {
             store_checks: StoreChecks::Report,
             anonymous: Anonymous::Unlimited,
             shadow: false,
+            quotas_enabled: true,
         }
     }
 }
@@ -89,6 +93,7 @@ const SETTINGS_KEYS: &[&str] = &[
     "store_checks",
     "anonymous",
     "mode",
+    "enabled",
 ];
 
 impl Parser {
@@ -142,6 +147,12 @@ impl Parser {
                 Some("enforce") => settings.shadow = false,
                 Some("shadow") => settings.shadow = true,
                 _ => self.error("settings.mode", Some(v), "accepted: enforce, shadow"),
+            }
+        }
+        if let Some(v) = fields.get("enabled") {
+            match v.as_bool() {
+                Some(on) => settings.quotas_enabled = on,
+                None => self.error("settings.enabled", Some(v), "accepted: true, false"),
             }
         }
         settings

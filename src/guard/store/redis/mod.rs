@@ -16,6 +16,7 @@ mod known;
 mod marks;
 mod parts;
 mod pipeline;
+mod queue;
 mod scripts;
 
 use std::sync::Arc;
@@ -33,7 +34,7 @@ use scripts::Scripts;
 use super::{
     CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, KnownAnswer,
     KnownReserve, PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck,
-    StoreError, StoreFuture,
+    StoreError, StoreFuture, WaitQueues,
 };
 use crate::guard::domain::clock::Millis;
 
@@ -351,6 +352,10 @@ impl CounterStore for RedisStore {
 
     fn store_check(&self, wait: bool) -> StoreFuture<'_, StoreCheck> {
         self.check_store(wait)
+    }
+
+    fn queues(&self) -> Option<&dyn WaitQueues> {
+        Some(self)
     }
 
     fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {

@@ -15,6 +15,7 @@ const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
 const RAISE_UNTIL_LUA: &str = include_str!("../lua/raise_until.lua");
 const EPOCH_LUA: &str = include_str!("../lua/epoch.lua");
 const SETTLE_PARTS_LUA: &str = include_str!("../lua/settle_parts.lua");
+const QUEUE_LUA: &str = include_str!("../lua/queue.lua");
 
 pub(super) struct Scripts {
     pub(super) read: Script,
@@ -27,6 +28,7 @@ pub(super) struct Scripts {
     pub(super) raise_until: Script,
     pub(super) epoch: Script,
     pub(super) settle_parts: Script,
+    pub(super) queue: Script,
 }
 
 impl Scripts {
@@ -43,6 +45,7 @@ impl Scripts {
             raise_until: Script::new(RAISE_UNTIL_LUA),
             epoch: Script::new(EPOCH_LUA),
             settle_parts: with_common(SETTLE_PARTS_LUA),
+            queue: Script::new(QUEUE_LUA),
         }
     }
 }
