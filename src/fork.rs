@@ -20,12 +20,17 @@
 //!   (`ArcSwap`), refusal counts and provider health (per generation, copied from the parent's
 //!   when its lock was free at the fork), event streams (per generation: a stream made before
 //!   the fork reads as ended in the child);
-//! - the prompt-count cache (`ceiling::message_cache`, per generation, fresh).
+//! - the prompt-count cache (`ceiling::message_cache`, per generation, fresh);
+//! - pyo3's pool of deferred decrefs (a lock inside pyo3 that every `Python::attach` may
+//!   take): the runtime's tasks drop their Python objects with the GIL held, so they never
+//!   take it (`py::asyncio`).
 //!
 //! Not covered: an in-memory store's counters and a `QuotaDb` connection (each is the
-//! process's own; a child of a parent thread busy in one may block on its lock), and locks
-//! inside libraries (SQLite's global mutexes, parking_lot's wait-queue buckets) that the
-//! parent held in the instant of the fork.
+//! process's own; a child of a parent thread busy in one may block on its lock), a lazily
+//! initialised static (tokenizer tables) being built in the instant of the fork, and locks
+//! inside libraries that a parent thread held in that instant outside the cases above
+//! (parking_lot's wait-queue buckets, held for a few instructions; pyo3's decref pool, should
+//! some other code drop a Python object without the GIL).
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;

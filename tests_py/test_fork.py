@@ -30,7 +30,7 @@ POLICY = {
 CHILDREN = 3
 CHILD_DEADLINE_S = 30.0
 # The stress test: forks while parent threads keep admitting and billing.
-FORKS_UNDER_LOAD = 40
+FORKS_UNDER_LOAD = 100
 LOAD_DEADLINE_S = 120.0
 
 
