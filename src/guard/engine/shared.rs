@@ -126,6 +126,9 @@ impl EpochState {
     pub(crate) fn trust(&self, generation: &str) -> bool {
         self.seen.store(true, Ordering::Release);
         self.warned.store(false, Ordering::Release);
+        if self.generation.load().as_str() == generation {
+            return false;
+        }
         let previous = self.generation.swap(Arc::new(generation.to_string()));
         *previous != generation
     }
