@@ -2,36 +2,26 @@
 //! drive their connections on it, and the Python layer runs its coroutines on it. A forked
 //! child builds its own on first use (the parent's worker threads do not exist there).
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
-use parking_lot::Mutex;
+use crate::fork::ForkLocal;
 
-static CURRENT: AtomicPtr<tokio::runtime::Runtime> = AtomicPtr::new(std::ptr::null_mut());
-static CURRENT_GENERATION: AtomicU64 = AtomicU64::new(u64::MAX);
-static BUILDING: Mutex<()> = Mutex::new(());
+/// The runtime of each fork generation: a forked child makes its own, and never waits on the
+/// parent's build (a parent thread may have been building it at the fork).
+static CURRENT: ForkLocal<OnceLock<tokio::runtime::Runtime>> = ForkLocal::empty();
 
 /// The shared multi-threaded runtime of this process (2 worker threads are plenty: the work
 /// is I/O). After a `fork()`, the child's first call builds a new one; the parent's is left
 /// untouched in the child's memory (dropping it would wait for threads that are not there).
 pub(crate) fn shared() -> &'static tokio::runtime::Runtime {
-    let generation = crate::fork::generation();
-    if CURRENT_GENERATION.load(Ordering::Acquire) == generation {
-        // SAFETY: set below from a leaked Box, never freed, before the generation is stored.
-        return unsafe { &*CURRENT.load(Ordering::Acquire) };
-    }
-    let _one_builder = BUILDING.lock();
-    if CURRENT_GENERATION.load(Ordering::Acquire) != generation {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
+    CURRENT.get().get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("usage-guard")
             .enable_all()
             .build()
-            .expect("the tokio runtime starts");
-        CURRENT.store(Box::into_raw(Box::new(runtime)), Ordering::Release);
-        CURRENT_GENERATION.store(generation, Ordering::Release);
-    }
-    // SAFETY: as above.
-    unsafe { &*CURRENT.load(Ordering::Acquire) }
+            .expect("the tokio runtime starts")
+    })
 }
 
 /// Runs a future to completion on this thread. Futures that are ready at once (every

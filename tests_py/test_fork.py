@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +29,9 @@ POLICY = {
 }
 CHILDREN = 3
 CHILD_DEADLINE_S = 30.0
+# The stress test: forks while parent threads keep admitting and billing.
+FORKS_UNDER_LOAD = 100
+LOAD_DEADLINE_S = 120.0
 
 
 def _call(guard: ug.Guard, tokens: int) -> None:
@@ -54,9 +58,9 @@ def _child(guard: ug.Guard, ledger: ug.SqliteLedger, n: int) -> int:
         return 1
 
 
-def _wait_all(pids: list[int]) -> list[object]:
+def _wait_all(pids: list[int], within: float = CHILD_DEADLINE_S) -> list[object]:
     """Each child's exit code, or "hung" for one still running at the deadline (killed)."""
-    deadline = time.monotonic() + CHILD_DEADLINE_S
+    deadline = time.monotonic() + within
     results: dict[int, object] = {}
     while len(results) < len(pids) and time.monotonic() < deadline:
         for pid in pids:
@@ -99,3 +103,84 @@ def test_guard_on_redis_with_a_ledger_survives_fork(
     ledger.flush()
     rows = ledger.query(user="alice")
     assert sum(r["requests"] for r in rows) == 3 + 2 * CHILDREN
+
+
+class _Load:
+    """Parent threads that admit and bill on the guard until stopped: one sync, one on an
+    asyncio loop, so bills settle in the background (the drain task, the Redis connection
+    and the ledger writer are busy) whenever the parent forks."""
+
+    def __init__(self, guard: ug.Guard) -> None:
+        self.guard = guard
+        self.stop = threading.Event()
+        self.billed = [0, 0]
+        self.errors: list[BaseException] = []
+        self.threads = [
+            threading.Thread(target=self._sync, daemon=True),
+            threading.Thread(target=self._async, daemon=True),
+        ]
+
+    def _sync(self) -> None:
+        try:
+            while not self.stop.is_set():
+                _call(self.guard, 1)
+                self.billed[0] += 1
+        except BaseException as e:  # pragma: no cover - asserted empty below
+            self.errors.append(e)
+
+    def _async(self) -> None:
+        async def loop() -> None:
+            while not self.stop.is_set():
+                await _call_async(self.guard, 2)
+                self.billed[1] += 2
+
+        try:
+            asyncio.run(loop())
+        except BaseException as e:  # pragma: no cover - asserted empty below
+            self.errors.append(e)
+
+    def __enter__(self) -> _Load:
+        for t in self.threads:
+            t.start()
+        while min(self.billed) == 0 and not self.errors:
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
+def test_forks_while_background_settles_and_ledger_writes_are_in_flight(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A thread of the parent may hold any of the guard's locks in the instant of a fork
+    (the settle queue, the connection holder, the ledger writer's handle, the caches): no
+    child may hang on one, and the counter holds every call of the parent and the children."""
+    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
+    store = ug.RedisStore(redis_server.url, prefix="forkload")
+    guard = ug.Guard(ug.Policy.from_dict(POLICY), store=store, ledger=ledger)
+    pids = []
+    with _Load(guard) as load:
+        for n in range(FORKS_UNDER_LOAD):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child's result is its exit code
+                os._exit(_child(guard, ledger, n))
+            pids.append(pid)
+            time.sleep(0.005 * (n % 4))  # forks land at different points of the load
+        results = _wait_all(pids, within=LOAD_DEADLINE_S)
+    assert load.errors == []
+    hung = [n for n, r in enumerate(results) if r == "hung"]
+    assert hung == [], f"children {hung} of {FORKS_UNDER_LOAD} hung"
+    assert results == [0] * FORKS_UNDER_LOAD
+
+    guard.close()  # the parent's queued bills settle
+    children = sum(10 + n + 100 + n for n in range(FORKS_UNDER_LOAD))
+    used = guard.usage("alice", "m")["rules"][0]["used"]
+    assert used == sum(load.billed) + children
+    ledger.flush()
+    rows = ledger.query(user="alice")
+    calls = load.billed[0] + load.billed[1] // 2
+    assert sum(r["requests"] for r in rows) == calls + 2 * FORKS_UNDER_LOAD

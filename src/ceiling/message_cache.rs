@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::tokenizer::Encoding;
+use crate::fork::ForkLocal;
 
 /// Entries per generation (at most twice this many are kept: about 2 MB).
 const CAPACITY: usize = 16_384;
@@ -44,7 +45,9 @@ struct Generations {
     previous: HashMap<u128, Entry>,
 }
 
-static CACHE: Mutex<Option<Generations>> = Mutex::new(None);
+/// This process's cache (a forked child starts an empty one: a parent thread may have held
+/// the lock at the fork).
+static CACHE: ForkLocal<Mutex<Generations>> = ForkLocal::empty();
 static HASH_KEYS: OnceLock<(RandomState, RandomState)> = OnceLock::new();
 /// Lookups answered from the cache: a diagnostic for tests.
 static HITS: AtomicU64 = AtomicU64::new(0);
@@ -119,8 +122,8 @@ pub(crate) fn key(
 
 /// The cached count under `key`, if any (moved to the newer generation).
 pub(crate) fn get(key: u128) -> Option<Entry> {
-    let mut cache = CACHE.lock();
-    let generations = cache.get_or_insert_with(Generations::default);
+    let mut cache = CACHE.get().lock();
+    let generations = &mut *cache;
     let found = match generations.current.get(&key) {
         Some(entry) => Some(*entry),
         None => {
@@ -137,8 +140,7 @@ pub(crate) fn get(key: u128) -> Option<Entry> {
 
 /// Keeps `entry` under `key`.
 pub(crate) fn put(key: u128, entry: Entry) {
-    let mut cache = CACHE.lock();
-    insert(cache.get_or_insert_with(Generations::default), key, entry);
+    insert(&mut CACHE.get().lock(), key, entry);
 }
 
 fn insert(generations: &mut Generations, key: u128, entry: Entry) {
@@ -155,10 +157,8 @@ pub(crate) fn hits() -> u64 {
 
 #[cfg(test)]
 pub(crate) fn entries() -> usize {
-    CACHE
-        .lock()
-        .as_ref()
-        .map_or(0, |g| g.current.len() + g.previous.len())
+    let cache = CACHE.get().lock();
+    cache.current.len() + cache.previous.len()
 }
 
 #[cfg(test)]

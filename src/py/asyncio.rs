@@ -68,6 +68,20 @@ impl AbortOnCancel {
     }
 }
 
+/// The loop and the future a runtime task holds, dropped with the GIL held (also when the
+/// task is aborted). A `Py` dropped without the GIL goes to pyo3's pool of deferred decrefs,
+/// behind a lock: a `fork()` in that instant would leave the lock held for ever in the child,
+/// whose next `Python::attach` waits on it.
+struct WithGil(Option<(Py<PyAny>, Py<PyAny>)>);
+
+impl Drop for WithGil {
+    fn drop(&mut self) {
+        if let Some(refs) = self.0.take() {
+            Python::attach(move |_| drop(refs));
+        }
+    }
+}
+
 /// `(ok, value)`: the result converted, or the exception to set.
 fn outcome<T>(py: Python<'_>, out: PyResult<T>) -> (bool, Py<PyAny>)
 where
@@ -110,22 +124,25 @@ where
             return Ok(future);
         }
     }
-    let (loop_ref, future_ref) = (event_loop.clone().unbind(), future.clone().unbind());
+    let mut held = WithGil(Some((event_loop.clone().unbind(), future.clone().unbind())));
     let task = runtime.spawn(async move {
         let out = work.await;
-        Python::attach(|py| {
+        let Some((loop_ref, future_ref)) = held.0.take() else {
+            return;
+        };
+        Python::attach(move |py| {
             let (ok, value) = outcome(py, out);
-            let resolve = wrap_pyfunction!(_resolve, py)?;
-            loop_ref.call_method1(
-                py,
-                intern!(py, "call_soon_threadsafe"),
-                (resolve, future_ref, ok, value),
-            )?;
-            Ok::<(), PyErr>(())
-        })
-        .unwrap_or_else(|e: PyErr| {
-            // The loop closed before the work finished: nobody is left to tell.
-            log::debug!("an asyncio result had no loop to go to: {e}");
+            let sent = wrap_pyfunction!(_resolve, py).and_then(|resolve| {
+                loop_ref.call_method1(
+                    py,
+                    intern!(py, "call_soon_threadsafe"),
+                    (resolve, future_ref, ok, value),
+                )
+            });
+            if let Err(e) = sent {
+                // The loop closed before the work finished: nobody is left to tell.
+                log::debug!("an asyncio result had no loop to go to: {e}");
+            }
         });
     });
     future

@@ -1,13 +1,15 @@
 //! Event streams (`Guard::events`): each stream has its own bounded buffer. Sending an event
 //! never waits: a stream whose reader is behind drops its oldest event and counts it. A
 //! stream ends when the guard closes (or is dropped); a stream dropped by its reader is
-//! forgotten at the next event.
+//! forgotten at the next event. A stream does not cross a `fork()`: in a forked child, one
+//! made before the fork reads as ended (its lock may have been held by a parent thread).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::fork::ForkLocal;
 use crate::guard::domain::event::Event;
 
 #[derive(Default)]
@@ -19,14 +21,24 @@ struct Buffer {
 
 struct Subscriber {
     capacity: usize,
+    /// The fork generation the stream was made in.
+    generation: u64,
     buffer: Mutex<Buffer>,
     arrived: tokio::sync::Notify,
 }
 
 impl Subscriber {
+    /// The buffer, unless the stream was made before a fork (it has ended here).
+    fn buffer(&self) -> Option<parking_lot::MutexGuard<'_, Buffer>> {
+        (self.generation == crate::fork::generation()).then(|| self.buffer.lock())
+    }
+
     fn close(&self) {
-        self.buffer.lock().closed = true;
-        self.arrived.notify_waiters();
+        if let Some(mut buffer) = self.buffer() {
+            buffer.closed = true;
+            drop(buffer);
+            self.arrived.notify_waiters();
+        }
     }
 }
 
@@ -38,7 +50,8 @@ fn open(sub: &Arc<Subscriber>) -> bool {
 /// The streams of a guard.
 #[derive(Default)]
 pub(crate) struct EventHub {
-    streams: Mutex<Vec<Arc<Subscriber>>>,
+    /// This process's streams.
+    streams: ForkLocal<Mutex<Vec<Arc<Subscriber>>>>,
 }
 
 impl EventHub {
@@ -46,16 +59,17 @@ impl EventHub {
     pub(crate) fn subscribe(&self, capacity: usize) -> EventStream {
         let sub = Arc::new(Subscriber {
             capacity: capacity.max(1),
+            generation: crate::fork::generation(),
             buffer: Mutex::default(),
             arrived: tokio::sync::Notify::new(),
         });
-        self.streams.lock().push(sub.clone());
+        self.streams.get().lock().push(sub.clone());
         EventStream { sub }
     }
 
     /// Whether some stream is open.
     pub(crate) fn has_streams(&self) -> bool {
-        let mut streams = self.streams.lock();
+        let mut streams = self.streams.get().lock();
         streams.retain(open);
         !streams.is_empty()
     }
@@ -63,7 +77,7 @@ impl EventHub {
     /// Gives `event` to every open stream; a full stream drops its oldest event.
     pub(crate) fn send(&self, event: &Event) {
         let streams: Vec<Arc<Subscriber>> = {
-            let mut streams = self.streams.lock();
+            let mut streams = self.streams.get().lock();
             streams.retain(open);
             streams.clone()
         };
@@ -84,7 +98,7 @@ impl EventHub {
 
     /// Ends every stream open now (each still yields what it holds, then ends).
     pub(crate) fn close(&self) {
-        for sub in std::mem::take(&mut *self.streams.lock()) {
+        for sub in std::mem::take(&mut *self.streams.get().lock()) {
             sub.close();
         }
     }
@@ -105,11 +119,14 @@ pub struct EventStream {
 
 impl std::fmt::Debug for EventStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let b = self.sub.buffer.lock();
+        let (buffered, dropped, closed) = self
+            .sub
+            .buffer()
+            .map_or((0, 0, true), |b| (b.events.len(), b.dropped, b.closed));
         f.debug_struct("EventStream")
-            .field("buffered", &b.events.len())
-            .field("dropped", &b.dropped)
-            .field("closed", &b.closed)
+            .field("buffered", &buffered)
+            .field("dropped", &dropped)
+            .field("closed", &closed)
             .finish()
     }
 }
@@ -121,7 +138,7 @@ impl EventStream {
             // Made before the check: an event sent in between still wakes it.
             let arrived = self.sub.arrived.notified();
             {
-                let mut buffer = self.sub.buffer.lock();
+                let mut buffer = self.sub.buffer()?;
                 if let Some(event) = buffer.events.pop_front() {
                     return Some(event);
                 }
@@ -135,17 +152,17 @@ impl EventStream {
 
     /// The next event if one is buffered, without waiting.
     pub fn try_next(&self) -> Option<Event> {
-        self.sub.buffer.lock().events.pop_front()
+        self.sub.buffer()?.events.pop_front()
     }
 
     /// Events dropped because the buffer was full (the oldest go first).
     pub fn dropped(&self) -> u64 {
-        self.sub.buffer.lock().dropped
+        self.sub.buffer().map_or(0, |b| b.dropped)
     }
 
     /// Whether the stream ended (its guard closed, or `close`): what it holds is still read.
     pub fn is_closed(&self) -> bool {
-        self.sub.buffer.lock().closed
+        self.sub.buffer().is_none_or(|b| b.closed)
     }
 
     /// Ends this stream (a waiting `next` returns what is left, then `None`).

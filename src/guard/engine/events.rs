@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::event_stream::EventStream;
 use super::guard::Guard;
+use super::shared::Listener;
 use super::ticket::Ticket;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::counter::CounterKey;
@@ -39,7 +40,12 @@ impl Guard {
     /// reach an event sends it). Listeners run on the admitting thread, after the
     /// reservation.
     pub fn on_event(&self, listener: impl Fn(&Event) + Send + Sync + 'static) {
-        self.shared.listeners.write().push(Arc::new(listener));
+        let listener: Listener = Arc::new(listener);
+        self.shared.listeners.rcu(|all| {
+            let mut all = Vec::clone(all);
+            all.push(listener.clone());
+            all
+        });
     }
 
     /// A stream of the events this guard sends from now on, buffering at most `buffer`
@@ -51,7 +57,7 @@ impl Guard {
 
     /// Whether an event would go anywhere (else no store mark is spent on it).
     pub(crate) fn has_event_sinks(&self) -> bool {
-        !self.shared.listeners.read().is_empty()
+        !self.shared.listeners.load().is_empty()
             || self.shared.ledger.get().is_some()
             || self.shared.events.has_streams()
     }
@@ -152,8 +158,8 @@ impl Guard {
             ledger.record_event(AuditRow::of(event));
         }
         self.shared.events.send(event);
-        let listeners = self.shared.listeners.read().clone();
-        for listener in listeners {
+        let listeners = self.shared.listeners.load_full();
+        for listener in listeners.iter() {
             listener(event);
         }
     }

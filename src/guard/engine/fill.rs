@@ -11,6 +11,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::stats::{bump, log_store_error};
+use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::{Metric, Scope};
 use crate::guard::domain::window::Window;
@@ -23,45 +24,68 @@ pub(crate) const FILL_RETRY_MS: i64 = 60_000;
 pub(crate) const FILL_MIN_SLIDING_SECONDS: u32 = 3_600;
 const KNOWN_MAX: usize = 100_000;
 
-/// A guard's memory of fills: keys known filled, keys waiting to retry, one lock per key.
+/// What a process remembers of fills: keys known filled, keys waiting to retry, one lock
+/// per key.
 #[derive(Debug, Default)]
-pub(crate) struct FillState {
+struct Fills {
     known: Mutex<HashSet<CounterKey>>,
     retry_at: Mutex<HashMap<CounterKey, Millis>>,
     locks: Mutex<HashMap<CounterKey, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A guard's memory of fills.
+#[derive(Debug, Default)]
+pub(crate) struct FillState {
+    /// This process's (a forked child starts afresh: a parent task may have held a lock
+    /// across the fork; the store's filled marks say what is filled).
+    fills: ForkLocal<Fills>,
     /// Counters filled by this guard, and ledger reads that failed.
     pub filled: std::sync::atomic::AtomicU64,
     pub ledger_errors: std::sync::atomic::AtomicU64,
 }
 
 impl FillState {
+    fn fills(&self) -> &Fills {
+        self.fills.get()
+    }
+
     fn is_known(&self, key: &CounterKey) -> bool {
-        self.known.lock().contains(key)
+        self.fills().known.lock().contains(key)
     }
 
     fn know(&self, key: &CounterKey) {
-        let mut known = self.known.lock();
+        let fills = self.fills();
+        let mut known = fills.known.lock();
         if known.len() >= KNOWN_MAX {
             known.clear();
         }
         known.insert(key.clone());
         drop(known);
-        self.locks.lock().remove(key);
-        self.retry_at.lock().remove(key);
+        fills.locks.lock().remove(key);
+        fills.retry_at.lock().remove(key);
     }
 
     fn waiting(&self, key: &CounterKey, now: Millis) -> bool {
-        self.retry_at.lock().get(key).is_some_and(|&at| now < at)
+        self.fills()
+            .retry_at
+            .lock()
+            .get(key)
+            .is_some_and(|&at| now < at)
     }
 
     /// Forgets every counter known filled (a new epoch has every counter filled again).
     pub(crate) fn forget_all(&self) {
-        self.known.lock().clear();
-        self.retry_at.lock().clear();
+        self.fills().known.lock().clear();
+        self.fills().retry_at.lock().clear();
     }
 
     fn lock_of(&self, key: &CounterKey) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks.lock().entry(key.clone()).or_default().clone()
+        self.fills()
+            .locks
+            .lock()
+            .entry(key.clone())
+            .or_default()
+            .clone()
     }
 }
 
@@ -153,6 +177,7 @@ pub(crate) async fn fill_keys(
                 bump(&state.ledger_errors);
                 log::warn!("fill {}: {e}; trying again in a minute", key.render());
                 state
+                    .fills()
                     .retry_at
                     .lock()
                     .insert(key.clone(), now + FILL_RETRY_MS);

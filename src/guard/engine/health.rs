@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::fork::ForkLocal;
 use crate::guard::domain::clock::{Clock, Millis};
 use crate::guard::domain::health::{
     HealthBook, HealthSettings, HealthSnapshot, Outcome, Recorded, Transition, Unavailable,
@@ -33,9 +34,11 @@ fn cooldown_note(provider: &str, credential: &str) -> String {
 
 /// One guard's provider health.
 pub struct ProviderHealth {
-    book: Mutex<HealthBook>,
-    /// When each (provider, credential) last read the shared notes.
-    refreshed: Mutex<HashMap<(String, String), Millis>>,
+    /// This process's book (a forked child copies the parent's when no parent thread held
+    /// it at the fork; else it starts afresh and adopts what the store's notes say).
+    book: ForkLocal<Mutex<HealthBook>>,
+    /// When each (provider, credential) last read the shared notes (per process).
+    refreshed: ForkLocal<Mutex<HashMap<(String, String), Millis>>>,
     store: Arc<dyn CounterStore>,
     clock: Arc<dyn Clock>,
 }
@@ -50,11 +53,18 @@ impl ProviderHealth {
     /// Health on `store` (shared notes) and `clock`, with the default thresholds.
     pub(crate) fn new(store: Arc<dyn CounterStore>, clock: Arc<dyn Clock>) -> Self {
         ProviderHealth {
-            book: Mutex::new(HealthBook::new(HealthSettings::default())),
-            refreshed: Mutex::new(HashMap::new()),
+            book: ForkLocal::empty(),
+            refreshed: ForkLocal::empty(),
             store,
             clock,
         }
+    }
+
+    fn book(&self) -> &Mutex<HealthBook> {
+        self.book.get_with(|parent| {
+            let copied = parent.and_then(|p| p.try_lock().map(|b| b.clone()));
+            Mutex::new(copied.unwrap_or_else(|| HealthBook::new(HealthSettings::default())))
+        })
     }
 
     /// Reads the shared notes of `provider` and `credential` unless read in the last
@@ -62,7 +72,7 @@ impl ProviderHealth {
     /// not answer leaves this guard with what it knows itself.
     async fn refresh(&self, provider: &str, credential: &str, now: Millis) {
         {
-            let mut refreshed = self.refreshed.lock();
+            let mut refreshed = self.refreshed.get().lock();
             let key = (provider.to_string(), credential.to_string());
             if let Some(at) = refreshed.get(&key) {
                 if now >= *at && now - *at < REFRESH_MS {
@@ -82,7 +92,7 @@ impl ProviderHealth {
                 return;
             }
         };
-        let mut book = self.book.lock();
+        let mut book = self.book().lock();
         if let Some(Some((until, _))) = notes.first() {
             if book.adopt_open(provider, *until, now) {
                 log::info!(
@@ -104,7 +114,7 @@ impl ProviderHealth {
     pub async fn available(&self, provider: &str, credential: &str) -> Result<(), Unavailable> {
         let now = self.clock.now_ms();
         self.refresh(provider, credential, now).await;
-        self.book.lock().available(provider, credential, now)
+        self.book().lock().available(provider, credential, now)
     }
 
     /// Lets a call through `credential` of `provider` go now (taking a half-open probe), or
@@ -112,7 +122,7 @@ impl ProviderHealth {
     pub async fn take(&self, provider: &str, credential: &str) -> Result<(), Unavailable> {
         let now = self.clock.now_ms();
         self.refresh(provider, credential, now).await;
-        self.book.lock().take(provider, credential, now)
+        self.book().lock().take(provider, credential, now)
     }
 
     /// Records the outcome of a call through `credential` of `provider` (`headers`: the
@@ -127,7 +137,7 @@ impl ProviderHealth {
     ) -> Recorded {
         let now = self.clock.now_ms();
         let recorded = self
-            .book
+            .book()
             .lock()
             .record(provider, credential, outcome, headers, now);
         match recorded.transition {
@@ -176,6 +186,6 @@ impl ProviderHealth {
 
     /// Every provider's breaker and the cooling credentials this guard knows, now.
     pub fn snapshot(&self) -> HealthSnapshot {
-        self.book.lock().snapshot(self.clock.now_ms())
+        self.book().lock().snapshot(self.clock.now_ms())
     }
 }

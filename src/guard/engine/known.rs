@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 
+use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{CounterKey, CounterRead};
 
@@ -20,13 +21,14 @@ const KNOWN_MAX: usize = 100_000;
 /// Known counter values by key, each with the time it was read.
 #[derive(Debug, Default)]
 pub(crate) struct Known {
-    values: Mutex<HashMap<CounterKey, (CounterRead, Millis)>>,
+    /// This process's values (a forked child starts with none).
+    values: ForkLocal<Mutex<HashMap<CounterKey, (CounterRead, Millis)>>>,
 }
 
 impl Known {
     /// The values of every key of `keys`, if each is known and fresh at `now`.
     pub(crate) fn fresh(&self, keys: &[CounterKey], now: Millis) -> Option<Vec<CounterRead>> {
-        let values = self.values.lock();
+        let values = self.values.get().lock();
         keys.iter()
             .map(|k| {
                 values
@@ -39,7 +41,7 @@ impl Known {
 
     /// Remembers `reads` of `keys`, read at `now`.
     pub(crate) fn remember(&self, keys: &[CounterKey], reads: &[CounterRead], now: Millis) {
-        let mut values = self.values.lock();
+        let mut values = self.values.get().lock();
         if values.len() + keys.len() > KNOWN_MAX {
             values.clear();
         }
@@ -50,6 +52,6 @@ impl Known {
 
     /// Forgets every value (the store's epoch moved: counters may have been refilled).
     pub(crate) fn forget_all(&self) {
-        self.values.lock().clear();
+        self.values.get().lock().clear();
     }
 }

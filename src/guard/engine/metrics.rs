@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 
 use super::billing::Billed;
 use super::stats::Stats;
+use crate::fork::ForkLocal;
 use crate::guard::domain::refusal::Refusal;
 
 /// Upper bounds (seconds) of the latency histograms' buckets.
@@ -159,7 +160,9 @@ impl Histogram {
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
     /// Calls refused, by (reason code, limit type or "").
-    refusals: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    /// This process's (a forked child copies the parent's when no parent thread held them
+    /// at the fork, else starts from none).
+    refusals: ForkLocal<Mutex<Refusals>>,
     fitted: AtomicU64,
     billed_input_tokens: AtomicU64,
     billed_cached_input_tokens: AtomicU64,
@@ -170,14 +173,23 @@ pub(crate) struct Metrics {
     admission: Histogram,
 }
 
+type Refusals = BTreeMap<(&'static str, &'static str), u64>;
+
 impl Metrics {
+    fn refusals(&self) -> &Mutex<Refusals> {
+        self.refusals.get_with(|parent| {
+            let copied = parent.and_then(|p| p.try_lock().map(|r| r.clone()));
+            Mutex::new(copied.unwrap_or_default())
+        })
+    }
+
     /// Counts an admission's end: its latency, and a refusal by reason and limit type.
     pub(crate) fn admission(&self, took: Duration, refusal: Option<&Refusal>) {
         self.admission.observe(took);
         if let Some(r) = refusal {
             let limit_type = r.limit_type.map_or("", |l| l.name());
             *self
-                .refusals
+                .refusals()
                 .lock()
                 .entry((r.reason.code(), limit_type))
                 .or_default() += 1;
@@ -219,7 +231,7 @@ impl Metrics {
             })
             .collect();
         let refusals = self
-            .refusals
+            .refusals()
             .lock()
             .iter()
             .map(|((reason, limit_type), n)| {

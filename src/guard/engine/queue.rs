@@ -11,6 +11,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, Notify};
 
+use crate::fork::ForkLocal;
 use crate::guard::store::{Settle, SettleOutcome};
 
 /// How long `close()` and interpreter exit wait for queued settles.
@@ -23,23 +24,42 @@ pub(crate) struct Job {
     pub(crate) reply: Option<oneshot::Sender<Option<SettleOutcome>>>,
 }
 
+#[derive(Default)]
 struct Pending {
     jobs: Vec<Job>,
     draining: bool,
-    /// The fork generation the jobs were queued in.
-    generation: u64,
+}
+
+/// The queue in one fork generation: a forked child starts a new one and never touches the
+/// parent's (a parent thread may have held `pending` or been inside `moved` at the fork); the
+/// parent's jobs, queued or in flight, stay the parent's to settle.
+#[derive(Default)]
+struct Generation {
+    pending: Mutex<Pending>,
+    /// Jobs ever queued, and jobs answered (or handed to the background retry); `done` moves
+    /// are announced on `moved`.
+    queued: AtomicU64,
+    done: AtomicU64,
+    moved: Notify,
 }
 
 /// The queue's state, shared by the guard and its drain task.
 pub(crate) struct QueueState {
-    pending: Mutex<Pending>,
-    /// Jobs ever queued, and jobs answered (or handed to the background retry); `done` moves
-    /// are announced on `moved`. (Atomics, not a lock a forked child could inherit held.)
-    queued: AtomicU64,
-    done: AtomicU64,
-    moved: Notify,
+    current: ForkLocal<Generation>,
     /// Store steps sent (each carries every job queued when it started).
     pub(crate) steps: AtomicU64,
+}
+
+impl QueueState {
+    /// This process's queue, registered for the flush at exit on first use.
+    fn here(self: &Arc<Self>) -> &Generation {
+        self.current.get_or(|| {
+            let mut all = QUEUES.get().lock();
+            all.retain(|q| q.strong_count() > 0);
+            all.push(Arc::downgrade(self));
+            Generation::default()
+        })
+    }
 }
 
 /// A guard's settle queue. Cheap to clone.
@@ -48,25 +68,15 @@ pub(crate) struct SettleQueue {
     state: Arc<QueueState>,
 }
 
-/// Every live queue of the process, flushed at interpreter exit.
-static QUEUES: Mutex<Vec<Weak<QueueState>>> = Mutex::new(Vec::new());
+/// Every queue used in this process, flushed at interpreter exit.
+static QUEUES: ForkLocal<Mutex<Vec<Weak<QueueState>>>> = ForkLocal::empty();
 
 impl Default for SettleQueue {
     fn default() -> Self {
         let state = Arc::new(QueueState {
-            pending: Mutex::new(Pending {
-                jobs: Vec::new(),
-                draining: false,
-                generation: crate::fork::generation(),
-            }),
-            queued: AtomicU64::new(0),
-            done: AtomicU64::new(0),
-            moved: Notify::new(),
+            current: ForkLocal::empty(),
             steps: AtomicU64::new(0),
         });
-        let mut all = QUEUES.lock();
-        all.retain(|q| q.strong_count() > 0);
-        all.push(Arc::downgrade(&state));
         SettleQueue { state }
     }
 }
@@ -74,16 +84,16 @@ impl Default for SettleQueue {
 impl SettleQueue {
     /// Queues `job`; returns true when the caller must start a drain (none is running).
     pub(crate) fn push(&self, job: Job) -> bool {
-        let mut pending = self.state.pending.lock();
-        forget_parents(&self.state, &mut pending);
+        let here = self.state.here();
+        let mut pending = here.pending.lock();
         pending.jobs.push(job);
-        self.state.queued.fetch_add(1, Ordering::AcqRel);
+        here.queued.fetch_add(1, Ordering::AcqRel);
         !std::mem::replace(&mut pending.draining, true)
     }
 
     /// Everything queued, for the drain; empty (and the drain marked stopped) when nothing is.
     pub(crate) fn take(&self) -> Vec<Job> {
-        let mut pending = self.state.pending.lock();
+        let mut pending = self.state.here().pending.lock();
         if pending.jobs.is_empty() {
             pending.draining = false;
             return Vec::new();
@@ -94,8 +104,9 @@ impl SettleQueue {
 
     /// `n` jobs were answered (or handed to the background retry).
     pub(crate) fn finished(&self, n: usize) {
-        self.state.done.fetch_add(n as u64, Ordering::AcqRel);
-        self.state.moved.notify_waiters();
+        let here = self.state.here();
+        here.done.fetch_add(n as u64, Ordering::AcqRel);
+        here.moved.notify_waiters();
     }
 
     /// Store steps sent so far.
@@ -110,21 +121,8 @@ impl SettleQueue {
     }
 }
 
-/// In a forked child, forgets the parent's jobs, queued or in flight: the parent's store
-/// connection and drain task do not exist here, and the parent settles them itself.
-fn forget_parents(state: &QueueState, pending: &mut Pending) {
-    let generation = crate::fork::generation();
-    if pending.generation != generation {
-        pending.jobs.clear();
-        pending.draining = false;
-        pending.generation = generation;
-        let done = state.done.load(Ordering::Acquire);
-        state.queued.store(done, Ordering::Release);
-    }
-}
-
-async fn flush_state(state: &QueueState, limit: Option<Duration>) -> bool {
-    forget_parents(state, &mut state.pending.lock());
+async fn flush_state(state: &Arc<QueueState>, limit: Option<Duration>) -> bool {
+    let state = state.here();
     let target = state.queued.load(Ordering::Acquire);
     let wait = async {
         loop {
@@ -149,15 +147,64 @@ async fn flush_state(state: &QueueState, limit: Option<Duration>) -> bool {
 /// Waits (at most `limit` in all) for every queue of the process; returns how many settles
 /// were still queued when the wait ended.
 pub(crate) async fn flush_all(limit: Duration) -> u64 {
-    let queues: Vec<Arc<QueueState>> = QUEUES.lock().iter().filter_map(Weak::upgrade).collect();
+    let queues: Vec<Arc<QueueState>> = QUEUES
+        .get()
+        .lock()
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
     let deadline = tokio::time::Instant::now() + limit;
     let mut left = 0;
     for state in queues {
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
         if !flush_state(&state, Some(remaining)).await {
-            let done = state.done.load(Ordering::Acquire);
-            left += state.queued.load(Ordering::Acquire).saturating_sub(done);
+            let here = state.here();
+            let done = here.done.load(Ordering::Acquire);
+            left += here.queued.load(Ordering::Acquire).saturating_sub(done);
         }
     }
     left
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Job, Settle, SettleQueue};
+
+    fn job(id: &str) -> Job {
+        Job {
+            settle: Settle {
+                id: id.into(),
+                ticket: id.into(),
+                holds: Vec::new(),
+                expiry_minute: 0,
+                adds: Vec::new(),
+                settled_until: 0,
+            },
+            reply: None,
+        }
+    }
+
+    /// A parent thread inside the queue in the instant of a fork (it holds the lock for ever
+    /// in the child): the child queues, drains and flushes its own jobs, never the parent's.
+    #[test]
+    fn a_child_never_waits_on_the_queue_a_parent_thread_held() {
+        let queue = SettleQueue::default();
+        assert!(queue.push(job("parent")), "the parent's drain starts");
+        let held = queue.state.here().pending.lock();
+        let code = crate::fork::in_child(Duration::from_secs(20), || {
+            let starts_drain = queue.push(job("child"));
+            let taken = queue.take();
+            queue.finished(taken.len());
+            let flushed = crate::runtime::block_on(queue.flush(None));
+            let only_its_own = taken.len() == 1 && taken[0].settle.id == "child";
+            i32::from(!(starts_drain && only_its_own && flushed))
+        });
+        drop(held);
+        assert_eq!(code, Some(0), "the child hung or took the parent's job");
+        let taken = queue.take();
+        assert_eq!(taken.len(), 1, "the parent keeps its job");
+        assert_eq!(taken[0].settle.id, "parent");
+    }
 }

@@ -79,7 +79,7 @@ impl Guard {
         now: Millis,
     ) -> std::result::Result<AfterFence, StoreError> {
         let epoch = &self.shared.epoch;
-        let _one = epoch.one.lock().await;
+        let _one = epoch.one().lock().await;
         if epoch.generation() != fenced_generation {
             return Ok(AfterFence::Retry);
         }
@@ -197,7 +197,7 @@ impl Guard {
             ));
         }
         let now = self.shared.clock.now_ms();
-        let _one = self.shared.epoch.one.lock().await;
+        let _one = self.shared.epoch.one().lock().await;
         let store = &self.shared.store;
         let unavailable = |e: StoreError| {
             crate::guard::engine::stats::log_store_error("recover", &e);

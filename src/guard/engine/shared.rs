@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Mutex, RwLock};
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 
 use super::event_stream::EventHub;
 use super::fill::{fill_keys, FillState};
@@ -15,6 +16,7 @@ use super::metrics::Metrics;
 use super::queue::SettleQueue;
 use super::stats::{store_answered, Stats};
 use crate::error::Result;
+use crate::fork::ForkLocal;
 use crate::guard::domain::clock::{Clock, Millis};
 use crate::guard::domain::decide::SlotRead;
 use crate::guard::domain::event::Event;
@@ -59,8 +61,11 @@ pub(crate) struct Shared {
     pub(crate) stats: Stats,
     /// Refusals by reason, fitted calls, billed tokens and cost, open holds, latency.
     pub(crate) metrics: Metrics,
-    policy: RwLock<PolicyState>,
-    cache: Mutex<PathCache>,
+    /// Lock-free (`ArcSwap`), as `listeners`: a forked child reads them whatever a parent
+    /// thread was doing at the fork.
+    policy: ArcSwap<PolicyState>,
+    /// This process's path cache (a forked child starts an empty one).
+    cache: ForkLocal<Mutex<PathCache>>,
     ticket_seq: AtomicU64,
     /// 48 random bits that prefix ticket ids, and the fork generation they were drawn in: a
     /// forked child draws its own, so siblings never reuse each other's (or the parent's) ids.
@@ -72,7 +77,7 @@ pub(crate) struct Shared {
     /// The store epoch this guard trusts (docs/redis.md, "The epoch fence").
     pub(crate) epoch: EpochState,
     /// What `Guard::on_event` registered.
-    pub(crate) listeners: RwLock<Vec<Listener>>,
+    pub(crate) listeners: ArcSwap<Vec<Listener>>,
     /// The streams of `Guard::events`.
     pub(crate) events: EventHub,
     /// Bills settling in the background (stores across a network).
@@ -87,16 +92,23 @@ pub(crate) struct Shared {
 /// learns it), whether it ever trusted one, and one fence-handling step at a time.
 #[derive(Debug, Default)]
 pub(crate) struct EpochState {
-    generation: Mutex<String>,
+    /// Lock-free: a forked child reads what the parent trusted.
+    generation: ArcSwap<String>,
     seen: std::sync::atomic::AtomicBool,
     /// Whether the fence was logged since the guard last trusted an epoch.
     warned: std::sync::atomic::AtomicBool,
-    pub(crate) one: tokio::sync::Mutex<()>,
+    /// Per process: a parent task may have held it across the fork.
+    one: ForkLocal<tokio::sync::Mutex<()>>,
 }
 
 impl EpochState {
     pub(crate) fn generation(&self) -> String {
-        self.generation.lock().clone()
+        self.generation.load().to_string()
+    }
+
+    /// One fence-handling step at a time (in this process).
+    pub(crate) fn one(&self) -> &tokio::sync::Mutex<()> {
+        self.one.get()
     }
 
     /// Whether this guard ever trusted an epoch (a guard that did never adopts an empty
@@ -114,12 +126,11 @@ impl EpochState {
     pub(crate) fn trust(&self, generation: &str) -> bool {
         self.seen.store(true, Ordering::Release);
         self.warned.store(false, Ordering::Release);
-        let mut current = self.generation.lock();
-        if *current == generation {
+        if self.generation.load().as_str() == generation {
             return false;
         }
-        *current = generation.to_string();
-        true
+        let previous = self.generation.swap(Arc::new(generation.to_string()));
+        *previous != generation
     }
 }
 
@@ -133,18 +144,18 @@ impl Shared {
             clock,
             stats: Stats::default(),
             metrics: Metrics::default(),
-            policy: RwLock::new(PolicyState {
+            policy: ArcSwap::from_pointee(PolicyState {
                 policy: Arc::new(policy),
                 version: 1,
             }),
-            cache: Mutex::new(HashMap::new()),
+            cache: ForkLocal::empty(),
             ticket_seq: AtomicU64::new(0),
             ticket_prefix,
             prefix_generation,
             ledger: OnceLock::new(),
             fill: FillState::default(),
             epoch: EpochState::default(),
-            listeners: RwLock::new(Vec::new()),
+            listeners: ArcSwap::from_pointee(Vec::new()),
             events: EventHub::default(),
             queue: SettleQueue::default(),
             known: Known::default(),
@@ -154,16 +165,18 @@ impl Shared {
 
     /// The policy in force and its version.
     pub(crate) fn policy(&self) -> (Arc<Policy>, u64) {
-        let state = self.policy.read();
+        let state = self.policy.load();
         (state.policy.clone(), state.version)
     }
 
     /// Replaces the policy and forgets every cached path.
     pub(crate) fn set_policy(&self, policy: Policy) {
-        let mut state = self.policy.write();
-        state.policy = Arc::new(policy);
-        state.version += 1;
-        self.cache.lock().clear();
+        let policy = Arc::new(policy);
+        self.policy.rcu(|state| PolicyState {
+            policy: policy.clone(),
+            version: state.version + 1,
+        });
+        self.cache.get().lock().clear();
     }
 
     /// The person's path on the model, from the cache when fresh (30 s, same policy
@@ -198,7 +211,7 @@ impl Shared {
             return Ok(Resolved { path, policy });
         }
         let path = Arc::new(path::resolve(&policy, Some(user), model, attributes)?);
-        let mut cache = self.cache.lock();
+        let mut cache = self.cache.get().lock();
         if cache.values().map(HashMap::len).sum::<usize>() >= PATH_CACHE_MAX {
             cache.clear();
         }
@@ -215,6 +228,7 @@ impl Shared {
 
     fn cached(&self, user: &str, model: &str, version: u64, now: Millis) -> Option<Arc<Path>> {
         self.cache
+            .get()
             .lock()
             .get(model)
             .and_then(|users| users.get(user))

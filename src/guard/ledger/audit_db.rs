@@ -54,7 +54,10 @@ pub(crate) fn sqlite_write(
     rows: &[AuditRow],
 ) -> Result<(), String> {
     let text = |e: rusqlite::Error| e.to_string();
-    let tx = conn.transaction().map_err(text)?;
+    // Immediate, as the ledger's rows (sqlite.rs): another writer never makes it fail at once.
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(text)?;
     {
         let mut insert = tx.prepare_cached(&audit::insert_sql(false)).map_err(text)?;
         for r in rows {

@@ -25,8 +25,6 @@ mod sqlite;
 mod writer;
 
 #[cfg(feature = "python")]
-use parking_lot::Mutex;
-#[cfg(feature = "python")]
 use std::sync::{Arc, Weak};
 
 pub use self::audit::{AuditQuery, AuditRow};
@@ -191,23 +189,34 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// Every ledger opened in this process or the one it was forked from (lock-free: a forked
+/// child reads it whatever a parent thread was doing at the fork).
 #[cfg(feature = "python")]
-static OPEN_LEDGERS: Mutex<Vec<Weak<dyn Ledger>>> = Mutex::new(Vec::new());
+static OPEN_LEDGERS: arc_swap::ArcSwapOption<Vec<Weak<dyn Ledger>>> =
+    arc_swap::ArcSwapOption::const_empty();
 
 #[cfg(feature = "python")]
 /// Remembers a ledger so `flush_all` reaches it (at interpreter exit).
 pub(crate) fn register_open(ledger: &Arc<dyn Ledger>) {
-    let mut open = OPEN_LEDGERS.lock();
-    open.retain(|w| w.strong_count() > 0);
-    open.push(Arc::downgrade(ledger));
+    OPEN_LEDGERS.rcu(|open| {
+        let mut open: Vec<Weak<dyn Ledger>> = open
+            .iter()
+            .flat_map(|v| v.iter())
+            .filter(|w| w.strong_count() > 0)
+            .cloned()
+            .collect();
+        open.push(Arc::downgrade(ledger));
+        Some(Arc::new(open))
+    });
 }
 
 #[cfg(feature = "python")]
 /// Flushes every ledger still alive; returns the errors' texts.
 pub(crate) fn flush_all() -> Vec<String> {
     let live: Vec<Arc<dyn Ledger>> = OPEN_LEDGERS
-        .lock()
+        .load()
         .iter()
+        .flat_map(|v| v.iter())
         .filter_map(Weak::upgrade)
         .collect();
     live.iter()

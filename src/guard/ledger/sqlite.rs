@@ -68,7 +68,13 @@ fn whole(row: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<u64> {
 
 impl Backend for SqliteBackend {
     fn write(&mut self, rows: &[LedgerRow]) -> Result<(), String> {
-        let tx = self.conn.transaction().map_err(text)?;
+        // Immediate: the write lock is taken (waiting out other writers, such as other
+        // processes on the same file) before anything is read, so no other commit can make
+        // the transaction's snapshot stale ("database is locked" at once, no waiting).
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(text)?;
         for chunk in rows.chunks(sql::chunk_rows(Dialect::Sqlite)) {
             let mut insert = tx
                 .prepare_cached(&sql::insert_sql(Dialect::Sqlite, chunk.len()))

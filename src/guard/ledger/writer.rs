@@ -3,6 +3,7 @@
 //! `TX_ROWS` rows (multi-row inserts), keeps rows a failed write left and tries them again,
 //! and answers sums and queries in order with the writes.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -13,6 +14,7 @@ use parking_lot::Mutex;
 use super::audit::MAX_PENDING;
 use super::queue::{Msg, Queue, Reply};
 use super::{AuditQuery, AuditRow, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
+use crate::fork::{ForkLocal, Quiet};
 use crate::guard::domain::rule::Metric;
 
 /// The most rows written in one transaction: small enough that a commit lands well inside
@@ -38,24 +40,35 @@ pub(crate) trait Backend: Send + 'static {
 /// Opens the database connection a writer thread owns (again in a forked child).
 type Open = Arc<dyn Fn() -> Result<Box<dyn Backend>, String> + Send + Sync>;
 
-/// A running writer thread: its queue and the fork generation it runs in.
+/// A running writer thread and its queue.
 struct Live {
     queue: Arc<Queue>,
     thread: Option<JoinHandle<()>>,
-    generation: u64,
+}
+
+/// The writer thread of one process: whether one was started here, and its handle while it
+/// runs.
+#[derive(Default)]
+struct Slot {
+    live: Option<Live>,
+    started: bool,
 }
 
 /// The handle to a writer thread. In a forked child (where the parent's thread does not run)
-/// the first use starts a new thread on a new connection; rows the parent had queued stay
-/// the parent's to write.
+/// the first use starts a new thread on a new connection, never touching the parent's thread
+/// or queue (a parent thread may have held its lock at the fork); rows the parent had queued
+/// stay the parent's to write.
 pub(crate) struct Writer {
     name: String,
     open: Open,
     /// `record` returns only once the row is committed.
     durable: bool,
-    live: Mutex<Option<Live>>,
-    /// The counts once closed: what was left, and rows dropped since (recorded after close).
-    closed: Mutex<(usize, u64)>,
+    live: ForkLocal<Mutex<Slot>>,
+    /// Set by `close` (a ledger closed before a fork is closed in the child too), with the
+    /// rows it left unwritten and the rows dropped since (recorded after close).
+    closed: AtomicBool,
+    left: AtomicUsize,
+    dropped: AtomicU64,
 }
 
 impl std::fmt::Debug for Writer {
@@ -79,10 +92,10 @@ fn spawn_live(name: &str, open: &Open) -> Result<Live, LedgerError> {
     let open = open.clone();
     let thread = std::thread::Builder::new()
         .name(format!("usage-guard-ledger-{name}"))
-        .spawn(move || match open() {
+        .spawn(move || match Quiet::run(|| open()) {
             Ok(backend) => {
                 let _ = ready_tx.send(Ok(()));
-                run(backend, &thread_queue);
+                run(Box::new(QuietBackend(Some(backend))), &thread_queue);
                 thread_queue.stop();
             }
             Err(e) => {
@@ -94,13 +107,47 @@ fn spawn_live(name: &str, open: &Open) -> Result<Live, LedgerError> {
         Ok(Ok(())) => Ok(Live {
             queue,
             thread: Some(thread),
-            generation: crate::fork::generation(),
         }),
         Ok(Err(e)) => {
             let _ = thread.join();
             Err(LedgerError(e))
         }
         Err(_) => Err(LedgerError("the writer thread failed to start".into())),
+    }
+}
+
+/// A backend whose every call (and its close) is a [`Quiet`] section: a `fork()` waits for
+/// the call to end, so the database library's process-wide locks (SQLite's allocator and
+/// file-lock mutexes) are never held across it, and the child can open its own connection.
+struct QuietBackend(Option<Box<dyn Backend>>);
+
+impl QuietBackend {
+    fn backend(&mut self) -> &mut dyn Backend {
+        self.0.as_deref_mut().expect("dropped only at the end")
+    }
+}
+
+impl Backend for QuietBackend {
+    fn write(&mut self, rows: &[LedgerRow]) -> Result<(), String> {
+        Quiet::run(|| self.backend().write(rows))
+    }
+    fn sum(&mut self, filter: &SumFilter, metric: Metric) -> Result<u64, String> {
+        Quiet::run(|| self.backend().sum(filter, metric))
+    }
+    fn query(&mut self, query: &UsageQuery) -> Result<Vec<UsageGroup>, String> {
+        Quiet::run(|| self.backend().query(query))
+    }
+    fn write_audit(&mut self, rows: &[AuditRow]) -> Result<(), String> {
+        Quiet::run(|| self.backend().write_audit(rows))
+    }
+    fn audit(&mut self, query: &AuditQuery) -> Result<Vec<AuditRow>, String> {
+        Quiet::run(|| self.backend().audit(query))
+    }
+}
+
+impl Drop for QuietBackend {
+    fn drop(&mut self) {
+        Quiet::run(|| drop(self.0.take()));
     }
 }
 
@@ -118,30 +165,28 @@ impl Writer {
             name: name.to_string(),
             open,
             durable,
-            live: Mutex::new(Some(live)),
-            closed: Mutex::new((0, 0)),
+            live: ForkLocal::new(Mutex::new(Slot {
+                live: Some(live),
+                started: true,
+            })),
+            closed: AtomicBool::new(false),
+            left: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
         })
     }
 
-    /// The queue of the thread of this process (started afresh after a fork); `None` once
-    /// closed.
+    /// The queue of the thread of this process (started on first use in a forked child);
+    /// `None` once closed.
     fn current(&self) -> Option<Arc<Queue>> {
-        let mut live = self.live.lock();
-        let stale = live
-            .as_ref()
-            .is_some_and(|l| l.generation != crate::fork::generation());
-        if stale {
-            // The parent's thread does not exist here, and its queue's lock may have been held
-            // at the fork: never join, lock or drop them.
-            if let Some(old) = live.take() {
-                std::mem::forget(old);
-            }
+        let mut slot = self.live.get().lock();
+        if !slot.started && !self.closed.load(Ordering::Acquire) {
+            slot.started = true;
             match spawn_live(&self.name, &self.open) {
-                Ok(fresh) => *live = Some(fresh),
+                Ok(fresh) => slot.live = Some(fresh),
                 Err(e) => log::warn!("usage_guard: ledger after fork: {e}"),
             }
         }
-        live.as_ref().map(|l| l.queue.clone())
+        slot.live.as_ref().map(|l| l.queue.clone())
     }
 
     fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Msg) -> Result<T, LedgerError> {
@@ -160,7 +205,7 @@ impl Writer {
     /// row is committed.
     pub(crate) fn record(&self, row: LedgerRow) {
         let Some(queue) = self.current() else {
-            self.closed.lock().1 += 1;
+            self.dropped.fetch_add(1, Ordering::AcqRel);
             return;
         };
         queue.record(row, self.durable);
@@ -199,14 +244,12 @@ impl Writer {
     /// Flushes and stops the thread; later calls answer "closed". In a forked child that
     /// never used the ledger, there is nothing of its own to flush.
     pub(crate) fn close(&self) -> Result<(), LedgerError> {
-        let mut live = self.live.lock();
-        let Some(l) = live.take() else {
+        let mut slot = self.live.get().lock();
+        self.closed.store(true, Ordering::Release);
+        slot.started = true;
+        let Some(l) = slot.live.take() else {
             return Ok(());
         };
-        if l.generation != crate::fork::generation() {
-            std::mem::forget(l);
-            return Ok(());
-        }
         let (reply, answer) = mpsc::channel();
         l.queue.send(Msg::Stop(reply));
         let result = answer.recv().unwrap_or_else(|_| Err(gone()));
@@ -214,19 +257,19 @@ impl Writer {
             let _ = thread.join();
         }
         let (left, dropped) = l.queue.counts();
-        let mut closed = self.closed.lock();
-        closed.0 = left;
-        closed.1 += dropped;
+        self.left.store(left, Ordering::Release);
+        self.dropped.fetch_add(dropped, Ordering::AcqRel);
         result
     }
 
     /// Rows not yet written, and rows dropped.
     pub(crate) fn pending(&self) -> (usize, u64) {
-        let live = self.live.lock();
-        match live.as_ref() {
-            Some(l) if l.generation == crate::fork::generation() => l.queue.counts(),
-            Some(_) => (0, 0),
-            None => *self.closed.lock(),
+        match self.live.get().lock().live.as_ref() {
+            Some(l) => l.queue.counts(),
+            None => (
+                self.left.load(Ordering::Acquire),
+                self.dropped.load(Ordering::Acquire),
+            ),
         }
     }
 }
@@ -341,3 +384,7 @@ fn answer(l: &mut Loop<'_>, msg: Msg) -> bool {
     }
     true
 }
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod tests;

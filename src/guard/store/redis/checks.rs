@@ -41,6 +41,16 @@ pub(super) struct Checks {
 }
 
 impl Checks {
+    /// A forked child's checks: none run yet on its own connection (the first operation
+    /// asks for one), the parent's last outcome in force until then.
+    pub(super) fn after_fork(parent: Option<&Checks>) -> Checks {
+        let outcome = parent.map_or(0, |p| p.outcome.load(Ordering::Acquire));
+        Checks {
+            outcome: AtomicU8::new(outcome),
+            ..Checks::default()
+        }
+    }
+
     pub(super) fn outcome(&self) -> StoreCheck {
         match self.outcome.load(Ordering::Acquire) {
             PASSED => StoreCheck::Passed,
@@ -52,7 +62,7 @@ impl Checks {
     /// Notes an operation's end: the first one, and the first success after a failure
     /// (the connection was made again), ask for a check.
     pub(super) fn after_operation(inner: &Arc<Inner>, ok: bool) {
-        let checks = &inner.checks;
+        let checks = inner.checks();
         if !ok {
             checks.due.store(true, Ordering::Release);
             return;
@@ -68,7 +78,7 @@ impl Checks {
 
     /// Asks for a check: starts one, or (while one runs) asks for one follow-up.
     pub(super) fn request(inner: &Arc<Inner>) {
-        let checks = &inner.checks;
+        let checks = inner.checks();
         checks.started.store(true, Ordering::Release);
         if checks.running.swap(true, Ordering::AcqRel) {
             checks.again.store(true, Ordering::Release);
@@ -78,7 +88,7 @@ impl Checks {
         crate::runtime::shared().spawn(async move {
             loop {
                 let outcome = run(&inner).await;
-                let checks = &inner.checks;
+                let checks = inner.checks();
                 checks.runs.fetch_add(1, Ordering::AcqRel);
                 checks.outcome.store(outcome, Ordering::Release);
                 *checks.finished.lock() = Some(std::time::Instant::now());
@@ -102,7 +112,7 @@ impl Checks {
     /// then still pending). After a failure, asks for a new check (at most every 2 s) so a
     /// store that was fixed is trusted again.
     pub(super) async fn wait(inner: &Arc<Inner>) -> StoreCheck {
-        let checks = &inner.checks;
+        let checks = inner.checks();
         match checks.outcome() {
             StoreCheck::Passed => return StoreCheck::Passed,
             StoreCheck::Failed => {
@@ -119,13 +129,14 @@ impl Checks {
         }
         Self::request(inner);
         let deadline = std::time::Instant::now() + WAIT_FOR;
-        while inner.checks.outcome() == StoreCheck::Pending && std::time::Instant::now() < deadline
+        while inner.checks().outcome() == StoreCheck::Pending
+            && std::time::Instant::now() < deadline
         {
             let nap = crate::runtime::shared()
                 .spawn(async { tokio::time::sleep(Duration::from_millis(20)).await });
             let _ = nap.await;
         }
-        inner.checks.outcome()
+        inner.checks().outcome()
     }
 }
 
@@ -135,7 +146,7 @@ async fn run(inner: &Arc<Inner>) -> u8 {
         Ok(mut conn) => problems(inner, &mut conn).await,
         Err(e) => vec![format!("cannot connect to check the store: {e}")],
     };
-    let mut logged = inner.checks.logged.lock();
+    let mut logged = inner.checks().logged.lock();
     if problems.is_empty() {
         logged.clear();
         return PASSED;

@@ -8,6 +8,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Client, RedisError};
 
 use super::TIMEOUT_RANGE;
+use crate::fork::ForkLocal;
 use crate::guard::store::StoreError;
 
 /// Checks a store's `timeout` against `TIMEOUT_RANGE`.
@@ -29,14 +30,15 @@ pub(super) enum Target {
     Single {
         client: Box<Client>,
         config: Box<ConnectionManagerConfig>,
-        /// The manager, with the fork generation it was made in.
-        manager: Mutex<Option<(u64, ConnectionManager)>>,
+        /// The manager of this process (a forked child makes its own).
+        manager: ForkLocal<Mutex<Option<ConnectionManager>>>,
     },
     /// A cluster: connected on first use (and again after a failed connect); the cluster
     /// connection multiplexes requests and follows slot moves.
     Cluster {
         client: Box<ClusterClient>,
-        connection: Mutex<Option<(u64, ClusterConnection)>>,
+        /// The connection of this process (a forked child makes its own).
+        connection: ForkLocal<Mutex<Option<ClusterConnection>>>,
     },
 }
 
@@ -45,48 +47,46 @@ impl Target {
         Target::Single {
             client: Box::new(client),
             config: Box::new(config),
-            manager: Mutex::new(None),
+            manager: ForkLocal::empty(),
         }
     }
 
     pub(super) fn cluster(client: ClusterClient) -> Self {
         Target::Cluster {
             client: Box::new(client),
-            connection: Mutex::new(None),
+            connection: ForkLocal::empty(),
         }
     }
 
     /// A connection for one operation; must be called on the shared runtime. A connection
     /// made before a `fork()` is never used in the child.
     pub(super) async fn connection(&self) -> Result<Conn, RedisError> {
-        let generation = crate::fork::generation();
         match self {
             Target::Single {
                 client,
                 config,
                 manager,
             } => {
-                let mut slot = manager.lock();
+                let mut slot = manager.get().lock();
                 match slot.as_ref() {
-                    Some((made_in, m)) if *made_in == generation => Ok(Conn::Single(m.clone())),
-                    _ => {
+                    Some(m) => Ok(Conn::Single(m.clone())),
+                    None => {
                         let m = ConnectionManager::new_lazy_with_config(
                             (**client).clone(),
                             (**config).clone(),
                         )?;
-                        *slot = Some((generation, m.clone()));
+                        *slot = Some(m.clone());
                         Ok(Conn::Single(m))
                     }
                 }
             }
             Target::Cluster { client, connection } => {
-                if let Some((made_in, conn)) = connection.lock().clone() {
-                    if made_in == generation {
-                        return Ok(Conn::Cluster(conn));
-                    }
+                let slot = connection.get();
+                if let Some(conn) = slot.lock().clone() {
+                    return Ok(Conn::Cluster(conn));
                 }
                 let conn = client.get_async_connection().await?;
-                *connection.lock() = Some((generation, conn.clone()));
+                *slot.lock() = Some(conn.clone());
                 Ok(Conn::Cluster(conn))
             }
         }
@@ -97,7 +97,7 @@ impl Target {
     pub(super) fn forget_connection(&self, error: &RedisError) {
         if let Target::Cluster { connection, .. } = self {
             if error.is_unrecoverable_error() || error.is_io_error() || error.is_timeout() {
-                *connection.lock() = None;
+                *connection.get().lock() = None;
             }
         }
     }

@@ -95,7 +95,7 @@ impl RedisStore {
             Ok(if wait {
                 Checks::wait(&inner).await
             } else {
-                inner.checks.outcome()
+                inner.checks().outcome()
             })
         })
     }
@@ -108,7 +108,7 @@ impl RedisStore {
     /// How many times the store checks have run (one at a time, at most one follow-up).
     pub fn check_runs(&self) -> u64 {
         self.inner
-            .checks
+            .checks()
             .runs
             .load(std::sync::atomic::Ordering::Acquire)
     }

@@ -36,6 +36,7 @@ use super::{
     KnownReserve, PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck,
     StoreError, StoreFuture, WaitQueues,
 };
+use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
 
 /// How long connecting, and each answer, may take unless the store is given a `timeout`.
@@ -57,7 +58,8 @@ struct Inner {
     /// The ACL user the connection logs in as, if the URL names one (the store checks ask
     /// whether it may run destructive commands).
     acl_user: Option<String>,
-    checks: Checks,
+    /// The store checks of this process (a forked child checks its own connection).
+    checks: ForkLocal<Checks>,
     /// `{<escaped prefix>}:h:`
     holds_head: String,
     /// `{<escaped prefix>}:t:`
@@ -94,6 +96,13 @@ impl std::fmt::Debug for RedisStore {
 
 fn store_error(context: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError(format!("redis {context}: {e}"))
+}
+
+impl Inner {
+    /// This process's store checks.
+    fn checks(&self) -> &Checks {
+        self.checks.get_with(Checks::after_fork)
+    }
 }
 
 impl RedisStore {
@@ -186,7 +195,7 @@ impl RedisStore {
                 key_head: counter_head,
                 mark_head: key_head(prefix, "m"),
                 acl_user,
-                checks: Checks::default(),
+                checks: ForkLocal::empty(),
                 holds_head: key_head(prefix, "h"),
                 ticket_head: key_head(prefix, "t"),
                 // The hard bound on one operation, reconnecting included: 2.5 answers.

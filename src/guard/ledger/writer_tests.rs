@@ -1,0 +1,61 @@
+//! The writer across a `fork()`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::{Backend, Writer};
+use crate::guard::domain::rule::Metric;
+use crate::guard::ledger::{AuditQuery, AuditRow, LedgerRow, SumFilter, UsageGroup, UsageQuery};
+
+/// Rows written by `Counting` in this process.
+static WRITTEN: AtomicUsize = AtomicUsize::new(0);
+
+struct Counting;
+
+impl Backend for Counting {
+    fn write(&mut self, rows: &[LedgerRow]) -> Result<(), String> {
+        WRITTEN.fetch_add(rows.len(), Ordering::SeqCst);
+        Ok(())
+    }
+    fn sum(&mut self, _: &SumFilter, _: Metric) -> Result<u64, String> {
+        Ok(WRITTEN.load(Ordering::SeqCst) as u64)
+    }
+    fn query(&mut self, _: &UsageQuery) -> Result<Vec<UsageGroup>, String> {
+        Ok(Vec::new())
+    }
+    fn write_audit(&mut self, _: &[AuditRow]) -> Result<(), String> {
+        Ok(())
+    }
+    fn audit(&mut self, _: &AuditQuery) -> Result<Vec<AuditRow>, String> {
+        Ok(Vec::new())
+    }
+}
+
+fn row(id: &str) -> LedgerRow {
+    LedgerRow {
+        ticket_id: id.into(),
+        ..LedgerRow::default()
+    }
+}
+
+/// A parent thread inside the writer handle in the instant of a fork (it holds the lock
+/// for ever in the child): the child starts its own thread and writes its rows.
+#[test]
+fn a_child_never_waits_on_the_writer_a_parent_thread_held() {
+    let writer = Writer::start("test", false, || Ok(Counting)).expect("starts");
+    writer.record(row("parent"));
+    writer.flush().expect("the parent's row is written");
+    let before = WRITTEN.load(Ordering::SeqCst);
+    let held = writer.live.get().lock();
+    let code = crate::fork::in_child(Duration::from_secs(20), || {
+        writer.record(row("child"));
+        let flushed = writer.flush().is_ok();
+        i32::from(!(flushed && WRITTEN.load(Ordering::SeqCst) == before + 1))
+    });
+    drop(held);
+    assert_eq!(code, Some(0), "the child hung or lost its row");
+    writer.record(row("parent again"));
+    writer.flush().expect("the parent keeps writing");
+    assert_eq!(WRITTEN.load(Ordering::SeqCst), before + 1);
+    writer.close().expect("closes");
+}
