@@ -21,6 +21,7 @@
 //!   when its lock was free at the fork), event streams (per generation: a stream made before
 //!   the fork reads as ended in the child);
 //! - the prompt-count cache (`ceiling::message_cache`, per generation, fresh);
+//! - the throttle queues' in-process wake-ups (`engine::wake`, per generation);
 //! - pyo3's pool of deferred decrefs (a lock inside pyo3 that every `Python::attach` may
 //!   take): the runtime's tasks drop their Python objects with the GIL held, so they never
 //!   take it (`py::asyncio`).

@@ -16,6 +16,7 @@ pub(crate) mod policy;
 pub(crate) mod refusal;
 pub(crate) mod room;
 pub(crate) mod rule;
+pub(crate) mod rule_index;
 pub(crate) mod source;
 pub(crate) mod view;
 pub(crate) mod window;

@@ -16,7 +16,7 @@ use super::guard::Guard;
 use super::shared::Shared;
 use super::stats::log_store_error;
 use super::ticket::Ticket;
-use super::wake::{seen, LEAVES, LEFT, ROOM, ROOMS};
+use super::wake::{seen, LEAVES, ROOMS};
 use crate::error::{Error, Result};
 use crate::guard::domain::counter::CounterKey;
 use crate::guard::domain::generic::{Action, GenericRule};
@@ -270,10 +270,13 @@ impl Guard {
                 _ => WAITER_POLL.saturating_sub(since),
             };
             if ahead == 0 {
-                pause(wait.min(left), &ROOM, || seen(&ROOMS) != rooms).await;
+                pause(wait.min(left), super::wake::room(), || {
+                    seen(&ROOMS) != rooms
+                })
+                .await;
             } else {
                 let moved_up = || seen(&LEAVES).wrapping_sub(leaves) >= ahead;
-                pause(wait.min(left), &LEFT, moved_up).await;
+                pause(wait.min(left), super::wake::moved_up(), moved_up).await;
             }
         }
         place.leave().await;

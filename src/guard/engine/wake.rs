@@ -4,30 +4,39 @@
 //! in other processes notice by polling.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::LazyLock;
 
 use tokio::sync::Notify;
 
+use crate::fork::ForkLocal;
+
+// Per fork generation: a parent thread may hold a Notify's waiter-list lock at a fork.
+static ROOM: ForkLocal<Notify> = ForkLocal::empty();
+static LEFT: ForkLocal<Notify> = ForkLocal::empty();
+
 /// Notified when a ticket of this process settled (room may have come back).
-pub(crate) static ROOM: LazyLock<Notify> = LazyLock::new(Notify::new);
-/// How many times `ROOM` was notified.
+pub(crate) fn room() -> &'static Notify {
+    ROOM.get()
+}
+/// How many times `room()` was notified.
 pub(crate) static ROOMS: AtomicU64 = AtomicU64::new(0);
 
 /// Notified when a waiter of this process left a queue (the ones behind it moved up).
-pub(crate) static LEFT: LazyLock<Notify> = LazyLock::new(Notify::new);
+pub(crate) fn moved_up() -> &'static Notify {
+    LEFT.get()
+}
 /// How many waiters of this process left a queue (of any counter).
 pub(crate) static LEAVES: AtomicU64 = AtomicU64::new(0);
 
 /// Wakes the queue heads of this process: a ticket settled.
 pub(crate) fn room_freed() {
     ROOMS.fetch_add(1, Ordering::SeqCst);
-    ROOM.notify_waiters();
+    room().notify_waiters();
 }
 
 /// Wakes the waiters of this process: one of them left its queues.
 pub(crate) fn left() {
     LEAVES.fetch_add(1, Ordering::SeqCst);
-    LEFT.notify_waiters();
+    moved_up().notify_waiters();
 }
 
 /// A generation count now.

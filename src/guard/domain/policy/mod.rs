@@ -17,8 +17,9 @@ mod window_table;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::generic::{GenericRule, RuleIndex};
+use super::generic::GenericRule;
 pub(crate) use super::rule::RuleSpec;
+use super::rule_index::RuleIndex;
 use crate::error::{Error, FieldError};
 
 #[cfg(feature = "gateway")]
