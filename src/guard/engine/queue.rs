@@ -40,6 +40,8 @@ pub(crate) struct QueueState {
     moved: Notify,
     /// Store steps sent (each carries every job queued when it started).
     pub(crate) steps: AtomicU64,
+    /// Flushes waiting now.
+    flushing: AtomicU64,
 }
 
 /// A guard's settle queue. Cheap to clone.
@@ -63,6 +65,7 @@ impl Default for SettleQueue {
             done: AtomicU64::new(0),
             moved: Notify::new(),
             steps: AtomicU64::new(0),
+            flushing: AtomicU64::new(0),
         });
         let mut all = QUEUES.lock();
         all.retain(|q| q.strong_count() > 0);
@@ -90,6 +93,28 @@ impl SettleQueue {
         }
         self.state.steps.fetch_add(1, Ordering::Relaxed);
         std::mem::take(&mut pending.jobs)
+    }
+
+    /// Up to `max` queued jobs, for a reservation to carry (a drain lingering meanwhile finds
+    /// the rest, or nothing).
+    pub(crate) fn take_some(&self, max: usize) -> Vec<Job> {
+        let mut pending = self.state.pending.lock();
+        forget_parents(&self.state, &mut pending);
+        let n = pending.jobs.len().min(max);
+        pending.jobs.drain(..n).collect()
+    }
+
+    /// Whether someone waits for a queued job now (`bill(wait=True)`, a flush): the drain
+    /// then sends at once instead of lingering for a reservation to carry it.
+    pub(crate) fn awaited(&self) -> bool {
+        self.state.flushing.load(Ordering::Acquire) > 0
+            || self
+                .state
+                .pending
+                .lock()
+                .jobs
+                .iter()
+                .any(|j| j.reply.is_some())
     }
 
     /// `n` jobs were answered (or handed to the background retry).
@@ -125,6 +150,8 @@ fn forget_parents(state: &QueueState, pending: &mut Pending) {
 
 async fn flush_state(state: &QueueState, limit: Option<Duration>) -> bool {
     forget_parents(state, &mut state.pending.lock());
+    state.flushing.fetch_add(1, Ordering::AcqRel);
+    let _done = Flushing(state);
     let target = state.queued.load(Ordering::Acquire);
     let wait = async {
         loop {
@@ -143,6 +170,15 @@ async fn flush_state(state: &QueueState, limit: Option<Duration>) -> bool {
             true
         }
         Some(limit) => tokio::time::timeout(limit, wait).await.is_ok(),
+    }
+}
+
+/// Counts a flush waiting until it ends (however its future ends).
+struct Flushing<'a>(&'a QueueState);
+
+impl Drop for Flushing<'_> {
+    fn drop(&mut self) {
+        self.0.flushing.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -31,6 +31,9 @@ pub struct Stats {
     /// Reservations the caller gave up on before the store answered (timeout, cancel,
     /// failed round trip): given back by ticket id in the background.
     pub given_up: AtomicU64,
+    /// Bills that rode with a later reservation of this guard (one store step for both)
+    /// instead of a store step of their own.
+    pub settles_carried: AtomicU64,
 }
 
 impl Stats {
@@ -52,6 +55,7 @@ impl Stats {
             ("recovering", read(&self.recovering)),
             ("epochs_written", read(&self.epochs_written)),
             ("given_up", read(&self.given_up)),
+            ("settles_carried", read(&self.settles_carried)),
         ]
     }
 }

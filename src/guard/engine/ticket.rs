@@ -305,7 +305,7 @@ impl Ticket {
             adds,
             now,
         );
-        match settling::settle(&parts.shared, settle, operation).await {
+        match settling::settle(&parts.shared, settle, operation, now).await {
             Some(_) => Recorded::Yes,
             None => Recorded::Pending,
         }

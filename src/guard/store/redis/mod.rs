@@ -8,6 +8,7 @@
 //! several counters atomically, on one node or a cluster. Times are the caller's, never the
 //! server's.
 
+mod carry;
 mod checks;
 mod connection;
 mod epoch;
@@ -284,6 +285,10 @@ impl CounterStore for RedisStore {
         true
     }
 
+    fn fences(&self) -> bool {
+        true
+    }
+
     fn reserves_from_known(&self) -> bool {
         true
     }
@@ -303,6 +308,16 @@ impl CounterStore for RedisStore {
         now: Millis,
     ) -> StoreFuture<'a, Vec<Result<SettleOutcome, StoreError>>> {
         self.settle_many_call(settles, now)
+    }
+
+    fn reserve_known_carrying<'a>(
+        &'a self,
+        reserve: KnownReserve,
+        settles: &'a [Settle],
+        now: Millis,
+        fence: Fence,
+    ) -> StoreFuture<'a, (KnownAnswer, Vec<Result<SettleOutcome, StoreError>>)> {
+        self.carry_call(reserve, settles, now, fence)
     }
 
     fn settle_parts(

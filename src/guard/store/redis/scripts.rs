@@ -15,6 +15,7 @@ const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
 const RAISE_UNTIL_LUA: &str = include_str!("../lua/raise_until.lua");
 const EPOCH_LUA: &str = include_str!("../lua/epoch.lua");
 const SETTLE_PARTS_LUA: &str = include_str!("../lua/settle_parts.lua");
+const CARRY_LUA: &str = include_str!("../lua/carry.lua");
 
 pub(super) struct Scripts {
     pub(super) read: Script,
@@ -27,6 +28,9 @@ pub(super) struct Scripts {
     pub(super) raise_until: Script,
     pub(super) epoch: Script,
     pub(super) settle_parts: Script,
+    /// Settles carried by a reservation: `settle.lua` and `reserve_known.lua` as functions
+    /// of their own keys and arguments, called by `carry.lua`.
+    pub(super) carry: Script,
 }
 
 impl Scripts {
@@ -43,6 +47,10 @@ impl Scripts {
             raise_until: Script::new(RAISE_UNTIL_LUA),
             epoch: Script::new(EPOCH_LUA),
             settle_parts: with_common(SETTLE_PARTS_LUA),
+            carry: with_common(&format!(
+                "{FENCE_LUA}\nlocal function settle_one(KEYS, ARGV)\n{SETTLE_LUA}\nend\n\
+                 local function reserve_one(KEYS, ARGV)\n{RESERVE_KNOWN_LUA}\nend\n{CARRY_LUA}"
+            )),
         }
     }
 }
