@@ -1,8 +1,10 @@
 //! A guard's queue of bills settling in the background (stores across a network): a bill
-//! computes what it bills, queues its settle and returns; one task per guard drains the
-//! queue, sending everything queued in one store step (Redis: one pipeline), and drains
-//! again while more arrives. Reads of this guard's views wait for what it queued first.
-//! This file holds the queue's state; the drain is `settling::drain`.
+//! computes what it bills, queues its settle and returns; the guard's next reservation
+//! carries what is queued in its own store step, and one task per guard drains the rest
+//! (after a short linger), sending everything queued in one store step (Redis: one
+//! pipeline), and drains again while more arrives. Reads of this guard's views wait for
+//! what it queued first. This file holds the queue's state; the drain and the carrying are
+//! in `settling.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
