@@ -110,9 +110,7 @@ pub(crate) fn queue(
 /// counted, logged and retried in the background like any other.
 async fn drain(shared: Arc<Shared>) {
     loop {
-        if !shared.queue.awaited() {
-            tokio::time::sleep(LINGER).await;
-        }
+        shared.queue.linger(LINGER).await;
         let jobs = shared.queue.take();
         if jobs.is_empty() {
             return;
