@@ -5,8 +5,8 @@
 -- settles s, the reservation's key and argument counts, per settle its key and argument
 -- counts; then the reservation's arguments, then each settle's. The fence's flags cover the
 -- reservation's keys ('0' for the settles' keys): its checks see the reservation alone.
--- Settles first (each as settle.lua: once per id), then the reservation, which so counts
--- them. Answers {one answer per settle (0 settled, 1 already), then reserve_known's answer}.
+-- The fence is checked first (unless the ticket has a record), then the settles (each as
+-- settle.lua: once per id), then the reservation, which so counts them. Answers {one answer per settle (0 settled, 1 already), then reserve_known's answer}.
 local function slice(t, from, count)
   local out = {}
   for i = 1, count do
@@ -15,6 +15,12 @@ local function slice(t, from, count)
   return out
 end
 local s, rk, ra = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+-- The fence judges the store as the reservation found it, before the settles: a settle
+-- adding to a counter lost meanwhile recreates its key, which must not hide the loss.
+local fenced = nil
+if ticket_state(KEYS[1], tonumber(ARGV[4 + 2 * s])) == nil then
+  fenced = fence_check(tonumber(ARGV[4 + 2 * s]))
+end
 local out = {}
 local key_at, arg_at = rk + 1, 4 + 2 * s + ra
 for j = 1, s do
@@ -22,7 +28,12 @@ for j = 1, s do
   out[j] = settle_one(slice(KEYS, key_at, k), slice(ARGV, arg_at, a))
   key_at, arg_at = key_at + k, arg_at + a
 end
-local reserved = reserve_one(slice(KEYS, 1, rk), slice(ARGV, 4 + 2 * s, ra))
+local reserved
+if fenced then
+  reserved = {fenced}
+else
+  reserved = reserve_one(slice(KEYS, 1, rk), slice(ARGV, 4 + 2 * s, ra))
+end
 for _, v in ipairs(reserved) do
   out[#out + 1] = v
 end
