@@ -44,8 +44,6 @@ pub(crate) struct QueueState {
     pub(crate) steps: AtomicU64,
     /// Flushes waiting now.
     flushing: AtomicU64,
-    /// Announces a job or a flush that someone waits for (the drain stops lingering).
-    hurry: Notify,
 }
 
 /// A guard's settle queue. Cheap to clone.
@@ -70,7 +68,6 @@ impl Default for SettleQueue {
             moved: Notify::new(),
             steps: AtomicU64::new(0),
             flushing: AtomicU64::new(0),
-            hurry: Notify::new(),
         });
         let mut all = QUEUES.lock();
         all.retain(|q| q.strong_count() > 0);
@@ -82,17 +79,11 @@ impl Default for SettleQueue {
 impl SettleQueue {
     /// Queues `job`; returns true when the caller must start a drain (none is running).
     pub(crate) fn push(&self, job: Job) -> bool {
-        let awaited = job.reply.is_some();
         let mut pending = self.state.pending.lock();
         forget_parents(&self.state, &mut pending);
         pending.jobs.push(job);
         self.state.queued.fetch_add(1, Ordering::AcqRel);
-        let start = !std::mem::replace(&mut pending.draining, true);
-        drop(pending);
-        if awaited {
-            self.state.hurry.notify_waiters();
-        }
-        start
+        !std::mem::replace(&mut pending.draining, true)
     }
 
     /// Everything queued, for the drain; empty (and the drain marked stopped) when nothing is.
@@ -115,24 +106,17 @@ impl SettleQueue {
         pending.jobs.drain(..n).collect()
     }
 
-    /// Waits at most `limit` for a reservation to carry what is queued, or less: not at all
-    /// while someone waits for a queued job (`bill(wait=True)`, a flush), and no longer once
-    /// one starts waiting.
-    pub(crate) async fn linger(&self, limit: Duration) {
-        let hurry = self.state.hurry.notified();
-        tokio::pin!(hurry);
-        hurry.as_mut().enable();
-        let awaited = self.state.flushing.load(Ordering::Acquire) > 0
+    /// Whether someone waits for a queued job now (`bill(wait=True)`, a flush): the drain
+    /// then sends at once instead of lingering for a reservation to carry it.
+    pub(crate) fn awaited(&self) -> bool {
+        self.state.flushing.load(Ordering::Acquire) > 0
             || self
                 .state
                 .pending
                 .lock()
                 .jobs
                 .iter()
-                .any(|j| j.reply.is_some());
-        if !awaited {
-            let _ = tokio::time::timeout(limit, hurry).await;
-        }
+                .any(|j| j.reply.is_some())
     }
 
     /// `n` jobs were answered (or handed to the background retry).
@@ -169,7 +153,6 @@ fn forget_parents(state: &QueueState, pending: &mut Pending) {
 async fn flush_state(state: &QueueState, limit: Option<Duration>) -> bool {
     forget_parents(state, &mut state.pending.lock());
     state.flushing.fetch_add(1, Ordering::AcqRel);
-    state.hurry.notify_waiters();
     let _done = Flushing(state);
     let target = state.queued.load(Ordering::Acquire);
     let wait = async {

@@ -110,7 +110,9 @@ pub(crate) fn queue(
 /// counted, logged and retried in the background like any other.
 async fn drain(shared: Arc<Shared>) {
     loop {
-        shared.queue.linger(LINGER).await;
+        if !shared.queue.awaited() {
+            tokio::time::sleep(LINGER).await;
+        }
         let jobs = shared.queue.take();
         if jobs.is_empty() {
             return;
