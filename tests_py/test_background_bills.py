@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -242,3 +243,29 @@ def test_a_forked_child_does_not_wait_for_the_parents_queued_bills(
         os.kill(redis_server.pid, signal.SIGCONT)
     assert os.waitstatus_to_exitcode(status) == 0, "the child waited for the parent's bills"
     assert _tokens(guard) == (2 * 3, 0), "the parent's bills land"
+
+
+def _scripts(server: RedisServer) -> int:
+    """Scripts run since the last CONFIG RESETSTAT (INFO commandstats)."""
+    stats = server.cli("INFO", "commandstats")
+    return sum(int(n) for n in re.findall(r"cmdstat_(?:evalsha|eval):calls=(\d+)", stats))
+
+
+def test_a_steady_stream_carries_each_bill_with_the_next_reservation(
+    redis_server: RedisServer,
+) -> None:
+    """One caller admitting and billing in a loop: each queued bill rides with the next
+    admission's reservation (one script for both) instead of a script of its own, and every
+    bill still counts exactly once."""
+    guard = _guard(redis_server)
+    guard.admit("alice", "gpt-5", prompt_tokens=1, max_tokens=1).bill(1, 1, wait=True)
+    redis_server.cli("CONFIG", "RESETSTAT")
+    calls = 200
+    for i in range(calls):
+        ticket = guard.admit("alice", "gpt-5", prompt_tokens=10, max_tokens=40)
+        ticket.bill(input_tokens=10, output_tokens=i % 5)
+    guard.close()
+    assert _tokens(guard) == (2 + sum(10 + i % 5 for i in range(calls)), 0)
+    # Without carrying: a reservation and a settle per call (2.0 scripts per call).
+    assert _scripts(redis_server) < 1.5 * calls
+    assert guard.stats()["settle_failures"] == 0

@@ -123,7 +123,9 @@ def recovering(clock: ug.ManualClock) -> ug.UsageLimitError:
     server = RedisServer()
     try:
         g = guard(document, clock, ug.RedisStore(server.url, "doc"))
-        g.admit("alice", "gpt-5", prompt_tokens=1, max_tokens=1).bill(1, 1)
+        # wait=True: the bill lands before the counters are lost (queued, it could land after
+        # and recreate the key it adds to).
+        g.admit("alice", "gpt-5", prompt_tokens=1, max_tokens=1).bill(1, 1, wait=True)
         for key in server.cli("--scan", "--pattern", "{doc}:c:*").split():
             server.cli("del", key)
         return refusal(lambda: g.admit("alice", "gpt-5", prompt_tokens=1, max_tokens=1))

@@ -2,7 +2,7 @@
 //! refusals of a prompt that cannot fit (the context-window pre-check, what is left).
 
 use super::api::Api;
-use super::models::{known_model, ThinkingRange};
+use super::models::{known_model, KnownModel, ThinkingRange};
 use super::prompt::PromptCount;
 use crate::error::{Error, Result};
 use crate::guard::domain::decide::UsageCeiling;
@@ -34,18 +34,10 @@ pub(super) fn limits(api: Api, model: Option<&str>, spec: Option<&ModelSpec>) ->
             .or(Some(ThinkingRange::GEMINI_UNKNOWN)),
         _ => None,
     };
+    let (context_window, max_input) = window_limits(spec, known);
     Limits {
-        context_window: spec
-            .and_then(|s| s.context_window)
-            .or(known.and_then(|k| k.context_window)),
-        // A policy that gives the window gives the model's limits: the registry's input
-        // limit (derived from the registry's own window) is not mixed in.
-        max_input: match spec {
-            Some(s) if s.context_window.is_some() => s.max_input_tokens,
-            _ => spec
-                .and_then(|s| s.max_input_tokens)
-                .or(known.and_then(|k| k.max_input_tokens)),
-        },
+        context_window,
+        max_input,
         max_output: spec
             .and_then(|s| s.max_output_tokens)
             .or(known.and_then(|k| k.max_output_tokens)),
@@ -57,6 +49,25 @@ pub(super) fn limits(api: Api, model: Option<&str>, spec: Option<&ModelSpec>) ->
             .or(id.map(str::to_string))
             .unwrap_or_else(|| "the model".to_string()),
     }
+}
+
+/// The context window and input limit: the policy's entry, else the registry's. A policy
+/// that gives the window gives the model's limits: the registry's input limit (derived from
+/// the registry's own window) is not mixed in.
+fn window_limits(
+    spec: Option<&ModelSpec>,
+    known: Option<&KnownModel>,
+) -> (Option<u64>, Option<u64>) {
+    let context_window = spec
+        .and_then(|s| s.context_window)
+        .or(known.and_then(|k| k.context_window));
+    let max_input = match spec {
+        Some(s) if s.context_window.is_some() => s.max_input_tokens,
+        _ => spec
+            .and_then(|s| s.max_input_tokens)
+            .or(known.and_then(|k| k.max_input_tokens)),
+    };
+    (context_window, max_input)
 }
 
 pub(super) fn refused(
@@ -182,6 +193,15 @@ pub(crate) fn check_context(
     spec: Option<&ModelSpec>,
     embeddings: bool,
 ) -> Result<()> {
+    // The hot path: a prompt that fits needs neither the model's name nor its other limits.
+    let known = model.or(spec.map(|s| &*s.id)).and_then(known_model);
+    let (window, max_input) = window_limits(spec, known);
+    let over_input = max_input.is_some_and(|m| prompt_tokens > m);
+    let over_window =
+        window.is_some_and(|w| prompt_tokens > w || (!embeddings && prompt_tokens == w));
+    if !over_input && !over_window {
+        return Ok(());
+    }
     check_window(prompt_tokens, &limits(api, model, spec), embeddings)
 }
 

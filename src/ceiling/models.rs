@@ -164,12 +164,12 @@ static REGISTRY: &[KnownModel] = &[
 /// The registry entry of a model id (matched by prefix, case-insensitive, after any
 /// `provider/` routing prefix such as `openai/gpt-4o`), or `None` for a model it does not know.
 pub fn known_model(model: &str) -> Option<&'static KnownModel> {
-    let id = model
-        .rsplit('/')
-        .next()
-        .unwrap_or(model)
-        .to_ascii_lowercase();
-    REGISTRY.iter().find(|m| id.starts_with(m.prefix))
+    let id = model.rsplit('/').next().unwrap_or(model).as_bytes();
+    // Prefixes are lower case: compare ignoring ASCII case, without a lowered copy.
+    REGISTRY.iter().find(|m| {
+        let prefix = m.prefix.as_bytes();
+        id.len() >= prefix.len() && id[..prefix.len()].eq_ignore_ascii_case(prefix)
+    })
 }
 
 /// How prompts for one model are counted.

@@ -18,7 +18,11 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> Millis {
-        chrono::Utc::now().timestamp_millis()
+        // SystemTime directly: chrono's `Utc::now()` builds a calendar date first.
+        match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            Ok(since) => since.as_millis() as Millis,
+            Err(before) => -(before.duration().as_millis() as Millis),
+        }
     }
 }
 

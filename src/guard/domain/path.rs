@@ -98,7 +98,10 @@ impl Path {
     /// The counter slots a call billed to `source` adds to: the ceilings, the source (and its
     /// team total), and the person's own counters, each once.
     pub fn added_slots(&self, source: Option<usize>) -> Vec<usize> {
-        let mut slots: Vec<usize> = self.checked_rules(source).map(|r| r.slot).collect();
+        let billed = source.map_or(0, |i| self.sources[i].rules.len());
+        let n = self.ceilings.len() + billed + self.personal.len() + self.watched.len();
+        let mut slots: Vec<usize> = Vec::with_capacity(n);
+        slots.extend(self.checked_rules(source).map(|r| r.slot));
         slots.extend(self.personal.iter().copied());
         slots.extend(self.watched.iter().map(|r| r.slot));
         slots.sort_unstable();

@@ -108,6 +108,9 @@ impl Window {
         let Window::Sliding { seconds } = self else {
             return 0;
         };
+        if previous == 0 {
+            return 0;
+        }
         let w = Self::sliding_ms(seconds);
         let end = self.bucket_end(self.bucket_start(now));
         ceil_weighted(previous, (end - now) as u64, w as u64)

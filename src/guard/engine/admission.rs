@@ -47,16 +47,18 @@ impl Guard {
     /// a request that cannot fit is refused before anything is reserved.
     pub(crate) async fn admit_one(&self, request: AdmitRequest) -> Result<Ticket> {
         check_names(&request)?;
+        // One reading of the clock for the path cache and the ticket's admission time.
+        let admitted_at = self.shared.clock.now_ms();
         let (user, attributes) = (request.user.as_deref(), &request.attributes[..]);
         let Resolved { path, policy } =
-            self.shared.resolve_with(user, &request.model, attributes)?;
+            self.shared
+                .resolve_at(user, &request.model, attributes, admitted_at)?;
         let settings = &policy.settings;
         let (request, prompt) = counted(request, &path)?;
         // Context first, for everyone: a prompt the model cannot take is a 400 that no usage
         // limit (and no waiting) changes.
         check_context(&request, &path).map_err(|e| self.count_refusal(e))?;
         let demand = demand(&path, &request, settings);
-        let admitted_at = self.shared.clock.now_ms();
         let fit = |ceiling: &UsageCeiling| fit_request(&request, &path, settings, prompt, ceiling);
         let id = self.shared.ticket_id();
         let ticket = |reserved, ceiling, fitted, uncounted| {

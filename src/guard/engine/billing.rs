@@ -141,28 +141,29 @@ pub(crate) fn ledger_row(
 
 /// What a bill adds to each counter of `ids`, in the buckets of `now`.
 pub(crate) fn usage_adds(ids: &[Arc<CounterId>], billed: &Billed, now: Millis) -> Vec<UsageAdd> {
-    ids.iter()
-        .filter_map(|id| {
-            let amount = match id.metric {
-                Metric::Tokens => billed.input_tokens.saturating_add(billed.output_tokens),
-                Metric::InputTokens => billed.input_tokens,
-                Metric::OutputTokens => billed.output_tokens,
-                Metric::Cost => billed.cost_micros,
-                Metric::Requests => 1,
-                Metric::ComputeMs => billed.compute_ms,
-                Metric::Concurrency => 0,
-            };
-            let bucket = id.window.bucket_start(now);
-            (amount > 0).then(|| UsageAdd {
-                key: crate::guard::store::CounterKey {
-                    id: id.clone(),
-                    bucket,
-                },
-                amount,
-                retain_until: id.window.retain_until(bucket),
-            })
+    // Sized for every counter up front: a filtered collect would grow the vector.
+    let mut adds = Vec::with_capacity(ids.len());
+    adds.extend(ids.iter().filter_map(|id| {
+        let amount = match id.metric {
+            Metric::Tokens => billed.input_tokens.saturating_add(billed.output_tokens),
+            Metric::InputTokens => billed.input_tokens,
+            Metric::OutputTokens => billed.output_tokens,
+            Metric::Cost => billed.cost_micros,
+            Metric::Requests => 1,
+            Metric::ComputeMs => billed.compute_ms,
+            Metric::Concurrency => 0,
+        };
+        let bucket = id.window.bucket_start(now);
+        (amount > 0).then(|| UsageAdd {
+            key: crate::guard::store::CounterKey {
+                id: id.clone(),
+                bucket,
+            },
+            amount,
+            retain_until: id.window.retain_until(bucket),
         })
-        .collect()
+    }));
+    adds
 }
 
 /// Refuses usage whose parts exceed their wholes.

@@ -21,6 +21,17 @@ pub(crate) const BUCKETS: [f64; 13] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0,
 ];
 
+/// [`BUCKETS`] in nanoseconds (an observation is placed without floating point).
+const BUCKET_NANOS: [u64; BUCKETS.len()] = {
+    let mut out = [0u64; BUCKETS.len()];
+    let mut i = 0;
+    while i < BUCKETS.len() {
+        out[i] = (BUCKETS[i] * 1e9) as u64;
+        i += 1;
+    }
+    out
+};
+
 /// What a metric family is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricKind {
@@ -116,13 +127,12 @@ pub(crate) struct Histogram {
 impl Histogram {
     /// Counts one observation.
     pub(crate) fn observe(&self, took: Duration) {
-        let seconds = took.as_secs_f64();
-        let i = BUCKETS
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let i = BUCKET_NANOS
             .iter()
-            .position(|b| seconds <= *b)
+            .position(|b| nanos <= *b)
             .unwrap_or(BUCKETS.len());
         self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 

@@ -10,7 +10,7 @@
 use super::guard::Guard;
 use super::recovery::AfterFence;
 use super::reserve::{Reservation, FENCE_RETRIES, RESERVE_RETRIES};
-use super::settling::InFlight;
+use super::settling::{self, InFlight};
 use super::shared::{read_keys, slot_reads};
 use super::stats::{bump, store_answered};
 use crate::error::Result;
@@ -190,7 +190,8 @@ impl Guard {
         }
         let generation = fence.generation.clone();
         let in_flight = InFlight::new(&self.shared, id, plan, reserve.expiry_minute);
-        let answer = self.shared.store.reserve_known(reserve, now, fence).await;
+        // Bills queued on this guard ride along (one round trip for both).
+        let answer = settling::reserve_known(&self.shared, reserve, now, fence).await;
         match answer {
             Ok(answer) => {
                 in_flight.answered();

@@ -1,8 +1,10 @@
 //! A guard's queue of bills settling in the background (stores across a network): a bill
-//! computes what it bills, queues its settle and returns; one task per guard drains the
-//! queue, sending everything queued in one store step (Redis: one pipeline), and drains
-//! again while more arrives. Reads of this guard's views wait for what it queued first.
-//! This file holds the queue's state; the drain is `settling::drain`.
+//! computes what it bills, queues its settle and returns; the guard's next reservation
+//! carries what is queued in its own store step, and one task per guard drains the rest
+//! (after a short linger), sending everything queued in one store step (Redis: one
+//! pipeline), and drains again while more arrives. Reads of this guard's views wait for
+//! what it queued first. This file holds the queue's state; the drain and the carrying are
+//! in `settling.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -41,6 +43,8 @@ struct Generation {
     queued: AtomicU64,
     done: AtomicU64,
     moved: Notify,
+    /// Flushes waiting now.
+    flushing: AtomicU64,
 }
 
 /// The queue's state, shared by the guard and its drain task.
@@ -102,6 +106,22 @@ impl SettleQueue {
         std::mem::take(&mut pending.jobs)
     }
 
+    /// Up to `max` queued jobs, for a reservation to carry (a drain lingering meanwhile finds
+    /// the rest, or nothing).
+    pub(crate) fn take_some(&self, max: usize) -> Vec<Job> {
+        let mut pending = self.state.here().pending.lock();
+        let n = pending.jobs.len().min(max);
+        pending.jobs.drain(..n).collect()
+    }
+
+    /// Whether someone waits for a queued job now (`bill(wait=True)`, a flush): the drain
+    /// then sends at once instead of lingering for a reservation to carry it.
+    pub(crate) fn awaited(&self) -> bool {
+        let here = self.state.here();
+        here.flushing.load(Ordering::Acquire) > 0
+            || here.pending.lock().jobs.iter().any(|j| j.reply.is_some())
+    }
+
     /// `n` jobs were answered (or handed to the background retry).
     pub(crate) fn finished(&self, n: usize) {
         let here = self.state.here();
@@ -123,6 +143,8 @@ impl SettleQueue {
 
 async fn flush_state(state: &Arc<QueueState>, limit: Option<Duration>) -> bool {
     let state = state.here();
+    state.flushing.fetch_add(1, Ordering::AcqRel);
+    let _done = Flushing(state);
     let target = state.queued.load(Ordering::Acquire);
     let wait = async {
         loop {
@@ -141,6 +163,15 @@ async fn flush_state(state: &Arc<QueueState>, limit: Option<Duration>) -> bool {
             true
         }
         Some(limit) => tokio::time::timeout(limit, wait).await.is_ok(),
+    }
+}
+
+/// Counts a flush waiting until it ends (however its future ends).
+struct Flushing<'a>(&'a Generation);
+
+impl Drop for Flushing<'_> {
+    fn drop(&mut self) {
+        self.0.flushing.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -11,7 +11,7 @@ use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{self, Decision, Demand, Plan, SlotRead};
 use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::Settings;
-use crate::guard::store::{expiry_minute, ReserveOutcome, StoreError};
+use crate::guard::store::{expiry_minute, Fence, ReserveOutcome, StoreError};
 
 /// How many times admission reads again after losing a race for what was left.
 pub(crate) const RESERVE_RETRIES: usize = 3;
@@ -58,7 +58,11 @@ impl Guard {
             };
             let extra = shape(&mut plan, &reads, now).map_err(|e| self.count_refusal(e))?;
             let minute = expiry_minute(now, hold_ms);
-            let fence = self.fence_for(&plan.items, settings);
+            let fence = if self.shared.store.fences() {
+                self.fence_for(&plan.items, settings)
+            } else {
+                Fence::default()
+            };
             if fence.fenced.contains(&true) && !self.checks_allow(settings).await {
                 return Err(self.refuse_recovering());
             }

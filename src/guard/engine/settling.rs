@@ -13,7 +13,8 @@ use super::stats::{bump, log_store_error, store_answered};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::Plan;
 use crate::guard::store::{
-    CounterStore, HoldRef, Settle, SettleOutcome, StoreError, StoreFuture, UsageAdd,
+    CounterStore, Fence, HoldRef, KnownAnswer, KnownReserve, Settle, SettleOutcome, StoreError,
+    StoreFuture, UsageAdd,
 };
 
 /// How long a call's holds live if it never settles.
@@ -27,6 +28,11 @@ pub(crate) const SETTLED_KEEP_MS: i64 = 5 * 60_000;
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 /// The longest pause between retries: a store that answers again takes the retry within it.
 const RETRY_MAX: Duration = Duration::from_millis(250);
+/// How long a queued bill waits for the next reservation to carry it before the drain sends
+/// it alone (a steady stream then costs one round trip per call, not two).
+const LINGER: Duration = Duration::from_millis(2);
+/// The most queued bills one reservation carries (the drain sends the rest).
+const CARRY_MAX: usize = 16;
 
 /// A settle of ticket `id` (a call or a whole batch) giving back `holds` (placed under
 /// `expiry_minute`) and adding `adds`, its settled mark kept `SETTLED_KEEP_MS` from `now`.
@@ -63,15 +69,15 @@ fn give_up_at(settle: &Settle) -> Millis {
     }
 }
 
-/// Settles once. A store error is counted and logged, and the settle is handed to the
-/// background retry (it may have landed, or may still land: the retry is idempotent). Returns
-/// `None` when the store did not answer.
+/// Settles once at `now`. A store error is counted and logged, and the settle is handed to
+/// the background retry (it may have landed, or may still land: the retry is idempotent).
+/// Returns `None` when the store did not answer.
 pub(crate) async fn settle(
     shared: &Arc<Shared>,
     settle: Settle,
     operation: &'static str,
+    now: Millis,
 ) -> Option<SettleOutcome> {
-    let now = shared.clock.now_ms();
     match shared.store.settle(&settle, now).await {
         Ok(outcome) => {
             store_answered();
@@ -98,46 +104,136 @@ pub(crate) fn queue(
     }
 }
 
-/// The guard's one drain task: sends everything queued in one store step, answers each
+/// The guard's one drain task: gives the next reservation `LINGER` to carry what is queued
+/// (unless someone waits for it), then sends what is left in one store step, answers each
 /// job, and goes on while more was queued meanwhile. A settle the store did not answer is
 /// counted, logged and retried in the background like any other.
 async fn drain(shared: Arc<Shared>) {
     loop {
+        if !shared.queue.awaited() {
+            tokio::time::sleep(LINGER).await;
+        }
         let jobs = shared.queue.take();
         if jobs.is_empty() {
             return;
         }
-        let n = jobs.len();
         let (settles, replies): (Vec<Settle>, Vec<_>) =
             jobs.into_iter().map(|j| (j.settle, j.reply)).unzip();
         let now = shared.clock.now_ms();
-        let answers = match shared.store.settle_many(&settles, now).await {
-            Ok(answers) if answers.len() == n => answers,
-            Ok(answers) => {
-                let why = format!("{} answers for {n} settles", answers.len());
-                vec![Err(StoreError(why)); n]
-            }
-            Err(e) => vec![Err(e); n],
-        };
-        for ((settle, reply), answer) in settles.into_iter().zip(replies).zip(answers) {
-            let outcome = match answer {
-                Ok(outcome) => {
-                    store_answered();
-                    Some(outcome)
-                }
-                Err(e) => {
-                    bump(&shared.stats.settle_failures);
-                    failed(&shared, "bill", &e);
-                    retry(shared.clone(), settle, "bill");
-                    None
-                }
-            };
-            if let Some(reply) = reply {
-                let _ = reply.send(outcome);
-            }
-        }
-        shared.queue.finished(n);
+        let answers = shared.store.settle_many(&settles, now).await;
+        answer_jobs(&shared, settles, replies, answers);
     }
+}
+
+/// `reserve_known`, carrying up to `CARRY_MAX` bills queued on the guard's settle queue in
+/// the same store step (Redis: one script); their jobs are answered as the drain answers
+/// them. If the caller stops waiting meanwhile, the bills it took go to the background retry
+/// (by ticket id: one that landed after all does nothing the second time).
+pub(crate) async fn reserve_known(
+    shared: &Arc<Shared>,
+    reserve: KnownReserve,
+    now: Millis,
+    fence: Fence,
+) -> Result<KnownAnswer, StoreError> {
+    let jobs = shared.queue.take_some(CARRY_MAX);
+    if jobs.is_empty() {
+        return shared.store.reserve_known(reserve, now, fence).await;
+    }
+    let carried = Carried::new(shared, jobs);
+    let step = shared
+        .store
+        .reserve_known_carrying(reserve, &carried.settles, now, fence)
+        .await;
+    let (answer, settled) = match step {
+        Ok((answer, settled)) => (Ok(answer), Ok(settled)),
+        Err(e) => (Err(e.clone()), Err(e)),
+    };
+    carried.answer(settled);
+    answer
+}
+
+/// Bills a reservation took off the queue to carry, until the store answers them.
+struct Carried<'a> {
+    shared: &'a Arc<Shared>,
+    settles: Vec<Settle>,
+    replies: Vec<Option<tokio::sync::oneshot::Sender<Option<SettleOutcome>>>>,
+}
+
+impl<'a> Carried<'a> {
+    fn new(shared: &'a Arc<Shared>, jobs: Vec<Job>) -> Self {
+        let n = jobs.len() as u64;
+        shared
+            .stats
+            .settles_carried
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        let (settles, replies) = jobs.into_iter().map(|j| (j.settle, j.reply)).unzip();
+        Carried {
+            shared,
+            settles,
+            replies,
+        }
+    }
+
+    fn answer(mut self, answers: Result<Vec<Result<SettleOutcome, StoreError>>, StoreError>) {
+        let settles = std::mem::take(&mut self.settles);
+        let replies = std::mem::take(&mut self.replies);
+        answer_jobs(self.shared, settles, replies, answers);
+    }
+}
+
+/// The caller gave up while the step was in flight: whether the bills landed is not known.
+/// They are retried by ticket id; their waiters see them as not known yet.
+impl Drop for Carried<'_> {
+    fn drop(&mut self) {
+        if self.settles.is_empty() {
+            return;
+        }
+        let n = self.settles.len();
+        for settle in std::mem::take(&mut self.settles) {
+            retry(self.shared.clone(), settle, "bill");
+        }
+        for reply in std::mem::take(&mut self.replies).into_iter().flatten() {
+            let _ = reply.send(None);
+        }
+        self.shared.queue.finished(n);
+    }
+}
+
+/// Answers the jobs of `settles` (and their `replies`) with the store's `answers`: a settle
+/// the store did not answer is counted, logged and handed to the background retry.
+fn answer_jobs(
+    shared: &Arc<Shared>,
+    settles: Vec<Settle>,
+    replies: Vec<Option<tokio::sync::oneshot::Sender<Option<SettleOutcome>>>>,
+    answers: Result<Vec<Result<SettleOutcome, StoreError>>, StoreError>,
+) {
+    let n = settles.len();
+    let answers = match answers {
+        Ok(answers) if answers.len() == n => answers,
+        Ok(answers) => {
+            let why = format!("{} answers for {n} settles", answers.len());
+            vec![Err(StoreError(why)); n]
+        }
+        Err(e) => vec![Err(e); n],
+    };
+    for ((settle, reply), answer) in settles.into_iter().zip(replies).zip(answers) {
+        let outcome = match answer {
+            Ok(outcome) => {
+                store_answered();
+                Some(outcome)
+            }
+            Err(e) => {
+                bump(&shared.stats.settle_failures);
+                failed(shared, "bill", &e);
+                retry(shared.clone(), settle, "bill");
+                None
+            }
+        };
+        if let Some(reply) = reply {
+            let _ = reply.send(outcome);
+        }
+    }
+    shared.queue.finished(n);
 }
 
 /// Settles in the background (from `Drop`, or for a reservation given up on): at once when

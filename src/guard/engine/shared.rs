@@ -194,7 +194,17 @@ impl Shared {
         model: &str,
         attributes: &[(String, String)],
     ) -> Result<Resolved> {
-        let now = self.clock.now_ms();
+        self.resolve_at(user, model, attributes, self.clock.now_ms())
+    }
+
+    /// [`Shared::resolve_with`] at `now` (the caller's reading of the clock).
+    pub(crate) fn resolve_at(
+        &self,
+        user: Option<&str>,
+        model: &str,
+        attributes: &[(String, String)],
+        now: Millis,
+    ) -> Result<Resolved> {
         let (policy, version) = self.policy();
         let suffix = generic::cache_suffix(attributes, policy.rule_index.used)?;
         let Some(user) = crate::guard::domain::caller::caller(&policy, user)? else {
@@ -317,7 +327,7 @@ pub(crate) fn read_keys(path: &Path, now: Millis) -> (Vec<CounterKey>, Vec<Optio
         if !id.window.is_sliding() {
             continue;
         }
-        if let Some(prev) = id.window.previous_bucket_start(id.window.bucket_start(now)) {
+        if let Some(prev) = id.window.previous_bucket_start(keys[slot].bucket) {
             previous_at[slot] = Some(keys.len());
             keys.push(CounterKey {
                 id: id.clone(),

@@ -33,6 +33,9 @@ pub struct Stats {
     pub given_up: AtomicU64,
     /// Calls waiting in a throttle queue now (`Guard::waiting`; a gauge, not in `snapshot`).
     pub waiting: AtomicU64,
+    /// Bills that rode with a later reservation of this guard (one store step for both)
+    /// instead of a store step of their own.
+    pub settles_carried: AtomicU64,
 }
 
 impl Stats {
@@ -54,6 +57,7 @@ impl Stats {
             ("recovering", read(&self.recovering)),
             ("epochs_written", read(&self.epochs_written)),
             ("given_up", read(&self.given_up)),
+            ("settles_carried", read(&self.settles_carried)),
         ]
     }
 }

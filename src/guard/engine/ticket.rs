@@ -239,12 +239,10 @@ impl Ticket {
     }
 
     /// `bill_with`. Unless `wait`, on a store that settles in the background (Redis) the
-    /// settle is queued and the bill returns at once with `recorded` `Recorded::Queued`: one
-    /// task per guard sends the queued settles in one pipeline, exactly once by ticket id
-    /// (retried in the background when the store does not answer); `Guard::usage` and
-    /// `Guard::flush` wait for them. With `wait`, the bill waits for the store's answer
-    /// (queued too, so concurrent bills share a round trip). Stores that answer at once (the
-    /// memory store) always settle inline.
+    /// settle is queued and the bill returns at once (`Recorded::Queued`): the guard's next
+    /// reservation carries it, or its drain sends it, exactly once by ticket id (retried while
+    /// the store does not answer); `Guard::usage` and `Guard::flush` wait for it. With `wait`,
+    /// the bill waits for the store's answer. Stores that answer at once (memory) settle inline.
     pub async fn bill_with_options(
         &self,
         usage: Usage,
@@ -310,7 +308,7 @@ impl Ticket {
             adds,
             now,
         );
-        match settling::settle(&parts.shared, settle, operation).await {
+        match settling::settle(&parts.shared, settle, operation, now).await {
             Some(_) => Recorded::Yes,
             None => Recorded::Pending,
         }

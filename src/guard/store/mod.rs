@@ -117,6 +117,25 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
         ))))
     }
 
+    /// `settle_many(settles)`, then `reserve_known(reserve)`, in one step where the store can
+    /// (Redis: one script): a queued bill rides with the next reservation instead of taking
+    /// a round trip of its own. Each settle is as `settle` does (idempotent by id), and the
+    /// reservation sees what they gave back and added. Answers the reservation and one result
+    /// per settle, in order; the outer error is a failure of the whole step (each settle may
+    /// or may not have landed). The default takes two steps.
+    fn reserve_known_carrying<'a>(
+        &'a self,
+        reserve: KnownReserve,
+        settles: &'a [Settle],
+        now: Millis,
+        fence: Fence,
+    ) -> StoreFuture<'a, (KnownAnswer, Vec<Result<SettleOutcome, StoreError>>)> {
+        Box::pin(async move {
+            let settled = self.settle_many(settles, now).await?;
+            Ok((self.reserve_known(reserve, now, fence).await?, settled))
+        })
+    }
+
     /// Whether bills should settle in the background, pipelined (a store across a network,
     /// where a settle costs a round trip). The default, for stores that answer at once (the
     /// memory store): no, bills settle inline.
@@ -178,6 +197,13 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
     ) -> StoreFuture<'_, ReserveOutcome> {
         let _ = fence;
         self.reserve(ticket, items, expiry_minute, now)
+    }
+
+    /// Whether `reserve_fenced` checks its fence (a store whose state can be lost while
+    /// guards keep running). The default, like the memory store: no, so admission skips
+    /// building one.
+    fn fences(&self) -> bool {
+        false
     }
 
     /// Reads the epoch. The default: one generation (`""`), always trusted.

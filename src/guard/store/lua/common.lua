@@ -14,24 +14,24 @@
 -- Loads a counter bucket at `now` (deleting it when it is past its retention). Returns used,
 -- 0 (holds live in the holds hash), retain-until (0 if none).
 local function load_counter(key, now)
-  local flat = redis.call('HGETALL', key)
-  if #flat == 0 then
-    return 0, 0, 0
-  end
-  local used, until_ms = 0, nil
-  for i = 1, #flat, 2 do
-    local field, value = flat[i], flat[i + 1]
-    if field == 'u' then
-      used = tonumber(value)
-    elseif field == 'e' then
-      until_ms = tonumber(value)
-    end
-  end
+  local values = redis.call('HMGET', key, 'u', 'e')
+  local until_ms = tonumber(values[2])
   if until_ms ~= nil and until_ms <= now then
     redis.call('DEL', key)
     return 0, 0, 0
   end
-  return used, 0, until_ms or 0
+  return tonumber(values[1]) or 0, 0, until_ms or 0
+end
+
+-- A counter bucket's retain-until at `now` (0 if none), as load_counter's third value (the
+-- bucket deleted when it is past it), without reading its use.
+local function counter_until(key, now)
+  local until_ms = tonumber(redis.call('HGET', key, 'e'))
+  if until_ms ~= nil and until_ms <= now then
+    redis.call('DEL', key)
+    return 0
+  end
+  return until_ms or 0
 end
 
 -- The live holds of a counter at `now` (its holds hash); deletes the expired ones.

@@ -32,7 +32,7 @@ end
 -- nil when every fenced key can be trusted; else the reserve's answer: -2 the epoch is
 -- missing or was written by another Redis process, -3 the guard's generation is not the
 -- store's (it reads the epoch again), -4 a key the epoch expects is missing.
-local function fence_check(now)
+local function fence_check_now(now)
   if not FENCE_ON then
     return nil
   end
@@ -58,6 +58,18 @@ local function fence_check(now)
     end
   end
   return nil
+end
+
+local fence_checked, fence_answer = false, nil
+local function fence_check(now)
+  -- Once per script: carry.lua checks before its settles, and the reservation it then runs
+  -- takes that answer (the store as the reservation found it).
+  if fence_checked then
+    return fence_answer
+  end
+  fence_checked = true
+  fence_answer = fence_check_now(now)
+  return fence_answer
 end
 
 -- Lists `key` in the registry of `bucket` under generation `gen` until `until_ms` (never

@@ -24,15 +24,10 @@ else
 end
 if landed then
   for i = 1, holds do
+    -- Nothing left (or never there: HINCRBY made it negative) goes.
     local key = KEYS[2 + i]
-    local current = tonumber(redis.call('HGET', key, field) or '0')
-    if current > 0 then
-      local amount = tonumber(ARGV[4 + i])
-      if not live or current <= amount then
-        redis.call('HDEL', key, field)
-      else
-        redis.call('HINCRBY', key, field, '-' .. ARGV[4 + i])
-      end
+    if not live or redis.call('HINCRBY', key, field, '-' .. ARGV[4 + i]) <= 0 then
+      redis.call('HDEL', key, field)
     end
   end
 end
@@ -41,7 +36,7 @@ local added = {}
 for i = holds + 1, #KEYS - 2 do
   local j = base + (i - holds - 1) * 2
   local key = KEYS[2 + i]
-  local _, _, current = load_counter(key, now)
+  local current = counter_until(key, now)
   redis.call('HINCRBY', key, 'u', ARGV[j + 1])
   local retain = tonumber(ARGV[j + 2])
   keep_until(key, retain, current, now)

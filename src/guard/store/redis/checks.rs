@@ -228,6 +228,13 @@ fn dryrun_problem(user: &str, command: &str, answer: Result<Value, RedisError>) 
     ))
 }
 
+impl super::Inner {
+    /// This process's store checks.
+    pub(super) fn checks(&self) -> &Checks {
+        self.checks.get_with(Checks::after_fork)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

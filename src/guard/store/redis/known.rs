@@ -11,7 +11,7 @@ use crate::guard::store::{
 
 impl RedisStore {
     /// The keys and arguments of `reserve_known.lua` (with `fence.lua`'s at the end).
-    fn known_call(
+    pub(super) fn known_call(
         &self,
         r: &KnownReserve,
         now: Millis,
@@ -101,7 +101,7 @@ impl RedisStore {
 }
 
 /// The script's answer: a code, then (unless it did not look) the values.
-fn parse(answer: &[i64], n: usize, p: usize) -> Result<KnownAnswer, String> {
+pub(super) fn parse(answer: &[i64], n: usize, p: usize) -> Result<KnownAnswer, String> {
     let Some(&code) = answer.first() else {
         return Err("an empty answer".into());
     };

@@ -8,6 +8,7 @@
 //! several counters atomically, on one node or a cluster. Times are the caller's, never the
 //! server's.
 
+mod carry;
 mod checks;
 mod connection;
 mod epoch;
@@ -96,13 +97,6 @@ impl std::fmt::Debug for RedisStore {
 
 fn store_error(context: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError(format!("redis {context}: {e}"))
-}
-
-impl Inner {
-    /// This process's store checks.
-    fn checks(&self) -> &Checks {
-        self.checks.get_with(Checks::after_fork)
-    }
 }
 
 impl RedisStore {
@@ -294,6 +288,10 @@ impl CounterStore for RedisStore {
         true
     }
 
+    fn fences(&self) -> bool {
+        true
+    }
+
     fn reserves_from_known(&self) -> bool {
         true
     }
@@ -313,6 +311,16 @@ impl CounterStore for RedisStore {
         now: Millis,
     ) -> StoreFuture<'a, Vec<Result<SettleOutcome, StoreError>>> {
         self.settle_many_call(settles, now)
+    }
+
+    fn reserve_known_carrying<'a>(
+        &'a self,
+        reserve: KnownReserve,
+        settles: &'a [Settle],
+        now: Millis,
+        fence: Fence,
+    ) -> StoreFuture<'a, (KnownAnswer, Vec<Result<SettleOutcome, StoreError>>)> {
+        self.carry_call(reserve, settles, now, fence)
     }
 
     fn settle_parts(

@@ -16,6 +16,7 @@ const RAISE_UNTIL_LUA: &str = include_str!("../lua/raise_until.lua");
 const EPOCH_LUA: &str = include_str!("../lua/epoch.lua");
 const SETTLE_PARTS_LUA: &str = include_str!("../lua/settle_parts.lua");
 const QUEUE_LUA: &str = include_str!("../lua/queue.lua");
+const CARRY_LUA: &str = include_str!("../lua/carry.lua");
 
 pub(super) struct Scripts {
     pub(super) read: Script,
@@ -29,6 +30,9 @@ pub(super) struct Scripts {
     pub(super) epoch: Script,
     pub(super) settle_parts: Script,
     pub(super) queue: Script,
+    /// Settles carried by a reservation: `settle.lua` and `reserve_known.lua` as functions
+    /// of their own keys and arguments, called by `carry.lua`.
+    pub(super) carry: Script,
 }
 
 impl Scripts {
@@ -46,6 +50,10 @@ impl Scripts {
             epoch: Script::new(EPOCH_LUA),
             settle_parts: with_common(SETTLE_PARTS_LUA),
             queue: Script::new(QUEUE_LUA),
+            carry: with_common(&format!(
+                "{FENCE_LUA}\nlocal function settle_one(KEYS, ARGV)\n{SETTLE_LUA}\nend\n\
+                 local function reserve_one(KEYS, ARGV)\n{RESERVE_KNOWN_LUA}\nend\n{CARRY_LUA}"
+            )),
         }
     }
 }

@@ -1,0 +1,40 @@
+-- carry: queued settles carried by the next reservation, in one step (docs/redis.md, "Settles
+-- ride with the next reservation"). Prepended: common.lua, fence.lua, then settle.lua and
+-- reserve_known.lua each wrapped as a function of its own KEYS and ARGV (settle_one,
+-- reserve_one). KEYS = the reservation's keys, then each settle's. ARGV = the number of
+-- settles s, the reservation's key and argument counts, per settle its key and argument
+-- counts; then the reservation's arguments, then each settle's. The fence's flags cover the
+-- reservation's keys ('0' for the settles' keys): its checks see the reservation alone.
+-- The fence is checked first (unless the ticket has a record), then the settles (each as
+-- settle.lua: once per id), then the reservation, which so counts them. Answers {one answer per settle (0 settled, 1 already), then reserve_known's answer}.
+local function slice(t, from, count)
+  local out = {}
+  for i = 1, count do
+    out[i] = t[from + i - 1]
+  end
+  return out
+end
+local s, rk, ra = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+-- The fence judges the store as the reservation found it, before the settles: a settle
+-- adding to a counter lost meanwhile recreates its key, which must not hide the loss.
+local fenced = nil
+if ticket_state(KEYS[1], tonumber(ARGV[4 + 2 * s])) == nil then
+  fenced = fence_check(tonumber(ARGV[4 + 2 * s]))
+end
+local out = {}
+local key_at, arg_at = rk + 1, 4 + 2 * s + ra
+for j = 1, s do
+  local k, a = tonumber(ARGV[2 + 2 * j]), tonumber(ARGV[3 + 2 * j])
+  out[j] = settle_one(slice(KEYS, key_at, k), slice(ARGV, arg_at, a))
+  key_at, arg_at = key_at + k, arg_at + a
+end
+local reserved
+if fenced then
+  reserved = {fenced}
+else
+  reserved = reserve_one(slice(KEYS, 1, rk), slice(ARGV, 4 + 2 * s, ra))
+end
+for _, v in ipairs(reserved) do
+  out[#out + 1] = v
+end
+return out

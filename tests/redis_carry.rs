@@ -1,0 +1,156 @@
+//! `reserve_known_carrying` on a real redis-server (docs/redis.md, "Settles ride with the next
+//! reservation"): queued settles and the next reservation in one script. Each settle lands
+//! once by id, before the reservation (which counts what they gave back and added), whatever
+//! the reservation's outcome.
+#![cfg(feature = "redis")]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::redis_server::RedisServer;
+use futures::executor::block_on;
+use usage_guard::{
+    expiry_minute, CounterId, CounterKey, CounterRead, CounterStore, Fence, HoldRef, KnownOutcome,
+    KnownReserve, Metric, Millis, RedisStore, ReserveItem, ReserveOutcome, Scope, Settle,
+    SettleOutcome, UsageAdd, Window,
+};
+
+/// 2026-01-01T00:00:30Z.
+const T0: Millis = 1_767_225_630_000;
+const DAY_START: Millis = T0 - 30_000;
+
+fn counter() -> CounterKey {
+    CounterKey {
+        id: Arc::new(CounterId::new(
+            Scope::PersonModel,
+            Some(Arc::from("alice")),
+            None,
+            Some(Arc::from("gpt-5")),
+            Metric::Tokens,
+            Window::parse("day").unwrap(),
+        )),
+        bucket: DAY_START,
+    }
+}
+
+fn minute() -> i64 {
+    expiry_minute(T0, 15 * 60_000)
+}
+
+/// A reservation of `hold` on the counter, limit 1,000.
+fn reserve(ticket: &str, hold: u64) -> KnownReserve {
+    KnownReserve {
+        ticket: ticket.into(),
+        counters: vec![counter()],
+        previous: Vec::new(),
+        items: vec![ReserveItem {
+            key: counter(),
+            hold,
+            limit: Some(1_000),
+            carried: 0,
+            retain_until: T0 + 2 * 86_400_000,
+        }],
+        item_counters: vec![0],
+        item_previous: vec![None],
+        skipped: Vec::new(),
+        expiry_minute: minute(),
+    }
+}
+
+/// The bill of ticket `id`: gives back its hold of `held`, adds `used`.
+fn bill(id: &str, held: u64, used: u64) -> Settle {
+    Settle {
+        id: id.into(),
+        ticket: id.into(),
+        holds: vec![HoldRef {
+            key: counter(),
+            amount: held,
+        }],
+        expiry_minute: minute(),
+        adds: vec![UsageAdd {
+            key: counter(),
+            amount: used,
+            retain_until: T0 + 2 * 86_400_000,
+        }],
+        settled_until: T0 + 300_000,
+    }
+}
+
+fn store(server: &RedisServer) -> RedisStore {
+    RedisStore::connect(&server.url(), "carry").unwrap()
+}
+
+fn carrying(
+    store: &RedisStore,
+    reserve: KnownReserve,
+    settles: &[Settle],
+) -> (KnownOutcome, CounterRead, Vec<SettleOutcome>) {
+    let (answer, settled) =
+        block_on(store.reserve_known_carrying(reserve, settles, T0, Fence::default())).unwrap();
+    let settled = settled.into_iter().map(Result::unwrap).collect();
+    (answer.outcome, answer.counters[0], settled)
+}
+
+#[test]
+fn a_carried_bill_lands_before_the_reservation_and_only_once() {
+    let server = RedisServer::start();
+    let store = store(&server);
+    let first = block_on(store.reserve_known(reserve("t1", 300), T0, Fence::default()));
+    assert_eq!(
+        first.unwrap().outcome,
+        KnownOutcome::Reserve(ReserveOutcome::Reserved)
+    );
+    let (outcome, read, settled) = carrying(&store, reserve("t2", 200), &[bill("t1", 300, 120)]);
+    assert_eq!(outcome, KnownOutcome::Reserve(ReserveOutcome::Reserved));
+    assert_eq!(settled, vec![SettleOutcome::Settled]);
+    // t1's hold is back and its use in; t2's hold is placed.
+    assert_eq!(
+        read,
+        CounterRead {
+            used: 120,
+            held: 200
+        }
+    );
+    // The same bill carried again (a retry) does nothing.
+    let (_, read, settled) = carrying(&store, reserve("t3", 100), &[bill("t1", 300, 120)]);
+    assert_eq!(settled, vec![SettleOutcome::AlreadySettled]);
+    assert_eq!(
+        read,
+        CounterRead {
+            used: 120,
+            held: 300
+        }
+    );
+}
+
+#[test]
+fn a_reservation_that_does_not_fit_still_lands_its_carried_bills_in_order() {
+    let server = RedisServer::start();
+    let store = store(&server);
+    for ticket in ["a", "b"] {
+        let placed = block_on(store.reserve_known(reserve(ticket, 400), T0, Fence::default()));
+        assert_eq!(
+            placed.unwrap().outcome,
+            KnownOutcome::Reserve(ReserveOutcome::Reserved)
+        );
+    }
+    // A settle with nothing to do sits between the two: it answers in its place.
+    let nothing = Settle {
+        holds: Vec::new(),
+        adds: Vec::new(),
+        ..bill("c", 0, 0)
+    };
+    let bills = [bill("a", 400, 500), nothing, bill("b", 400, 450)];
+    // 950 used after the bills: a hold of 100 no longer fits.
+    let (outcome, read, settled) = carrying(&store, reserve("t", 100), &bills);
+    assert_eq!(
+        outcome,
+        KnownOutcome::Reserve(ReserveOutcome::Conflict { item: 0 })
+    );
+    assert_eq!(settled, vec![SettleOutcome::Settled; 3]);
+    assert_eq!(read, CounterRead { used: 950, held: 0 });
+    // The same reservation with nothing carried answers the same values.
+    let again = block_on(store.reserve_known(reserve("t", 100), T0, Fence::default())).unwrap();
+    assert_eq!(again.counters[0], CounterRead { used: 950, held: 0 });
+}
