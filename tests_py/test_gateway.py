@@ -159,23 +159,25 @@ def test_a_fitted_call_is_lowered_and_says_so(fake, start):
     assert used(guard, "alice", "gpt-4o") == 21 + 12
 
 
-def test_client_gone_mid_stream_bills_what_was_delivered(fake, start):
-    guard, gateway = start()
-    fake.output_tokens, fake.chunk_delay = 60, 0.03
-    request = {"model": "gpt-4o", "messages": MESSAGES, "stream": True}
+def stream_then_hang_up(url: str, path: str, request: dict[str, Any], words: int) -> None:
+    """Streams `request` through the gateway as alice and hangs up after `words` words."""
     got = 0
     with httpx.Client(timeout=10) as http:
         with http.stream(
-            "POST",
-            f"{gateway.url}/v1/chat/completions",
-            json=request,
-            headers={"authorization": f"Bearer {ALICE}"},
+            "POST", f"{url}{path}", json=request, headers={"authorization": f"Bearer {ALICE}"}
         ) as r:
             for line in r.iter_lines():
                 if WORD in line:
                     got += 1
-                if got == 5:
-                    break
+                if got == words:
+                    return
+
+
+def test_client_gone_mid_stream_bills_what_was_delivered(fake, start):
+    guard, gateway = start()
+    fake.output_tokens, fake.chunk_delay = 60, 0.03
+    request = {"model": "gpt-4o", "messages": MESSAGES, "stream": True}
+    stream_then_hang_up(gateway.url, "/v1/chat/completions", request, words=5)
     settle(guard, "alice", "gpt-4o")
     billed = used(guard, "alice", "gpt-4o") - prompt_tokens(request, "openai", "gpt-4o")
     assert 5 <= billed < 60

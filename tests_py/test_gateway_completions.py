@@ -16,7 +16,7 @@ import pytest
 import usage_guard as ug
 from fake_provider import WORD, FakeProvider
 from provider_support import prompt_tokens, reserved, room, used
-from test_gateway import ALICE, gateway_policy, oai
+from test_gateway import ALICE, gateway_policy, oai, stream_then_hang_up
 
 MODEL = "gpt-3.5-turbo-instruct"
 PROMPT = "Say hello a few times."
@@ -102,19 +102,7 @@ def test_client_gone_mid_stream_bills_the_text_delivered(fake, start):
     guard, gateway = start()
     fake.output_tokens, fake.chunk_delay = 60, 0.03
     request = {"model": MODEL, "prompt": PROMPT, "max_tokens": 100, "stream": True}
-    got = 0
-    with httpx.Client(timeout=10) as http:
-        with http.stream(
-            "POST",
-            f"{gateway.url}/v1/completions",
-            json=request,
-            headers={"authorization": f"Bearer {ALICE}"},
-        ) as r:
-            for line in r.iter_lines():
-                if WORD in line:
-                    got += 1
-                if got == 5:
-                    break
+    stream_then_hang_up(gateway.url, "/v1/completions", request, words=5)
     for _ in range(100):
         if reserved(guard, "alice", MODEL) == 0:
             break
