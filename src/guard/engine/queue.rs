@@ -114,6 +114,16 @@ impl SettleQueue {
         pending.jobs.drain(..n).collect()
     }
 
+    /// Puts back, first in line, jobs a reservation took to carry and then gave up on before
+    /// the store answered (they were never answered, so they still count as queued); returns
+    /// true when the caller must start a drain (none is running).
+    pub(crate) fn requeue(&self, jobs: Vec<Job>) -> bool {
+        let here = self.state.here();
+        let mut pending = here.pending.lock();
+        pending.jobs.splice(0..0, jobs);
+        !std::mem::replace(&mut pending.draining, true)
+    }
+
     /// Whether someone waits for a queued job now (`bill(wait=True)`, a flush): the drain
     /// then sends at once instead of lingering for a reservation to carry it.
     pub(crate) fn awaited(&self) -> bool {

@@ -127,8 +127,8 @@ async fn drain(shared: Arc<Shared>) {
 
 /// `reserve_known`, carrying up to `CARRY_MAX` bills queued on the guard's settle queue in
 /// the same store step (Redis: one script); their jobs are answered as the drain answers
-/// them. If the caller stops waiting meanwhile, the bills it took go to the background retry
-/// (by ticket id: one that landed after all does nothing the second time).
+/// them. If the caller stops waiting meanwhile, the bills it took go back on the queue (by
+/// ticket id: one that landed after all does nothing the second time).
 pub(crate) async fn reserve_known(
     shared: &Arc<Shared>,
     reserve: KnownReserve,
@@ -181,21 +181,27 @@ impl<'a> Carried<'a> {
     }
 }
 
-/// The caller gave up while the step was in flight: whether the bills landed is not known.
-/// They are retried by ticket id; their waiters see them as not known yet.
+/// The caller gave up while the step was in flight (a cancelled or dropped admission): the
+/// bills go back on the queue, still unanswered, and the drain sends them (by ticket id: one
+/// the step landed after all does nothing the second time). So a `bill(wait=True)` behind
+/// one gets the store's answer, and a flush, `close()` or read of the guard's views waits for
+/// it, as for any queued bill; handing them to the background retry instead answered them
+/// "not known" with the store up, and let a flush end before they were sent.
 impl Drop for Carried<'_> {
     fn drop(&mut self) {
         if self.settles.is_empty() {
             return;
         }
-        let n = self.settles.len();
-        for settle in std::mem::take(&mut self.settles) {
-            retry(self.shared.clone(), settle, "bill");
+        let settles = std::mem::take(&mut self.settles);
+        let replies = std::mem::take(&mut self.replies);
+        let jobs = settles
+            .into_iter()
+            .zip(replies)
+            .map(|(settle, reply)| Job { settle, reply })
+            .collect();
+        if self.shared.queue.requeue(jobs) {
+            crate::runtime::shared().spawn(drain(self.shared.clone()));
         }
-        for reply in std::mem::take(&mut self.replies).into_iter().flatten() {
-            let _ = reply.send(None);
-        }
-        self.shared.queue.finished(n);
     }
 }
 
