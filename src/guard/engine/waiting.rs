@@ -83,6 +83,26 @@ async fn leave(store: Arc<dyn CounterStore>, queues: Vec<String>, ticket: u64) {
     super::wake::left();
 }
 
+/// Why a waiter found its place gone from its queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gone {
+    /// It did not poll for `LAPSE_MS` (a stalled process): it lapsed.
+    Stalled,
+    /// It polled in time: the store lost the queue (a Redis restarted empty, keys deleted).
+    Lost,
+}
+
+impl Gone {
+    /// Why a place last kept alive at `renewed` is gone now.
+    fn of(renewed: Instant) -> Gone {
+        if renewed.elapsed() >= Duration::from_millis(LAPSE_MS as u64) {
+            Gone::Stalled
+        } else {
+            Gone::Lost
+        }
+    }
+}
+
 /// A refusal of `rule` saying `message`.
 fn queue_refusal(rule: &GenericRule, last: Option<&Refusal>, message: String) -> Refusal {
     Refusal {
@@ -223,7 +243,8 @@ impl Guard {
         // polls each leave counts as one fewer ahead (a guess the next poll corrects).
         let (mut ahead, mut leaves) = (0, 0);
         let mut polled_at: Option<Instant> = None;
-        let mut lapsed = false;
+        // When the store last kept the place alive (the join, then each poll that found it).
+        let (mut renewed, mut gone_place) = (Instant::now(), None);
         loop {
             let now = self.shared.clock.now_ms();
             let gone = seen(&LEAVES).wrapping_sub(leaves);
@@ -231,9 +252,12 @@ impl Guard {
                 (leaves, polled_at) = (seen(&LEAVES), Some(Instant::now()));
                 let names = place.queues.clone();
                 ahead = match q.ahead(names, place.ticket, now + LAPSE_MS, now).await {
-                    Ok(Some(ahead)) => ahead,
+                    Ok(Some(ahead)) => {
+                        renewed = Instant::now();
+                        ahead
+                    }
                     Ok(None) => {
-                        lapsed = true;
+                        gone_place = Some(Gone::of(renewed));
                         break;
                     }
                     Err(e) => {
@@ -280,17 +304,17 @@ impl Guard {
             }
         }
         place.leave().await;
-        Err(self.timed_out(queues, deadline, last.as_deref(), lapsed))
+        Err(self.timed_out(queues, deadline, last.as_deref(), gone_place))
     }
 
-    /// The refusal of a call that waited its whole `throttle_max_wait` (or, `lapsed`, lost its
-    /// place: it did not poll for LAPSE_MS, a stalled process).
+    /// The refusal of a call that waited its whole `throttle_max_wait` (or, `gone` set, found
+    /// its place gone from the store).
     fn timed_out(
         &self,
         queues: &[QueueRule],
         deadline: Instant,
         last: Option<&Refusal>,
-        lapsed: bool,
+        gone: Option<Gone>,
     ) -> Error {
         let rule = &queues
             .iter()
@@ -298,10 +322,13 @@ impl Guard {
             .expect("a queued call has queues")
             .rule;
         let waited = (deadline - Duration::from_millis(rule.throttle_max_wait_ms)).elapsed();
-        let message = if lapsed {
+        let message = if let Some(gone) = gone {
+            let why = match gone {
+                Gone::Stalled => "it stopped polling for 2 s (a stalled process)",
+                Gone::Lost => "the store no longer had it (restarted empty, or its keys removed)",
+            };
             format!(
-                "Rule \"{}\" dropped the call from its queue after {:.1} s: it stopped polling \
-                 for 2 s (a stalled process); try again.",
+                "Rule \"{}\" dropped the call from its queue after {:.1} s: {why}; try again.",
                 rule.name,
                 waited.as_secs_f64()
             )
