@@ -4,6 +4,7 @@ and fork() while a thread of the parent waits in a queue."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -258,6 +259,9 @@ def _child_after_fork(guard: ug.Guard) -> int:
         return 1
 
 
+FORKS = 6
+
+
 def _reap(pid: int, within: float) -> object:
     """The child's exit code, or "hung" when it still ran at the deadline (then killed)."""
     deadline = time.monotonic() + within
@@ -272,33 +276,50 @@ def _reap(pid: int, within: float) -> object:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
-def test_fork_while_a_parent_thread_waits_in_a_queue(redis_server: RedisServer) -> None:
+def test_fork_while_parent_threads_wait_in_a_queue(redis_server: RedisServer) -> None:
     guard = guard_on(redis_server, limit=1, max_wait=20)
     holder = admit(guard, "holder")
     admitted: list[str] = []
 
-    def parent_waiter() -> None:
+    def parent_waiter() -> None:  # waits on its own thread, the GIL released
         ticket = admit(guard, "parent-waiter")
         admitted.append("parent")
         time.sleep(0.05)
         ticket.release()
 
+    async def async_waiter() -> None:  # waits on the runtime's threads
+        ticket = await guard.admit_async(
+            "parent-async", "gpt-5", prompt_tokens=10, max_tokens=10, attributes=TEAM
+        )
+        admitted.append("parent-async")
+        await ticket.release_async()
+
     waiter = threading.Thread(target=parent_waiter)
     waiter.start()
     until(lambda: guard.waiting == 1)
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child's result is its exit code
-        os._exit(_child_after_fork(guard))
+    waiters = [waiter, threading.Thread(target=asyncio.run, args=(async_waiter(),))]
+    waiters[1].start()
+    until(lambda: guard.waiting == 2)
+    pids = []
     try:
-        # The child joins behind the parent's waiter (its place shows in Redis).
-        until(lambda: queue_length(redis_server) == 2)
+        # Forks land at different points of the parent thread's wait (polling, sleeping).
+        for n in range(FORKS):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child's result is its exit code
+                os._exit(_child_after_fork(guard))
+            pids.append(pid)
+            time.sleep(0.013 * (n % 4))
+        # Each child joins behind the parent's waiter (their places show in Redis).
+        until(lambda: queue_length(redis_server) == 2 + FORKS)
         assert admitted == []
         holder.release()
-        waiter.join(20)
-        assert not waiter.is_alive(), "the parent's waiter was never admitted"
-        assert admitted == ["parent"]
+        for t in waiters:
+            t.join(20)
+            assert not t.is_alive(), "a waiter of the parent was never admitted"
+        # First in, first out: the parent's waiters joined before every child.
+        assert admitted == ["parent", "parent-async"]
     finally:
-        status = _reap(pid, within=30)
-    assert status == 0, status
+        statuses = [_reap(pid, within=30) for pid in pids]
+    assert statuses == [0] * FORKS, statuses
     assert guard.waiting == 0
     assert_limit_free(guard_on(redis_server, max_wait=1))
