@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: a manual clock at a known instant and a guard factory."""
+"""Shared pytest fixtures: a manual clock at a known instant, a guard factory, a fresh
+redis-server, and the fake provider (`server`, one per module; `fake`, reset per test)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any, Callable
 
 import pytest
 import usage_guard as ug
+from fake_provider import FakeProvider
 from redis_harness import RedisServer
 
 START = "2026-11-30T08:00:00Z"
@@ -36,3 +38,21 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeProvider]:
+    """A fake provider (tests_py/fake_provider.py) serving one test module."""
+    with FakeProvider() as f:
+        yield f
+
+
+@pytest.fixture
+def fake(server: FakeProvider) -> FakeProvider:
+    """The module's fake provider as new for each test: nothing recorded, scripted or delayed,
+    and each call reporting 21 input and 12 output tokens, none cached or spent reasoning.
+    (A module that wants other defaults overrides this fixture.)"""
+    server.reset()
+    server.output_tokens, server.input_tokens = 12, 21
+    server.cached_tokens = server.reasoning_tokens = 0
+    return server

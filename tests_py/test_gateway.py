@@ -23,20 +23,6 @@ MESSAGES = [{"role": "user", "content": "Say hello a few times."}]
 ALICE, BOB = "sk-alice-secret", "sk-bob-secret"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        yield f
-
-
-@pytest.fixture
-def fake(server: FakeProvider) -> FakeProvider:
-    server.reset()
-    server.output_tokens, server.input_tokens = 12, 21
-    server.cached_tokens = server.reasoning_tokens = 0
-    return server
-
-
 def gateway_policy(fake: FakeProvider, **kw: Any) -> dict[str, Any]:
     """provider_support's policy, with every provider sent to the fake and two keys: alice's
     written plain (hashed when read), bob's as its SHA-256 digest."""

@@ -22,19 +22,6 @@ MODEL = "gpt-3.5-turbo-instruct"
 PROMPT = "Say hello a few times."
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        yield f
-
-
-@pytest.fixture
-def fake(server: FakeProvider) -> FakeProvider:
-    server.reset()
-    server.output_tokens, server.input_tokens = 12, 21
-    return server
-
-
 @pytest.fixture
 def start(fake: FakeProvider) -> Iterator[Any]:
     """`start(tokens_a_day)` → (guard, gateway) with alice's Direct Limit on the instruct

@@ -5,7 +5,6 @@ another API is given back and the refusal of the model asked for stands."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -14,13 +13,6 @@ import usage_guard as ug
 from fake_provider import FakeProvider
 from provider_support import reserved, used
 from test_gateway import MESSAGES, gateway_policy, oai
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        f.output_tokens, f.input_tokens = 12, 21
-        yield f
 
 
 def test_a_degraded_call_sends_the_substitute_and_says_so(fake: FakeProvider) -> None:

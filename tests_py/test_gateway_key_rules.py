@@ -4,7 +4,6 @@ attributes are checked against the rules' vocabulary when the policy is read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -14,13 +13,6 @@ from fake_provider import FakeProvider
 from test_gateway import ALICE, MESSAGES, gateway_policy, oai
 
 CI = "sk-ci-research"
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        f.output_tokens, f.input_tokens = 12, 21
-        yield f
 
 
 def serve(fake: FakeProvider, rules: list[dict[str, Any]], **key: Any) -> ug.Gateway:

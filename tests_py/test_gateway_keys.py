@@ -17,13 +17,6 @@ TOKEN = "adm-keys"
 CAROL = "sk-carol-new-key"
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        f.output_tokens, f.input_tokens = 12, 21
-        yield f
-
-
 @pytest.fixture
 def gateway(fake: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> Iterator[ug.Gateway]:
     monkeypatch.setenv("UG_TEST_KEYS_ADMIN", TOKEN)

@@ -6,7 +6,6 @@ admission latency, store errors, uncounted calls; the gateway adds requests and 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -140,20 +139,6 @@ def test_the_prometheus_client_collector_reports_the_guard() -> None:
     assert exposed == samples(guard.metrics_text())
     registry.unregister(collector)
     assert registry.get_sample_value("usage_guard_admitted_total") is None
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        yield f
-
-
-@pytest.fixture
-def fake(server: FakeProvider) -> FakeProvider:
-    server.reset()
-    server.output_tokens, server.input_tokens = 12, 21
-    server.cached_tokens = server.reasoning_tokens = 0
-    return server
 
 
 def test_the_gateway_serves_the_guard_metrics_and_its_own(fake: FakeProvider) -> None:

@@ -4,7 +4,6 @@ scripted to fail; time is the guard's manual clock."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -34,18 +33,6 @@ def wrapper_policy(fake: FakeProvider) -> dict[str, Any]:
         "providers": {"openai": {"base_url": fake.url}},
         "gateway": {"keys": {"alice": {"key": "sk-alice", "principal": "alice"}}},
     }
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        yield f
-
-
-@pytest.fixture
-def fake(server: FakeProvider) -> FakeProvider:
-    server.reset()
-    return server
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -373,12 +372,6 @@ def test_a_blank_user_is_not_a_user(clock: ug.ManualClock, user: str) -> None:
 
 
 # --- a guarded client's user ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        yield f
 
 
 def test_user_none_on_a_call_means_the_clients_user(

@@ -4,7 +4,6 @@ sends `ticket.fitted`; nothing is counted again, not even when a stream is cut o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -52,20 +51,6 @@ class Recorder:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.guard, name)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        yield f
-
-
-@pytest.fixture
-def fake(server: FakeProvider) -> FakeProvider:
-    server.reset()
-    server.output_tokens, server.input_tokens = 12, 21
-    server.cached_tokens = server.reasoning_tokens = 0
-    return server
 
 
 def openai_sdk(fake: FakeProvider) -> openai.OpenAI:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import anthropic
 import pytest
 import usage_guard as ug
@@ -13,20 +11,6 @@ from usage_guard.anthropic import GuardedAnthropic, GuardedAsyncAnthropic
 
 MODEL = "claude-haiku-4-5"
 MESSAGES = [{"role": "user", "content": "Say hello a few times."}]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        yield f
-
-
-@pytest.fixture
-def fake(server: FakeProvider) -> FakeProvider:
-    server.reset()
-    server.output_tokens, server.input_tokens = 12, 21
-    server.cached_tokens = server.reasoning_tokens = 0
-    return server
 
 
 def sdk(fake: FakeProvider) -> anthropic.Anthropic:

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import ollama
 import pytest
 import usage_guard as ug
-from fake_provider import THINK, WORD, FakeProvider
+from fake_provider import THINK, WORD
 from provider_support import policy, prompt_tokens, reserved, used
 from usage_guard.ollama import GuardedAsyncOllama, GuardedOllama
 
 MODEL = "llama3.2"
 MESSAGES = [{"role": "user", "content": "Say hello a few times."}]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        yield f
-
-
-@pytest.fixture
-def fake(server: FakeProvider) -> FakeProvider:
-    server.reset()
-    server.output_tokens, server.input_tokens = 12, 21
-    return server
 
 
 def test_chat_bills_reported_counts(fake, make_guard):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -14,20 +13,6 @@ from provider_support import MODELS, cost_micros, policy, prompt_tokens, reserve
 from usage_guard.openai import GuardedAsyncOpenAI, GuardedOpenAI
 
 MESSAGES = [{"role": "user", "content": "Say hello a few times."}]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        yield f
-
-
-@pytest.fixture
-def fake(server: FakeProvider) -> FakeProvider:
-    server.reset()
-    server.output_tokens, server.input_tokens = 12, 21
-    server.cached_tokens = server.reasoning_tokens = 0
-    return server
 
 
 def sdk(fake: FakeProvider, **kw: Any) -> openai.OpenAI:

@@ -4,7 +4,6 @@ SDKs must raise the right errors, honour Retry-After, and not retry a day-long r
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -18,18 +17,6 @@ from usage_guard import http
 from usage_guard.openai import GuardedOpenAI
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        yield f
-
-
-@pytest.fixture
-def fake(server: FakeProvider) -> FakeProvider:
-    server.reset()
-    return server
 
 
 def refusal_of(guard: ug.Guard, user: str = "alice", model: str = "gpt-4o") -> ug.UsageLimitError:

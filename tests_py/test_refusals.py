@@ -4,7 +4,6 @@ that it never will), and one rule for every numeric argument."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, Callable
 
 import openai
@@ -57,14 +56,9 @@ POLICY: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeProvider]:
-    with FakeProvider() as f:
-        yield f
-
-
 @pytest.fixture
 def fake(server: FakeProvider) -> FakeProvider:
+    """The shared fake provider (conftest.py), reporting a model that would write on and on."""
     server.reset()
     server.input_tokens, server.output_tokens = 21, 200_000  # the model would write on and on
     server.cached_tokens = server.reasoning_tokens = 0

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -52,13 +51,6 @@ def test_usage_guard_demo() -> None:
     done = subprocess.run([*command, "demo"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"usage_guard {ug.__version__}" in done.stdout
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeProvider]:
-    with FakeProvider() as server:
-        server.output_tokens, server.input_tokens = 12, 21
-        yield server
 
 
 def test_guarded_openai_call(fake: FakeProvider, make_guard) -> None:
