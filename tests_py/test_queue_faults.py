@@ -148,6 +148,43 @@ def test_a_killed_waiter_lapses_and_the_next_is_admitted(redis_server: RedisServ
     assert_limit_free(guard_on(redis_server, max_wait=1))
 
 
+def test_a_waiter_from_before_the_store_lost_its_queues_keeps_no_new_place(
+    redis_server: RedisServer,
+) -> None:
+    """The store loses its queues and their number sequence while a waiter's process is
+    stopped; a new waiter joins. The old one, polling again, must find its place gone, not
+    take the new waiter's for its own because the new sequence gave out its number again."""
+    document = policy(limit=1, max_wait=10)
+    guard = guard_on(redis_server)
+    holder = admit(guard, "a")
+    old = spawn_waiter(redis_server, document)
+    assert old.stdout is not None
+    try:
+        os.kill(old.pid, signal.SIGSTOP)  # it does not poll meanwhile
+        assert redis_server.cli("FLUSHALL") == "OK"
+        holder.release()  # (its hold went with the flush)
+        holder = admit(guard, "b")
+        admitted: list[ug.Ticket] = []
+        new = threading.Thread(target=lambda: admitted.append(admit(guard, "new")))
+        new.start()
+        until(lambda: guard.waiting == 1)
+        os.kill(old.pid, signal.SIGCONT)
+        answer = json.loads(old.stdout.readline())
+        assert answer["outcome"] == "refused", answer
+        assert "the store no longer had it" in answer["message"], answer
+        assert old.wait(20) == 0
+        holder.release()
+        new.join(10)
+        assert len(admitted) == 1, "the new waiter lost its place"
+        admitted[0].release()
+    finally:
+        if old.poll() is None:
+            os.kill(old.pid, signal.SIGCONT)
+            old.kill()
+            old.wait()
+    assert_limit_free(guard_on(redis_server, max_wait=1))
+
+
 # -- Redis restarting empty under waiters -------------------------------------------------
 
 

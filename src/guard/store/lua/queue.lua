@@ -46,6 +46,14 @@ if op == 'join' then
     end
   end
   local ticket = redis.call('INCR', KEYS[1])
+  if ticket == 1 then
+    -- A new sequence (first use, or the store lost it: restarted empty, keys removed)
+    -- starts past every number a lost one gave out, at Redis's clock in microseconds, so a
+    -- waiter from before never finds a new waiter's place under its own number.
+    local t = redis.call('TIME')
+    ticket = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('SET', KEYS[1], ticket)
+  end
   for i = 1, n do
     redis.call('ZADD', KEYS[2 * i], ticket, ticket)
     redis.call('ZADD', KEYS[2 * i + 1], alive, ticket)
