@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from pathlib import Path
 from typing import Any
 
+import pytest
 import usage_guard as ug
 from redis_harness import RedisServer
 
@@ -30,8 +32,9 @@ BILLERS, BILLS = 16, 25
 CANCELLERS, CANCELS = 16, 40
 
 
-def _guard(server: RedisServer) -> ug.Guard:
-    return ug.Guard(ug.Policy.from_dict(POLICY), store=ug.RedisStore(server.url, "carry"))
+def _guard(server: RedisServer, ledger: ug.SqliteLedger | None = None) -> ug.Guard:
+    store = ug.RedisStore(server.url, "carry")
+    return ug.Guard(ug.Policy.from_dict(POLICY), store=store, ledger=ledger)
 
 
 def _tokens(guard: ug.Guard) -> tuple[int, int]:
@@ -104,8 +107,14 @@ def _settled(watcher: ug.Guard, expected: int) -> tuple[int, int]:
         time.sleep(0.05)
 
 
-def test_cancelled_carrying_admissions_count_every_bill_once(redis_server: RedisServer) -> None:
-    guard, watcher = _guard(redis_server), _guard(redis_server)
+@pytest.mark.parametrize("with_ledger", [False, True])
+def test_cancelled_carrying_admissions_count_every_bill_once(
+    redis_server: RedisServer, tmp_path: Path, with_ledger: bool
+) -> None:
+    # With a ledger, admissions run on the runtime from their first poll (not inline on the
+    # event loop): the cancels land at other points of the store step.
+    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db")) if with_ledger else None
+    guard, watcher = _guard(redis_server, ledger), _guard(redis_server)
     run = _Run(guard, seed=7)
     asyncio.run(run.main())
     guard.close()
@@ -122,5 +131,7 @@ def test_cancelled_carrying_admissions_count_every_bill_once(redis_server: Redis
     time.sleep(0.3)  # late retries find each bill settled: never counted twice
     assert _tokens(watcher) == (run.billed, 0)
     assert stats["billed"] == BILLERS * BILLS + (CANCELLERS * CANCELS - run.cancelled)
+    if ledger is not None:  # the ledger's rows agree with the counters
+        assert ledger.query(group_by=[])[0]["tokens"] == run.billed
     # Redis answered every step: no bill was left to the background retry.
     assert stats["settle_failures"] == 0 and stats["settles_retried"] == 0, stats
