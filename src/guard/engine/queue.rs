@@ -227,6 +227,34 @@ mod tests {
         }
     }
 
+    /// Jobs a reservation took and gave back go first in line, still unanswered: a flush
+    /// waits for them until the drain answers them.
+    #[test]
+    fn requeued_jobs_go_first_and_a_flush_waits_for_them() {
+        let queue = SettleQueue::default();
+        assert!(queue.push(job("a")), "the first push starts a drain");
+        assert!(!queue.push(job("b")));
+        let carried = queue.take_some(1);
+        assert_eq!(carried[0].settle.id, "a");
+        assert!(!queue.requeue(carried), "the drain still runs");
+        let taken = queue.take();
+        let ids: Vec<_> = taken.iter().map(|j| j.settle.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        let _runtime = crate::runtime::shared().enter();
+        let wait = Some(Duration::from_millis(20));
+        assert!(
+            !crate::runtime::block_on(queue.flush(wait)),
+            "two jobs unanswered"
+        );
+        queue.finished(taken.len());
+        assert!(crate::runtime::block_on(queue.flush(wait)));
+        assert!(queue.take().is_empty(), "the drain stops");
+        assert!(
+            queue.requeue(vec![job("c")]),
+            "no drain runs: the caller starts one"
+        );
+    }
+
     /// A parent thread inside the queue in the instant of a fork (it holds the lock for ever
     /// in the child): the child queues, drains and flushes its own jobs, never the parent's.
     #[test]
