@@ -48,8 +48,9 @@ if op == 'join' then
   local ticket = redis.call('INCR', KEYS[1])
   if ticket == 1 then
     -- A new sequence (first use, or the store lost it: restarted empty, keys removed)
-    -- starts past every number a lost one gave out, at Redis's clock in microseconds, so a
-    -- waiter from before never finds a new waiter's place under its own number.
+    -- starts at Redis's clock in microseconds, past every number a lost one gave out
+    -- (unless that clock stepped back), so a waiter from before never finds a new waiter's
+    -- place under its own number. (Doubles hold these integers exactly: below 2^53.)
     local t = redis.call('TIME')
     ticket = tonumber(t[1]) * 1000000 + tonumber(t[2])
     redis.call('SET', KEYS[1], ticket)
