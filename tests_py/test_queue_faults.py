@@ -1,6 +1,7 @@
 """Faults around the fair FIFO queues of `throttle` rules (docs/quotas.md, "Queues") on a real
-redis-server: a waiting process killed with SIGKILL, Redis restarting empty under waiters,
-and fork() while a thread of the parent waits in a queue."""
+redis-server: a waiting process killed with SIGKILL, Redis losing its queues under waiters
+(restarted empty, FLUSHALL; a stopped waiter's number handed out again), and fork() while
+threads of the parent wait in a queue."""
 
 from __future__ import annotations
 
