@@ -53,6 +53,9 @@ pub struct GatewaySettings {
     pub upstream_timeout_seconds: u64,
     /// How long a shutdown lets running calls and streams finish.
     pub drain_seconds: u64,
+    /// Threads serving calls, each with its own event loop (`None`: one per core). Read
+    /// when the gateway starts.
+    pub threads: Option<u64>,
     /// The environment variable holding the admin API's token; no admin API without it.
     pub admin_token_env: Option<String>,
 }
@@ -65,6 +68,7 @@ impl Default for GatewaySettings {
             max_body_bytes: 8 * 1024 * 1024,
             upstream_timeout_seconds: 600,
             drain_seconds: 30,
+            threads: None,
             admin_token_env: None,
         }
     }
@@ -138,12 +142,15 @@ fn is_digest(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// The most serving threads a gateway may ask for.
+const MAX_THREADS: u64 = 256;
 const UPSTREAM_KEYS: [&str; 2] = ["base_url", "api_key_env"];
-const GATEWAY_KEYS: [&str; 5] = [
+const GATEWAY_KEYS: [&str; 6] = [
     "keys",
     "max_body_bytes",
     "upstream_timeout_seconds",
     "drain_seconds",
+    "threads",
     "admin_token_env",
 ];
 /// The attributes a key's `attributes` table may set (the generic rules' vocabulary, less
@@ -253,6 +260,16 @@ impl Parser {
                 "max_body_bytes" => settings.max_body_bytes = n,
                 "upstream_timeout_seconds" => settings.upstream_timeout_seconds = n,
                 _ => settings.drain_seconds = n,
+            }
+        }
+        if let Some(v) = fields.get("threads") {
+            match v.as_u64().filter(|n| (1..=MAX_THREADS).contains(n)) {
+                Some(n) => settings.threads = Some(n),
+                None => self.error(
+                    "gateway.threads",
+                    Some(v),
+                    format!("must be a whole number from 1 to {MAX_THREADS}"),
+                ),
             }
         }
         if let Some(v) = fields.get("admin_token_env") {
