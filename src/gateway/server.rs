@@ -248,26 +248,24 @@ async fn serve(
     let stop_asked = async move {
         let _ = stopping.wait_for(|s| *s).await;
     };
-    let ended = tokio::select! {
+    // Both wake on the same stop: either may be picked first.
+    let served = tokio::select! {
         _ = &mut serve => true,
         _ = stop_asked => false,
     };
-    if !ended {
-        server_app.draining.store(true, Ordering::Relaxed);
-        let drain = server_app.guard.policy().gateway.drain_seconds;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(drain);
-        if tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
-            log::warn!(
-                "gateway: calls still running after {drain} s of draining are cut off \
-                     (and billed for what they delivered)"
-            );
-        }
-        // Calls whose client went away still run while their provider works: they are
-        // billed when it answers (this thread's runtime must live until then).
-        while server_app.calls.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    server_app.draining.store(true, Ordering::Relaxed);
+    let drain = server_app.guard.policy().gateway.drain_seconds;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(drain);
+    if !served && tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
+        log::warn!(
+            "gateway: calls still running after {drain} s of draining are cut off \
+             (and billed for what they delivered)"
+        );
+    }
+    // Calls whose client went away still run while their provider works: they are billed
+    // when it answers (this thread's runtime must live until then).
+    while server_app.calls.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
