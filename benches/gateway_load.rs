@@ -12,7 +12,7 @@
 //! byte. Prints p50/p90/p99/p99.9/max of each, the rate reached, and what the gateway adds.
 //!
 //! Run: `cargo bench --bench gateway_load --no-default-features --features gateway,bpe-openai
-//! -- [--rate 500] [--seconds 3] [--rounds 3]` (`make bench` runs it; benches/gateway.py
+//! -- [--rate 500] [--seconds 3] [--rounds 3] [--threads N]` (`make bench` runs it; benches/gateway.py
 //! prints the Python-client figures beside LiteLLM's).
 
 use std::convert::Infallible;
@@ -34,7 +34,8 @@ const CHUNK: &str = r#"{"id":"chatcmpl-load","object":"chat.completion.chunk","c
 const LAST: &str = r#"{"id":"chatcmpl-load","object":"chat.completion.chunk","created":0,"model":"gpt-4o","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]}"#;
 const USAGE: &str = r#"{"id":"chatcmpl-load","object":"chat.completion.chunk","created":0,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}}"#;
 
-fn policy(upstream: &str) -> Policy {
+fn policy(upstream: &str, threads: Option<u32>) -> Policy {
+    let threads = threads.map_or(String::new(), |n| format!("threads = {n}"));
     Policy::from_toml(&format!(
         r#"
 [models.gpt-4o]
@@ -55,6 +56,9 @@ anonymous = "refuse"
 
 [providers.openai]
 base_url = "{upstream}"
+
+[gateway]
+{threads}
 
 [gateway.keys.load]
 key = "{KEY}"
@@ -169,6 +173,8 @@ struct Args {
     rate: u32,
     seconds: f64,
     rounds: u32,
+    /// The gateway's serving threads (`None`: its default, one per core).
+    threads: Option<u32>,
 }
 
 fn args() -> Args {
@@ -176,6 +182,7 @@ fn args() -> Args {
         rate: 500,
         seconds: 3.0,
         rounds: 3,
+        threads: None,
     };
     let given: Vec<String> = std::env::args().collect();
     for pair in given.windows(2) {
@@ -183,6 +190,7 @@ fn args() -> Args {
             "--rate" => out.rate = pair[1].parse().expect("--rate N"),
             "--seconds" => out.seconds = pair[1].parse().expect("--seconds S"),
             "--rounds" => out.rounds = pair[1].parse().expect("--rounds N"),
+            "--threads" => out.threads = Some(pair[1].parse().expect("--threads N")),
             _ => {}
         }
     }
@@ -194,10 +202,11 @@ fn main() {
         rate,
         seconds,
         rounds,
+        threads,
     } = args();
     let upstream = start_upstream();
     let guard = Guard::new(
-        policy(&upstream),
+        policy(&upstream, threads),
         Arc::new(MemoryStore::new()),
         Arc::new(SystemClock),
     );

@@ -84,7 +84,7 @@ def test_every_error_is_reported_with_its_path():
         "gateway.tls",
         "",
         "unknown key; accepted: keys, max_body_bytes, "
-        "upstream_timeout_seconds, drain_seconds, admin_token_env",
+        "upstream_timeout_seconds, drain_seconds, threads, admin_token_env",
     ) in found
     assert (
         "gateway.max_body_bytes",

@@ -6,6 +6,7 @@
 //! (5xx, timeout, connection fault) or limits the rate hands the call to the next one while
 //! nothing was relayed yet. Each answer's outcome is recorded in the guard's health.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -35,8 +36,13 @@ pub(crate) async fn model_call(
 ) -> Response<Body> {
     let metrics = app.metrics.clone();
     // The call runs in its own task: a client that goes away while the provider works does
-    // not cancel it, so what the provider did is still billed.
-    let task = crate::runtime::shared().spawn(call(app, endpoint, headers, body));
+    // not cancel it, so what the provider did is still billed. It stays on this thread's
+    // runtime (the gateway's serving threads: one hop less than another runtime).
+    let running = Running::new(app.clone());
+    let task = tokio::spawn(async move {
+        let _running = running;
+        call(app, endpoint, headers, body).await
+    });
     let response = task
         .await
         .unwrap_or_else(|_| Problem::BadGateway.response(endpoint.shape, "the call failed"));
@@ -48,6 +54,22 @@ pub(crate) async fn model_call(
         ],
     );
     response
+}
+
+/// One model call counted in `App::calls` while it runs.
+struct Running(Arc<App>);
+
+impl Running {
+    fn new(app: Arc<App>) -> Self {
+        app.calls.fetch_add(1, Ordering::AcqRel);
+        Running(app)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.calls.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The upstream of `model`'s provider (a model the policy does not list goes to the
@@ -274,8 +296,9 @@ impl Attempt<'_> {
         let asked = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
         let ask_usage = checked.stream && endpoint.asks_stream_usage() && !asked;
         let send = outgoing(bytes, request, &call, ask_usage);
+        let client = app.client();
         let forward = Forward {
-            client: &app.client,
+            client: &client,
             metrics: &app.metrics,
             endpoint,
             upstream: served.upstream,

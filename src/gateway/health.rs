@@ -95,7 +95,7 @@ pub(crate) async fn probe(
         return json_response(StatusCode::NOT_FOUND, &json!({"error": message}));
     };
     let (path, body) = probe_call(&app, upstream.provider);
-    let request = upstream::request(&app.client, &upstream, path, &HeaderMap::new());
+    let request = upstream::request(&app.client(), &upstream, path, &HeaderMap::new());
     let started = Instant::now();
     let sent = tokio::time::timeout(
         Duration::from_secs(30),

@@ -5,7 +5,7 @@
 //! provider reports (or what was delivered, when a stream ends early).
 //!
 //! Files import one way: shape, keys, metrics, upstream ← headers ← relay ← forward ← proxy ←
-//! admin ← health, fallback_hops ← fallback ← dashboard_api ← dashboard ← server.
+//! admin ← health, fallback_hops ← fallback ← dashboard_api ← dashboard ← threads ← server.
 
 mod admin;
 mod dashboard;
@@ -21,6 +21,7 @@ mod proxy;
 mod relay;
 mod server;
 mod shape;
+mod threads;
 mod upstream;
 
 pub use server::{Gateway, GatewayOptions};

@@ -3,7 +3,7 @@
 //! that drives these steps is `fallback`'s). Every refusal and error answers in the
 //! endpoint's provider shape, before the provider sees the call.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,10 +25,31 @@ use crate::guard::engine::ticket::BillInfo;
 /// What every request of one gateway shares.
 pub(crate) struct App {
     pub(crate) guard: Guard,
+    /// The client of threads that cannot build their own ([`App::client`]).
     pub(crate) client: reqwest::Client,
     pub(crate) metrics: Arc<Metrics>,
     /// Set when shutting down: new calls are refused (503), running ones finish.
     pub(crate) draining: AtomicBool,
+    /// Model calls running, including those whose client went away (their provider still
+    /// works): a shutdown waits for them, up to `gateway.drain_seconds`.
+    pub(crate) calls: AtomicUsize,
+}
+
+thread_local! {
+    /// This thread's upstream client: a pooled connection is driven on the thread that
+    /// opened it, so each serving thread keeps its own pool (no hand-off to another thread
+    /// per call). `None` when it could not be built (the shared one serves).
+    static CLIENT: std::cell::OnceCell<Option<reqwest::Client>> =
+        const { std::cell::OnceCell::new() };
+}
+
+impl App {
+    /// The upstream HTTP client for a call on this thread.
+    pub(crate) fn client(&self) -> reqwest::Client {
+        CLIENT
+            .with(|c| c.get_or_init(|| super::upstream::client().ok()).clone())
+            .unwrap_or_else(|| self.client.clone())
+    }
 }
 
 pub(crate) fn bad(endpoint: Endpoint, message: &str) -> Response<Body> {

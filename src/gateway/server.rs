@@ -3,7 +3,7 @@
 
 use std::future::IntoFuture;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use super::keys;
 use super::metrics::Metrics;
 use super::proxy::App;
 use super::shape::{json_response, Endpoint, Problem};
+use super::threads;
 use super::upstream;
 use crate::ceiling::HttpShape;
 use crate::error::{Error, Result};
@@ -103,8 +104,8 @@ fn routes(app: Arc<App>, dashboard_only: bool) -> Router {
 }
 
 impl Gateway {
-    /// Starts serving `guard` (its policy's `[providers.*]` and `[gateway]`) on the crate's
-    /// runtime. Fails when the address cannot be bound or a provider's `api_key_env` is not
+    /// Starts serving `guard` (its policy's `[providers.*]` and `[gateway]`) on
+    /// `gateway.threads` threads of its own (one per core by default). Fails when the address cannot be bound or a provider's `api_key_env` is not
     /// set.
     pub fn start(guard: Guard, options: GatewayOptions) -> Result<Gateway> {
         if options.dashboard_only {
@@ -120,23 +121,29 @@ impl Gateway {
         let address = listener
             .local_addr()
             .map_err(|e| Error::invalid("listen", &options.listen, e.to_string()))?;
-        let runtime = crate::runtime::shared();
-        let listener = {
-            let _inside = runtime.enter();
-            tokio::net::TcpListener::from_std(listener)
-                .map_err(|e| Error::invalid("listen", &options.listen, e.to_string()))?
-        };
         let app = Arc::new(App {
             guard,
             client: upstream::client()?,
             metrics: Arc::new(Metrics::default()),
             draining: AtomicBool::new(false),
+            calls: AtomicUsize::new(0),
         });
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let stopped = Arc::new(Stopped::default());
-        let (server_app, done) = (app.clone(), stopped.clone());
-        let router = routes(server_app.clone(), options.dashboard_only);
-        runtime.spawn(run(listener, router, server_app, stopping, done));
+        let router = routes(app.clone(), options.dashboard_only);
+        let threads = app.guard.policy().gateway.threads.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            |n| n as usize,
+        );
+        let finish = {
+            let (app, done) = (app.clone(), stopped.clone());
+            move || finish(&app, &done)
+        };
+        let serving = app.clone();
+        threads::spawn(listener, threads, finish, move |listener| {
+            serve(listener, router.clone(), serving.clone(), stopping.clone())
+        })
+        .map_err(|e| Error::invalid("listen", &options.listen, e.to_string()))?;
         if options.dashboard_only {
             log::info!("usage-guard dashboard on http://{address}/dashboard");
         } else {
@@ -219,14 +226,12 @@ fn check_admin_token(guard: &Guard) -> Result<()> {
     ))
 }
 
-/// Serves until a stop is asked, then drains (up to `gateway.drain_seconds`), flushes the
-/// ledger and marks the gateway stopped.
-async fn run(
+/// Serves on one thread until a stop is asked, then drains (up to `gateway.drain_seconds`).
+async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     server_app: Arc<App>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
-    done: Arc<Stopped>,
 ) {
     let mut signal = stopping.clone();
     // Streams are many small writes: without TCP_NODELAY each waits on the client's
@@ -243,27 +248,33 @@ async fn run(
     let stop_asked = async move {
         let _ = stopping.wait_for(|s| *s).await;
     };
-    let ended = tokio::select! {
+    // Both wake on the same stop: either may be picked first.
+    let served = tokio::select! {
         _ = &mut serve => true,
         _ = stop_asked => false,
     };
-    if !ended {
-        server_app.draining.store(true, Ordering::Relaxed);
-        let drain = server_app.guard.policy().gateway.drain_seconds;
-        if tokio::time::timeout(Duration::from_secs(drain), &mut serve)
-            .await
-            .is_err()
-        {
-            log::warn!(
-                "gateway: calls still running after {drain} s of draining are cut off \
-                     (and billed for what they delivered)"
-            );
-        }
+    server_app.draining.store(true, Ordering::Relaxed);
+    let drain = server_app.guard.policy().gateway.drain_seconds;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(drain);
+    if !served && tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
+        log::warn!(
+            "gateway: calls still running after {drain} s of draining are cut off \
+             (and billed for what they delivered)"
+        );
     }
-    // Streams cut off above bill in the background: give them a moment to land.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let guard = server_app.guard.clone();
-    let _ = tokio::task::spawn_blocking(move || guard.close()).await;
+    // Calls whose client went away still run while their provider works: they are billed
+    // when it answers (this thread's runtime must live until then).
+    while server_app.calls.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// After the last serving thread ended: lets the streams cut off bill, flushes the ledger
+/// and marks the gateway stopped.
+fn finish(app: &App, done: &Stopped) {
+    // Streams cut off bill in the background: give them a moment to land.
+    std::thread::sleep(Duration::from_millis(50));
+    let _ = app.guard.close();
     *done.done.lock() = true;
     done.changed.notify_all();
 }

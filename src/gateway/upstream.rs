@@ -16,7 +16,7 @@ const PASSED_ON: [&str; 5] = [
     "openai-project",
 ];
 
-/// The HTTP client every upstream call shares (one connection pool).
+/// An HTTP client for upstream calls (each serving thread has one: `App::client`).
 pub(crate) fn client() -> Result<reqwest::Client> {
     reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(90))
