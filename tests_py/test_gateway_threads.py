@@ -12,7 +12,7 @@ import openai
 import pytest
 import usage_guard as ug
 from provider_support import reserved, used
-from test_gateway import ALICE, MESSAGES, fake, gateway_policy, oai, server  # noqa: F401
+from test_gateway import ALICE, MESSAGES, gateway_policy, oai
 
 
 def start(fake_provider, threads: int, **kw) -> tuple[ug.Guard, ug.Gateway]:  # type: ignore[no-untyped-def]
@@ -23,7 +23,7 @@ def start(fake_provider, threads: int, **kw) -> tuple[ug.Guard, ug.Gateway]:  # 
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-def test_calls_on_every_thread_share_one_budget(fake, threads):  # noqa: F811
+def test_calls_on_every_thread_share_one_budget(fake, threads):
     """Many connections at once (spread over the threads by whoever accepts first): what is
     billed stays within the budget and equals what the calls reported."""
     guard, gateway = start(fake, threads, tokens_a_day=900)
@@ -50,7 +50,7 @@ def test_calls_on_every_thread_share_one_budget(fake, threads):  # noqa: F811
         assert gateway.wait(10)
 
 
-def test_shutdown_waits_for_a_call_whose_client_went_away(fake):  # noqa: F811
+def test_shutdown_waits_for_a_call_whose_client_went_away(fake):
     """The client gives up while the provider works; the gateway is then shut down. The call
     runs on to the provider's answer and is billed from its usage (a serving thread's event
     loop is not torn down under it)."""
