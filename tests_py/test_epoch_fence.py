@@ -259,3 +259,24 @@ def test_cli_recover_lifts_the_fence(redis_server: RedisServer) -> None:
     )
     assert done.stdout.startswith("recovered: new epoch ")
     call(guard)
+
+
+def test_a_lost_counter_a_bill_recreates_stays_fenced(
+    redis_server: RedisServer, clock: ug.ManualClock
+) -> None:
+    """The counter is deleted while a call is open; that call's bill adds its use and so
+    recreates the key, holding only that one bill. The loss must not hide behind it: the next
+    call is still fenced, until a recovery (a new generation) lifts it."""
+    guard = ug.Guard(policy(), store=store(redis_server, "rec"), clock=clock)
+    for _ in range(3):
+        call(guard)
+    open_call = guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    keys = redis_server.cli("--scan", "--pattern", "{rec}:c:*").split()
+    assert len(keys) == 1
+    redis_server.cli("del", keys[0])
+    assert open_call.bill(input_tokens=50, output_tokens=50, wait=True) is not None
+    assert redis_server.cli("hget", keys[0], "u").strip() == str(CALL_COST)
+    assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
+    guard.recover(attest=True)
+    call(guard)
+    assert used(guard) == 2 * CALL_COST

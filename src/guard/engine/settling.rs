@@ -161,11 +161,6 @@ struct Carried<'a> {
 
 impl<'a> Carried<'a> {
     fn new(shared: &'a Arc<Shared>, jobs: Vec<Job>) -> Self {
-        let n = jobs.len() as u64;
-        shared
-            .stats
-            .settles_carried
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         let (settles, replies) = jobs.into_iter().map(|j| (j.settle, j.reply)).unzip();
         Carried {
             shared,
@@ -176,6 +171,14 @@ impl<'a> Carried<'a> {
 
     fn answer(mut self, answers: Result<Vec<Result<SettleOutcome, StoreError>>, StoreError>) {
         let settles = std::mem::take(&mut self.settles);
+        if answers.is_ok() {
+            // Counted once the step answered: a bill given back (a cancelled admission) and
+            // carried again rode once.
+            self.shared
+                .stats
+                .settles_carried
+                .fetch_add(settles.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
         let replies = std::mem::take(&mut self.replies);
         answer_jobs(self.shared, settles, replies, answers);
     }

@@ -2,6 +2,7 @@
 --   u         used (integer)
 --   s         filled mark (reserved for filling from the logs)
 --   e         retain-until, ms on the guard's clock (the counter is gone after it)
+--   x         the generation under which it was lost before a bill recreated it (fence.lua)
 -- A counter's holds (of every bucket) are one hash beside it:
 --   r<minute> holds that expire at the start of <minute> (minutes since the epoch)
 --   k         present while the epoch fence lists the key (fence.lua): so the hash outlives

@@ -44,7 +44,20 @@ local function fence_check_now(now)
     return -3
   end
   for i = 1, #KEYS do
-    if string.sub(FENCE_FLAGS, i, i) ~= '0' and redis.call('EXISTS', KEYS[i]) == 0 then
+    local flag = string.sub(FENCE_FLAGS, i, i)
+    local missing = false
+    if flag == '1' then
+      -- A bucket always has one of u, s, e; x is set by a bill that recreated it after it was
+      -- lost (fence_lost): the loss still counts while that generation is trusted.
+      local v = redis.call('HMGET', KEYS[i], 'x', 'u', 's', 'e')
+      if v[1] == FENCE_GEN then
+        return -4
+      end
+      missing = not (v[2] or v[3] or v[4])
+    elseif flag == 'h' then
+      missing = redis.call('EXISTS', KEYS[i]) == 0
+    end
+    if missing then
       local bucket = fence_bucket(i, KEYS[i])
       local registry = FENCE_EPOCH .. ':' .. FENCE_GEN .. ':' .. bucket
       local listed = redis.call('HGET', registry, KEYS[i])
@@ -121,6 +134,24 @@ local function fence_register(kept, now)
       end
     end
   end
+end
+
+-- The generation under which counter bucket `key`, missing now and about to be recreated by
+-- a bill, was lost: the registry of the store's generation lists it as kept past `now`; nil
+-- when it was never listed or its time was over. The bill marks the recreated bucket with it
+-- (field x), so the fence still sees the loss (fence_check_now) until a recovery writes a new
+-- generation: a recreated key holding one bill's use must not read as the counter.
+local function fence_lost(key, now)
+  local gen = redis.call('HGET', FENCE_EPOCH, 'g')
+  if not gen then
+    return nil
+  end
+  local bucket = string.match(key, ':(%-?%d+)$') or '0'
+  local listed = redis.call('HGET', FENCE_EPOCH .. ':' .. gen .. ':' .. bucket, key)
+  if listed and tonumber(listed) > now then
+    return gen
+  end
+  return nil
 end
 
 -- After a settle added use: lists each bucket in `added` (key -> its retain-until) under the

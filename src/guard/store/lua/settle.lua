@@ -5,7 +5,8 @@
 -- r<minute> (never below zero; a hold already expired is left) when the ticket's reservation
 -- landed (a whole ticket: it is held; a batch part: its batch landed), adds use to u, and
 -- marks the id settled until settled_until, and lists the buckets added to in the epoch
--- fence's registry (fence.lua). Returns 0. All in one step.
+-- fence's registry (fence.lua); a bucket it recreates after it was lost is marked so
+-- (fence_lost). Returns 0. All in one step.
 local now = tonumber(ARGV[1])
 local field = 'r' .. ARGV[2]
 local live = tonumber(ARGV[2]) * 60000 > now
@@ -37,7 +38,11 @@ for i = holds + 1, #KEYS - 2 do
   local j = base + (i - holds - 1) * 2
   local key = KEYS[2 + i]
   local current = counter_until(key, now)
+  local lost = current == 0 and fence_lost(key, now)
   redis.call('HINCRBY', key, 'u', ARGV[j + 1])
+  if lost then
+    redis.call('HSET', key, 'x', lost)
+  end
   local retain = tonumber(ARGV[j + 2])
   keep_until(key, retain, current, now)
   added[key] = math.max(retain, current)
