@@ -8,6 +8,13 @@ reply = client.chat.completions.create(model="gpt-5", messages=[...])
 reply.usage_limits      # the usage view, with "capped"
 """
 
-from ._adapter.openai import CHAT, EMBEDDINGS, RESPONSES, GuardedAsyncOpenAI, GuardedOpenAI
+from ._adapter.openai import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
+    RESPONSES,
+    GuardedAsyncOpenAI,
+    GuardedOpenAI,
+)
 
-__all__ = ["GuardedOpenAI", "GuardedAsyncOpenAI", "CHAT", "RESPONSES", "EMBEDDINGS"]
+__all__ = ["GuardedOpenAI", "GuardedAsyncOpenAI", "CHAT", "RESPONSES", "COMPLETIONS", "EMBEDDINGS"]

@@ -1,6 +1,6 @@
-"""OpenAI SDK plumbing: `chat.completions.create`, `responses.create` (plain and streaming)
-and `embeddings.create` are admitted (counted and fitted in the core) and billed; everything
-else passes through.
+"""OpenAI SDK plumbing: `chat.completions.create`, `responses.create`, the legacy
+`completions.create` (plain and streaming) and `embeddings.create` are admitted (counted
+and fitted in the core) and billed; everything else passes through.
 
     from openai import OpenAI
     from usage_guard.openai import GuardedOpenAI
@@ -17,7 +17,14 @@ from typing import Any, Optional
 from .call import Api, StreamState, g, reported
 from .flow import GuardedClient, Proxy
 
-__all__ = ["GuardedOpenAI", "GuardedAsyncOpenAI", "CHAT", "RESPONSES", "EMBEDDINGS"]
+__all__ = [
+    "GuardedOpenAI",
+    "GuardedAsyncOpenAI",
+    "CHAT",
+    "RESPONSES",
+    "COMPLETIONS",
+    "EMBEDDINGS",
+]
 
 
 def _chat_observe(state: StreamState, chunk: Any) -> None:
@@ -44,6 +51,18 @@ def _chat_stream_setup(kwargs: dict[str, Any]) -> bool:
     options["include_usage"] = True
     kwargs["stream_options"] = options
     return not asked
+
+
+def _completions_observe(state: StreamState, chunk: Any) -> None:
+    for choice in g(chunk, "choices", default=()):
+        text = g(choice, "text")
+        if text:
+            state.text.append(text)
+        reason = g(choice, "finish_reason")
+        if reason:
+            state.finish_reason = str(reason)
+    if g(chunk, "usage") is not None:
+        state.usage = reported(COMPLETIONS.word, chunk)
 
 
 def _usage_only(chunk: Any) -> bool:
@@ -95,6 +114,13 @@ RESPONSES = Api(
     finish_reasons=_responses_reasons,
     observe=_responses_observe,
 )
+COMPLETIONS = Api(
+    word="openai.completions",
+    finish_reasons=_chat_reasons,
+    observe=_completions_observe,
+    stream_setup=_chat_stream_setup,
+    extra_chunk=_usage_only,
+)
 EMBEDDINGS = Api(
     word="openai.embeddings",
     embeddings=True,
@@ -131,6 +157,9 @@ class GuardedOpenAI(GuardedClient):
         responses = Proxy(client.responses, **guarded_responses)
         self.chat = Proxy(client.chat, completions=completions)
         self.responses = responses
+        self.completions = Proxy(
+            client.completions, create=self._guarded(COMPLETIONS, client.completions.create)
+        )
         self.embeddings = Proxy(
             client.embeddings, create=self._guarded(EMBEDDINGS, client.embeddings.create)
         )
