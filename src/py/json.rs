@@ -7,6 +7,7 @@ use pyo3::types::iter::BoundDictIterator;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyIterator, PyList, PyString, PyTuple};
 use serde_json::{Map, Value};
 
+use super::pystr::utf8;
 use crate::error::Error;
 
 /// How deep a value may nest (dicts and lists inside each other). Deeper input, and any
@@ -59,9 +60,10 @@ impl<'py> Open<'py> {
                 let Some((k, v)) = items.next() else {
                     return Ok(None);
                 };
-                *key = k
-                    .extract()
+                let k = k
+                    .cast::<PyString>()
                     .map_err(|_| Error::wrong_type(path, k.get_type(), "keys must be strings"))?;
+                *key = utf8(k)?.into_owned();
                 let child = if path.is_empty() {
                     key.clone()
                 } else {
@@ -162,7 +164,7 @@ fn scalar(
             .ok_or_else(|| Error::invalid(path, f, "must be a finite number").into());
     }
     if let Ok(s) = value.cast::<PyString>() {
-        return Ok(Some(Value::String(s.extract::<String>()?)));
+        return Ok(Some(Value::String(utf8(s)?.into_owned())));
     }
     Ok(None)
 }
