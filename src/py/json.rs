@@ -4,9 +4,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::iter::BoundDictIterator;
-use pyo3::types::{
-    PyBool, PyDict, PyFloat, PyInt, PyIterator, PyList, PyString, PyTuple, PyType,
-};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyIterator, PyList, PyString, PyTuple, PyType};
 use serde_json::{Map, Value};
 
 use super::pystr::utf8;

@@ -36,7 +36,9 @@ pub(crate) fn utf8<'a>(s: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, str>> {
     let len = usize::try_from(size).expect("a str's size is never negative");
     // SAFETY: CPython returns `size` bytes of valid UTF-8 at `data` (it refuses surrogates).
     let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) };
-    Ok(Cow::Borrowed(unsafe { std::str::from_utf8_unchecked(bytes) }))
+    Ok(Cow::Borrowed(unsafe {
+        std::str::from_utf8_unchecked(bytes)
+    }))
 }
 
 /// `s`'s text as UTF-8 (a copy on this platform: see the module doc).
