@@ -62,7 +62,7 @@ impl<'py> Open<'py> {
                 let Ok(k) = k.cast::<PyString>() else {
                     return Err(Stop::KeyNotStr(k.get_type()));
                 };
-                *key = utf8(k).map_err(Stop::Py)?.into_owned();
+                *key = utf8(k).map_err(Stop::KeyNotUtf8)?.into_owned();
                 Ok(Some(v))
             }
             Open::List { iter, .. } => match iter.next() {
@@ -85,6 +85,19 @@ enum Stop<'py> {
     Py(PyErr),
     /// A dict key of this type (not a string): reported with the dict's path.
     KeyNotStr(Bound<'py, PyType>),
+    /// A dict key with a lone surrogate (CPython's encoding error).
+    KeyNotUtf8(PyErr),
+}
+
+/// The refusal of a `str` with a lone surrogate (no UTF-8 form), at `path`; `error` is
+/// CPython's encoding error, which says where.
+fn not_utf8(path: &str, error: &PyErr) -> PyErr {
+    Error::invalid(
+        path,
+        error,
+        "must be text without lone surrogates; accepted: a str that encodes as UTF-8",
+    )
+    .into()
 }
 
 /// The path of the value being converted inside `open` (the containers from the root down),
@@ -152,6 +165,10 @@ fn to_json(root: &Bound<'_, PyAny>, path: &str, non_finite_as_text: bool) -> PyR
                     let at = path_at(path, &open);
                     return Err(Error::wrong_type(&at, given, "keys must be strings").into());
                 }
+                Err(Stop::KeyNotUtf8(e)) => {
+                    open.pop();
+                    return Err(not_utf8(&path_at(path, &open), &e));
+                }
             }
         }
     }
@@ -189,7 +206,8 @@ fn scalar(
             .ok_or_else(|| Error::invalid(&at(), f, "must be a finite number").into());
     }
     if let Ok(s) = value.cast::<PyString>() {
-        return Ok(Some(Value::String(utf8(s)?.into_owned())));
+        let text = utf8(s).map_err(|e| not_utf8(&at(), &e))?;
+        return Ok(Some(Value::String(text.into_owned())));
     }
     Ok(None)
 }
