@@ -4,9 +4,10 @@
 
 use pyo3::prelude::*;
 use pyo3::types::iter::BoundDictIterator;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyIterator, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyIterator, PyList, PyString, PyTuple, PyType};
 use serde_json::{Map, Value};
 
+use super::pystr::utf8;
 use crate::error::Error;
 
 /// How deep a value may nest (dicts and lists inside each other). Deeper input, and any
@@ -26,17 +27,18 @@ pub(crate) fn py_to_json_document(value: &Bound<'_, PyAny>) -> PyResult<Value> {
 }
 
 /// A container being converted: what is done so far and where its next item comes from.
+/// Paths are not built as the walk goes (that was a string per value): an error renders
+/// the path of where it happened from the open containers (see [`path_at`]).
 enum Open<'py> {
     Dict {
         map: Map<String, Value>,
         items: BoundDictIterator<'py>,
+        /// The key of the item being converted.
         key: String,
-        path: String,
     },
     List {
         items: Vec<Value>,
         iter: Bound<'py, PyIterator>,
-        path: String,
     },
 }
 
@@ -50,28 +52,22 @@ impl<'py> Open<'py> {
         }
     }
 
-    /// The next item to convert and its path; `None` when the container is done.
-    fn next_item(&mut self) -> PyResult<Option<(Bound<'py, PyAny>, String)>> {
+    /// The next item to convert; `None` when the container is done.
+    fn next_item(&mut self) -> Result<Option<Bound<'py, PyAny>>, Stop<'py>> {
         match self {
-            Open::Dict {
-                items, key, path, ..
-            } => {
+            Open::Dict { items, key, .. } => {
                 let Some((k, v)) = items.next() else {
                     return Ok(None);
                 };
-                *key = k
-                    .extract()
-                    .map_err(|_| Error::wrong_type(path, k.get_type(), "keys must be strings"))?;
-                let child = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
+                let Ok(k) = k.cast::<PyString>() else {
+                    return Err(Stop::KeyNotStr(k.get_type()));
                 };
-                Ok(Some((v, child)))
+                *key = utf8(k).map_err(Stop::KeyNotUtf8)?.into_owned();
+                Ok(Some(v))
             }
-            Open::List { items, iter, path } => match iter.next() {
+            Open::List { iter, .. } => match iter.next() {
                 None => Ok(None),
-                Some(item) => Ok(Some((item?, format!("{path}[{}]", items.len())))),
+                Some(item) => item.map(Some).map_err(Stop::Py),
             },
         }
     }
@@ -84,29 +80,66 @@ impl<'py> Open<'py> {
     }
 }
 
+/// Why a container's next item could not be taken.
+enum Stop<'py> {
+    Py(PyErr),
+    /// A dict key of this type (not a string): reported with the dict's path.
+    KeyNotStr(Bound<'py, PyType>),
+    /// A dict key with a lone surrogate (CPython's encoding error).
+    KeyNotUtf8(PyErr),
+}
+
+/// The refusal of a `str` with a lone surrogate (no UTF-8 form), at `path`; `error` is
+/// CPython's encoding error, which says where.
+fn not_utf8(path: &str, error: &PyErr) -> PyErr {
+    Error::invalid(
+        path,
+        error,
+        "must be text without lone surrogates; accepted: a str that encodes as UTF-8",
+    )
+    .into()
+}
+
+/// The path of the value being converted inside `open` (the containers from the root down),
+/// the root named `root`: `request.messages[3].content`.
+fn path_at(root: &str, open: &[Open<'_>]) -> String {
+    let mut path = root.to_string();
+    for container in open {
+        match container {
+            Open::Dict { key, .. } => {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+            }
+            Open::List { items, .. } => path.push_str(&format!("[{}]", items.len())),
+        }
+    }
+    path
+}
+
 fn to_json(root: &Bound<'_, PyAny>, path: &str, non_finite_as_text: bool) -> PyResult<Value> {
     let mut open: Vec<Open<'_>> = Vec::new();
     let mut value = root.clone();
-    let mut at = path.to_string();
     // SDK models dumped so far: bounded too, in case one dumps to itself.
     let mut dumps = 0;
     loop {
         // Either a converted value to hand to its container, or a container just opened.
+        let at = || path_at(path, &open);
         let mut finished = match scalar(&value, &at, non_finite_as_text)? {
             Some(converted) => Some(converted),
             None => {
                 if open.len() >= MAX_DEPTH || dumps > MAX_DEPTH {
-                    return Err(too_deep(&at));
+                    return Err(too_deep(&at()));
                 }
-                match container(&value, at)? {
+                match container(&value, &at)? {
                     Ok(started) => {
                         open.push(started);
                         None
                     }
-                    Err((dumped, dumped_at)) => {
+                    Err(dumped) => {
                         dumps += 1;
                         value = dumped;
-                        at = dumped_at;
                         continue;
                     }
                 }
@@ -119,22 +152,33 @@ fn to_json(root: &Bound<'_, PyAny>, path: &str, non_finite_as_text: bool) -> PyR
             if let Some(converted) = finished.take() {
                 top.accept(converted);
             }
-            match top.next_item()? {
-                Some((item, item_at)) => {
+            match top.next_item() {
+                Ok(Some(item)) => {
                     value = item;
-                    at = item_at;
                     break;
                 }
-                None => finished = Some(open.pop().expect("an open container").finish()),
+                Ok(None) => finished = Some(open.pop().expect("an open container").finish()),
+                Err(Stop::Py(e)) => return Err(e),
+                Err(Stop::KeyNotStr(given)) => {
+                    // The dict's own path: without its key's segment.
+                    open.pop();
+                    let at = path_at(path, &open);
+                    return Err(Error::wrong_type(&at, given, "keys must be strings").into());
+                }
+                Err(Stop::KeyNotUtf8(e)) => {
+                    open.pop();
+                    return Err(not_utf8(&path_at(path, &open), &e));
+                }
             }
         }
     }
 }
 
 /// A converted scalar; `None` for a container (or an object that dumps to one).
+/// `at` renders the value's path, for an error.
 fn scalar(
     value: &Bound<'_, PyAny>,
-    path: &str,
+    at: &dyn Fn() -> String,
     non_finite_as_text: bool,
 ) -> PyResult<Option<Value>> {
     if value.is_none() {
@@ -150,7 +194,7 @@ fn scalar(
         if let Ok(n) = value.extract::<u64>() {
             return Ok(Some(Value::from(n)));
         }
-        return Err(Error::invalid(path, value, "is too large a number").into());
+        return Err(Error::invalid(&at(), value, "is too large a number").into());
     }
     if let Ok(f) = value.cast::<PyFloat>() {
         let f = f.value();
@@ -159,43 +203,41 @@ fn scalar(
         }
         return serde_json::Number::from_f64(f)
             .map(|n| Some(Value::Number(n)))
-            .ok_or_else(|| Error::invalid(path, f, "must be a finite number").into());
+            .ok_or_else(|| Error::invalid(&at(), f, "must be a finite number").into());
     }
     if let Ok(s) = value.cast::<PyString>() {
-        return Ok(Some(Value::String(s.extract::<String>()?)));
+        let text = utf8(s).map_err(|e| not_utf8(&at(), &e))?;
+        return Ok(Some(Value::String(text.into_owned())));
     }
     Ok(None)
 }
 
 /// A dict, list or tuple opened for conversion; or, for an SDK model, what it dumps to
-/// (`Err`, to convert in its place); or a type error.
-#[allow(clippy::type_complexity)]
+/// (`Err`, to convert in its place); or a type error (`at` renders the value's path).
 fn container<'py>(
     value: &Bound<'py, PyAny>,
-    path: String,
-) -> PyResult<Result<Open<'py>, (Bound<'py, PyAny>, String)>> {
+    at: &dyn Fn() -> String,
+) -> PyResult<Result<Open<'py>, Bound<'py, PyAny>>> {
     if let Ok(d) = value.cast::<PyDict>() {
         return Ok(Ok(Open::Dict {
             map: Map::with_capacity(d.len()),
             items: d.iter(),
             key: String::new(),
-            path,
         }));
     }
     if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
         return Ok(Ok(Open::List {
-            items: Vec::new(),
+            items: Vec::with_capacity(value.len().unwrap_or(0)),
             iter: value.try_iter()?,
-            path,
         }));
     }
     for method in ["model_dump", "to_dict"] {
         if value.hasattr(method)? {
-            return Ok(Err((value.call_method0(method)?, path)));
+            return Ok(Err(value.call_method0(method)?));
         }
     }
     Err(Error::wrong_type(
-        &path,
+        &at(),
         value.get_type(),
         "cannot use this type here; accepted: dict, list, str, int, float, bool, None",
     )

@@ -18,6 +18,7 @@ mod ledger;
 mod metrics;
 mod policy;
 mod provider;
+mod pystr;
 mod quota;
 mod quota_db;
 mod redis_store;
