@@ -77,6 +77,7 @@ struct WithGil(Option<(Py<PyAny>, Py<PyAny>)>);
 impl Drop for WithGil {
     fn drop(&mut self) {
         if let Some(refs) = self.0.take() {
+            super::thread_state::keep();
             Python::attach(move |_| drop(refs));
         }
     }
@@ -126,6 +127,7 @@ where
     }
     let mut held = WithGil(Some((event_loop.clone().unbind(), future.clone().unbind())));
     let task = runtime.spawn(async move {
+        super::thread_state::keep();
         let out = work.await;
         let Some((loop_ref, future_ref)) = held.0.take() else {
             return;

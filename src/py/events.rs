@@ -28,6 +28,7 @@ pub(crate) fn event_to_py<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound
 /// exception it raises is logged, never propagated into admission.
 pub(crate) fn listener(callback: Py<PyAny>) -> impl Fn(&Event) + Send + Sync + 'static {
     move |event: &Event| {
+        super::thread_state::keep();
         Python::attach(|py| {
             let called = event_to_py(py, event).and_then(|d| callback.call1(py, (d,)));
             if let Err(e) = called {

@@ -23,6 +23,7 @@ mod quota;
 mod quota_db;
 mod redis_store;
 mod store;
+mod thread_state;
 mod ticket;
 mod usage;
 
