@@ -25,6 +25,10 @@
 //! - pyo3's pool of deferred decrefs (a lock inside pyo3 that every `Python::attach` may
 //!   take): the runtime's tasks drop their Python objects with the GIL held, so they never
 //!   take it (`py::asyncio`).
+//! - CPython's own `HEAD_LOCK` (up to 3.11 the child takes it inside `os.fork()` before
+//!   re-creating it, CPython gh-112275): a thread state is made under it without the GIL, so
+//!   the runtime's threads keep one thread state for life instead of one per
+//!   `Python::attach` (`py::thread_state`).
 //!
 //! Not covered: an in-memory store's counters and a `QuotaDb` connection (each is the
 //! process's own; a child of a parent thread busy in one may block on its lock), a lazily
