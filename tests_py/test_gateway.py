@@ -417,10 +417,18 @@ def test_upstream_timeout_is_504_and_released(fake, start):
 def test_concurrent_calls_never_overspend(fake, start):
     """32 clients at once on a budget for about 10 calls: what is billed stays within the
     amount (each call's output was clamped to its reservation), and every call settled."""
-    import concurrent.futures
 
     guard, gateway = start(tokens_a_day=900)
     fake.output_tokens = 200
+
+    at_once_within_budget(guard, gateway, 32)
+
+
+def at_once_within_budget(guard: ug.Guard, gateway: ug.Gateway, calls: int) -> None:
+    """`calls` clients at once on alice's 900-token budget (each asking for 500 tokens of
+    output): some are admitted and some refused; what is billed is what the admitted calls
+    reported, within the budget, and nothing stays reserved."""
+    import concurrent.futures
 
     def one(_: int) -> int:
         try:
@@ -431,10 +439,10 @@ def test_concurrent_calls_never_overspend(fake, start):
         except openai.RateLimitError:
             return -1
 
-    with concurrent.futures.ThreadPoolExecutor(32) as pool:
-        results = list(pool.map(one, range(32)))
+    with concurrent.futures.ThreadPoolExecutor(calls) as pool:
+        results = list(pool.map(one, range(calls)))
     admitted = [r for r in results if r >= 0]
-    assert admitted and len(admitted) < 32
+    assert admitted and len(admitted) < calls
     assert used(guard, "alice", "gpt-4o") <= 900
     assert used(guard, "alice", "gpt-4o") == 21 * len(admitted) + sum(admitted)
     assert reserved(guard, "alice", "gpt-4o") == 0

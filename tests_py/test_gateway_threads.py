@@ -4,15 +4,13 @@ for a call whose client went away while the provider worked (it is billed, not d
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
 
 import httpx
-import openai
 import pytest
 import usage_guard as ug
 from provider_support import reserved, used
-from test_gateway import ALICE, MESSAGES, gateway_policy, oai
+from test_gateway import ALICE, MESSAGES, at_once_within_budget, gateway_policy
 
 
 def start(fake_provider, threads: int, **kw) -> tuple[ug.Guard, ug.Gateway]:  # type: ignore[no-untyped-def]
@@ -29,22 +27,7 @@ def test_calls_on_every_thread_share_one_budget(fake, threads):
     guard, gateway = start(fake, threads, tokens_a_day=900)
     fake.output_tokens = 200
     try:
-
-        def one(_: int) -> int:
-            try:
-                reply = oai(gateway).chat.completions.create(
-                    model="gpt-4o", messages=MESSAGES, max_tokens=500
-                )
-                return reply.usage.completion_tokens if reply.usage else 0
-            except openai.RateLimitError:
-                return -1
-
-        with concurrent.futures.ThreadPoolExecutor(24) as pool:
-            results = list(pool.map(one, range(24)))
-        admitted = [r for r in results if r >= 0]
-        assert admitted and len(admitted) < 24
-        assert used(guard, "alice", "gpt-4o") == 21 * len(admitted) + sum(admitted) <= 900
-        assert reserved(guard, "alice", "gpt-4o") == 0
+        at_once_within_budget(guard, gateway, 24)
     finally:
         gateway.shutdown()
         assert gateway.wait(10)

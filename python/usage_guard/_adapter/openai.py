@@ -12,7 +12,7 @@ and fitted in the core) and billed; everything else passes through.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .call import Api, StreamState, g, reported
 from .flow import GuardedClient, Proxy
@@ -27,21 +27,32 @@ __all__ = [
 ]
 
 
-def _chat_observe(state: StreamState, chunk: Any) -> None:
+def _observe_choices(
+    state: StreamState, chunk: Any, word: str, texts: Callable[[Any], list[str]]
+) -> None:
+    """One chunk of a choices-shaped stream (chat, legacy completions): each choice's text
+    (`texts` reads it), its finish reason, and the usage when the chunk carries it."""
     for choice in g(chunk, "choices", default=()):
-        delta = g(choice, "delta")
-        content = g(delta, "content")
-        if content:
-            state.text.append(content)
-        for call in g(delta, "tool_calls", default=()) or ():
-            args = g(call, "function", "arguments")
-            if args:
-                state.text.append(args)
+        state.text.extend(t for t in texts(choice) if t)
         reason = g(choice, "finish_reason")
         if reason:
             state.finish_reason = str(reason)
     if g(chunk, "usage") is not None:
-        state.usage = reported(CHAT.word, chunk)
+        state.usage = reported(word, chunk)
+
+
+def _chat_texts(choice: Any) -> list[str]:
+    delta = g(choice, "delta")
+    calls = g(delta, "tool_calls", default=()) or ()
+    return [g(delta, "content")] + [g(call, "function", "arguments") for call in calls]
+
+
+def _chat_observe(state: StreamState, chunk: Any) -> None:
+    _observe_choices(state, chunk, CHAT.word, _chat_texts)
+
+
+def _completions_observe(state: StreamState, chunk: Any) -> None:
+    _observe_choices(state, chunk, COMPLETIONS.word, lambda choice: [g(choice, "text")])
 
 
 def _chat_stream_setup(kwargs: dict[str, Any]) -> bool:
@@ -51,18 +62,6 @@ def _chat_stream_setup(kwargs: dict[str, Any]) -> bool:
     options["include_usage"] = True
     kwargs["stream_options"] = options
     return not asked
-
-
-def _completions_observe(state: StreamState, chunk: Any) -> None:
-    for choice in g(chunk, "choices", default=()):
-        text = g(choice, "text")
-        if text:
-            state.text.append(text)
-        reason = g(choice, "finish_reason")
-        if reason:
-            state.finish_reason = str(reason)
-    if g(chunk, "usage") is not None:
-        state.usage = reported(COMPLETIONS.word, chunk)
 
 
 def _usage_only(chunk: Any) -> bool:
