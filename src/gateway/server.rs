@@ -105,8 +105,8 @@ fn routes(app: Arc<App>, dashboard_only: bool) -> Router {
 
 impl Gateway {
     /// Starts serving `guard` (its policy's `[providers.*]` and `[gateway]`) on
-    /// `gateway.threads` threads of its own (one per core by default). Fails when the address cannot be bound or a provider's `api_key_env` is not
-    /// set.
+    /// `gateway.threads` threads of its own (one per core by default). Fails when the address
+    /// cannot be bound or a provider's `api_key_env` is not set.
     pub fn start(guard: Guard, options: GatewayOptions) -> Result<Gateway> {
         if options.dashboard_only {
             check_admin_token(&guard)?;
