@@ -24,10 +24,42 @@ pub(crate) fn shared() -> &'static tokio::runtime::Runtime {
     })
 }
 
+thread_local! {
+    static MAY_BLOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While alive, marks this thread as one whose caller may block on a store round trip (a
+/// sync call, inside `block_on`): a store may then answer on this thread instead of the
+/// shared runtime. Restores the mark it found when dropped.
+struct MayBlock(bool);
+
+impl MayBlock {
+    fn mark() -> Self {
+        MayBlock(MAY_BLOCK.with(|m| m.replace(true)))
+    }
+}
+
+impl Drop for MayBlock {
+    fn drop(&mut self) {
+        MAY_BLOCK.with(|m| m.set(self.0));
+    }
+}
+
+/// Whether this thread's caller may block on a store round trip (it is inside `block_on`).
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn may_block() -> bool {
+    MAY_BLOCK.with(std::cell::Cell::get)
+}
+
 /// Runs a future to completion on this thread. Futures that are ready at once (every
 /// in-memory store operation) return from one poll with a no-op waker, skipping the
 /// executor's thread parking; others are driven by `futures::executor::block_on`.
 pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let _marked = MayBlock::mark();
+    block_on_here(future)
+}
+
+fn block_on_here<F: std::future::Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match future.as_mut().poll(&mut cx) {

@@ -115,23 +115,32 @@ def test_cancelled_carrying_admissions_count_every_bill_once(
     # event loop): the cancels land at other points of the store step.
     ledger = ug.SqliteLedger(str(tmp_path / "ledger.db")) if with_ledger else None
     guard, watcher = _guard(redis_server, ledger), _guard(redis_server)
-    run = _Run(guard, seed=7)
-    asyncio.run(run.main())
+    # Whether a cancel lands while a store step is in flight is up to timing: a few more
+    # rounds (other seeds) when the first had none.
+    runs: list[_Run] = []
+    for seed in (7, 8, 9, 10):
+        runs.append(_Run(guard, seed=seed))
+        asyncio.run(runs[-1].main())
+        if guard.stats()["given_up"] > 0:
+            break
     guard.close()
+    billed = sum(run.billed for run in runs)
+    waited = [w for run in runs for w in run.waited]
     # Right after close(): every bill is in Redis, as a guard that queued none of them reads
     # it (a bill a cancelled admission carried was not left to a retry that has not run).
     used_at_close = _tokens(watcher)[0]
     stats = guard.stats()
     assert stats["settles_carried"] > 0, stats  # bills rode with reservations
     assert stats["given_up"] > 0, stats  # some admissions were cancelled mid-flight
-    assert run.cancelled > 0
-    assert run.waited and all(r is True for r in run.waited), run.waited
-    assert used_at_close == run.billed, (used_at_close, run.billed, stats)
-    assert _settled(watcher, run.billed) == (run.billed, 0), stats
+    assert sum(r.cancelled for r in runs) > 0
+    assert waited and all(r is True for r in waited), waited
+    assert used_at_close == billed, (used_at_close, billed, stats)
+    assert _settled(watcher, billed) == (billed, 0), stats
     time.sleep(0.3)  # late retries find each bill settled: never counted twice
-    assert _tokens(watcher) == (run.billed, 0)
-    assert stats["billed"] == BILLERS * BILLS + (CANCELLERS * CANCELS - run.cancelled)
+    assert _tokens(watcher) == (billed, 0)
+    cancelled = sum(run.cancelled for run in runs)
+    assert stats["billed"] == len(runs) * (BILLERS * BILLS + CANCELLERS * CANCELS) - cancelled
     if ledger is not None:  # the ledger's rows agree with the counters
-        assert ledger.query(group_by=[])[0]["tokens"] == run.billed
+        assert ledger.query(group_by=[])[0]["tokens"] == billed
     # Redis answered every step: no bill was left to the background retry.
     assert stats["settle_failures"] == 0 and stats["settles_retried"] == 0, stats

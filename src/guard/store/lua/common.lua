@@ -3,6 +3,9 @@
 --   s         filled mark (reserved for filling from the logs)
 --   e         retain-until, ms on the guard's clock (the counter is gone after it)
 --   x         the generation under which it was lost before a bill recreated it (fence.lua)
+--   l         a fence generation whose registry lists the bucket as kept at least until e
+--             (fence_register_adds), so a bill need not read the registry; keep_until drops
+--             it when it moves e
 -- A counter's holds (of every bucket) are one hash beside it:
 --   r<minute> holds that expire at the start of <minute> (minutes since the epoch)
 --   k         present while the epoch fence lists the key (fence.lua): so the hash outlives
@@ -25,49 +28,65 @@ local function load_counter(key, now)
 end
 
 -- A counter bucket's retain-until at `now` (0 if none), as load_counter's third value (the
--- bucket deleted when it is past it), without reading its use.
+-- bucket deleted when it is past it), without reading its use; with it as stored (nil if
+-- none) and the bucket's `l` field (the fence generation whose registry lists it as kept at
+-- least that long: fence_register_adds).
 local function counter_until(key, now)
-  local until_ms = tonumber(redis.call('HGET', key, 'e'))
+  local values = redis.call('HMGET', key, 'e', 'l')
+  local until_ms = tonumber(values[1])
   if until_ms ~= nil and until_ms <= now then
     redis.call('DEL', key)
-    return 0
+    return 0, nil, nil
   end
-  return until_ms or 0
+  return until_ms or 0, values[1], values[2]
 end
 
--- The live holds of a counter at `now` (its holds hash); deletes the expired ones.
-local function load_holds(key, now)
+-- The live holds of a counter at `now` (its holds hash), and whether it has the field `field`
+-- (then a reserve already kept the hash as long as that field's holds: live_at_least).
+-- Deletes the expired and negative fields; a field given back to zero stays until its minute
+-- is over, so the next hold of that minute needs neither an HDEL nor a new time to live.
+local function load_holds(key, now, field)
   local flat = redis.call('HGETALL', key)
   local held = 0
   local dead = {}
+  local has = false
   for i = 1, #flat, 2 do
     local minute = tonumber(string.sub(flat[i], 2))
     local amount = tonumber(flat[i + 1])
     if flat[i] == 'k' then
       -- the fence's presence mark, not a hold
-    elseif minute == nil or minute * 60000 <= now or amount <= 0 then
+    elseif minute == nil or minute * 60000 <= now or amount < 0 then
       dead[#dead + 1] = flat[i]
     else
       held = held + amount
+      has = has or flat[i] == field
     end
   end
   if #dead > 0 then
     redis.call('HDEL', key, unpack(dead))
   end
-  return held
+  return held, has
 end
+
+-- Ticket records this script read or wrote: key -> {state, until} (false: none), so a record
+-- read twice in one step (carry.lua, then its reservation) is fetched once.
+local TICKETS = {}
 
 -- The state of a ticket record at `now`: 'h', 's', 'n', or nil (none, or expired).
 local function ticket_state(key, now)
-  local value = redis.call('GET', key)
-  if not value then
+  local seen = TICKETS[key]
+  if seen == nil then
+    seen = false
+    local value = redis.call('GET', key)
+    if value then
+      seen = {string.sub(value, 1, 1), tonumber(string.sub(value, 2))}
+    end
+    TICKETS[key] = seen
+  end
+  if not seen or seen[2] == nil or seen[2] <= now then
     return nil
   end
-  local until_ms = tonumber(string.sub(value, 2))
-  if until_ms == nil or until_ms <= now then
-    return nil
-  end
-  return string.sub(value, 1, 1)
+  return seen[1]
 end
 
 -- Sets a key's time to live to at least `until_ms - now` (at least 1 s); never shortens it.
@@ -88,15 +107,19 @@ local function set_ticket(key, state, until_ms, now)
     ttl = 1000
   end
   redis.call('SET', key, state .. string.format('%d', until_ms), 'PX', string.format('%d', ttl))
+  TICKETS[key] = {state, until_ms}
 end
 
 -- Keeps a counter until at least `until_ms` (guard clock), given its current retain-until
--- `current` (from load_counter): when that moves later, records it in `e` and sets the key's
--- time to live from the caller's `now`. Neither is ever shortened.
+-- `current` (from load_counter): when that moves later, records it in `e` (dropping `l`: the
+-- registry lists it for less now) and sets the key's time to live from the caller's `now`.
+-- Neither is ever shortened. Returns whether it moved.
 local function keep_until(key, until_ms, current, now)
   if until_ms <= current then
-    return
+    return false
   end
   redis.call('HSET', key, 'e', string.format('%d', until_ms))
+  redis.call('HDEL', key, 'l')
   live_at_least(key, until_ms, now)
+  return true
 end

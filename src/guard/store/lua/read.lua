@@ -5,6 +5,6 @@ local out = {}
 for i = 1, #KEYS, 2 do
   local used = load_counter(KEYS[i], now)
   out[#out + 1] = used
-  out[#out + 1] = load_holds(KEYS[i + 1], now)
+  out[#out + 1] = (load_holds(KEYS[i + 1], now, ''))
 end
 return out

@@ -28,7 +28,7 @@ for i = 1, items do
   if limit ~= '' then
     local used, _, until_ms = load_counter(KEYS[2 * i], now)
     kept[KEYS[2 * i]] = until_ms
-    local held = load_holds(KEYS[2 * i + 1], now)
+    local held = load_holds(KEYS[2 * i + 1], now, '')
     local counted = used + held + tonumber(ARGV[base + 3])
     local cap = tonumber(limit)
     -- hold > cap - counted rather than counted + hold > cap: the difference is exact in

@@ -25,11 +25,11 @@ if state == nil then
   end
 end
 local n, p = tonumber(ARGV[3]), tonumber(ARGV[4])
-local used, held, until_of, prev = {}, {}, {}, {}
+local used, held, until_of, prev, kept_for_minute = {}, {}, {}, {}, {}
 for c = 1, n do
   local u, _, until_ms = load_counter(KEYS[2 * c], now)
   used[c], until_of[c] = u, until_ms
-  held[c] = load_holds(KEYS[2 * c + 1], now)
+  held[c], kept_for_minute[c] = load_holds(KEYS[2 * c + 1], now, 'r' .. minute)
 end
 for j = 1, p do
   prev[j] = load_counter(KEYS[1 + 2 * n + j], now)
@@ -95,7 +95,9 @@ for _, item in ipairs(items) do
   if hold > 0 then
     local key = KEYS[2 * c + 1]
     redis.call('HINCRBY', key, 'r' .. minute, item[4])
-    live_at_least(key, hold_until, now)
+    if not kept_for_minute[c] then
+      live_at_least(key, hold_until, now)
+    end
     kept[key] = hold_until
     held[c] = held[c] + hold
   end

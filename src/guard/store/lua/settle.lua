@@ -1,11 +1,11 @@
 -- settle: KEYS = the record of the id settled, the record of the ticket holding, then per
 -- hold: its counter's holds; then per add: its counter bucket. ARGV = now, minute, number of
--- holds, settled_until, then per hold: amount; then per add: amount, retain_until.
+-- holds, settled_until, then per hold: minus its amount; then per add: amount, retain_until.
 -- Unless the id already settled (returns 1, nothing done): gives back each hold from
 -- r<minute> (never below zero; a hold already expired is left) when the ticket's reservation
 -- landed (a whole ticket: it is held; a batch part: its batch landed), adds use to u, and
 -- marks the id settled until settled_until, and lists the buckets added to in the epoch
--- fence's registry (fence.lua); a bucket it recreates after it was lost is marked so
+-- fence's registry (fence.lua; a bucket's `l` field says it is listed already); a bucket it recreates after it was lost is marked so
 -- (fence_lost). Returns 0. All in one step.
 local now = tonumber(ARGV[1])
 local field = 'r' .. ARGV[2]
@@ -25,29 +25,38 @@ else
 end
 if landed then
   for i = 1, holds do
-    -- Nothing left (or never there: HINCRBY made it negative) goes.
+    -- Never there (HINCRBY made it negative) goes; zero stays for the next hold of the
+    -- minute (load_holds).
     local key = KEYS[2 + i]
-    if not live or redis.call('HINCRBY', key, field, '-' .. ARGV[4 + i]) <= 0 then
+    if not live or redis.call('HINCRBY', key, field, ARGV[4 + i]) < 0 then
       redis.call('HDEL', key, field)
     end
   end
 end
 local base = 4 + holds
-local added = {}
+local added, listed = {}, {}
 for i = holds + 1, #KEYS - 2 do
   local j = base + (i - holds - 1) * 2
   local key = KEYS[2 + i]
-  local current = counter_until(key, now)
+  local current, stored, listing = counter_until(key, now)
   local lost = current == 0 and fence_lost(key, now)
   redis.call('HINCRBY', key, 'u', ARGV[j + 1])
   if lost then
     redis.call('HSET', key, 'x', lost)
   end
-  local retain = tonumber(ARGV[j + 2])
-  keep_until(key, retain, current, now)
-  added[key] = math.max(retain, current)
+  -- The same retain-until as stored (every bill of a bucket but its first): nothing moves.
+  if ARGV[j + 2] == stored then
+    added[key] = current
+    listed[key] = listing
+  else
+    local retain = tonumber(ARGV[j + 2])
+    if not keep_until(key, retain, current, now) then
+      listed[key] = listing
+    end
+    added[key] = math.max(retain, current)
+  end
 end
-fence_register_adds(added, now)
+fence_register_adds(added, listed, now)
 local until_ms = tonumber(ARGV[4])
 if until_ms <= now then
   until_ms = now + 1

@@ -7,9 +7,15 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, RedisError};
 
+use super::blocking::{Lease, Pool};
 use super::TIMEOUT_RANGE;
 use crate::fork::ForkLocal;
 use crate::guard::store::StoreError;
+
+/// A store error saying what failed (`context`) and why.
+pub(super) fn store_error(context: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError(format!("redis {context}: {e}"))
+}
 
 /// Checks a store's `timeout` against `TIMEOUT_RANGE`.
 pub(super) fn check_timeout(timeout: std::time::Duration) -> Result<(), StoreError> {
@@ -32,6 +38,8 @@ pub(super) enum Target {
         config: Box<ConnectionManagerConfig>,
         /// The manager of this process (a forked child makes its own).
         manager: ForkLocal<Mutex<Option<ConnectionManager>>>,
+        /// Blocking connections for callers that may block (`blocking.rs`).
+        pool: Pool,
     },
     /// A cluster: connected on first use (and again after a failed connect); the cluster
     /// connection multiplexes requests and follows slot moves.
@@ -48,6 +56,7 @@ impl Target {
             client: Box::new(client),
             config: Box::new(config),
             manager: ForkLocal::empty(),
+            pool: Pool::default(),
         }
     }
 
@@ -66,6 +75,7 @@ impl Target {
                 client,
                 config,
                 manager,
+                ..
             } => {
                 let mut slot = manager.get().lock();
                 match slot.as_ref() {
@@ -92,6 +102,25 @@ impl Target {
         }
     }
 
+    /// A blocking connection for a caller that may block, answers bounded by `timeout`; `None`
+    /// for a cluster (it always goes through the shared runtime).
+    pub(super) fn blocking(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Option<Result<Lease, RedisError>> {
+        match self {
+            Target::Single { client, pool, .. } => Some(pool.take(client, timeout)),
+            Target::Cluster { .. } => None,
+        }
+    }
+
+    /// Takes back a blocking connection after its operation.
+    pub(super) fn give_back(&self, lease: &Lease) {
+        if let Target::Single { pool, .. } = self {
+            pool.give_back(lease);
+        }
+    }
+
     /// After a connection-level failure on a cluster, connects afresh next time (the single
     /// node's connection manager reconnects by itself).
     pub(super) fn forget_connection(&self, error: &RedisError) {
@@ -104,10 +133,12 @@ impl Target {
 }
 
 /// A connection to either kind of target; both multiplex requests from concurrent tasks.
+/// `Blocking` answers on the caller's thread: its futures are ready when first polled.
 #[derive(Clone)]
 pub(super) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Blocking(Lease),
 }
 
 impl ConnectionLike for Conn {
@@ -118,6 +149,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Blocking(c) => Box::pin(std::future::ready(c.command(cmd))),
         }
     }
 
@@ -130,6 +162,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Blocking(c) => Box::pin(std::future::ready(c.pipeline(cmd, offset, count))),
         }
     }
 
@@ -137,6 +170,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Blocking(c) => c.db,
         }
     }
 }

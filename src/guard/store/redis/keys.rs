@@ -104,7 +104,8 @@ impl RedisStore {
         args.push(settle.settled_until.to_string());
         for hold in &holds {
             redis_keys.push(self.holds_key(&hold.key));
-            args.push(hold.amount.to_string());
+            // Negated here: settle.lua gives it back with HINCRBY as it is.
+            args.push(format!("-{}", hold.amount));
         }
         for add in &adds {
             redis_keys.push(self.redis_key(&add.key));

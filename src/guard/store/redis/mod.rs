@@ -1,17 +1,17 @@
 //! The Redis store: counters shared by every guard that points at one Redis or Redis Cluster.
 //!
-//! Each counter bucket is a hash (`u` used, `s` filled mark, `e` retain-until) at
+//! Each counter bucket is a hash (`u` used, `e` retain-until; the rest in `common.lua`) at
 //! `{<prefix>}:c:<counter>:<bucket>`; a counter's holds, whatever their bucket, are one hash of
-//! sums by expiry minute (`r<minute>`) at `{<prefix>}:h:<counter>`; a ticket's record (its
-//! reservation landed, or it settled) is a string at `{<prefix>}:t:<ticket id>`. Every key of a
-//! store shares the hash tag `{<prefix>}`, so one Lua script can read, reserve or settle
-//! several counters atomically, on one node or a cluster. Times are the caller's, never the
-//! server's.
-
+//! sums by expiry minute (`r<minute>`) at `{<prefix>}:h:<counter>`; a ticket's record is a
+//! string at `{<prefix>}:t:<ticket id>`. Every key shares the hash tag `{<prefix>}`, so one
+//! Lua script reads, reserves or settles several counters atomically, on one node or a
+//! cluster. Times are the caller's, never the server's.
+mod blocking;
 mod carry;
 mod checks;
 mod connection;
 mod epoch;
+mod here;
 mod keys;
 mod known;
 mod marks;
@@ -28,7 +28,7 @@ use redis::cluster::ClusterClient;
 use redis::{Client, RedisError};
 
 use checks::Checks;
-use connection::{check_timeout, Conn, Target};
+use connection::{check_timeout, store_error, Conn, Target};
 use keys::key_head;
 use scripts::Scripts;
 
@@ -93,10 +93,6 @@ impl std::fmt::Debug for RedisStore {
             .field("key_head", &self.inner.key_head)
             .finish()
     }
-}
-
-fn store_error(context: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError(format!("redis {context}: {e}"))
 }
 
 impl RedisStore {
@@ -199,8 +195,8 @@ impl RedisStore {
         }
     }
 
-    /// Runs `op` with a connection on the shared runtime, bounded by `operation_timeout`, so
-    /// it works from any thread and any executor (including `block_on`).
+    /// Runs `op` bounded by `operation_timeout`: on this thread if its caller may block
+    /// (`here::run_here`), else on the shared runtime (from any thread and executor).
     fn run<T, F, Fut>(&self, what: &'static str, op: F) -> StoreFuture<'static, T>
     where
         T: Send + 'static,
@@ -208,6 +204,10 @@ impl RedisStore {
         Fut: std::future::Future<Output = Result<T, RedisError>> + Send + 'static,
     {
         let inner = self.inner.clone();
+        let op = match here::run_here(&inner, what, op) {
+            Ok(answered) => return answered,
+            Err(op) => op,
+        };
         let handle = crate::runtime::shared().spawn(async move {
             let work = async {
                 let conn = inner.target.connection().await?;

@@ -1,0 +1,113 @@
+//! Blocking connections to the one Redis node, from a small pool, for operations of a caller
+//! that may block (`here.rs`): a sync `admit` then makes its round trip on its own thread,
+//! without handing the work to the shared runtime and waiting for it to hand it back.
+//!
+//! Only callers that may block use it: `crate::runtime::block_on` marks its thread while it
+//! runs (`crate::runtime::may_block`); an asyncio caller's first poll, a runtime worker and a
+//! `Drop` never block here. A cluster always goes through the shared runtime.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::{Client, ConnectionLike as _, RedisError, RedisResult, Value};
+
+use crate::fork::ForkLocal;
+
+/// The most idle connections a store keeps: one per thread that calls at once, up to this
+/// many (more threads at once open their own, closed when given back).
+const POOL_SIZE: usize = 32;
+
+/// Idle blocking connections of this process (a forked child opens its own: the parent's
+/// sockets are shared with it).
+#[derive(Default)]
+pub(super) struct Pool {
+    idle: ForkLocal<Mutex<Vec<redis::Connection>>>,
+}
+
+impl Pool {
+    /// An idle connection, or a new one (connecting and each answer bounded by `timeout`).
+    pub(super) fn take(&self, client: &Client, timeout: Duration) -> RedisResult<Lease> {
+        if let Some(conn) = self.idle.get().lock().pop() {
+            return Ok(Lease::new(conn));
+        }
+        let conn = client.get_connection_with_timeout(timeout)?;
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        Ok(Lease::new(conn))
+    }
+
+    /// Takes `lease`'s connection back, unless a request on it failed (its state is unknown:
+    /// an answer may still be on the way) or the pool is full.
+    pub(super) fn give_back(&self, lease: &Lease) {
+        let Some(conn) = lease.conn.lock().take() else {
+            return;
+        };
+        if lease.failed.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let mut idle = self.idle.get().lock();
+        if idle.len() < POOL_SIZE {
+            idle.push(conn);
+        }
+    }
+}
+
+/// One connection lent to one operation (shared by the clones of its `Conn`).
+#[derive(Clone)]
+pub(super) struct Lease {
+    conn: Arc<Mutex<Option<redis::Connection>>>,
+    failed: Arc<std::sync::atomic::AtomicBool>,
+    /// The database the connection selected.
+    pub(super) db: i64,
+}
+
+impl Lease {
+    fn new(conn: redis::Connection) -> Self {
+        Lease {
+            db: conn.get_db(),
+            conn: Arc::new(Mutex::new(Some(conn))),
+            failed: Arc::default(),
+        }
+    }
+
+    /// Sends `packed` (one command or a pipeline) and reads `count` answers after skipping
+    /// `offset` (`None`: one command's answer).
+    fn request(&self, packed: &[u8], range: Option<(usize, usize)>) -> RedisResult<Vec<Value>> {
+        let mut slot = self.conn.lock();
+        let Some(conn) = slot.as_mut() else {
+            return Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "connection given back",
+            )));
+        };
+        let answer = match range {
+            None => conn.req_packed_command(packed).map(|v| vec![v]),
+            Some((offset, count)) => conn.req_packed_commands(packed, offset, count),
+        };
+        if let Err(e) = &answer {
+            // A server's error reply leaves the connection in step; anything else may not.
+            if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
+                self.failed
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
+        }
+        answer
+    }
+
+    /// One command's answer.
+    pub(super) fn command(&self, cmd: &redis::Cmd) -> RedisResult<Value> {
+        self.request(&cmd.get_packed_command(), None)
+            .map(|mut v| v.pop().unwrap_or(Value::Nil))
+    }
+
+    /// A pipeline's answers (`offset` skipped, `count` read), as the async connections do.
+    pub(super) fn pipeline(
+        &self,
+        pipe: &redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.request(&pipe.get_packed_pipeline(), Some((offset, count)))
+    }
+}
