@@ -1,0 +1,192 @@
+"""What one usage_guard script costs inside Redis, in CPU instructions: a figure that does not
+move with the machine's load (the µs of `INFO commandstats` do, by 2× on a shared VM).
+
+It records the scripts of N sync admit + bill calls on the 6-rule path (`benches/admit_bill.py`)
+with MONITOR, then replays that exact stream on a redis-server run under valgrind's callgrind,
+counting only inside `evalShaCommand`, and prints instructions per script. The scripts are
+built from `--lua` (default: this tree's `src/guard/store/lua`), so one captured stream can be
+replayed against an edited script to see what an edit saves before building anything.
+
+Run: .venv/bin/python benches/lua_cost.py [--calls N] [--lua DIR ...]
+Needs `valgrind` (apt-get install valgrind); the build installed in the venv makes the stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests_py"))
+sys.path.insert(0, os.path.dirname(__file__))
+
+import usage_guard as ug  # noqa: E402
+from admit_bill import SIX_RULES  # noqa: E402
+from redis_harness import RedisServer, _free_port  # noqa: E402
+
+LUA = os.path.join(os.path.dirname(__file__), "..", "src", "guard", "store", "lua")
+
+
+def scripts(lua: str) -> dict[str, str]:
+    """Each script's text as `src/guard/store/redis/scripts.rs` puts it together."""
+
+    def read(name: str) -> str:
+        with open(os.path.join(lua, f"{name}.lua")) as f:
+            return f.read()
+
+    common, fence = read("common"), read("fence")
+    settle, known = read("settle"), read("reserve_known")
+    return {
+        "read": f"{common}\n{read('read')}",
+        "reserve": f"{common}\n{fence}\n{read('reserve')}",
+        "reserve_known": f"{common}\n{fence}\n{known}",
+        "settle": f"{common}\n{fence}\n{settle}",
+        "filled": f"{common}\n{read('filled')}",
+        "fill": f"{common}\n{read('fill')}",
+        "mark_once": read("mark_once"),
+        "raise_until": read("raise_until"),
+        "epoch": read("epoch"),
+        "settle_parts": f"{common}\n{read('settle_parts')}",
+        "queue": read("queue"),
+        "carry": f"{common}\n{fence}\nlocal function settle_one(KEYS, ARGV)\n{settle}\nend\n"
+        f"local function reserve_one(KEYS, ARGV)\n{known}\nend\n{read('carry')}",
+    }
+
+
+def sha(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def capture(calls: int) -> list[list[bytes]]:
+    """The EVALSHA commands of `calls` sync admit + bill, in order (MONITOR)."""
+    server = RedisServer()
+    try:
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(b"MONITOR\r\n")
+        chunks: list[bytes] = []
+        stop = threading.Event()
+
+        def pump() -> None:
+            sock.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    data = sock.recv(1 << 20)
+                except socket.timeout:
+                    continue
+                if not data:
+                    break
+                chunks.append(data)
+
+        reader = threading.Thread(target=pump)
+        reader.start()
+        time.sleep(0.3)
+        guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), store=ug.RedisStore(server.url, "b6"))
+        for _ in range(calls):
+            guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000).bill(1100, 800)
+        guard.close()
+        time.sleep(1.0)
+        stop.set()
+        reader.join()
+        sock.close()
+    finally:
+        server.stop()
+    commands = []
+    for line in b"".join(chunks).decode("latin-1").split("\r\n"):
+        # a client's command (a script's own commands show as [0 lua])
+        found = re.match(r"^\+?[\d.]+ \[\d+ [\d.:]+\] (.*)$", line)
+        if not found:
+            continue
+        tokens = [
+            ast.literal_eval('b"' + t + '"')
+            for t in re.findall(r'"((?:[^"\\]|\\.)*)"', found.group(1))
+        ]
+        if tokens and tokens[0].upper() == b"EVALSHA":
+            commands.append(tokens)
+    return commands
+
+
+def replay(commands: list[list[bytes]], names: dict[str, str], lua: str) -> tuple[float, int]:
+    """(instructions per script, scripts) for `commands` replayed with the scripts of `lua`
+    on a redis-server under callgrind. `names` maps a captured SHA to its script's name."""
+    texts = scripts(lua)
+    port = _free_port()
+    out = tempfile.mktemp(prefix="ug-callgrind-")
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--toggle-collect=evalShaCommand"]
+        + [f"--callgrind-out-file={out}", "redis-server", "--port", str(port)]
+        + ["--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        import redis
+
+        client = redis.Redis(port=port)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        for text in texts.values():
+            client.script_load(text)
+        for command in commands:
+            name = names.get(command[1].decode())
+            script = sha(texts[name]) if name else command[1].decode()
+            client.execute_command("EVALSHA", script, *command[2:])
+        try:
+            client.shutdown(nosave=True)
+        except redis.ConnectionError:
+            pass
+        server.wait(timeout=120)
+        annotated = subprocess.run(
+            ["callgrind_annotate", out], capture_output=True, text=True
+        ).stdout
+    finally:
+        if server.poll() is None:
+            server.kill()
+        if os.path.exists(out):
+            os.unlink(out)
+    total = re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", annotated)
+    assert total, annotated[:500]
+    return int(total.group(1).replace(",", "")) / len(commands), len(commands)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=1000, help="admit + bill calls captured")
+    parser.add_argument("--lua", action="append", help="script folders to replay with")
+    parser.add_argument(
+        "--built-from", default=LUA, help="the script folder of the installed build (its SHAs)"
+    )
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed (apt-get install valgrind)")
+    commands = capture(args.calls)
+    names = {sha(text): name for name, text in scripts(args.built_from).items()}
+    kinds: dict[str, int] = {}
+    for command in commands:
+        name = names.get(command[1].decode(), "?")
+        kinds[name] = kinds.get(name, 0) + 1
+    print(f"captured {len(commands)} scripts of {args.calls} admit + bill: {kinds}")
+    for lua in args.lua or [LUA]:
+        per_script, count = replay(commands, names, lua)
+        print(
+            f"{os.path.relpath(lua)}: {per_script:,.0f} instructions per script ({count} scripts)"
+        )
+
+
+if __name__ == "__main__":
+    main()
