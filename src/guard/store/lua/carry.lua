@@ -32,7 +32,8 @@ local reserved
 if fenced then
   reserved = {fenced}
 else
-  reserved = reserve_one(slice(KEYS, 1, rk), slice(ARGV, 4 + 2 * s, ra))
+  -- its keys come first (and it reads none past them): no copy
+  reserved = reserve_one(KEYS, slice(ARGV, 4 + 2 * s, ra))
 end
 for _, v in ipairs(reserved) do
   out[#out + 1] = v

@@ -26,10 +26,11 @@ if state == nil then
 end
 local n, p = tonumber(ARGV[3]), tonumber(ARGV[4])
 local used, held, until_of, prev, kept_for_minute = {}, {}, {}, {}, {}
+local field = 'r' .. minute
 for c = 1, n do
   local u, _, until_ms = load_counter(KEYS[2 * c], now)
   used[c], until_of[c] = u, until_ms
-  held[c], kept_for_minute[c] = load_holds(KEYS[2 * c + 1], now, 'r' .. minute)
+  held[c], kept_for_minute[c] = load_holds(KEYS[2 * c + 1], now, field)
 end
 for j = 1, p do
   prev[j] = load_counter(KEYS[1 + 2 * n + j], now)
@@ -56,8 +57,8 @@ local items = {}
 for i = 1, m do
   local b = a + (i - 1) * 6
   local c, hold, limit = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), ARGV[b + 3]
-  local previous, assumed = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
-  if previous > 0 and prev[previous] > assumed then
+  -- '0': no previous bucket (most rules); compared as text, converting only the others
+  if ARGV[b + 5] ~= '0' and prev[tonumber(ARGV[b + 5])] > tonumber(ARGV[b + 6]) then
     return answer(-6)
   end
   if limit ~= '' then
@@ -94,7 +95,7 @@ for _, item in ipairs(items) do
   end
   if hold > 0 then
     local key = KEYS[2 * c + 1]
-    redis.call('HINCRBY', key, 'r' .. minute, item[4])
+    redis.call('HINCRBY', key, field, item[4])
     if not kept_for_minute[c] then
       live_at_least(key, hold_until, now)
     end

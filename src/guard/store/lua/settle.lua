@@ -5,8 +5,8 @@
 -- r<minute> (never below zero; a hold already expired is left) when the ticket's reservation
 -- landed (a whole ticket: it is held; a batch part: its batch landed), adds use to u, and
 -- marks the id settled until settled_until, and lists the buckets added to in the epoch
--- fence's registry (fence.lua; a bucket's `l` field says it is listed already); a bucket it recreates after it was lost is marked so
--- (fence_lost). Returns 0. All in one step.
+-- fence's registry (fence.lua; a bucket's `l` field says it is listed already); a bucket it
+-- recreates after it was lost is marked so (fence_lost). Returns 0. All in one step.
 local now = tonumber(ARGV[1])
 local field = 'r' .. ARGV[2]
 local live = tonumber(ARGV[2]) * 60000 > now
