@@ -53,7 +53,8 @@ pub(crate) fn may_block() -> bool {
 
 /// Runs a future to completion on this thread. Futures that are ready at once (every
 /// in-memory store operation) return from one poll with a no-op waker, skipping the
-/// executor's thread parking; others are driven by `futures::executor::block_on`.
+/// executor's thread parking; others are driven by `futures::executor::block_on`. The thread
+/// is marked meanwhile (`may_block`): a store may make its round trips here.
 pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
     let _marked = MayBlock::mark();
     block_on_here(future)

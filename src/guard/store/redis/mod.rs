@@ -6,6 +6,7 @@
 //! string at `{<prefix>}:t:<ticket id>`. Every key shares the hash tag `{<prefix>}`, so one
 //! Lua script reads, reserves or settles several counters atomically, on one node or a
 //! cluster. Times are the caller's, never the server's.
+
 mod blocking;
 mod carry;
 mod checks;
