@@ -130,3 +130,22 @@ def test_a_restart_costs_at_most_the_call_that_meets_it(redis_server: RedisServe
         except ug.UsageLimitError:
             failed += 1
     assert failed <= 1, f"{failed} calls failed after the restart"
+
+
+def test_a_connection_redis_closed_while_idle_costs_no_call(redis_server: RedisServer) -> None:
+    """Redis closes clients idle past its `timeout` setting (managed Redis often sets one): a
+    pooled connection idle that long is checked before use, so no call meets the closed one."""
+    guard = ug.Guard(
+        _policy([{"metric": "requests", "amount": 10**9, "window": "day"}]),
+        store=ug.RedisStore(redis_server.url, "idle"),
+    )
+    _call(guard)
+    redis_server.cli("CONFIG", "SET", "timeout", "1")
+    time.sleep(2.5)  # Redis checks idle clients about once a second
+    failed = 0
+    for _ in range(3):
+        try:
+            _call(guard)
+        except ug.UsageLimitError:
+            failed += 1
+    assert failed == 0, f"{failed} calls met a connection Redis had closed"

@@ -7,7 +7,7 @@
 //! `Drop` never block here. A cluster always goes through the shared runtime.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redis::{Client, ConnectionLike as _, RedisError, RedisResult, Value};
@@ -18,18 +18,31 @@ use crate::fork::ForkLocal;
 /// many (more threads at once open their own, closed when given back).
 const POOL_SIZE: usize = 32;
 
-/// Idle blocking connections of this process (a forked child opens its own: the parent's
-/// sockets are shared with it).
+/// A pooled connection idle this long is checked (`PING`) before it is lent: Redis may have
+/// closed it meanwhile (its `timeout` setting, a restart), and the call lent a closed one
+/// would fail.
+const CHECK_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// Idle blocking connections of this process, each with when it was given back (a forked
+/// child opens its own: the parent's sockets are shared with it).
 #[derive(Default)]
 pub(super) struct Pool {
-    idle: ForkLocal<Mutex<Vec<redis::Connection>>>,
+    idle: ForkLocal<Mutex<Vec<(redis::Connection, Instant)>>>,
 }
 
 impl Pool {
-    /// An idle connection, or a new one (connecting and each answer bounded by `timeout`).
+    /// An idle connection (one idle past `CHECK_AFTER_IDLE` only if it still answers), or a
+    /// new one (connecting and each answer bounded by `timeout`).
     pub(super) fn take(&self, client: &Client, timeout: Duration) -> RedisResult<Lease> {
-        if let Some(conn) = self.idle.get().lock().pop() {
-            return Ok(Lease::new(conn));
+        loop {
+            let Some((mut conn, since)) = self.idle.get().lock().pop() else {
+                break;
+            };
+            if since.elapsed() < CHECK_AFTER_IDLE
+                || redis::cmd("PING").query::<()>(&mut conn).is_ok()
+            {
+                return Ok(Lease::new(conn));
+            }
         }
         let conn = client.get_connection_with_timeout(timeout)?;
         conn.set_read_timeout(Some(timeout))?;
@@ -48,7 +61,7 @@ impl Pool {
         }
         let mut idle = self.idle.get().lock();
         if idle.len() < POOL_SIZE {
-            idle.push(conn);
+            idle.push((conn, Instant::now()));
         }
     }
 }
