@@ -114,9 +114,13 @@ def capture(calls: int) -> list[list[bytes]]:
     return commands
 
 
-def replay(commands: list[list[bytes]], names: dict[str, str], lua: str) -> tuple[float, int]:
+def replay(
+    commands: list[list[bytes]], names: dict[str, str], lua: str, top: int = 0
+) -> tuple[float, int]:
     """(instructions per script, scripts) for `commands` replayed with the scripts of `lua`
-    on a redis-server under callgrind. `names` maps a captured SHA to its script's name."""
+    on a redis-server under callgrind. `names` maps a captured SHA to its script's name.
+    With `top`, prints the `top` functions by inclusive instructions per script (where the
+    time goes: Lua itself, `redis.call`'s own work, each command)."""
     texts = scripts(lua)
     port = _free_port()
     out = tempfile.mktemp(prefix="ug-callgrind-")
@@ -154,6 +158,9 @@ def replay(commands: list[list[bytes]], names: dict[str, str], lua: str) -> tupl
         annotated = subprocess.run(
             ["callgrind_annotate", out], capture_output=True, text=True
         ).stdout
+        inclusive = subprocess.run(
+            ["callgrind_annotate", "--inclusive=yes", out], capture_output=True, text=True
+        ).stdout
     finally:
         if server.poll() is None:
             server.kill()
@@ -161,13 +168,32 @@ def replay(commands: list[list[bytes]], names: dict[str, str], lua: str) -> tupl
             os.unlink(out)
     total = re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", annotated)
     assert total, annotated[:500]
+    if top:
+        print_top(inclusive, top, len(commands))
     return int(total.group(1).replace(",", "")) / len(commands), len(commands)
+
+
+def print_top(annotated: str, top: int, scripts: int) -> None:
+    """The `top` functions of callgrind_annotate's inclusive listing, per script."""
+    shown = 0
+    for line in annotated.splitlines():
+        found = re.match(r"^\s*([\d,]+) \([\s\d.]+%\)\s+\S*:(\S+)", line)
+        if not found:
+            continue
+        per_script = int(found.group(1).replace(",", "")) / scripts
+        print(f"  {per_script:>12,.0f}  {found.group(2)}")
+        shown += 1
+        if shown == top:
+            break
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=1000, help="admit + bill calls captured")
     parser.add_argument("--lua", action="append", help="script folders to replay with")
+    parser.add_argument(
+        "--top", type=int, default=0, help="print the N costliest functions (inclusive)"
+    )
     parser.add_argument(
         "--built-from", default=LUA, help="the script folder of the installed build (its SHAs)"
     )
@@ -182,7 +208,7 @@ def main() -> None:
         kinds[name] = kinds.get(name, 0) + 1
     print(f"captured {len(commands)} scripts of {args.calls} admit + bill: {kinds}")
     for lua in args.lua or [LUA]:
-        per_script, count = replay(commands, names, lua)
+        per_script, count = replay(commands, names, lua, args.top)
         print(
             f"{os.path.relpath(lua)}: {per_script:,.0f} instructions per script ({count} scripts)"
         )
