@@ -7,7 +7,8 @@ counting only inside `evalShaCommand`, and prints instructions per script. The s
 built from `--lua` (default: this tree's `src/guard/store/lua`), so one captured stream can be
 replayed against an edited script to see what an edit saves before building anything.
 
-Run: .venv/bin/python benches/lua_cost.py [--calls N] [--lua DIR ...]
+Run: .venv/bin/python benches/lua_cost.py [--calls N] [--lua DIR ...] [--top N]
+(--top N also prints the N costliest functions of the first replay, inclusive, per script.)
 Needs `valgrind` (apt-get install valgrind); the build installed in the venv makes the stream.
 """
 

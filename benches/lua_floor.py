@@ -1,0 +1,123 @@
+"""The floor under a script's cost in Redis: scripts that only issue a fixed list of commands
+(no logic), with the keys and arguments of the carried 6-rule script, counted in CPU
+instructions under callgrind like `benches/lua_cost.py`. It says what a data layout costs
+before any of the scripts' own Lua runs:
+
+- `empty`: nothing but the call itself with ~130 keys and arguments;
+- `current_commands`: the 46 commands the carried 6-rule script issues on today's layout (a
+  bucket and a holds hash per counter; docs/redis.md), with no logic between them;
+- `per_counter_hash`: a layout with a counter's buckets and holds in one hash (27 commands);
+- `one_hash`: every counter of the call in one hash, read once and written once (3 commands).
+
+Run: .venv/bin/python benches/lua_floor.py [NAME ...]   (needs valgrind and redis-server)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests_py"))
+
+import redis  # noqa: E402
+from redis_harness import _free_port  # noqa: E402
+
+CALLS = 300
+KEYS = [f"{{b6}}:c:pa:alice:-:-:k{i}:s3600:1796277600" for i in range(14)] + ["{b6}:epoch"]
+ARGS = [str(1796277600000 + i) for i in range(118)]
+
+SCRIPTS = {
+    "empty": "return 0",
+    "current_commands": """
+for c = 1, 6 do
+  redis.call('HMGET', KEYS[2 * c], 'u', 'e')
+  redis.call('HGETALL', KEYS[2 * c + 1])
+end
+for c = 1, 6 do redis.call('HINCRBY', KEYS[2 * c + 1], 'r1', 5) end
+for c = 1, 6 do redis.call('HINCRBY', KEYS[2 * c + 1], 'r1', -5) end
+for c = 1, 6 do
+  redis.call('HMGET', KEYS[2 * c], 'e', 'l')
+  redis.call('HINCRBY', KEYS[2 * c], 'u', 7)
+end
+redis.call('GET', KEYS[1]); redis.call('SET', KEYS[1], 'h123', 'PX', 60000)
+redis.call('GET', KEYS[14]); redis.call('SET', KEYS[14], 's123', 'PX', 60000)
+redis.call('HMGET', KEYS[15], 'g', 'r')
+redis.call('INFO', 'server')
+return 0
+""",
+    "per_counter_hash": """
+for c = 1, 6 do
+  redis.call('HGETALL', KEYS[1 + c])
+  redis.call('HINCRBY', KEYS[1 + c], 'r1', 5)
+  redis.call('HINCRBY', KEYS[1 + c], 'r1', -5)
+  redis.call('HINCRBY', KEYS[1 + c], 'u', 7)
+end
+redis.call('GET', KEYS[1]); redis.call('SET', KEYS[1], 'h123', 'PX', 60000)
+redis.call('SET', KEYS[14], 's123', 'PX', 60000)
+return 0
+""",
+    "one_hash": """
+redis.call('HMGET', KEYS[2], 'u1', 'h1', 'u2', 'h2', 'u3', 'h3', 'u4', 'h4', 'u5', 'h5', 'u6', 'h6')
+redis.call('HSET', KEYS[2], 'u1', 1, 'h1', 2, 'u2', 3, 'h2', 4, 'u3', 5, 'h3', 6, 'u4', 7,
+  'h4', 8, 'u5', 9, 'h5', 10, 'u6', 11, 'h6', 12)
+redis.call('SET', KEYS[1], 'h123', 'PX', 60000)
+return 0
+""",
+}
+
+
+def instructions_per_script(body: str) -> float:
+    """`body` run CALLS times on a redis-server under callgrind (inside `evalShaCommand`)."""
+    port = _free_port()
+    out = tempfile.mktemp(prefix="ug-floor-")
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--toggle-collect=evalShaCommand"]
+        + [f"--callgrind-out-file={out}", "redis-server", "--port", str(port)]
+        + ["--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        client = redis.Redis(port=port)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        sha = client.script_load(body)
+        for _ in range(CALLS):
+            client.evalsha(sha, len(KEYS), *KEYS, *ARGS)
+        try:
+            client.shutdown(nosave=True)
+        except redis.ConnectionError:
+            pass
+        server.wait(timeout=120)
+        annotated = subprocess.run(
+            ["callgrind_annotate", out], capture_output=True, text=True
+        ).stdout
+    finally:
+        if server.poll() is None:
+            server.kill()
+        if os.path.exists(out):
+            os.unlink(out)
+    total = re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", annotated)
+    assert total, annotated[:500]
+    return int(total.group(1).replace(",", "")) / CALLS
+
+
+def main() -> None:
+    for name in sys.argv[1:] or list(SCRIPTS):
+        per_script = instructions_per_script(SCRIPTS[name])
+        print(f"{name:>18}: {per_script:>10,.0f} instructions per script")
+
+
+if __name__ == "__main__":
+    main()
