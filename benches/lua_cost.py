@@ -8,7 +8,7 @@ built from `--lua` (default: this tree's `src/guard/store/lua`), so one captured
 replayed against an edited script to see what an edit saves before building anything.
 
 Run: .venv/bin/python benches/lua_cost.py [--calls N] [--lua DIR ...] [--top N]
-(--top N also prints the N costliest functions of the first replay, inclusive, per script.)
+(--top N also prints the N costliest functions of each replay, inclusive, per script.)
 Needs `valgrind` (apt-get install valgrind); the build installed in the venv makes the stream.
 """
 
@@ -21,18 +21,18 @@ import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests_py"))
 sys.path.insert(0, os.path.dirname(__file__))
 
+import redis  # noqa: E402
 import usage_guard as ug  # noqa: E402
 from admit_bill import SIX_RULES  # noqa: E402
-from redis_harness import RedisServer, _free_port  # noqa: E402
+from lua_floor import under_callgrind  # noqa: E402
+from redis_harness import RedisServer  # noqa: E402
 
 LUA = os.path.join(os.path.dirname(__file__), "..", "src", "guard", "store", "lua")
 
@@ -123,66 +123,31 @@ def replay(
     With `top`, prints the `top` functions by inclusive instructions per script (where the
     time goes: Lua itself, `redis.call`'s own work, each command)."""
     texts = scripts(lua)
-    port = _free_port()
-    out = tempfile.mktemp(prefix="ug-callgrind-")
-    server = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", "--toggle-collect=evalShaCommand"]
-        + [f"--callgrind-out-file={out}", "redis-server", "--port", str(port)]
-        + ["--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        import redis
 
-        client = redis.Redis(port=port)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    def drive(client: redis.Redis) -> None:
         for text in texts.values():
             client.script_load(text)
         for command in commands:
             name = names.get(command[1].decode())
             script = sha(texts[name]) if name else command[1].decode()
             client.execute_command("EVALSHA", script, *command[2:])
-        try:
-            client.shutdown(nosave=True)
-        except redis.ConnectionError:
-            pass
-        server.wait(timeout=120)
-        annotated = subprocess.run(
-            ["callgrind_annotate", out], capture_output=True, text=True
-        ).stdout
-        inclusive = subprocess.run(
-            ["callgrind_annotate", "--inclusive=yes", out], capture_output=True, text=True
-        ).stdout
-    finally:
-        if server.poll() is None:
-            server.kill()
-        if os.path.exists(out):
-            os.unlink(out)
-    total = re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", annotated)
-    assert total, annotated[:500]
+
+    total, inclusive = under_callgrind(drive)
     if top:
         print_top(inclusive, top, len(commands))
-    return int(total.group(1).replace(",", "")) / len(commands), len(commands)
+    return total / len(commands), len(commands)
 
 
 def print_top(annotated: str, top: int, scripts: int) -> None:
-    """The `top` functions of callgrind_annotate's inclusive listing, per script."""
+    """The `top` functions of callgrind_annotate's inclusive listing, per script, past the
+    ones every instruction counted is under (main, the event loop, `evalShaCommand`…)."""
     shown = 0
     for line in annotated.splitlines():
-        found = re.match(r"^\s*([\d,]+) \([\s\d.]+%\)\s+\S*:(\S+)", line)
-        if not found:
+        found = re.match(r"^\s*([\d,]+) \(\s*([\d.]+)%\)\s+\S*:(\S+)", line)
+        if not found or float(found.group(2)) >= 99.9:
             continue
         per_script = int(found.group(1).replace(",", "")) / scripts
-        print(f"  {per_script:>12,.0f}  {found.group(2)}")
+        print(f"  {per_script:>12,.0f}  {found.group(3)}")
         shown += 1
         if shown == top:
             break

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests_py"))
 
@@ -70,10 +71,12 @@ return 0
 }
 
 
-def instructions_per_script(body: str) -> float:
-    """`body` run CALLS times on a redis-server under callgrind (inside `evalShaCommand`)."""
+def under_callgrind(drive: Callable[[redis.Redis], None]) -> tuple[int, str]:
+    """Starts a redis-server under callgrind, counting inside `evalShaCommand` only, runs
+    `drive` with a client of it, shuts it down, and returns the instructions counted and
+    callgrind_annotate's inclusive listing (functions by what they and their callees cost)."""
     port = _free_port()
-    out = tempfile.mktemp(prefix="ug-floor-")
+    out = tempfile.mktemp(prefix="ug-callgrind-")
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", "--toggle-collect=evalShaCommand"]
         + [f"--callgrind-out-file={out}", "redis-server", "--port", str(port)]
@@ -92,25 +95,34 @@ def instructions_per_script(body: str) -> float:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        sha = client.script_load(body)
-        for _ in range(CALLS):
-            client.evalsha(sha, len(KEYS), *KEYS, *ARGS)
+        drive(client)
         try:
             client.shutdown(nosave=True)
         except redis.ConnectionError:
             pass
         server.wait(timeout=120)
-        annotated = subprocess.run(
-            ["callgrind_annotate", out], capture_output=True, text=True
+        inclusive = subprocess.run(
+            ["callgrind_annotate", "--inclusive=yes", out], capture_output=True, text=True
         ).stdout
     finally:
         if server.poll() is None:
             server.kill()
         if os.path.exists(out):
             os.unlink(out)
-    total = re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", annotated)
-    assert total, annotated[:500]
-    return int(total.group(1).replace(",", "")) / CALLS
+    total = re.search(r"([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", inclusive)
+    assert total, inclusive[:500]
+    return int(total.group(1).replace(",", "")), inclusive
+
+
+def instructions_per_script(body: str) -> float:
+    """`body` run CALLS times with KEYS and ARGS, in instructions per call."""
+
+    def drive(client: redis.Redis) -> None:
+        sha = client.script_load(body)
+        for _ in range(CALLS):
+            client.evalsha(sha, len(KEYS), *KEYS, *ARGS)
+
+    return under_callgrind(drive)[0] / CALLS
 
 
 def main() -> None:
