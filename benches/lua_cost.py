@@ -56,7 +56,7 @@ def scripts(lua: str) -> dict[str, str]:
         "mark_once": read("mark_once"),
         "raise_until": read("raise_until"),
         "epoch": read("epoch"),
-        "settle_parts": f"{common}\n{read('settle_parts')}",
+        "settle_parts": f"{common}\n{fence}\n{read('settle_parts')}",
         "queue": read("queue"),
         "carry": f"{common}\n{fence}\nlocal function settle_one(KEYS, ARGV)\n{settle}\nend\n"
         f"local function reserve_one(KEYS, ARGV)\n{known}\nend\n{read('carry')}",

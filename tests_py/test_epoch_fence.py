@@ -280,3 +280,41 @@ def test_a_lost_counter_a_bill_recreates_stays_fenced(
     guard.recover(attest=True)
     call(guard)
     assert used(guard) == 2 * CALL_COST
+
+
+def test_a_lost_counter_a_batch_part_bill_recreates_stays_fenced(
+    redis_server: RedisServer, clock: ug.ManualClock
+) -> None:
+    """As above with a batch's part: its bill adds use through settle_parts.lua, which must
+    see the loss and mark the recreated key too."""
+    guard = ug.Guard(policy(), store=store(redis_server, "recp"), clock=clock)
+    for _ in range(3):
+        call(guard)
+    batch = guard.admit_batch(
+        "alice", "m", [{"custom_id": "r0", "prompt_tokens": 50, "max_tokens": 50}]
+    )
+    keys = redis_server.cli("--scan", "--pattern", "{recp}:c:*").split()
+    assert len(keys) == 1
+    redis_server.cli("del", keys[0])
+    assert batch.bill_part("r0", 50, 50) is not None
+    assert redis_server.cli("hget", keys[0], "u").strip() == str(CALL_COST)
+    assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
+    guard.recover(attest=True)
+    call(guard)
+    assert used(guard) == 2 * CALL_COST
+
+
+def test_a_counter_only_a_batch_part_bill_wrote_is_fenced_when_lost(
+    redis_server: RedisServer, clock: ug.ManualClock
+) -> None:
+    """A bucket that only a batch part's bill ever wrote (no call read it since) is listed
+    for the fence as a bill's is: lost, it fences the next call."""
+    guard = ug.Guard(policy(), store=store(redis_server, "onlyp"), clock=clock)
+    batch = guard.admit_batch(
+        "alice", "m", [{"custom_id": "r0", "prompt_tokens": 50, "max_tokens": 50}]
+    )
+    assert batch.bill_part("r0", 50, 50) is not None
+    keys = redis_server.cli("--scan", "--pattern", "{onlyp}:c:*").split()
+    assert len(keys) == 1
+    redis_server.cli("del", keys[0])
+    assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"

@@ -188,3 +188,34 @@ local function fence_register_adds(added, listed, now)
     end
   end
 end
+
+-- Adds use to `count` counter buckets as a bill does (settle.lua, settle_parts.lua): the i-th
+-- (from 0) is keys[k + i], its amount args[a + 2i] and its retain-until args[a + 2i + 1]
+-- (texts). A bucket lost and recreated by this add is marked so (fence_lost); each is kept
+-- until its retain-until (never shortened) and listed in the fence's registry
+-- (fence_register_adds: a bucket's `l` says it is listed already).
+local function fence_add_use(keys, k, args, a, count, now)
+  local added, listed = {}, {}
+  for i = 0, count - 1 do
+    local key = keys[k + i]
+    local retain_text = args[a + 2 * i + 1]
+    local current, stored, listing = counter_until(key, now)
+    local lost = current == 0 and fence_lost(key, now)
+    redis.call('HINCRBY', key, 'u', args[a + 2 * i])
+    if lost then
+      redis.call('HSET', key, 'x', lost)
+    end
+    -- The same retain-until as stored (every bill of a bucket but its first): nothing moves.
+    if retain_text == stored then
+      added[key] = current
+      listed[key] = listing
+    else
+      local retain = tonumber(retain_text)
+      if not keep_until(key, retain, current, now) then
+        listed[key] = listing
+      end
+      added[key] = math.max(retain, current)
+    end
+  end
+  fence_register_adds(added, listed, now)
+end

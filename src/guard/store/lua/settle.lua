@@ -33,30 +33,7 @@ if landed then
     end
   end
 end
-local base = 4 + holds
-local added, listed = {}, {}
-for i = holds + 1, #KEYS - 2 do
-  local j = base + (i - holds - 1) * 2
-  local key = KEYS[2 + i]
-  local current, stored, listing = counter_until(key, now)
-  local lost = current == 0 and fence_lost(key, now)
-  redis.call('HINCRBY', key, 'u', ARGV[j + 1])
-  if lost then
-    redis.call('HSET', key, 'x', lost)
-  end
-  -- The same retain-until as stored (every bill of a bucket but its first): nothing moves.
-  if ARGV[j + 2] == stored then
-    added[key] = current
-    listed[key] = listing
-  else
-    local retain = tonumber(ARGV[j + 2])
-    if not keep_until(key, retain, current, now) then
-      listed[key] = listing
-    end
-    added[key] = math.max(retain, current)
-  end
-end
-fence_register_adds(added, listed, now)
+fence_add_use(KEYS, 3 + holds, ARGV, 5 + holds, #KEYS - 2 - holds, now)
 local until_ms = tonumber(ARGV[4])
 if until_ms <= now then
   until_ms = now + 1

@@ -5,7 +5,10 @@
 -- A part's record: g<until> its share was given back (finish), b<until> it was billed (its
 -- share given back too). A part without a record gives its share back from r<minute> (if the
 -- batch's reservation landed; never below zero; an expired hold is left); a bill of a part
--- not billed adds its use to u. Returns, per part, 0 if this call did something, else 1.
+-- not billed adds its use to u as a bill does (fence_add_use: a bucket lost and recreated is
+-- marked, each is listed in the fence's registry). Returns, per part, 0 if this call did
+-- something, else 1. Prepended: common.lua, fence.lua (its epoch key and two empty arguments
+-- at the end, as settle.lua's).
 local now = tonumber(ARGV[1])
 local field = 'r' .. ARGV[2]
 local live = tonumber(ARGV[2]) * 60000 > now
@@ -42,12 +45,7 @@ for p = 1, tonumber(ARGV[4]) do
   k = k + holds
   a = a + holds
   if add then
-    for i = 0, adds - 1 do
-      local key = KEYS[k + i]
-      local _, _, current = load_counter(key, now)
-      redis.call('HINCRBY', key, 'u', ARGV[a + 2 * i])
-      keep_until(key, tonumber(ARGV[a + 2 * i + 1]), current, now)
-    end
+    fence_add_use(KEYS, k, ARGV, a, adds, now)
   end
   k = k + adds
   a = a + 2 * adds

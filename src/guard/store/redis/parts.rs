@@ -38,6 +38,10 @@ impl RedisStore {
                 args.push(add.retain_until.to_string());
             }
         }
+        // fence.lua takes these off the end: the parts' adds are listed under the store's
+        // generation, as a settle's (keys.rs, settle_call).
+        keys.push(self.inner.epoch_key.clone());
+        args.extend([String::new(), String::new()]);
         let expected = settle.parts.len();
         self.run("settle_parts", move |inner, mut conn| async move {
             let mut call = inner.scripts.settle_parts.prepare_invoke();

@@ -48,7 +48,7 @@ impl Scripts {
             mark_once: Script::new(MARK_ONCE_LUA),
             raise_until: Script::new(RAISE_UNTIL_LUA),
             epoch: Script::new(EPOCH_LUA),
-            settle_parts: with_common(SETTLE_PARTS_LUA),
+            settle_parts: with_common(&format!("{FENCE_LUA}\n{SETTLE_PARTS_LUA}")),
             queue: Script::new(QUEUE_LUA),
             carry: with_common(&format!(
                 "{FENCE_LUA}\nlocal function settle_one(KEYS, ARGV)\n{SETTLE_LUA}\nend\n\
