@@ -172,7 +172,7 @@ impl Guard {
 
     /// Adds `record.amount` of `record.metric` to the counter of every generic rule named
     /// `record.prefix`... on that metric the attributes match, never refusing; once per
-    /// request id for [`RECORD_KEEP_MS`] (the store's settled mark, one round trip). The
+    /// request id for 35 days (the store's settled mark, one round trip). The
     /// first time, a ledger row (`rec:<request_id>`, source type `quota`) is queued too.
     /// Returns whether this call counted it (`false`: already recorded).
     pub async fn record_rules(&self, record: &QuotaRecord) -> Result<bool> {
