@@ -167,14 +167,11 @@ def test_with_a_ledger_a_restart_refills_and_never_overspends(
     assert sum(g["cost_micros"] for g in ledger.query(group_by=["user"])) == DAY_COST
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit (docs/redis.md, The epoch fence): a recovery refills the counters "
-    "from the ledger, which has the bills but not the holds of the calls open at the loss",
-)
 def test_calls_open_across_a_restart_do_not_overspend_after_the_refill(
     redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
 ) -> None:
+    """The ledger refills what was billed; the guard holds its open calls again before it
+    admits against that (before, both later calls were admitted: 1.2 billed on 1.0)."""
     ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
     guard = ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger)
     for _ in range(8):
@@ -184,16 +181,33 @@ def test_calls_open_across_a_restart_do_not_overspend_after_the_refill(
         guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)  # 0.8 used, 0.2 held
     redis_server.restart()
     reconnect(guard)
-    for _ in range(2):
-        try:
-            call(guard)  # the refill finds 0.8 and no holds: today both are admitted
-        except ug.UsageLimitError:
-            pass
+    with pytest.raises(ug.UsageLimitError) as refused:
+        guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.8 refilled, 0.2 held again
     for ticket in open_calls:
         assert ticket.bill(input_tokens=50, output_tokens=50, wait=True) is not None
+    assert used(guard) == DAY_COST  # each hold given back once, each bill counted once
     guard.close()
     billed = sum(g["cost_micros"] for g in ledger.query(group_by=["user"]))
-    assert billed <= DAY_COST, f"{billed} billed against a limit of {DAY_COST}"
+    assert billed == DAY_COST
+
+
+def test_a_call_held_again_and_then_released_frees_its_room(
+    redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
+) -> None:
+    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
+    guard = ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger)
+    for _ in range(9):
+        call(guard)
+    open_call = guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    redis_server.restart()
+    reconnect(guard)
+    with pytest.raises(ug.UsageLimitError) as refused:
+        guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.9 refilled, 0.1 held again
+    assert open_call.release()
+    call(guard)  # its hold was given back: room for one call
+    assert used(guard) == DAY_COST
 
 
 def test_three_guards_one_recovers_none_overspends(

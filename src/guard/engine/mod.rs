@@ -22,6 +22,7 @@ mod halts;
 pub(crate) mod health;
 mod known;
 pub(crate) mod metrics;
+mod open_calls;
 mod optimistic;
 mod outage;
 pub(crate) mod queue;

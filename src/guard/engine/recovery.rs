@@ -85,7 +85,7 @@ impl Guard {
         }
         let store = &self.shared.store;
         let read = store.epoch().await?;
-        if self.trust_newer(&read, fenced_generation) {
+        if self.trust_newer(&read, fenced_generation, now).await {
             return Ok(AfterFence::Retry);
         }
         if answer == FenceAnswer::Stale && read.trusted {
@@ -102,10 +102,13 @@ impl Guard {
                     "counter store: no epoch and no counters; adopted it (epoch {generation})"
                 );
                 bump(&self.shared.stats.epochs_written);
-                self.trust(&generation);
+                self.trust(&generation, now).await;
                 return Ok(AfterFence::Retry);
             }
-            if self.trust_newer(&store.epoch().await?, fenced_generation) {
+            if self
+                .trust_newer(&store.epoch().await?, fenced_generation, now)
+                .await
+            {
                 return Ok(AfterFence::Retry);
             }
         }
@@ -119,17 +122,28 @@ impl Guard {
     }
 
     /// Trusts the store's epoch if it is good and not the one fenced; returns whether it did.
-    fn trust_newer(&self, read: &crate::guard::store::EpochRead, fenced: &str) -> bool {
+    async fn trust_newer(
+        &self,
+        read: &crate::guard::store::EpochRead,
+        fenced: &str,
+        now: Millis,
+    ) -> bool {
         match &read.generation {
             Some(g) if read.trusted && g != fenced => {
-                self.trust(g);
+                self.trust(g, now).await;
                 true
             }
             _ => false,
         }
     }
 
-    fn trust(&self, generation: &str) {
+    /// Trusts `generation`. A new one is trusted only once this guard's open calls are held
+    /// under it (`hold_open_calls_again`): until then this guard's reservations carry the old
+    /// generation, are fenced, and wait for this step.
+    async fn trust(&self, generation: &str, now: Millis) {
+        if self.shared.epoch.generation() != generation {
+            self.hold_open_calls_again(generation, now).await;
+        }
         if self.shared.epoch.trust(generation) {
             self.shared.fill.forget_all();
         }
@@ -151,14 +165,14 @@ impl Guard {
                 let _ = crate::runtime::shared()
                     .spawn(async { tokio::time::sleep(WAIT_STEP).await })
                     .await;
-                if self.trust_newer(&store.epoch().await?, fenced) {
+                if self.trust_newer(&store.epoch().await?, fenced, now).await {
                     return Ok(AfterFence::Retry);
                 }
             }
             return Ok(AfterFence::Refuse);
         }
         let written = async {
-            if self.trust_newer(&store.epoch().await?, fenced) {
+            if self.trust_newer(&store.epoch().await?, fenced, now).await {
                 return Ok(true);
             }
             let done = store
@@ -169,7 +183,7 @@ impl Guard {
                     "counter store: wrote a new epoch {token} (counters refill from the ledger)"
                 );
                 bump(&self.shared.stats.epochs_written);
-                self.trust(&token);
+                self.trust(&token, now).await;
             }
             Ok(done)
         }
@@ -220,12 +234,52 @@ impl Guard {
         }
         log::warn!("counter store: recovered by the operator (epoch {token})");
         bump(&self.shared.stats.epochs_written);
-        self.trust(&token);
+        self.trust(&token, now).await;
         Ok(token)
     }
 
     /// `recover` from synchronous code.
     pub fn recover_blocking(&self, attest: bool) -> Result<String> {
         crate::runtime::block_on(self.recover(attest))
+    }
+
+    /// Once per epoch `generation`, before this guard trusts it: places the holds of its open
+    /// calls again (no limit checked: they were admitted; not fenced), each under its ticket
+    /// id, so calls admitted against the refilled counters count them. A hold the store does
+    /// not take is logged: that call's bill may then land past a limit.
+    async fn hold_open_calls_again(&self, generation: &str, now: Millis) {
+        let open = &self.shared.open_calls;
+        let mut held_under = open.held_under().lock().await;
+        if *held_under == generation {
+            return;
+        }
+        for (id, holds, minute) in open.open(now) {
+            let items: Vec<ReserveItem> = holds
+                .into_iter()
+                .map(|h| ReserveItem {
+                    key: h.key,
+                    hold: h.amount,
+                    limit: None,
+                    carried: 0,
+                    retain_until: minute * 60_000,
+                })
+                .collect();
+            let fence = Fence {
+                generation: generation.to_string(),
+                fenced: vec![false; items.len()],
+            };
+            let placed = self
+                .shared
+                .store
+                .reserve_fenced(id.clone(), items, minute, now, fence)
+                .await;
+            if let Err(e) = placed {
+                log::warn!(
+                    "counter store: the open call {id} could not be held again: {}",
+                    e.0
+                );
+            }
+        }
+        *held_under = generation.to_string();
     }
 }

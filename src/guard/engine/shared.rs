@@ -13,6 +13,7 @@ use super::fill::{fill_keys, FillState};
 use super::health::ProviderHealth;
 use super::known::Known;
 use super::metrics::Metrics;
+use super::open_calls::OpenCalls;
 use super::queue::SettleQueue;
 use super::stats::{store_answered, Stats};
 use crate::error::Result;
@@ -86,6 +87,8 @@ pub(crate) struct Shared {
     pub(crate) known: Known,
     /// Provider breakers and credential cooldowns, shared through the store.
     pub(crate) health: ProviderHealth,
+    /// The calls open on a fencing store, held again after a recovery.
+    pub(crate) open_calls: OpenCalls,
 }
 
 /// The store epoch a guard trusts: its generation (empty until the first fenced reserve
@@ -160,6 +163,7 @@ impl Shared {
             queue: SettleQueue::default(),
             known: Known::default(),
             health,
+            open_calls: OpenCalls::default(),
         }
     }
 

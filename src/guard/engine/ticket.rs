@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+mod open;
+
 use super::billing::{check_usage, ledger_row, record, usage_adds};
 pub use super::billing::{BillInfo, Billed, Recorded, Usage};
 use super::fitted::AdmittedRequest;
@@ -44,30 +46,6 @@ struct TicketState {
     degraded_from: std::sync::OnceLock<(Arc<str>, Box<Refusal>)>,
 }
 
-/// A ticket dropped without bill or release (an abandoned or cancelled call) gives its
-/// holds back by ticket id at once (retried in the background while the store does not
-/// answer) instead of leaving them to expire 15 minutes later.
-impl Drop for TicketState {
-    fn drop(&mut self) {
-        if self.settled.load(Ordering::SeqCst) || self.parts.holds.is_empty() {
-            return;
-        }
-        let shared = &self.parts.shared;
-        bump(&shared.stats.dropped);
-        shared.metrics.hold_closed();
-        let holds = std::mem::take(&mut self.parts.holds);
-        let now = shared.clock.now_ms();
-        let settle = settling::whole(
-            &self.parts.id,
-            holds,
-            self.parts.expiry_minute,
-            Vec::new(),
-            now,
-        );
-        settling::in_background(shared.clone(), settle, "release of a dropped ticket", true);
-    }
-}
-
 /// An admitted call. Cheap to clone; clones are the same ticket. Dropping the last clone of
 /// a ticket that never settled releases it.
 #[derive(Clone)]
@@ -90,13 +68,15 @@ impl Ticket {
         if !parts.holds.is_empty() {
             parts.shared.metrics.hold_opened();
         }
-        Ticket {
+        let ticket = Ticket {
             state: Arc::new(TicketState {
                 parts,
                 settled: AtomicBool::new(false),
                 degraded_from: std::sync::OnceLock::new(),
             }),
-        }
+        };
+        ticket.keep_open();
+        ticket
     }
 
     /// The ticket's id, unique within its guard.

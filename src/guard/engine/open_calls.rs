@@ -1,0 +1,70 @@
+//! The calls a guard has open, kept for the epoch fence's recovery (docs/redis.md, "The epoch
+//! fence"): a store that lost its state lost their holds with it, and a recovery refills the
+//! counters with what the ledger billed, not with what open calls hold. Before the guard
+//! trusts a new epoch it places each of its open calls' holds again, under the call's ticket
+//! id (`Guard::trust` in `recovery.rs`); a call that settled meanwhile is not held again (its
+//! ticket record says it settled), and one held already is not held twice.
+
+use std::sync::Weak;
+
+use parking_lot::Mutex;
+
+use crate::fork::ForkLocal;
+use crate::guard::domain::clock::Millis;
+use crate::guard::store::HoldRef;
+
+/// What an open call holds, read when the guard holds its calls again.
+pub(crate) trait OpenCall: Send + Sync {
+    /// Its ticket id, holds and the minute they expire; `None` once it settled (billed,
+    /// released, dropped) or holds nothing.
+    fn open_holds(&self) -> Option<(String, Vec<HoldRef>, i64)>;
+}
+
+#[derive(Default)]
+struct Registry {
+    calls: Vec<Weak<dyn OpenCall>>,
+    /// How many were open at the last pruning: the next prunes at twice as many.
+    open_at_prune: usize,
+}
+
+/// This process's open calls on a fencing store (a forked child starts with none: its
+/// parent's calls are not its own), and the epoch they were last held under.
+#[derive(Default)]
+pub(crate) struct OpenCalls {
+    registry: ForkLocal<Mutex<Registry>>,
+    held_under: ForkLocal<tokio::sync::Mutex<String>>,
+}
+
+impl OpenCalls {
+    fn registry(&self) -> &Mutex<Registry> {
+        self.registry.get_or(Default::default)
+    }
+
+    /// Keeps `call` until it settles or is dropped. Amortized O(1): settled and dropped calls
+    /// are pruned when the list has doubled since the last pruning.
+    pub(crate) fn add(&self, call: Weak<dyn OpenCall>) {
+        let mut registry = self.registry().lock();
+        registry.calls.push(call);
+        if registry.calls.len() > 2 * registry.open_at_prune.max(32) {
+            registry
+                .calls
+                .retain(|c| c.upgrade().is_some_and(|open| open.open_holds().is_some()));
+            registry.open_at_prune = registry.calls.len();
+        }
+    }
+
+    /// The epoch the open calls were last held under; one holding at a time.
+    pub(crate) fn held_under(&self) -> &tokio::sync::Mutex<String> {
+        self.held_under.get_or(Default::default)
+    }
+
+    /// The holds of every call still open whose holds have not expired at `now`.
+    pub(crate) fn open(&self, now: Millis) -> Vec<(String, Vec<HoldRef>, i64)> {
+        let calls: Vec<_> = self.registry().lock().calls.clone();
+        calls
+            .iter()
+            .filter_map(|c| c.upgrade()?.open_holds())
+            .filter(|(_, _, minute)| minute * 60_000 > now)
+            .collect()
+    }
+}

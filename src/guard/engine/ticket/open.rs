@@ -1,0 +1,57 @@
+//! An open ticket's end of life: what it holds while open (for the epoch fence's recovery,
+//! `open_calls.rs`), and its holds given back when it is dropped unsettled.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use super::super::open_calls::OpenCall;
+use super::super::settling;
+use super::super::stats::bump;
+use super::{Ticket, TicketState};
+use crate::guard::store::HoldRef;
+
+impl OpenCall for TicketState {
+    fn open_holds(&self) -> Option<(String, Vec<HoldRef>, i64)> {
+        if self.settled.load(Ordering::SeqCst) || self.parts.holds.is_empty() {
+            return None;
+        }
+        let parts = &self.parts;
+        Some((parts.id.clone(), parts.holds.clone(), parts.expiry_minute))
+    }
+}
+
+impl Ticket {
+    /// On a store that fences (and so may lose holds), lists this ticket among the guard's
+    /// open calls while it holds anything.
+    pub(super) fn keep_open(&self) {
+        let parts = &self.state.parts;
+        if !parts.holds.is_empty() && parts.shared.store.fences() {
+            let call: Weak<dyn OpenCall> = Arc::downgrade(&self.state) as Weak<TicketState>;
+            parts.shared.open_calls.add(call);
+        }
+    }
+}
+
+/// A ticket dropped without bill or release (an abandoned or cancelled call) gives its
+/// holds back by ticket id at once (retried in the background while the store does not
+/// answer) instead of leaving them to expire 15 minutes later.
+impl Drop for TicketState {
+    fn drop(&mut self) {
+        if self.settled.load(Ordering::SeqCst) || self.parts.holds.is_empty() {
+            return;
+        }
+        let shared = &self.parts.shared;
+        bump(&shared.stats.dropped);
+        shared.metrics.hold_closed();
+        let holds = std::mem::take(&mut self.parts.holds);
+        let now = shared.clock.now_ms();
+        let settle = settling::whole(
+            &self.parts.id,
+            holds,
+            self.parts.expiry_minute,
+            Vec::new(),
+            now,
+        );
+        settling::in_background(shared.clone(), settle, "release of a dropped ticket", true);
+    }
+}
