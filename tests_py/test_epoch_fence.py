@@ -148,16 +148,28 @@ def test_a_lost_holds_key_is_fenced(redis_server: RedisServer, clock: ug.ManualC
     open_call.release()
 
 
+def billed_with_ledger(
+    server: RedisServer, clock: ug.ManualClock, tmp_path: Path, calls: int, open_calls: int
+) -> tuple[ug.SqliteLedger, ug.Guard, list[ug.Ticket]]:
+    """A guard with a SQLite ledger after `calls` billed calls and `open_calls` admitted and
+    still open; then Redis restarts empty and the guard reads it again."""
+    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
+    guard = ug.Guard(policy(), store=store(server), clock=clock, ledger=ledger)
+    for _ in range(calls):
+        call(guard)
+    tickets = [
+        guard.admit("alice", "m", prompt_tokens=50, max_tokens=50) for _ in range(open_calls)
+    ]
+    guard.close()
+    server.restart()
+    reconnect(guard)
+    return ledger, guard, tickets
+
+
 def test_with_a_ledger_a_restart_refills_and_never_overspends(
     redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
 ) -> None:
-    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
-    guard = ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger)
-    for _ in range(9):
-        call(guard)
-    guard.close()
-    redis_server.restart()
-    reconnect(guard)
+    ledger, guard, _ = billed_with_ledger(redis_server, clock, tmp_path, 9, 0)
     call(guard)  # refilled: 0.90 used, room for one more call
     with pytest.raises(ug.UsageLimitError) as refused:
         guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
@@ -172,15 +184,7 @@ def test_calls_open_across_a_restart_do_not_overspend_after_the_refill(
 ) -> None:
     """The ledger refills what was billed; the guard holds its open calls again before it
     admits against that (before, both later calls were admitted: 1.2 billed on 1.0)."""
-    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
-    guard = ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger)
-    for _ in range(8):
-        call(guard)
-    open_calls = [guard.admit("alice", "m", prompt_tokens=50, max_tokens=50) for _ in range(2)]
-    with pytest.raises(ug.UsageLimitError):
-        guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)  # 0.8 used, 0.2 held
-    redis_server.restart()
-    reconnect(guard)
+    ledger, guard, open_calls = billed_with_ledger(redis_server, clock, tmp_path, 8, 2)
     with pytest.raises(ug.UsageLimitError) as refused:
         guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
     assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.8 refilled, 0.2 held again
@@ -195,13 +199,7 @@ def test_calls_open_across_a_restart_do_not_overspend_after_the_refill(
 def test_a_call_held_again_and_then_released_frees_its_room(
     redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
 ) -> None:
-    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
-    guard = ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger)
-    for _ in range(9):
-        call(guard)
-    open_call = guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
-    redis_server.restart()
-    reconnect(guard)
+    _, guard, (open_call,) = billed_with_ledger(redis_server, clock, tmp_path, 9, 1)
     with pytest.raises(ug.UsageLimitError) as refused:
         guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
     assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.9 refilled, 0.1 held again
@@ -304,42 +302,30 @@ def test_cli_recover_lifts_the_fence(redis_server: RedisServer) -> None:
     call(guard)
 
 
+@pytest.mark.parametrize("kind", ["call", "batch part"])
 def test_a_lost_counter_a_bill_recreates_stays_fenced(
-    redis_server: RedisServer, clock: ug.ManualClock
+    redis_server: RedisServer, clock: ug.ManualClock, kind: str
 ) -> None:
     """The counter is deleted while a call is open; that call's bill adds its use and so
     recreates the key, holding only that one bill. The loss must not hide behind it: the next
-    call is still fenced, until a recovery (a new generation) lifts it."""
-    guard = ug.Guard(policy(), store=store(redis_server, "rec"), clock=clock)
+    call is still fenced, until a recovery (a new generation) lifts it. A batch's part bills
+    through settle_parts.lua, which must see the loss and mark the key as settle.lua does."""
+    prefix = "rec-" + kind[0]
+    guard = ug.Guard(policy(), store=store(redis_server, prefix), clock=clock)
     for _ in range(3):
         call(guard)
-    open_call = guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
-    keys = redis_server.cli("--scan", "--pattern", "{rec}:c:*").split()
+    if kind == "call":
+        ticket = guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+        bill: Any = lambda: ticket.bill(input_tokens=50, output_tokens=50, wait=True)  # noqa: E731
+    else:
+        batch = guard.admit_batch(
+            "alice", "m", [{"custom_id": "r0", "prompt_tokens": 50, "max_tokens": 50}]
+        )
+        bill = lambda: batch.bill_part("r0", 50, 50)  # noqa: E731
+    keys = redis_server.cli("--scan", "--pattern", "{" + prefix + "}:c:*").split()
     assert len(keys) == 1
     redis_server.cli("del", keys[0])
-    assert open_call.bill(input_tokens=50, output_tokens=50, wait=True) is not None
-    assert redis_server.cli("hget", keys[0], "u").strip() == str(CALL_COST)
-    assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
-    guard.recover(attest=True)
-    call(guard)
-    assert used(guard) == 2 * CALL_COST
-
-
-def test_a_lost_counter_a_batch_part_bill_recreates_stays_fenced(
-    redis_server: RedisServer, clock: ug.ManualClock
-) -> None:
-    """As above with a batch's part: its bill adds use through settle_parts.lua, which must
-    see the loss and mark the recreated key too."""
-    guard = ug.Guard(policy(), store=store(redis_server, "recp"), clock=clock)
-    for _ in range(3):
-        call(guard)
-    batch = guard.admit_batch(
-        "alice", "m", [{"custom_id": "r0", "prompt_tokens": 50, "max_tokens": 50}]
-    )
-    keys = redis_server.cli("--scan", "--pattern", "{recp}:c:*").split()
-    assert len(keys) == 1
-    redis_server.cli("del", keys[0])
-    assert batch.bill_part("r0", 50, 50) is not None
+    assert bill() is not None
     assert redis_server.cli("hget", keys[0], "u").strip() == str(CALL_COST)
     assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
     guard.recover(attest=True)
