@@ -245,15 +245,18 @@ impl Guard {
 
     /// Once per epoch `generation`, before this guard trusts it: places the holds of its open
     /// calls again (no limit checked: they were admitted; not fenced), each under its ticket
-    /// id, so calls admitted against the refilled counters count them. A hold the store does
-    /// not take is logged: that call's bill may then land past a limit.
+    /// id, so calls admitted against the refilled counters count them. The first store error
+    /// ends it (a store that stopped answering would otherwise cost a timeout per call): the
+    /// calls not held again are logged, and their bills may land past a limit.
     async fn hold_open_calls_again(&self, generation: &str, now: Millis) {
         let open = &self.shared.open_calls;
         let mut held_under = open.held_under().lock().await;
         if *held_under == generation {
             return;
         }
-        for (id, holds, minute) in open.open(now) {
+        let calls = open.open(now);
+        let total = calls.len();
+        for (done, (id, holds, minute)) in calls.into_iter().enumerate() {
             let items: Vec<ReserveItem> = holds
                 .into_iter()
                 .map(|h| ReserveItem {
@@ -271,13 +274,16 @@ impl Guard {
             let placed = self
                 .shared
                 .store
-                .reserve_fenced(id.clone(), items, minute, now, fence)
+                .reserve_fenced(id, items, minute, now, fence)
                 .await;
             if let Err(e) = placed {
                 log::warn!(
-                    "counter store: the open call {id} could not be held again: {}",
+                    "counter store: {} of {total} open calls could not be held again under \
+                     the new epoch ({}); their bills may land past a limit",
+                    total - done,
                     e.0
                 );
+                break;
             }
         }
         *held_under = generation.to_string();
