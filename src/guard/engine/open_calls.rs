@@ -15,8 +15,9 @@ use crate::guard::store::HoldRef;
 
 /// What an open call holds, read when the guard holds its calls again.
 pub(crate) trait OpenCall: Send + Sync {
-    /// Its ticket id, holds and the minute they expire; `None` once it settled (billed,
-    /// released, dropped) or holds nothing.
+    /// Whether it still holds anything (not billed, released or dropped).
+    fn is_open(&self) -> bool;
+    /// Its ticket id, holds and the minute they expire; `None` once it is not open.
     fn open_holds(&self) -> Option<(String, Vec<HoldRef>, i64)>;
 }
 
@@ -48,7 +49,7 @@ impl OpenCalls {
         if registry.calls.len() > 2 * registry.open_at_prune.max(32) {
             registry
                 .calls
-                .retain(|c| c.upgrade().is_some_and(|open| open.open_holds().is_some()));
+                .retain(|c| c.upgrade().is_some_and(|call| call.is_open()));
             registry.open_at_prune = registry.calls.len();
         }
     }
@@ -66,5 +67,54 @@ impl OpenCalls {
             .filter_map(|c| c.upgrade()?.open_holds())
             .filter(|(_, _, minute)| minute * 60_000 > now)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Weak};
+
+    use super::*;
+
+    struct Call(AtomicBool);
+
+    impl OpenCall for Call {
+        fn is_open(&self) -> bool {
+            self.0.load(Ordering::SeqCst)
+        }
+        fn open_holds(&self) -> Option<(String, Vec<HoldRef>, i64)> {
+            self.is_open().then(|| ("t".to_string(), Vec::new(), 10))
+        }
+    }
+
+    #[test]
+    fn settled_and_dropped_calls_are_pruned_and_open_ones_kept() {
+        let open_calls = OpenCalls::default();
+        let kept: Vec<Arc<Call>> = (0..10)
+            .map(|_| Arc::new(Call(AtomicBool::new(true))))
+            .collect();
+        for call in &kept {
+            let weak: Weak<Call> = Arc::downgrade(call);
+            open_calls.add(weak);
+        }
+        let mut settled = Vec::new();
+        for i in 0..1_000 {
+            let call = Arc::new(Call(AtomicBool::new(i % 2 == 0)));
+            let weak: Weak<Call> = Arc::downgrade(&call);
+            open_calls.add(weak);
+            if i % 2 == 1 {
+                settled.push(call); // alive, but settled
+            } // else dropped here
+        }
+        let listed = open_calls.registry().lock().calls.len();
+        assert!(listed <= 2 * 32 + 1, "{listed} listed");
+        assert_eq!(open_calls.open(0).len(), 10);
+        kept[0].0.store(false, Ordering::SeqCst);
+        assert_eq!(open_calls.open(0).len(), 9);
+        assert!(
+            open_calls.open(10 * 60_000).is_empty(),
+            "expired holds are not held again"
+        );
     }
 }

@@ -11,12 +11,14 @@ use super::{Ticket, TicketState};
 use crate::guard::store::HoldRef;
 
 impl OpenCall for TicketState {
+    fn is_open(&self) -> bool {
+        !self.settled.load(Ordering::SeqCst) && !self.parts.holds.is_empty()
+    }
+
     fn open_holds(&self) -> Option<(String, Vec<HoldRef>, i64)> {
-        if self.settled.load(Ordering::SeqCst) || self.parts.holds.is_empty() {
-            return None;
-        }
         let parts = &self.parts;
-        Some((parts.id.clone(), parts.holds.clone(), parts.expiry_minute))
+        self.is_open()
+            .then(|| (parts.id.clone(), parts.holds.clone(), parts.expiry_minute))
     }
 }
 
@@ -26,8 +28,8 @@ impl Ticket {
     pub(super) fn keep_open(&self) {
         let parts = &self.state.parts;
         if !parts.holds.is_empty() && parts.shared.store.fences() {
-            let call: Weak<dyn OpenCall> = Arc::downgrade(&self.state) as Weak<TicketState>;
-            parts.shared.open_calls.add(call);
+            let state: Weak<TicketState> = Arc::downgrade(&self.state);
+            parts.shared.open_calls.add(state);
         }
     }
 }
