@@ -201,7 +201,7 @@ local function fence_add_use(keys, k, args, a, count, now)
     local retain_text = args[a + 2 * i + 1]
     local current, stored, listing = counter_until(key, now)
     local lost = current == 0 and fence_lost(key, now)
-    redis.call('HINCRBY', key, 'u', args[a + 2 * i])
+    local used = redis.call('HINCRBY', key, 'u', args[a + 2 * i])
     if lost then
       redis.call('HSET', key, 'x', lost)
     end
@@ -209,12 +209,15 @@ local function fence_add_use(keys, k, args, a, count, now)
     if retain_text == stored then
       added[key] = current
       listed[key] = listing
+      BUCKETS[key] = {used, current}
     else
       local retain = tonumber(retain_text)
-      if not keep_until(key, retain, current, now) then
+      local moved = keep_until(key, retain, current, now)
+      if not moved then
         listed[key] = listing
       end
       added[key] = math.max(retain, current)
+      BUCKETS[key] = {used, (moved and retain) or tonumber(stored)}
     end
   end
   fence_register_adds(added, listed, now)

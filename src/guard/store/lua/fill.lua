@@ -13,6 +13,7 @@ end
 redis.call('HSET', key, 's', generation)
 if tonumber(ARGV[2]) > used then
   redis.call('HSET', key, 'u', ARGV[2])
+  BUCKETS[key] = nil
 end
 keep_until(key, tonumber(ARGV[3]), current, now)
 return 1

@@ -27,10 +27,11 @@ end
 local n, p = tonumber(ARGV[3]), tonumber(ARGV[4])
 local used, held, until_of, prev, kept_for_minute = {}, {}, {}, {}, {}
 local field = 'r' .. minute
+local live_field = hold_until > now and field or ''
 for c = 1, n do
   local u, _, until_ms = load_counter(KEYS[2 * c], now)
   used[c], until_of[c] = u, until_ms
-  held[c], kept_for_minute[c] = load_holds(KEYS[2 * c + 1], now, field)
+  held[c], kept_for_minute[c] = load_holds(KEYS[2 * c + 1], now, live_field)
 end
 for j = 1, p do
   prev[j] = load_counter(KEYS[1 + 2 * n + j], now)
@@ -62,7 +63,7 @@ for i = 1, m do
     return answer(-6)
   end
   if limit ~= '' then
-    local counted = used[c] + held[c] + tonumber(ARGV[b + 4])
+    local counted = used[c] + held[c] + number_of(ARGV[b + 4])
     local cap = tonumber(limit)
     if counted >= cap or hold > cap - counted then
       return answer(i - 1)
@@ -77,7 +78,7 @@ for _ = 1, tonumber(ARGV[k]) do
   for r = 1, rules do
     local b = k + 1 + (r - 1) * 3
     local c = tonumber(ARGV[b + 1])
-    if used[c] + held[c] + tonumber(ARGV[b + 3]) >= tonumber(ARGV[b + 2]) then
+    if used[c] + held[c] + number_of(ARGV[b + 3]) >= tonumber(ARGV[b + 2]) then
       room = false
     end
   end
