@@ -9,7 +9,11 @@ before any of the scripts' own Lua runs:
 - `per_counter_hash`: a layout with a counter's buckets and holds in one hash (27 commands);
 - `one_hash`: every counter of the call in one hash, read once and written once (3 commands).
 
-Run: .venv/bin/python benches/lua_floor.py [NAME ...]   (needs valgrind and redis-server)
+With `--units`, what one operation costs inside a script instead: each of `UNITS` repeats
+it 100 times (10 for INFO), and the empty script's cost is taken off.
+
+Run: .venv/bin/python benches/lua_floor.py [NAME ...] [--units]
+(needs valgrind and redis-server)
 """
 
 from __future__ import annotations
@@ -70,6 +74,33 @@ return 0
 """,
 }
 
+# One operation of a script, repeated: name -> (body, times).
+UNITS = {
+    "tonumber of a 13-digit argument": (
+        "local s = 0 for i = 1, 100 do s = s + tonumber(ARGV[i]) end return 0",
+        100,
+    ),
+    "string.format('%d', n)": (
+        "local x for i = 1, 100 do x = string.format('%d', 1796277600000 + i) end return 0",
+        100,
+    ),
+    "'r' .. an argument": ("local x for i = 1, 100 do x = 'r' .. ARGV[i] end return 0", 100),
+    "string.sub": ("local x for i = 1, 100 do x = string.sub(ARGV[i], 2) end return 0", 100),
+    "a table of two": ("local x for i = 1, 100 do x = {i, i} end return 0", 100),
+    "a closure": ("for i = 1, 100 do local function f(a) return a end end return 0", 100),
+    "HGET": ("for i = 1, 100 do redis.call('HGET', KEYS[2], 'u') end return 0", 100),
+    "HMGET of two fields": (
+        "for i = 1, 100 do redis.call('HMGET', KEYS[2], 'u', 'e') end return 0",
+        100,
+    ),
+    "HINCRBY": ("for i = 1, 100 do redis.call('HINCRBY', KEYS[2], 'u', '5') end return 0", 100),
+    "INFO server": ("for i = 1, 10 do redis.call('INFO', 'server') end return 0", 10),
+    "returning 13 integers": (
+        "local t = {} for i = 1, 13 do t[i] = i * 1000 end return t",
+        1,
+    ),
+}
+
 
 def under_callgrind(drive: Callable[[redis.Redis], None]) -> tuple[int, str]:
     """Starts a redis-server under callgrind, counting inside `evalShaCommand` only, runs
@@ -126,6 +157,12 @@ def instructions_per_script(body: str) -> float:
 
 
 def main() -> None:
+    if "--units" in sys.argv:
+        empty = instructions_per_script(SCRIPTS["empty"])
+        for name, (body, times) in UNITS.items():
+            each = (instructions_per_script(body) - empty) / times
+            print(f"{name:>34}: {each:>8,.0f} instructions each")
+        return
     for name in sys.argv[1:] or list(SCRIPTS):
         per_script = instructions_per_script(SCRIPTS[name])
         print(f"{name:>18}: {per_script:>10,.0f} instructions per script")

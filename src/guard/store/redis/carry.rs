@@ -3,6 +3,7 @@
 
 use super::checks::Checks;
 use super::known::parse;
+use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{
@@ -67,9 +68,7 @@ impl RedisStore {
         let (n, p) = (reserve.counters.len(), reserve.previous.len());
         let s = sent.iter().filter(|&&sent| sent).count();
         self.run("reserve", move |inner, mut conn| async move {
-            let mut call = inner.scripts.carry.prepare_invoke();
-            call.key(keys).arg(args);
-            let answer: Vec<i64> = call.invoke_async(&mut conn).await?;
+            let answer: Vec<i64> = invoke(&inner.scripts.carry, &keys, &args, &mut conn).await?;
             let bad = |why: String| {
                 redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "reserve", why))
             };

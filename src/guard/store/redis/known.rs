@@ -2,6 +2,7 @@
 //! script (`reserve_known.lua`), which answers the fresh values of every counter of the call.
 
 use super::checks::Checks;
+use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{
@@ -86,9 +87,8 @@ impl RedisStore {
         let (keys, args) = self.known_call(&reserve, now, fence);
         let (n, p) = (reserve.counters.len(), reserve.previous.len());
         self.run("reserve", move |inner, mut conn| async move {
-            let mut call = inner.scripts.reserve_known.prepare_invoke();
-            call.key(keys).arg(args);
-            let answer: Vec<i64> = call.invoke_async(&mut conn).await?;
+            let script = &inner.scripts.reserve_known;
+            let answer: Vec<i64> = invoke(script, &keys, &args, &mut conn).await?;
             if answer.first() == Some(&-2) {
                 // Another Redis process answers: check its configuration too.
                 Checks::request(&inner);

@@ -31,7 +31,7 @@ use redis::{Client, RedisError};
 use checks::Checks;
 use connection::{check_timeout, store_error, Conn, Target};
 use keys::key_head;
-use scripts::Scripts;
+use scripts::{invoke, Scripts};
 
 use super::{
     CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, KnownAnswer,
@@ -261,9 +261,7 @@ impl CounterStore for RedisStore {
         }
         let (redis_keys, args) = self.reserve_call(&ticket, &items, expiry_minute, now, fence);
         self.run("reserve", move |inner, mut conn| async move {
-            let mut call = inner.scripts.reserve.prepare_invoke();
-            call.key(redis_keys).arg(args);
-            let answer: i64 = call.invoke_async(&mut conn).await?;
+            let answer: i64 = invoke(&inner.scripts.reserve, &redis_keys, &args, &mut conn).await?;
             if answer == -2 {
                 // Another Redis process answers: check its configuration too.
                 Checks::request(&inner);

@@ -4,6 +4,7 @@
 
 use redis::{ErrorKind, RedisResult, ServerErrorKind};
 
+use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{
@@ -48,9 +49,7 @@ impl RedisStore {
             return Box::pin(std::future::ready(Ok(SettleOutcome::Settled)));
         };
         self.run("settle", move |inner, mut conn| async move {
-            let mut call = inner.scripts.settle.prepare_invoke();
-            call.key(redis_keys).arg(args);
-            let answer: i64 = call.invoke_async(&mut conn).await?;
+            let answer: i64 = invoke(&inner.scripts.settle, &redis_keys, &args, &mut conn).await?;
             Ok(if answer == 0 {
                 SettleOutcome::Settled
             } else {

@@ -57,3 +57,33 @@ impl Scripts {
         }
     }
 }
+
+/// Runs `script` by its SHA with `keys` and `args` written straight into one command, and
+/// loads it and runs it again when the server does not have it (NOSCRIPT), as
+/// `ScriptInvocation::invoke_async` does; that first copies every key and argument into a
+/// buffer of its own (an allocation and a copy per argument, ~130 per carried admission).
+pub(super) async fn invoke<T, C>(
+    script: &Script,
+    keys: &[String],
+    args: &[String],
+    conn: &mut C,
+) -> redis::RedisResult<T>
+where
+    T: redis::FromRedisValue,
+    C: redis::aio::ConnectionLike,
+{
+    let bytes = keys.iter().chain(args).map(String::len).sum::<usize>() + 64;
+    let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
+    cmd.arg("EVALSHA")
+        .arg(script.get_hash())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        answer => answer,
+    }
+}
