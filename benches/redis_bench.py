@@ -1,6 +1,7 @@
 """admit + bill on a local Redis beside its peers on the same server: `limits` (sync and
 asyncio, sliding-window counter over redis-py, one hit per call) and the EVALSHA ceiling
-`redis-benchmark` measures; round trips and server time per script from INFO commandstats.
+`redis-benchmark` measures; round trips and server time per script from INFO commandstats;
+and at 64 asyncio callers, the CPU per call of this process and of the redis-server (`cpu_split`).
 
 Run: .venv/bin/python benches/redis_bench.py [seconds-per-level]
 (`benches/table.py` runs the same functions and prints them in the one table.)
@@ -211,6 +212,34 @@ def sync_pair(server: RedisServer, seconds: float, rounds: int) -> dict[str, flo
     }
 
 
+def redis_cpu(server: RedisServer) -> float:
+    """CPU seconds the redis-server's main thread has used (user + system)."""
+    found = dict(re.findall(r"(used_cpu_\w+):([\d.]+)", server.cli("INFO", "cpu")))
+    return float(found["used_cpu_user_main_thread"]) + float(found["used_cpu_sys_main_thread"])
+
+
+def cpu_split(server: RedisServer, callers: int, seconds: float) -> dict[str, float]:
+    """Where the CPU of an asyncio call goes, at `callers` tasks: this process's CPU (Python
+    and the guard's threads) and the redis-server main thread's, in µs per call, for
+    usage_guard and for `limits.aio` in turn. When the two add up to the cores there are,
+    the rate cannot grow: the split says which side has to shrink."""
+    guard = ug.Guard(ug.Policy.from_dict(POLICY), store=ug.RedisStore(server.url, "split"))
+    runs = {
+        "usage_guard": lambda: run_level(guard, callers, seconds),
+        "limits.aio": lambda: limits_aio_level(server.url, callers, seconds),
+    }
+    asyncio.run(run_level(guard, callers, 0.2))
+    out = {}
+    for name, run in runs.items():
+        client, redis_side, started = time.process_time(), redis_cpu(server), time.perf_counter()
+        rate = asyncio.run(run())
+        calls = rate * (time.perf_counter() - started)
+        out[f"{name} client"] = (time.process_time() - client) / calls * 1e6
+        out[f"{name} redis"] = (redis_cpu(server) - redis_side) / calls * 1e6
+    guard.close()
+    return out
+
+
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
     server = RedisServer()
@@ -223,6 +252,12 @@ def main() -> None:
         for callers in (1, 8, 64):
             ours, theirs = asyncio_pair(server, callers, seconds, 1)
             print(f"{callers:>7}  {ours:>19,.0f}  {theirs:>18,.0f}  {ours / ceiling:.1%}")
+        split = cpu_split(server, 64, seconds)
+        for peer in ("usage_guard", "limits.aio"):
+            print(
+                f"{peer}, 64 callers, CPU per call: this process {split[peer + ' client']:.0f} "
+                f"µs, redis-server {split[peer + ' redis']:.0f} µs"
+            )
         sync = sync_pair(server, seconds, 1)
         print(
             f"sync, 6 rules: {sync['us']:.0f} µs per admit+bill, {sync['scripts']:.2f} scripts "
