@@ -8,6 +8,7 @@
 //! that reservation (nothing if it never landed) and leaves a settled mark, so settles are
 //! idempotent and a reservation that lands after its ticket settled places nothing.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use super::clock::Millis;
@@ -24,7 +25,15 @@ pub struct CounterKey {
 impl CounterKey {
     /// A stable text form, `<counter>:<bucket start in seconds>`, for stores keyed by text.
     pub fn render(&self) -> String {
-        format!("{}:{}", self.id.render(), self.bucket.div_euclid(1000))
+        let mut out = String::with_capacity(80);
+        self.render_into(&mut out);
+        out
+    }
+
+    /// Appends [`CounterKey::render`] to `out`.
+    pub fn render_into(&self, out: &mut String) {
+        self.id.render_into(out);
+        let _ = write!(out, ":{}", self.bucket.div_euclid(1000));
     }
 }
 

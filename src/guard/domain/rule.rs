@@ -245,25 +245,29 @@ impl CounterId {
     /// escaped ids and `=,+/`).
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(64);
+        self.render_into(&mut out);
+        out
+    }
+
+    /// Appends [`CounterId::render`] to `out`.
+    pub fn render_into(&self, out: &mut String) {
         out.push_str(self.scope.key_token());
         if let Some(subject) = &self.subject {
-            let _ = write!(
-                out,
-                ":{subject}:{}:{}",
-                self.metric.word(),
-                self.window.key_token()
-            );
-            return out;
-        }
-        for id in [&self.user, &self.team, &self.model] {
             out.push(':');
-            match id {
-                Some(id) => escape_id(id, &mut out),
-                None => out.push('-'),
+            out.push_str(subject);
+        } else {
+            for id in [&self.user, &self.team, &self.model] {
+                out.push(':');
+                match id {
+                    Some(id) => escape_id(id, out),
+                    None => out.push('-'),
+                }
             }
         }
-        let _ = write!(out, ":{}:{}", self.metric.word(), self.window.key_token());
-        out
+        out.push(':');
+        out.push_str(self.metric.word());
+        out.push(':');
+        self.window.write_key_token(out);
     }
 }
 

@@ -1,6 +1,8 @@
 //! Window math: which bucket holds an instant, what a rule counts in it, when it resets,
 //! and how long a bucket's counter is kept. Pure functions of (window, now).
 
+use std::fmt::Write as _;
+
 use super::calendar::{civil_from_days, days_from_civil};
 pub use super::calendar::{Anchored, CalendarUnit};
 use super::clock::Millis;
@@ -232,14 +234,23 @@ impl Window {
 
     /// A short stable token used in counter keys ("d", "w", "mo", "y", "s600", "run").
     pub fn key_token(self) -> String {
+        let mut out = String::new();
+        self.write_key_token(&mut out);
+        out
+    }
+
+    /// Appends [`Window::key_token`] to `out`.
+    pub fn write_key_token(self, out: &mut String) {
         match self {
-            Window::Calendar(CalendarUnit::Day) => "d".into(),
-            Window::Calendar(CalendarUnit::Week) => "w".into(),
-            Window::Calendar(CalendarUnit::Month) => "mo".into(),
-            Window::Calendar(CalendarUnit::Year) => "y".into(),
-            Window::Anchored(a) => a.key_token(),
-            Window::Sliding { seconds } => format!("s{seconds}"),
-            Window::WhileRunning => "run".into(),
+            Window::Calendar(CalendarUnit::Day) => out.push('d'),
+            Window::Calendar(CalendarUnit::Week) => out.push('w'),
+            Window::Calendar(CalendarUnit::Month) => out.push_str("mo"),
+            Window::Calendar(CalendarUnit::Year) => out.push('y'),
+            Window::Anchored(a) => out.push_str(&a.key_token()),
+            Window::Sliding { seconds } => {
+                let _ = write!(out, "s{seconds}");
+            }
+            Window::WhileRunning => out.push_str("run"),
         }
     }
 

@@ -1,6 +1,7 @@
 //! `reserve_known_carrying` on Redis: the queued settles and the next reservation in one
 //! script (`carry.lua`): settles first, each as `settle.lua` does it, then `reserve_known.lua`.
 
+use super::args::Args;
 use super::checks::Checks;
 use super::known::parse;
 use super::scripts::invoke;
@@ -25,35 +26,37 @@ impl RedisStore {
         settles: &[Settle],
         now: Millis,
         fence: Fence,
-    ) -> (Vec<String>, Vec<String>, Vec<bool>) {
+    ) -> (Args, Args, Vec<bool>) {
         let calls: Vec<_> = settles.iter().map(|s| self.settle_call(s, now)).collect();
         let sent: Vec<bool> = calls.iter().map(Option::is_some).collect();
-        let (mut keys, mut reserve_args) = self.known_call(reserve, now, fence);
-        let epoch = keys.pop().expect("known_call ends with the epoch key");
-        let mut flags = reserve_args.pop().expect("known_call ends with the flags");
+        let (reserve_keys, mut reserve_args) = self.known_call(reserve, now, fence);
+        let flags = reserve_args.pop().expect("known_call ends with the flags");
         let generation = reserve_args.pop().expect("then the generation");
         let calls: Vec<_> = calls.into_iter().flatten().collect();
-        let mut args = vec![
-            calls.len().to_string(),
-            keys.len().to_string(),
-            reserve_args.len().to_string(),
-        ];
         // settle_call ends with fence.lua's: the epoch key, then two empty arguments.
+        let settle_keys: usize = calls.iter().map(|(k, _)| k.len() - 1).sum();
+        let settle_args: usize = calls.iter().map(|(_, a)| a.len() - 2).sum();
+        let mut keys = Args::with_capacity(reserve_keys.len() + settle_keys, 96 * 64);
+        keys.extend_from(&reserve_keys, reserve_keys.len() - 1);
+        let mut args = Args::with_capacity(5 + 2 * calls.len() + settle_args, 16 * 160);
+        args.push_num(calls.len());
+        args.push_num(reserve_keys.len() - 1);
+        args.push_num(reserve_args.len());
         for (settle_keys, settle_args) in &calls {
-            args.push((settle_keys.len() - 1).to_string());
-            args.push((settle_args.len() - 2).to_string());
+            args.push_num(settle_keys.len() - 1);
+            args.push_num(settle_args.len() - 2);
         }
-        args.append(&mut reserve_args);
-        for (mut settle_keys, mut settle_args) in calls {
-            settle_keys.pop();
-            settle_args.truncate(settle_args.len() - 2);
-            flags.extend(std::iter::repeat_n('0', settle_keys.len()));
-            keys.append(&mut settle_keys);
-            args.append(&mut settle_args);
+        args.extend_from(&reserve_args, reserve_args.len());
+        for (settle_keys, settle_args) in &calls {
+            keys.extend_from(settle_keys, settle_keys.len() - 1);
+            args.extend_from(settle_args, settle_args.len() - 2);
         }
-        keys.push(epoch);
-        args.push(generation);
-        args.push(flags);
+        keys.push(reserve_keys.get(reserve_keys.len() - 1));
+        args.push(&generation);
+        args.push_with(|out| {
+            out.push_str(&flags);
+            out.extend(std::iter::repeat_n('0', settle_keys));
+        });
         (keys, args, sent)
     }
 

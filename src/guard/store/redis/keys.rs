@@ -1,6 +1,9 @@
 //! The Redis keys of a store: every one under the store's hash tag `{<escaped prefix>}`; and
 //! the keys and arguments of the reserve and settle scripts.
 
+use std::fmt::Write as _;
+
+use super::args::Args;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::escape_id;
@@ -21,23 +24,41 @@ impl RedisStore {
     /// The Redis key of a counter: `{<prefix>}:c:<counter>:<bucket seconds>`. Ids are escaped
     /// (see `CounterId::render`), so no id can reach another counter's key or the hash tag.
     pub fn redis_key(&self, key: &CounterKey) -> String {
-        let mut out = self.inner.key_head.clone();
-        out.push_str(&key.render());
+        let mut out = String::with_capacity(96);
+        self.write_redis_key(key, &mut out);
         out
+    }
+
+    /// Appends [`RedisStore::redis_key`] to `out`.
+    pub(super) fn write_redis_key(&self, key: &CounterKey, out: &mut String) {
+        out.push_str(&self.inner.key_head);
+        key.render_into(out);
     }
 
     /// The Redis key of a counter's holds (of every bucket): `{<prefix>}:h:<counter>`.
     pub fn holds_key(&self, key: &CounterKey) -> String {
-        let mut out = self.inner.holds_head.clone();
-        out.push_str(&key.id.render());
+        let mut out = String::with_capacity(96);
+        self.write_holds_key(key, &mut out);
         out
+    }
+
+    /// Appends [`RedisStore::holds_key`] to `out`.
+    pub(super) fn write_holds_key(&self, key: &CounterKey, out: &mut String) {
+        out.push_str(&self.inner.holds_head);
+        key.id.render_into(out);
     }
 
     /// The Redis key of a ticket's record: `{<prefix>}:t:<escaped ticket id>`.
     pub fn ticket_key(&self, ticket: &str) -> String {
-        let mut out = self.inner.ticket_head.clone();
-        escape_id(ticket, &mut out);
+        let mut out = String::with_capacity(64);
+        self.write_ticket_key(ticket, &mut out);
         out
+    }
+
+    /// Appends [`RedisStore::ticket_key`] to `out`.
+    pub(super) fn write_ticket_key(&self, ticket: &str, out: &mut String) {
+        out.push_str(&self.inner.ticket_head);
+        escape_id(ticket, out);
     }
 
     /// The Redis key of a `mark_once` mark: `{<prefix>}:m:<escaped mark>`.
@@ -55,66 +76,70 @@ impl RedisStore {
         expiry_minute: i64,
         now: Millis,
         fence: Fence,
-    ) -> (Vec<String>, Vec<String>) {
-        let mut redis_keys: Vec<String> = Vec::with_capacity(2 + items.len() * 2);
-        redis_keys.push(self.ticket_key(ticket));
-        let mut args: Vec<String> = Vec::with_capacity(4 + items.len() * 3);
-        args.push(now.to_string());
-        args.push(expiry_minute.to_string());
+    ) -> (Args, Args) {
+        let mut redis_keys = Args::with_capacity(2 + items.len() * 2, 96 * (2 + items.len() * 2));
+        redis_keys.push_with(|out| self.write_ticket_key(ticket, out));
+        let mut args = Args::with_capacity(4 + items.len() * 3, 16 * (4 + items.len() * 3));
+        args.push_num(now);
+        args.push_num(expiry_minute);
         for item in items {
-            redis_keys.push(self.redis_key(&item.key));
-            redis_keys.push(self.holds_key(&item.key));
-            args.push(item.hold.to_string());
-            args.push(item.limit.map(|l| l.to_string()).unwrap_or_default());
-            args.push(item.carried.to_string());
+            redis_keys.push_with(|out| self.write_redis_key(&item.key, out));
+            redis_keys.push_with(|out| self.write_holds_key(&item.key, out));
+            args.push_num(item.hold);
+            match item.limit {
+                Some(limit) => args.push_num(limit),
+                None => args.push(""),
+            }
+            args.push_num(item.carried);
         }
         // fence.lua takes these off the end: the epoch, the generation and one flag per key
         // (the ticket's record '0'; per item its bucket '1' and its holds 'h' when fenced).
-        redis_keys.push(self.inner.epoch_key.clone());
-        args.push(fence.generation);
-        let mut flags = String::with_capacity(1 + items.len() * 2);
-        flags.push('0');
-        for i in 0..items.len() {
-            let fenced = fence.fenced.get(i).copied().unwrap_or(false);
-            flags.push_str(if fenced { "1h" } else { "00" });
-        }
-        args.push(flags);
+        redis_keys.push(&self.inner.epoch_key);
+        args.push(&fence.generation);
+        args.push_with(|flags| {
+            flags.push('0');
+            for i in 0..items.len() {
+                let fenced = fence.fenced.get(i).copied().unwrap_or(false);
+                flags.push_str(if fenced { "1h" } else { "00" });
+            }
+        });
         (redis_keys, args)
     }
 
     /// The keys and arguments of `settle.lua` (with `fence.lua`'s at the end); `None` when
     /// there is nothing to give back or add.
-    pub(super) fn settle_call(
-        &self,
-        settle: &Settle,
-        now: Millis,
-    ) -> Option<(Vec<String>, Vec<String>)> {
-        let holds: Vec<_> = settle.holds.iter().filter(|h| h.amount > 0).collect();
-        let adds: Vec<_> = settle.adds.iter().filter(|a| a.amount > 0).collect();
-        if holds.is_empty() && adds.is_empty() {
+    pub(super) fn settle_call(&self, settle: &Settle, now: Millis) -> Option<(Args, Args)> {
+        let holds = settle.holds.iter().filter(|h| h.amount > 0);
+        let adds = settle.adds.iter().filter(|a| a.amount > 0);
+        let (hold_count, add_count) = (holds.clone().count(), adds.clone().count());
+        if hold_count == 0 && add_count == 0 {
             return None;
         }
-        let mut redis_keys: Vec<String> = Vec::with_capacity(2 + holds.len() + adds.len());
-        redis_keys.push(self.ticket_key(&settle.id));
-        redis_keys.push(self.ticket_key(&settle.ticket));
-        let mut args: Vec<String> = Vec::with_capacity(4 + holds.len() + adds.len() * 2);
-        args.push(now.to_string());
-        args.push(settle.expiry_minute.to_string());
-        args.push(holds.len().to_string());
-        args.push(settle.settled_until.to_string());
-        for hold in &holds {
-            redis_keys.push(self.holds_key(&hold.key));
+        let keys = 3 + hold_count + add_count;
+        let mut redis_keys = Args::with_capacity(keys, 96 * keys);
+        redis_keys.push_with(|out| self.write_ticket_key(&settle.id, out));
+        redis_keys.push_with(|out| self.write_ticket_key(&settle.ticket, out));
+        let mut args = Args::with_capacity(6 + hold_count + add_count * 2, 256);
+        args.push_num(now);
+        args.push_num(settle.expiry_minute);
+        args.push_num(hold_count);
+        args.push_num(settle.settled_until);
+        for hold in holds {
+            redis_keys.push_with(|out| self.write_holds_key(&hold.key, out));
             // Negated here: settle.lua gives it back with HINCRBY as it is.
-            args.push(format!("-{}", hold.amount));
+            args.push_with(|out| {
+                let _ = write!(out, "-{}", hold.amount);
+            });
         }
-        for add in &adds {
-            redis_keys.push(self.redis_key(&add.key));
-            args.push(add.amount.to_string());
-            args.push(add.retain_until.to_string());
+        for add in adds {
+            redis_keys.push_with(|out| self.write_redis_key(&add.key, out));
+            args.push_num(add.amount);
+            args.push_num(add.retain_until);
         }
         // fence.lua takes these off the end: settle lists under the store's generation.
-        redis_keys.push(self.inner.epoch_key.clone());
-        args.extend([String::new(), String::new()]);
+        redis_keys.push(&self.inner.epoch_key);
+        args.push("");
+        args.push("");
         Some((redis_keys, args))
     }
 }

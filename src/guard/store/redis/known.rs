@@ -1,6 +1,7 @@
 //! `reserve_known` on Redis: the decision's conditions checked and the holds placed in one
 //! script (`reserve_known.lua`), which answers the fresh values of every counter of the call.
 
+use super::args::Args;
 use super::checks::Checks;
 use super::scripts::invoke;
 use super::RedisStore;
@@ -12,30 +13,26 @@ use crate::guard::store::{
 
 impl RedisStore {
     /// The keys and arguments of `reserve_known.lua` (with `fence.lua`'s at the end).
-    pub(super) fn known_call(
-        &self,
-        r: &KnownReserve,
-        now: Millis,
-        fence: Fence,
-    ) -> (Vec<String>, Vec<String>) {
+    pub(super) fn known_call(&self, r: &KnownReserve, now: Millis, fence: Fence) -> (Args, Args) {
         let n = r.counters.len();
-        let mut keys = Vec::with_capacity(2 + 2 * n + r.previous.len());
-        keys.push(self.ticket_key(&r.ticket));
+        let key_count = 2 + 2 * n + r.previous.len();
+        let mut keys = Args::with_capacity(key_count, 96 * key_count);
+        keys.push_with(|out| self.write_ticket_key(&r.ticket, out));
         for key in &r.counters {
-            keys.push(self.redis_key(key));
-            keys.push(self.holds_key(key));
+            keys.push_with(|out| self.write_redis_key(key, out));
+            keys.push_with(|out| self.write_holds_key(key, out));
         }
-        let mut args: Vec<String> = vec![
-            now.to_string(),
-            r.expiry_minute.to_string(),
-            n.to_string(),
-            r.previous.len().to_string(),
-        ];
+        let arg_count = 8 + r.previous.len() + 6 * r.items.len() + 4 * r.skipped.len();
+        let mut args = Args::with_capacity(arg_count, 12 * arg_count);
+        args.push_num(now);
+        args.push_num(r.expiry_minute);
+        args.push_num(n);
+        args.push_num(r.previous.len());
         for (key, counter) in &r.previous {
-            keys.push(self.redis_key(key));
-            args.push((counter + 1).to_string());
+            keys.push_with(|out| self.write_redis_key(key, out));
+            args.push_num(counter + 1);
         }
-        args.push(r.items.len().to_string());
+        args.push_num(r.items.len());
         let mut fenced = vec![false; n];
         for (i, item) in r.items.iter().enumerate() {
             let counter = r.item_counters[i];
@@ -43,38 +40,37 @@ impl RedisStore {
                 fenced[counter] = true;
             }
             let (previous, assumed) = r.item_previous[i].map_or((0, 0), |(j, u)| (j + 1, u));
-            args.extend([
-                (counter + 1).to_string(),
-                item.hold.to_string(),
-                item.limit.map(|l| l.to_string()).unwrap_or_default(),
-                item.carried.to_string(),
-                previous.to_string(),
-                assumed.to_string(),
-            ]);
+            args.push_num(counter + 1);
+            args.push_num(item.hold);
+            match item.limit {
+                Some(limit) => args.push_num(limit),
+                None => args.push(""),
+            }
+            args.push_num(item.carried);
+            args.push_num(previous);
+            args.push_num(assumed);
         }
-        args.push(r.skipped.len().to_string());
+        args.push_num(r.skipped.len());
         for rules in &r.skipped {
-            args.push(rules.len().to_string());
+            args.push_num(rules.len());
             for (counter, amount, carried) in rules {
-                args.extend([
-                    (counter + 1).to_string(),
-                    amount.to_string(),
-                    carried.to_string(),
-                ]);
+                args.push_num(counter + 1);
+                args.push_num(*amount);
+                args.push_num(*carried);
             }
         }
         // fence.lua takes these off the end: the epoch, the generation and one flag per key
         // (the record '0'; per counter its bucket '1' and its holds 'h' when a fenced item
         // is on it; previous buckets '0').
-        keys.push(self.inner.epoch_key.clone());
-        args.push(fence.generation);
-        let mut flags = String::with_capacity(keys.len());
-        flags.push('0');
-        for f in &fenced {
-            flags.push_str(if *f { "1h" } else { "00" });
-        }
-        flags.extend(std::iter::repeat_n('0', r.previous.len()));
-        args.push(flags);
+        keys.push(&self.inner.epoch_key);
+        args.push(&fence.generation);
+        args.push_with(|flags| {
+            flags.push('0');
+            for f in &fenced {
+                flags.push_str(if *f { "1h" } else { "00" });
+            }
+            flags.extend(std::iter::repeat_n('0', r.previous.len()));
+        });
         (keys, args)
     }
 

@@ -7,6 +7,7 @@
 //! Lua script reads, reserves or settles several counters atomically, on one node or a
 //! cluster. Times are the caller's, never the server's.
 
+mod args;
 mod blocking;
 mod carry;
 mod checks;

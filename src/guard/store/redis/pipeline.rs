@@ -4,7 +4,8 @@
 
 use redis::{ErrorKind, RedisResult, ServerErrorKind};
 
-use super::scripts::invoke;
+use super::args::Args;
+use super::scripts::{eval_cmd, invoke};
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{
@@ -67,7 +68,7 @@ impl RedisStore {
         settles: &[Settle],
         now: Millis,
     ) -> StoreFuture<'static, Answers> {
-        let calls: Vec<Option<(Vec<String>, Vec<String>)>> =
+        let calls: Vec<Option<(Args, Args)>> =
             settles.iter().map(|s| self.settle_call(s, now)).collect();
         if calls.iter().all(Option::is_none) {
             let done = settles.iter().map(|_| Ok(SettleOutcome::Settled)).collect();
@@ -82,17 +83,8 @@ impl RedisStore {
                 if load {
                     pipe.load_script(script).ignore();
                 }
-                let invocations: Vec<_> = calls
-                    .iter()
-                    .flatten()
-                    .map(|(keys, args)| {
-                        let mut call = script.prepare_invoke();
-                        call.key(keys.clone()).arg(args.clone());
-                        call
-                    })
-                    .collect();
-                for call in &invocations {
-                    pipe.invoke_script(call);
+                for (keys, args) in calls.iter().flatten() {
+                    pipe.add_command(eval_cmd(script, keys, args));
                 }
                 let answers: Vec<RedisResult<i64>> = pipe.query_async(&mut conn).await?;
                 let no_script = answers

@@ -3,6 +3,8 @@
 
 use redis::Script;
 
+use super::args::Args;
+
 const COMMON_LUA: &str = include_str!("../lua/common.lua");
 const READ_LUA: &str = include_str!("../lua/read.lua");
 const FENCE_LUA: &str = include_str!("../lua/fence.lua");
@@ -58,27 +60,33 @@ impl Scripts {
     }
 }
 
-/// Runs `script` by its SHA with `keys` and `args` written straight into one command, and
-/// loads it and runs it again when the server does not have it (NOSCRIPT), as
-/// `ScriptInvocation::invoke_async` does; that first copies every key and argument into a
-/// buffer of its own (an allocation and a copy per argument, ~130 per carried admission).
+/// The `EVALSHA` of `script` with `keys` and `args`, each written straight into the command's
+/// one buffer.
+pub(super) fn eval_cmd(script: &Script, keys: &Args, args: &Args) -> redis::Cmd {
+    let count = 3 + keys.len() + args.len();
+    let mut cmd = redis::Cmd::with_capacity(count, keys.bytes() + args.bytes() + 64);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+    for item in keys.iter().chain(args.iter()) {
+        cmd.arg(item);
+    }
+    cmd
+}
+
+/// Runs `script` by its SHA (`eval_cmd`), and loads it and runs it again when the server
+/// does not have it (NOSCRIPT), as `ScriptInvocation::invoke_async` does; that first copies
+/// every key and argument into a buffer of its own (an allocation and a copy per argument,
+/// ~130 per carried admission).
 pub(super) async fn invoke<T, C>(
     script: &Script,
-    keys: &[String],
-    args: &[String],
+    keys: &Args,
+    args: &Args,
     conn: &mut C,
 ) -> redis::RedisResult<T>
 where
     T: redis::FromRedisValue,
     C: redis::aio::ConnectionLike,
 {
-    let bytes = keys.iter().chain(args).map(String::len).sum::<usize>() + 64;
-    let mut cmd = redis::Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
-    cmd.arg("EVALSHA")
-        .arg(script.get_hash())
-        .arg(keys.len())
-        .arg(keys)
-        .arg(args);
+    let cmd = eval_cmd(script, keys, args);
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             script.load_async(conn).await?;
