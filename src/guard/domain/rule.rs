@@ -279,8 +279,14 @@ pub(crate) fn escape_id(id: &str, out: &mut String) {
         out.push_str(if id.is_empty() { "%" } else { "%2D" });
         return;
     }
+    let kept = |byte: u8| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-');
+    if id.bytes().all(kept) {
+        // most ids: copied whole rather than a byte at a time
+        out.push_str(id);
+        return;
+    }
     for byte in id.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-') {
+        if kept(byte) {
             out.push(byte as char);
         } else {
             let _ = write!(out, "%{byte:02X}");
