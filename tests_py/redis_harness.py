@@ -57,6 +57,9 @@ class RedisServer:
         return self.proc.pid if self.proc else None
 
     def start(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            # A second server on the port would fail, and this one would be lost to kill().
+            raise RuntimeError(f"redis-server on {self.port} is running (pid {self.proc.pid})")
         args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
         args += ["--appendonly", "no", "--dir", self.dir, *self.extra]
         self.proc = subprocess.Popen(
