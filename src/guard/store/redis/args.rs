@@ -17,6 +17,15 @@ impl Args {
         }
     }
 
+    /// The items `texts`, in order.
+    pub(super) fn of<S: AsRef<str>>(texts: impl IntoIterator<Item = S>) -> Self {
+        let mut args = Args::default();
+        for text in texts {
+            args.push(text.as_ref());
+        }
+        args
+    }
+
     /// Appends `text` as one item.
     pub(super) fn push(&mut self, text: &str) {
         self.data.push_str(text);

@@ -2,7 +2,9 @@
 //! `{<prefix>}:epoch` (generation, the writing Redis process's `run_id`, and the registries
 //! of fenced counters), the recovery lock `{<prefix>}:epoch:lock`, and the store checks.
 
+use super::args::Args;
 use super::checks::Checks;
+use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{EpochRead, StoreCheck, StoreFuture};
@@ -28,12 +30,17 @@ fn counter_pattern(counter_head: &str) -> String {
 }
 
 impl RedisStore {
+    /// The epoch script's keys: the epoch, then the recovery lock.
+    fn epoch_keys(&self) -> Args {
+        Args::of([&self.inner.epoch_key, &self.inner.lock_key])
+    }
+
     pub(super) fn read_epoch(&self) -> StoreFuture<'static, EpochRead> {
-        let keys = [self.inner.epoch_key.clone(), self.inner.lock_key.clone()];
+        let keys = self.epoch_keys();
         self.run("epoch", move |inner, mut conn| async move {
-            let mut call = inner.scripts.epoch.prepare_invoke();
-            call.key(&keys[..]).arg("read");
-            let (generation, trusted): (String, i64) = call.invoke_async(&mut conn).await?;
+            let args = Args::of(["read"]);
+            let (generation, trusted): (String, i64) =
+                invoke(&inner.scripts.epoch, &keys, &args, &mut conn).await?;
             Ok(EpochRead {
                 generation: (!generation.is_empty()).then_some(generation),
                 trusted: trusted == 1,
@@ -57,11 +64,10 @@ impl RedisStore {
     }
 
     pub(super) fn unlock_epoch(&self, token: String) -> StoreFuture<'static, ()> {
-        let keys = [self.inner.epoch_key.clone(), self.inner.lock_key.clone()];
+        let keys = self.epoch_keys();
         self.run("epoch unlock", move |inner, mut conn| async move {
-            let mut call = inner.scripts.epoch.prepare_invoke();
-            call.key(&keys[..]).arg("unlock").arg(token);
-            let _: i64 = call.invoke_async(&mut conn).await?;
+            let args = Args::of(["unlock", &token]);
+            let _: i64 = invoke(&inner.scripts.epoch, &keys, &args, &mut conn).await?;
             Ok(())
         })
     }
@@ -73,18 +79,14 @@ impl RedisStore {
         token: Option<String>,
         adopt: bool,
     ) -> StoreFuture<'static, bool> {
-        let keys = [self.inner.epoch_key.clone(), self.inner.lock_key.clone()];
-        let pattern = counter_pattern(&self.inner.key_head);
+        let keys = self.epoch_keys();
+        let mut args = Args::of(["write", &generation]);
+        args.push_num(now);
+        args.push(token.as_deref().unwrap_or_default());
+        args.push(if adopt { "adopt" } else { "force" });
+        args.push(&counter_pattern(&self.inner.key_head));
         self.run("epoch write", move |inner, mut conn| async move {
-            let mut call = inner.scripts.epoch.prepare_invoke();
-            call.key(&keys[..])
-                .arg("write")
-                .arg(generation)
-                .arg(now)
-                .arg(token.unwrap_or_default())
-                .arg(if adopt { "adopt" } else { "force" })
-                .arg(pattern);
-            let answer: String = call.invoke_async(&mut conn).await?;
+            let answer: String = invoke(&inner.scripts.epoch, &keys, &args, &mut conn).await?;
             Ok(answer == "ok")
         })
     }

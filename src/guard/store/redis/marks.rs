@@ -1,6 +1,8 @@
 //! The Redis store's single-key steps: fill marks (`filled`, `fill`), `mark_once` marks and
 //! `raise_until` notes (shared provider health), the last two under `{<prefix>}:m:`.
 
+use super::args::Args;
+use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{CounterKey, StoreFuture};
@@ -15,12 +17,16 @@ impl RedisStore {
         if keys.is_empty() {
             return Box::pin(std::future::ready(Ok(Vec::new())));
         }
-        let mut redis_keys: Vec<String> = keys.iter().map(|k| self.redis_key(k)).collect();
-        redis_keys.push(self.inner.epoch_key.clone());
+        let mut redis_keys = Args::with_capacity(keys.len() + 1, 96 * (keys.len() + 1));
+        for key in &keys {
+            redis_keys.push_with(|out| self.write_redis_key(key, out));
+        }
+        redis_keys.push(&self.inner.epoch_key);
+        let mut args = Args::default();
+        args.push_num(now);
         self.run("filled", move |inner, mut conn| async move {
-            let mut call = inner.scripts.filled.prepare_invoke();
-            call.key(redis_keys).arg(now);
-            let marks: Vec<i64> = call.invoke_async(&mut conn).await?;
+            let marks: Vec<i64> =
+                invoke(&inner.scripts.filled, &redis_keys, &args, &mut conn).await?;
             Ok(marks.into_iter().map(|m| m == 1).collect())
         })
     }
@@ -33,14 +39,13 @@ impl RedisStore {
         retain_until: Millis,
         now: Millis,
     ) -> StoreFuture<'_, bool> {
-        let redis_keys = [self.redis_key(&key), self.inner.epoch_key.clone()];
+        let redis_keys = Args::of([&self.redis_key(&key), &self.inner.epoch_key]);
+        let mut args = Args::default();
+        args.push_num(now);
+        args.push_num(ledger_used);
+        args.push_num(retain_until);
         self.run("fill", move |inner, mut conn| async move {
-            let mut call = inner.scripts.fill.prepare_invoke();
-            call.key(&redis_keys[..])
-                .arg(now)
-                .arg(ledger_used)
-                .arg(retain_until);
-            let filled: i64 = call.invoke_async(&mut conn).await?;
+            let filled: i64 = invoke(&inner.scripts.fill, &redis_keys, &args, &mut conn).await?;
             Ok(filled == 1)
         })
     }
@@ -52,11 +57,12 @@ impl RedisStore {
         keep_until: Millis,
         now: Millis,
     ) -> StoreFuture<'_, bool> {
-        let redis_key = self.mark_key(&mark);
+        let redis_keys = Args::of([self.mark_key(&mark)]);
+        let mut args = Args::default();
+        args.push_num(now);
+        args.push_num(keep_until);
         self.run("mark_once", move |inner, mut conn| async move {
-            let mut call = inner.scripts.mark_once.prepare_invoke();
-            call.key(redis_key).arg(now).arg(keep_until);
-            let set: i64 = call.invoke_async(&mut conn).await?;
+            let set: i64 = invoke(&inner.scripts.mark_once, &redis_keys, &args, &mut conn).await?;
             Ok(set == 1)
         })
     }
@@ -74,11 +80,13 @@ impl RedisStore {
         note: String,
         now: Millis,
     ) -> StoreFuture<'_, ()> {
-        let redis_key = self.note_key(&key);
+        let redis_keys = Args::of([self.note_key(&key)]);
+        let mut args = Args::default();
+        args.push_num(now);
+        args.push_num(until);
+        args.push(&note);
         self.run("raise_until", move |inner, mut conn| async move {
-            let mut call = inner.scripts.raise_until.prepare_invoke();
-            call.key(redis_key).arg(now).arg(until).arg(note);
-            let _: i64 = call.invoke_async(&mut conn).await?;
+            let _: i64 = invoke(&inner.scripts.raise_until, &redis_keys, &args, &mut conn).await?;
             Ok(())
         })
     }

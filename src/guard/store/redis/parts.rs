@@ -1,5 +1,7 @@
 //! `settle_parts` on Redis: the parts of one batch in one script (`settle_parts.lua`).
 
+use super::args::Args;
+use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{PartsSettle, SettleOutcome, StoreFuture};
@@ -14,39 +16,39 @@ impl RedisStore {
         if settle.parts.is_empty() {
             return Box::pin(std::future::ready(Ok(Vec::new())));
         }
-        let mut keys: Vec<String> = vec![self.ticket_key(&settle.ticket)];
-        let mut args: Vec<String> = vec![
-            now.to_string(),
-            settle.expiry_minute.to_string(),
-            settle.settled_until.to_string(),
-            settle.parts.len().to_string(),
-        ];
+        let mut keys = Args::default();
+        keys.push_with(|out| self.write_ticket_key(&settle.ticket, out));
+        let mut args = Args::default();
+        args.push_num(now);
+        args.push_num(settle.expiry_minute);
+        args.push_num(settle.settled_until);
+        args.push_num(settle.parts.len());
         for part in &settle.parts {
-            let holds: Vec<_> = part.holds.iter().filter(|h| h.amount > 0).collect();
-            let adds: Vec<_> = part.adds.iter().filter(|a| a.amount > 0).collect();
-            keys.push(self.ticket_key(&part.id));
-            args.push(if part.bill { "1" } else { "0" }.to_string());
-            args.push(holds.len().to_string());
-            args.push(adds.len().to_string());
+            let holds = part.holds.iter().filter(|h| h.amount > 0);
+            let adds = part.adds.iter().filter(|a| a.amount > 0);
+            keys.push_with(|out| self.write_ticket_key(&part.id, out));
+            args.push(if part.bill { "1" } else { "0" });
+            args.push_num(holds.clone().count());
+            args.push_num(adds.clone().count());
             for hold in holds {
-                keys.push(self.holds_key(&hold.key));
-                args.push(hold.amount.to_string());
+                keys.push_with(|out| self.write_holds_key(&hold.key, out));
+                args.push_num(hold.amount);
             }
             for add in adds {
-                keys.push(self.redis_key(&add.key));
-                args.push(add.amount.to_string());
-                args.push(add.retain_until.to_string());
+                keys.push_with(|out| self.write_redis_key(&add.key, out));
+                args.push_num(add.amount);
+                args.push_num(add.retain_until);
             }
         }
         // fence.lua takes these off the end: the parts' adds are listed under the store's
         // generation, as a settle's (keys.rs, settle_call).
-        keys.push(self.inner.epoch_key.clone());
-        args.extend([String::new(), String::new()]);
+        keys.push(&self.inner.epoch_key);
+        args.push("");
+        args.push("");
         let expected = settle.parts.len();
         self.run("settle_parts", move |inner, mut conn| async move {
-            let mut call = inner.scripts.settle_parts.prepare_invoke();
-            call.key(keys).arg(args);
-            let answer: Vec<i64> = call.invoke_async(&mut conn).await?;
+            let answer: Vec<i64> =
+                invoke(&inner.scripts.settle_parts, &keys, &args, &mut conn).await?;
             if answer.len() != expected {
                 let why = format!("{} answers for {expected} parts", answer.len());
                 return Err(redis::RedisError::from((

@@ -23,14 +23,15 @@ impl RedisStore {
         if keys.is_empty() {
             return Box::pin(std::future::ready(Ok(Vec::new())));
         }
-        let redis_keys: Vec<String> = keys
-            .iter()
-            .flat_map(|k| [self.redis_key(k), self.holds_key(k)])
-            .collect();
+        let mut redis_keys = Args::with_capacity(2 * keys.len(), 96 * 2 * keys.len());
+        for key in &keys {
+            redis_keys.push_with(|out| self.write_redis_key(key, out));
+            redis_keys.push_with(|out| self.write_holds_key(key, out));
+        }
+        let mut args = Args::default();
+        args.push_num(now);
         self.run("read", move |inner, mut conn| async move {
-            let mut call = inner.scripts.read.prepare_invoke();
-            call.key(redis_keys).arg(now);
-            let flat: Vec<u64> = call.invoke_async(&mut conn).await?;
+            let flat: Vec<u64> = invoke(&inner.scripts.read, &redis_keys, &args, &mut conn).await?;
             Ok(flat
                 .chunks_exact(2)
                 .map(|pair| CounterRead {

@@ -2,6 +2,8 @@
 //! head, `queue:<name>` (order) and `queue-alive:<name>` (liveness), and one ticket sequence,
 //! `queue-seq`; every step is one script call.
 
+use super::args::Args;
+use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{QueueJoin, QueueSpot, StoreFuture, WaitQueues};
@@ -24,14 +26,13 @@ impl RedisStore {
         keys: Vec<String>,
         args: Vec<i64>,
     ) -> StoreFuture<'_, T> {
+        let keys = Args::of(keys);
+        let mut script_args = Args::of([&operation[6..]]);
+        for arg in args {
+            script_args.push_num(arg);
+        }
         self.run(operation, move |inner, mut conn| async move {
-            let mut call = inner.scripts.queue.prepare_invoke();
-            call.key(keys).arg(&operation[6..]);
-            for arg in args {
-                call.arg(arg);
-            }
-            let answer: T = call.invoke_async(&mut conn).await?;
-            Ok(answer)
+            invoke(&inner.scripts.queue, &keys, &script_args, &mut conn).await
         })
     }
 }

@@ -73,7 +73,8 @@ pub(super) fn eval_cmd(script: &Script, keys: &Args, args: &Args) -> redis::Cmd 
 }
 
 /// Runs `script` by its SHA (`eval_cmd`), and loads it and runs it again when the server
-/// does not have it (NOSCRIPT), as `ScriptInvocation::invoke_async` does; that first copies
+/// does not have it (NOSCRIPT). Every script call of the store goes through here (or
+/// `eval_cmd`, in the settles' pipeline); redis-rs's `ScriptInvocation` would first copy
 /// every key and argument into a buffer of its own (an allocation and a copy per argument,
 /// ~130 per carried admission).
 pub(super) async fn invoke<T, C>(
