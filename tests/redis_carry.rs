@@ -6,14 +6,11 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::redis_server::RedisServer;
 use futures::executor::block_on;
 use usage_guard::{
-    expiry_minute, CounterId, CounterKey, CounterRead, CounterStore, Fence, HoldRef, KnownOutcome,
-    KnownReserve, Metric, Millis, RedisStore, ReserveItem, ReserveOutcome, Scope, Settle,
-    SettleOutcome, UsageAdd, Window,
+    expiry_minute, CounterKey, CounterRead, CounterStore, Fence, HoldRef, KnownOutcome,
+    KnownReserve, Millis, RedisStore, ReserveItem, ReserveOutcome, Settle, SettleOutcome, UsageAdd,
 };
 
 /// 2026-01-01T00:00:30Z.
@@ -21,17 +18,7 @@ const T0: Millis = 1_767_225_630_000;
 const DAY_START: Millis = T0 - 30_000;
 
 fn counter() -> CounterKey {
-    CounterKey {
-        id: Arc::new(CounterId::new(
-            Scope::PersonModel,
-            Some(Arc::from("alice")),
-            None,
-            Some(Arc::from("gpt-5")),
-            Metric::Tokens,
-            Window::parse("day").unwrap(),
-        )),
-        bucket: DAY_START,
-    }
+    common::tokens_key("alice", "day", DAY_START)
 }
 
 fn minute() -> i64 {

@@ -17,16 +17,13 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::redis_server::RedisServer;
 use futures::executor::block_on;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use usage_guard::{
-    expiry_minute, CounterId, CounterKey, CounterRead, CounterStore, Fence, HoldRef, KnownOutcome,
-    KnownReserve, MemoryStore, Metric, Millis, RedisStore, ReserveItem, Scope, Settle, UsageAdd,
-    Window,
+    expiry_minute, CounterKey, CounterRead, CounterStore, Fence, HoldRef, KnownOutcome,
+    KnownReserve, MemoryStore, Millis, RedisStore, ReserveItem, Settle, UsageAdd,
 };
 
 /// 2026-01-01T00:00:00Z: buckets are minutes from here.
@@ -36,17 +33,7 @@ const STEP_MS: Millis = 30_000;
 const LIMIT: u64 = 1_000;
 
 fn key(bucket: i64) -> CounterKey {
-    CounterKey {
-        id: Arc::new(CounterId::new(
-            Scope::PersonModel,
-            Some(Arc::from("alice")),
-            None,
-            Some(Arc::from("gpt-5")),
-            Metric::Tokens,
-            Window::parse("minute").unwrap(),
-        )),
-        bucket: BASE + bucket * BUCKET_MS,
-    }
+    common::tokens_key("alice", "minute", BASE + bucket * BUCKET_MS)
 }
 
 /// Kept one minute past the bucket's end.

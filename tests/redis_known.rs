@@ -5,14 +5,11 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::redis_server::RedisServer;
 use futures::executor::block_on;
 use usage_guard::{
-    expiry_minute, CounterId, CounterKey, CounterRead, CounterStore, Fence, KnownOutcome,
-    KnownReserve, Metric, Millis, RedisStore, ReserveItem, ReserveOutcome, Scope, Settle, UsageAdd,
-    Window,
+    expiry_minute, CounterKey, CounterRead, CounterStore, Fence, KnownOutcome, KnownReserve,
+    Millis, RedisStore, ReserveItem, ReserveOutcome, Settle, UsageAdd,
 };
 
 /// 2026-01-01T00:00:30Z.
@@ -20,17 +17,7 @@ const T0: Millis = 1_767_225_630_000;
 const DAY_START: Millis = T0 - 30_000;
 
 fn key(user: &str, window: &str, bucket: Millis) -> CounterKey {
-    CounterKey {
-        id: Arc::new(CounterId::new(
-            Scope::PersonModel,
-            Some(Arc::from(user)),
-            None,
-            Some(Arc::from("gpt-5")),
-            Metric::Tokens,
-            Window::parse(window).unwrap(),
-        )),
-        bucket,
-    }
+    common::tokens_key(user, window, bucket)
 }
 
 /// Adds `amount` of use to `key` (a bill of a ticket that never reserved).

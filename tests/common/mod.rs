@@ -9,6 +9,23 @@ use std::sync::Arc;
 use usage_guard::parse_iso8601;
 use usage_guard::{AdmitRequest, Error, Guard, ManualClock, MemoryStore, Policy, Reason, Refusal};
 
+/// The key of `user`'s gpt-5 tokens counter (person and model) in `window`'s bucket
+/// starting at `bucket`.
+pub fn tokens_key(user: &str, window: &str, bucket: i64) -> usage_guard::CounterKey {
+    use usage_guard::{CounterId, Metric, Scope, Window};
+    usage_guard::CounterKey {
+        id: Arc::new(CounterId::new(
+            Scope::PersonModel,
+            Some(Arc::from(user)),
+            None,
+            Some(Arc::from("gpt-5")),
+            Metric::Tokens,
+            Window::parse(window).unwrap(),
+        )),
+        bucket,
+    }
+}
+
 pub fn at(text: &str) -> i64 {
     parse_iso8601(text).unwrap()
 }

@@ -7,7 +7,7 @@ use super::args::Args;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::escape_id;
-use crate::guard::store::{CounterKey, Fence, ReserveItem, Settle};
+use crate::guard::store::{CounterKey, Fence, ReserveItem, Settle, UsageAdd};
 
 /// `{<escaped prefix>}:<kind>:`
 pub(super) fn key_head(prefix: &str, kind: &str) -> String {
@@ -106,6 +106,21 @@ impl RedisStore {
         (redis_keys, args)
     }
 
+    /// Per use added (`fence_add_use` in fence.lua): its bucket's key, and the amount and
+    /// retain-until as arguments.
+    pub(super) fn push_adds<'a>(
+        &self,
+        adds: impl Iterator<Item = &'a UsageAdd>,
+        keys: &mut Args,
+        args: &mut Args,
+    ) {
+        for add in adds {
+            keys.push_with(|out| self.write_redis_key(&add.key, out));
+            args.push_num(add.amount);
+            args.push_num(add.retain_until);
+        }
+    }
+
     /// The keys and arguments of `settle.lua` (with `fence.lua`'s at the end); `None` when
     /// there is nothing to give back or add.
     pub(super) fn settle_call(&self, settle: &Settle, now: Millis) -> Option<(Args, Args)> {
@@ -131,11 +146,7 @@ impl RedisStore {
                 let _ = write!(out, "-{}", hold.amount);
             });
         }
-        for add in adds {
-            redis_keys.push_with(|out| self.write_redis_key(&add.key, out));
-            args.push_num(add.amount);
-            args.push_num(add.retain_until);
-        }
+        self.push_adds(adds, &mut redis_keys, &mut args);
         // fence.lua takes these off the end: settle lists under the store's generation.
         redis_keys.push(&self.inner.epoch_key);
         args.push("");

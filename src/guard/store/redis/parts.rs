@@ -34,11 +34,7 @@ impl RedisStore {
                 keys.push_with(|out| self.write_holds_key(&hold.key, out));
                 args.push_num(hold.amount);
             }
-            for add in adds {
-                keys.push_with(|out| self.write_redis_key(&add.key, out));
-                args.push_num(add.amount);
-                args.push_num(add.retain_until);
-            }
+            self.push_adds(adds, &mut keys, &mut args);
         }
         // fence.lua takes these off the end: the parts' adds are listed under the store's
         // generation, as a settle's (keys.rs, settle_call).
