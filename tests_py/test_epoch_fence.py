@@ -20,6 +20,9 @@ from redis_harness import RedisServer
 MODEL: dict[str, Any] = {"provider": "openai", "prices": {"input": 1000.0, "output": 1000.0}}
 CALL_COST = 100_000  # micro-dollars
 DAY_COST = 1_000_000
+# After a recovery from the ledger, fenced calls wait this long (guard clock) while every
+# guard holds its open calls again (src/guard/engine/hold_again.rs, HOLD_AGAIN_MS).
+HOLD_AGAIN_SECONDS = 5
 
 
 def policy(metric: str = "cost", amount: float = 1.0, **settings: Any) -> ug.Policy:
@@ -148,6 +151,13 @@ def test_a_lost_holds_key_is_fenced(redis_server: RedisServer, clock: ug.ManualC
     open_call.release()
 
 
+def recovered(guard: ug.Guard, clock: ug.ManualClock) -> None:
+    """The first call after a restart recovers from the ledger; calls then wait while the
+    other guards hold their open calls again. Passes that time on the manual clock."""
+    assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
+    clock.advance(HOLD_AGAIN_SECONDS)
+
+
 def billed_with_ledger(
     server: RedisServer, clock: ug.ManualClock, tmp_path: Path, calls: int, open_calls: int
 ) -> tuple[ug.SqliteLedger, ug.Guard, list[ug.Ticket]]:
@@ -170,6 +180,7 @@ def test_with_a_ledger_a_restart_refills_and_never_overspends(
     redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
 ) -> None:
     ledger, guard, _ = billed_with_ledger(redis_server, clock, tmp_path, 9, 0)
+    recovered(guard, clock)
     call(guard)  # refilled: 0.90 used, room for one more call
     with pytest.raises(ug.UsageLimitError) as refused:
         guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
@@ -204,8 +215,45 @@ def test_a_call_held_again_and_then_released_frees_its_room(
         guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
     assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.9 refilled, 0.1 held again
     assert open_call.release()
+    recovered(guard, clock)
     call(guard)  # its hold was given back: room for one call
     assert used(guard) == DAY_COST
+
+
+def test_another_guards_open_calls_are_held_again_before_any_guard_admits(
+    redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
+) -> None:
+    """Guard `a` has two calls open when Redis restarts empty, and admits nothing after it;
+    guard `b` recovers (0.8 billed, refilled from the ledger). Fenced calls then wait while
+    every guard holds its open calls again: `a` finds the new epoch by itself (it reads the
+    store's epoch while it has calls open) and holds its two again, so `b` sees 1.0 counted
+    and refuses. Before, `b` admitted two calls at once: 1.2 billed on a 1.0 limit."""
+    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
+    a, b = (ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger) for _ in "ab")
+    for _ in range(7):
+        call(a)
+    call(b)  # b trusts the store's epoch too: it runs, as a's peer
+    open_calls = [a.admit("alice", "m", prompt_tokens=50, max_tokens=50) for _ in range(2)]
+    ledger.flush()
+    written = b.stats()["epochs_written"]
+    redis_server.restart()
+    reconnect(b)
+    assert refused_reason(b) == "USAGE_LIMITS_RECOVERING"
+    assert b.stats()["epochs_written"] == written + 1  # b recovered; a wrote nothing
+    deadline = time.monotonic() + 10
+    while a.stats()["calls_held_again"] < 2:
+        assert time.monotonic() < deadline, a.stats()
+        time.sleep(0.05)
+    clock.advance(HOLD_AGAIN_SECONDS)
+    with pytest.raises(ug.UsageLimitError) as refused:
+        b.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.8 refilled, 0.2 held again
+    for ticket in open_calls:
+        assert ticket.bill(input_tokens=50, output_tokens=50, wait=True) is not None
+    assert used(b) == DAY_COST
+    for guard in (a, b):
+        guard.close()
+    assert sum(g["cost_micros"] for g in ledger.query(group_by=["user"])) == DAY_COST
 
 
 def test_three_guards_one_recovers_none_overspends(
@@ -215,10 +263,10 @@ def test_three_guards_one_recovers_none_overspends(
     guards = [
         ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger) for _ in range(3)
     ]
-    for _ in range(8):
+    for _ in range(6):
         call(guards[0])
     for g in guards[1:]:
-        g.usage("alice", "m")  # every guard is running
+        call(g)  # every guard is running (it trusted the store's epoch)
     guards[0].close()
     written = [g.stats()["epochs_written"] for g in guards]
     redis_server.restart()
@@ -239,11 +287,20 @@ def test_three_guards_one_recovers_none_overspends(
             admitted[i] += 1
             assert ticket.bill(input_tokens=50, output_tokens=50, wait=True) is not None
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    def all_three() -> None:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    all_three()  # one recovers; fenced calls then wait while guards hold open calls again
+    assert sum(admitted) == 0 and set(refusals) <= {
+        "USAGE_LIMITS_RECOVERING",
+        "USAGE_LIMITS_UNAVAILABLE",
+    }, (admitted, refusals)
+    clock.advance(HOLD_AGAIN_SECONDS)
+    all_three()
     ledger.flush()
     after = [g.stats()["epochs_written"] - w for g, w in zip(guards, written)]
     assert sum(after) == 1, after  # exactly one guard recovered

@@ -138,6 +138,10 @@ pub enum FenceAnswer {
     Stale,
     /// A counter the epoch expects is missing (lost while the store kept running).
     CounterLost,
+    /// The store's epoch was written by a recovery moments ago and other guards may still be
+    /// placing their open calls' holds again under it: fenced reservations wait until the
+    /// time it set (docs/redis.md, "The epoch fence").
+    HoldingAgain,
 }
 
 /// A settle: gives back a reservation's holds and adds use, once per `id`.

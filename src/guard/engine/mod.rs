@@ -20,6 +20,7 @@ mod fitted;
 pub(crate) mod guard;
 mod halts;
 pub(crate) mod health;
+mod hold_again;
 mod known;
 pub(crate) mod metrics;
 mod open_calls;

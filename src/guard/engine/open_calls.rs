@@ -5,6 +5,7 @@
 //! id (`Guard::trust` in `recovery.rs`); a call that settled meanwhile is not held again (its
 //! ticket record says it settled), and one held already is not held twice.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Weak;
 
 use parking_lot::Mutex;
@@ -34,6 +35,8 @@ struct Registry {
 pub(crate) struct OpenCalls {
     registry: ForkLocal<Mutex<Registry>>,
     held_under: ForkLocal<tokio::sync::Mutex<String>>,
+    /// Whether this process watches the store's epoch for them (`hold_again::watch`).
+    watching: ForkLocal<AtomicBool>,
 }
 
 impl OpenCalls {
@@ -52,6 +55,32 @@ impl OpenCalls {
                 .retain(|c| c.upgrade().is_some_and(|call| call.is_open()));
             registry.open_at_prune = registry.calls.len();
         }
+    }
+
+    /// Whether any call is open.
+    pub(crate) fn any_open(&self) -> bool {
+        let calls: Vec<_> = self.registry().lock().calls.clone();
+        calls
+            .iter()
+            .any(|c| c.upgrade().is_some_and(|call| call.is_open()))
+    }
+
+    /// Claims the epoch watch: true when none ran (the caller starts one).
+    pub(crate) fn start_watching(&self) -> bool {
+        !self
+            .watching
+            .get_or(Default::default)
+            .swap(true, Ordering::AcqRel)
+    }
+
+    /// Gives the watch up when no call is open; true when it ended. A call opened meanwhile
+    /// (which saw the watch running and started none) keeps it on: false then, and the
+    /// watch goes on.
+    pub(crate) fn stop_watching(&self) -> bool {
+        self.watching
+            .get_or(Default::default)
+            .store(false, Ordering::Release);
+        !(self.any_open() && self.start_watching())
     }
 
     /// The epoch the open calls were last held under; one holding at a time.

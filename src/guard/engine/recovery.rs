@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::guard::Guard;
+use super::hold_again::HOLD_AGAIN_MS;
 use super::stats::bump;
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
@@ -78,6 +79,11 @@ impl Guard {
         fenced_generation: &str,
         now: Millis,
     ) -> std::result::Result<AfterFence, StoreError> {
+        if answer == FenceAnswer::HoldingAgain {
+            // The store's epoch is this guard's (its calls are held again): only the wait
+            // for the other guards' is left.
+            return Ok(AfterFence::Refuse);
+        }
         let epoch = &self.shared.epoch;
         let _one = epoch.one().lock().await;
         if epoch.generation() != fenced_generation {
@@ -97,7 +103,10 @@ impl Guard {
         }
         if !epoch.seen() && read.generation.is_none() {
             let generation = new_generation(now);
-            if store.set_epoch(generation.clone(), now, None, true).await? {
+            if store
+                .set_epoch(generation.clone(), now, None, true, 0)
+                .await?
+            {
                 log::info!(
                     "counter store: no epoch and no counters; adopted it (epoch {generation})"
                 );
@@ -137,6 +146,18 @@ impl Guard {
         }
     }
 
+    /// Trusts the store's epoch if another guard (or the operator) wrote a newer good one,
+    /// holding this guard's open calls again first (`hold_again.rs`, between reservations);
+    /// a store that does not answer is left for the next look.
+    pub(crate) async fn trust_a_newer_epoch(&self) {
+        let now = self.shared.clock.now_ms();
+        let _one = self.shared.epoch.one().lock().await;
+        let current = self.shared.epoch.generation();
+        if let Ok(read) = self.shared.store.epoch().await {
+            self.trust_newer(&read, &current, now).await;
+        }
+    }
+
     /// Trusts `generation`. A new one is trusted only once this guard's open calls are held
     /// under it (`hold_open_calls_again`): until then this guard's reservations carry the old
     /// generation, are fenced, and wait for this step.
@@ -172,11 +193,17 @@ impl Guard {
             return Ok(AfterFence::Refuse);
         }
         let written = async {
-            if self.trust_newer(&store.epoch().await?, fenced, now).await {
+            let read = store.epoch().await?;
+            if self.trust_newer(&read, fenced, now).await {
                 return Ok(true);
             }
+            // A loss (this guard trusted an epoch before, or the store has one it cannot
+            // trust): other guards may have calls open, held again within the wait. A store
+            // never given an epoch (a first start) has none to wait for.
+            let lost = self.shared.epoch.seen() || read.generation.is_some();
+            let until = if lost { now + HOLD_AGAIN_MS } else { 0 };
             let done = store
-                .set_epoch(token.clone(), now, Some(token.clone()), false)
+                .set_epoch(token.clone(), now, Some(token.clone()), false, until)
                 .await?;
             if done {
                 log::warn!(
@@ -197,7 +224,8 @@ impl Guard {
     }
 
     /// The operator's recovery: writes a new store epoch, lifting the fence. With a ledger,
-    /// every counter is then filled again from it when next read. Without one, `attest`
+    /// every counter is then filled again from it when next read, and fenced calls wait
+    /// `HOLD_AGAIN_MS` while every guard holds its open calls again. Without one, `attest`
     /// must be true: the operator attests that the counters as they are may be trusted
     /// (restored, or knowingly started over). Fails while another guard holds the recovery
     /// lock. Returns the new epoch's generation.
@@ -225,8 +253,20 @@ impl Guard {
         {
             return Err(self.refuse_recovering());
         }
+        // Refilled from the ledger: other guards' open calls are held again first. Attested
+        // without one: what was lost is not counted, as the operator accepted.
+        let hold_again_until = match self.ledger() {
+            Some(_) => now + HOLD_AGAIN_MS,
+            None => 0,
+        };
         let written = store
-            .set_epoch(token.clone(), now, Some(token.clone()), false)
+            .set_epoch(
+                token.clone(),
+                now,
+                Some(token.clone()),
+                false,
+                hold_again_until,
+            )
             .await;
         let _ = store.epoch_unlock(token.clone()).await;
         if !written.map_err(unavailable)? {
@@ -241,51 +281,5 @@ impl Guard {
     /// `recover` from synchronous code.
     pub fn recover_blocking(&self, attest: bool) -> Result<String> {
         crate::runtime::block_on(self.recover(attest))
-    }
-
-    /// Once per epoch `generation`, before this guard trusts it: places the holds of its open
-    /// calls again (no limit checked: they were admitted; not fenced), each under its ticket
-    /// id, so calls admitted against the refilled counters count them. The first store error
-    /// ends it (a store that stopped answering would otherwise cost a timeout per call): the
-    /// calls not held again are logged, and their bills may land past a limit.
-    async fn hold_open_calls_again(&self, generation: &str, now: Millis) {
-        let open = &self.shared.open_calls;
-        let mut held_under = open.held_under().lock().await;
-        if *held_under == generation {
-            return;
-        }
-        let calls = open.open(now);
-        let total = calls.len();
-        for (done, (id, holds, minute)) in calls.into_iter().enumerate() {
-            let items: Vec<ReserveItem> = holds
-                .into_iter()
-                .map(|h| ReserveItem {
-                    key: h.key,
-                    hold: h.amount,
-                    limit: None,
-                    carried: 0,
-                    retain_until: minute * 60_000,
-                })
-                .collect();
-            let fence = Fence {
-                generation: generation.to_string(),
-                fenced: vec![false; items.len()],
-            };
-            let placed = self
-                .shared
-                .store
-                .reserve_fenced(id, items, minute, now, fence)
-                .await;
-            if let Err(e) = placed {
-                log::warn!(
-                    "counter store: {} of {total} open calls could not be held again under \
-                     the new epoch ({}); their bills may land past a limit",
-                    total - done,
-                    e.0
-                );
-                break;
-            }
-        }
-        *held_under = generation.to_string();
     }
 }

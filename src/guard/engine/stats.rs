@@ -36,6 +36,9 @@ pub struct Stats {
     /// Bills that rode with a later reservation of this guard (one store step for both)
     /// instead of a store step of their own.
     pub settles_carried: AtomicU64,
+    /// Open calls whose holds this guard placed again under a new store epoch (after the
+    /// store lost them: `hold_again.rs`).
+    pub calls_held_again: AtomicU64,
 }
 
 impl Stats {
@@ -58,6 +61,7 @@ impl Stats {
             ("epochs_written", read(&self.epochs_written)),
             ("given_up", read(&self.given_up)),
             ("settles_carried", read(&self.settles_carried)),
+            ("calls_held_again", read(&self.calls_held_again)),
         ]
     }
 }

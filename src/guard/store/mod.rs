@@ -229,16 +229,19 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
 
     /// Writes a new epoch of `generation` (written by the store process answering). With a
     /// `token`, only while that token holds the recovery lock; with `adopt`, only when the
-    /// store has neither an epoch nor a counter (the initial adoption). Returns whether it
-    /// was written. The default writes nothing and answers true.
+    /// store has neither an epoch nor a counter (the initial adoption). Until
+    /// `hold_again_until` (0: not at all), fenced reserves under it answer
+    /// `FenceAnswer::HoldingAgain`. Returns whether it was written. The default writes
+    /// nothing and answers true.
     fn set_epoch(
         &self,
         generation: String,
         now: Millis,
         token: Option<String>,
         adopt: bool,
+        hold_again_until: Millis,
     ) -> StoreFuture<'_, bool> {
-        let _ = (generation, now, token, adopt);
+        let _ = (generation, now, token, adopt, hold_again_until);
         Box::pin(std::future::ready(Ok(true)))
     }
 

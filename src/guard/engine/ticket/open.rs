@@ -30,6 +30,7 @@ impl Ticket {
         if !parts.holds.is_empty() && parts.shared.store.fences() {
             let state: Weak<TicketState> = Arc::downgrade(&self.state);
             parts.shared.open_calls.add(state);
+            super::super::hold_again::watch(&parts.shared);
         }
     }
 }

@@ -1,9 +1,11 @@
 -- epoch: KEYS[1] = the epoch, KEYS[2] = the recovery lock; ARGV[1] = the operation.
 --   read                        -> {generation or '', 1 if written by this Redis process}
---   write gen now token mode pattern
+--   write gen now token mode pattern hold_again_until
 --                               -> 'ok', or why not: 'unlocked' (token given and the lock is
 --                                  not its), 'exists' / 'counters' (mode 'adopt': an epoch,
---                                  or a counter matching `pattern`, is already there)
+--                                  or a counter matching `pattern`, is already there);
+--                                  hold_again_until ('0': none) is kept in the epoch's `w`
+--                                  (fence.lua: fenced reserves wait until then)
 --   unlock token                -> 1 if the lock was the token's and is now gone
 local function run_id()
   -- A plain search, then a match anchored there: a pattern searched from every position
@@ -38,6 +40,9 @@ elseif op == 'write' then
   end
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'g', ARGV[2], 'r', run_id(), 't', ARGV[3])
+  if ARGV[7] ~= '0' then
+    redis.call('HSET', KEYS[1], 'w', ARGV[7])
+  end
   return 'ok'
 elseif op == 'unlock' then
   if redis.call('GET', KEYS[2]) == ARGV[2] then

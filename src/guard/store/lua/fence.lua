@@ -6,12 +6,14 @@
 -- taken off here, so the script body sees its own keys and arguments only.
 --
 -- The epoch is a hash: g generation (unique text), r run_id of the Redis process that wrote
--- it, t guard time it was written, x<bucket> until when the registry of that bucket is kept
--- (bucket 'h' for the holds keys). A registry `<epoch key>:<g>:<bucket>` lists every counter
--- key of the bucket written in generation g, with the time it is kept until: a listed key
--- that is missing was lost. A bucket is listed when use is added to it (settle) or a reserve
--- finds it; a holds key when holds are placed in it (it then keeps a `k` field, so giving
--- its holds back never empties it). A key never written is never listed.
+-- it, t guard time it was written, w (a recovery's, for a while) guard time until which the
+-- other guards may still be holding their open calls again under it, x<bucket> until when
+-- the registry of that bucket is kept (bucket 'h' for the holds keys). A registry
+-- `<epoch key>:<g>:<bucket>` lists every counter key of the bucket written in generation g,
+-- with the time it is kept until: a listed key that is missing was lost. A bucket is listed
+-- when use is added to it (settle) or a reserve finds it; a holds key when holds are placed
+-- in it (it then keeps a `k` field, so giving its holds back never empties it). A key never
+-- written is never listed.
 local FENCE_EPOCH = table.remove(KEYS)
 local FENCE_FLAGS = table.remove(ARGV)
 local FENCE_GEN = table.remove(ARGV)
@@ -44,17 +46,25 @@ end
 
 -- nil when every fenced key can be trusted; else the reserve's answer: -2 the epoch is
 -- missing or was written by another Redis process, -3 the guard's generation is not the
--- store's (it reads the epoch again), -4 a key the epoch expects is missing.
+-- store's (it reads the epoch again), -7 a recovery wrote it moments ago and other guards
+-- may still be holding their open calls again (until its `w`: the first reserve past it
+-- drops `w`), -4 a key the epoch expects is missing.
 local function fence_check_now(now)
   if not FENCE_ON then
     return nil
   end
-  local epoch = redis.call('HMGET', FENCE_EPOCH, 'g', 'r')
+  local epoch = redis.call('HMGET', FENCE_EPOCH, 'g', 'r', 'w')
   if not epoch[1] or epoch[2] ~= fence_run_id() then
     return -2
   end
   if epoch[1] ~= FENCE_GEN then
     return -3
+  end
+  if epoch[3] then
+    if tonumber(epoch[3]) > now then
+      return -7
+    end
+    redis.call('HDEL', FENCE_EPOCH, 'w')
   end
   for _, i in ipairs(FENCE_AT) do
     local flag = string.sub(FENCE_FLAGS, i, i)

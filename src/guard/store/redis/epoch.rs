@@ -78,6 +78,7 @@ impl RedisStore {
         now: Millis,
         token: Option<String>,
         adopt: bool,
+        hold_again_until: Millis,
     ) -> StoreFuture<'static, bool> {
         let keys = self.epoch_keys();
         let mut args = Args::of(["write", &generation]);
@@ -85,6 +86,7 @@ impl RedisStore {
         args.push(token.as_deref().unwrap_or_default());
         args.push(if adopt { "adopt" } else { "force" });
         args.push(&counter_pattern(&self.inner.key_head));
+        args.push_num(hold_again_until.max(0));
         self.run("epoch write", move |inner, mut conn| async move {
             let answer: String = invoke(&inner.scripts.epoch, &keys, &args, &mut conn).await?;
             Ok(answer == "ok")

@@ -96,22 +96,31 @@ impl RedisStore {
     }
 }
 
+/// The fence's answer a reserve script returned as its code (fence.lua), if it is one.
+pub(super) fn fence_answer(code: i64) -> Option<FenceAnswer> {
+    Some(match code {
+        -2 => FenceAnswer::Untrusted,
+        -3 => FenceAnswer::Stale,
+        -4 => FenceAnswer::CounterLost,
+        -7 => FenceAnswer::HoldingAgain,
+        _ => return None,
+    })
+}
+
 /// The script's answer: a code, then (unless it did not look) the values.
 pub(super) fn parse(answer: &[i64], n: usize, p: usize) -> Result<KnownAnswer, String> {
     let Some(&code) = answer.first() else {
         return Err("an empty answer".into());
     };
-    let outcome = match code {
-        -1 => KnownOutcome::Reserve(ReserveOutcome::Reserved),
-        -2 => KnownOutcome::Reserve(ReserveOutcome::Fenced(FenceAnswer::Untrusted)),
-        -3 => KnownOutcome::Reserve(ReserveOutcome::Fenced(FenceAnswer::Stale)),
-        -4 => KnownOutcome::Reserve(ReserveOutcome::Fenced(FenceAnswer::CounterLost)),
-        -5 => KnownOutcome::Reserve(ReserveOutcome::Settled),
-        -6 => KnownOutcome::Moved,
-        item if item >= 0 => KnownOutcome::Reserve(ReserveOutcome::Conflict {
+    let outcome = match (code, fence_answer(code)) {
+        (_, Some(fenced)) => KnownOutcome::Reserve(ReserveOutcome::Fenced(fenced)),
+        (-1, _) => KnownOutcome::Reserve(ReserveOutcome::Reserved),
+        (-5, _) => KnownOutcome::Reserve(ReserveOutcome::Settled),
+        (-6, _) => KnownOutcome::Moved,
+        (item, _) if item >= 0 => KnownOutcome::Reserve(ReserveOutcome::Conflict {
             item: item as usize,
         }),
-        other => return Err(format!("an unknown code {other}")),
+        (other, _) => return Err(format!("an unknown code {other}")),
     };
     let values = &answer[1..];
     if values.is_empty() {

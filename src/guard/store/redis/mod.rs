@@ -35,9 +35,9 @@ use keys::key_head;
 use scripts::{invoke, Scripts};
 
 use super::{
-    CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, KnownAnswer,
-    KnownReserve, PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck,
-    StoreError, StoreFuture, WaitQueues,
+    CounterKey, CounterRead, CounterStore, EpochRead, Fence, KnownAnswer, KnownReserve,
+    PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError,
+    StoreFuture, WaitQueues,
 };
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
@@ -267,10 +267,10 @@ impl CounterStore for RedisStore {
                 // Another Redis process answers: check its configuration too.
                 Checks::request(&inner);
             }
+            if let Some(fenced) = known::fence_answer(answer) {
+                return Ok(ReserveOutcome::Fenced(fenced));
+            }
             Ok(match answer {
-                -2 => ReserveOutcome::Fenced(FenceAnswer::Untrusted),
-                -3 => ReserveOutcome::Fenced(FenceAnswer::Stale),
-                -4 => ReserveOutcome::Fenced(FenceAnswer::CounterLost),
                 -1 => ReserveOutcome::Reserved,
                 -5 => ReserveOutcome::Settled,
                 item => ReserveOutcome::Conflict {
@@ -363,8 +363,9 @@ impl CounterStore for RedisStore {
         now: Millis,
         token: Option<String>,
         adopt: bool,
+        hold_again_until: Millis,
     ) -> StoreFuture<'_, bool> {
-        self.write_epoch(generation, now, token, adopt)
+        self.write_epoch(generation, now, token, adopt, hold_again_until)
     }
 
     fn store_check(&self, wait: bool) -> StoreFuture<'_, StoreCheck> {
