@@ -18,7 +18,7 @@ const T0: Millis = 1_767_225_630_000;
 const DAY_START: Millis = T0 - 30_000;
 
 fn counter() -> CounterKey {
-    common::tokens_key("alice", "day", DAY_START)
+    common::tokens_key_in("alice", "day", DAY_START)
 }
 
 fn minute() -> i64 {

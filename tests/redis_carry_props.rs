@@ -35,7 +35,7 @@ const STEP_MS: Millis = 30_000;
 const LIMIT: u64 = 1_000;
 
 fn key(bucket: i64) -> CounterKey {
-    common::tokens_key("alice", "minute", BASE + bucket * BUCKET_MS)
+    common::tokens_key_in("alice", "minute", BASE + bucket * BUCKET_MS)
 }
 
 /// Kept one minute past the bucket's end.

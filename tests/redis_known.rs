@@ -17,7 +17,7 @@ const T0: Millis = 1_767_225_630_000;
 const DAY_START: Millis = T0 - 30_000;
 
 fn key(user: &str, window: &str, bucket: Millis) -> CounterKey {
-    common::tokens_key(user, window, bucket)
+    common::tokens_key_in(user, window, bucket)
 }
 
 /// Adds `amount` of use to `key` (a bill of a ticket that never reserved).

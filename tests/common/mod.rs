@@ -11,8 +11,8 @@ use usage_guard::{AdmitRequest, Error, Guard, ManualClock, MemoryStore, Policy, 
 
 /// The key of `user`'s gpt-5 tokens counter (person and model) in `window`'s bucket
 /// starting at `bucket`.
-pub fn tokens_key(user: &str, window: &str, bucket: i64) -> usage_guard::CounterKey {
-    use usage_guard::{CounterId, Metric, Scope, Window};
+pub fn tokens_key(user: &str, window: usage_guard::Window, bucket: i64) -> usage_guard::CounterKey {
+    use usage_guard::{CounterId, Metric, Scope};
     usage_guard::CounterKey {
         id: Arc::new(CounterId::new(
             Scope::PersonModel,
@@ -20,10 +20,15 @@ pub fn tokens_key(user: &str, window: &str, bucket: i64) -> usage_guard::Counter
             None,
             Some(Arc::from("gpt-5")),
             Metric::Tokens,
-            Window::parse(window).unwrap(),
+            window,
         )),
         bucket,
     }
+}
+
+/// `tokens_key` with the window given in words (`Window::parse`).
+pub fn tokens_key_in(user: &str, window: &str, bucket: i64) -> usage_guard::CounterKey {
+    tokens_key(user, usage_guard::Window::parse(window).unwrap(), bucket)
 }
 
 pub fn at(text: &str) -> i64 {

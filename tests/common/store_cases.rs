@@ -21,17 +21,7 @@ pub const T0: Millis = 1_767_225_630_000;
 pub const HOLD_MS: i64 = 15 * 60_000;
 
 pub fn counter(user: &str, window: Window, bucket: Millis) -> CounterKey {
-    CounterKey {
-        id: Arc::new(CounterId::new(
-            Scope::PersonModel,
-            Some(Arc::from(user)),
-            None,
-            Some(Arc::from("gpt-5")),
-            Metric::Tokens,
-            window,
-        )),
-        bucket,
-    }
+    crate::common::tokens_key(user, window, bucket)
 }
 
 pub fn day(user: &str) -> CounterKey {
