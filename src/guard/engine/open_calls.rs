@@ -65,12 +65,11 @@ impl OpenCalls {
             .any(|c| c.upgrade().is_some_and(|call| call.is_open()))
     }
 
-    /// Claims the epoch watch: true when none ran (the caller starts one).
+    /// Claims the epoch watch: true when none ran (the caller starts one). Called on every
+    /// admission that holds: a plain read first, so a running watch costs no write.
     pub(crate) fn start_watching(&self) -> bool {
-        !self
-            .watching
-            .get_or(Default::default)
-            .swap(true, Ordering::AcqRel)
+        let watching = self.watching.get_or(Default::default);
+        !watching.load(Ordering::Acquire) && !watching.swap(true, Ordering::AcqRel)
     }
 
     /// Gives the watch up when no call is open; true when it ended. A call opened meanwhile
@@ -144,6 +143,35 @@ mod tests {
         assert!(
             open_calls.open(10 * 60_000).is_empty(),
             "expired holds are not held again"
+        );
+    }
+
+    #[test]
+    fn one_watch_at_a_time_and_it_ends_only_with_no_call_open() {
+        let open_calls = OpenCalls::default();
+        assert!(
+            open_calls.start_watching(),
+            "the first claim starts the watch"
+        );
+        assert!(
+            !open_calls.start_watching(),
+            "a running watch is not started twice"
+        );
+        let call = Arc::new(Call(AtomicBool::new(true)));
+        let weak: Weak<Call> = Arc::downgrade(&call);
+        open_calls.add(weak);
+        assert!(open_calls.any_open());
+        assert!(
+            !open_calls.stop_watching(),
+            "a call is open: the watch goes on"
+        );
+        assert!(!open_calls.start_watching(), "and it is still claimed");
+        call.0.store(false, Ordering::SeqCst);
+        assert!(!open_calls.any_open());
+        assert!(open_calls.stop_watching(), "no call open: the watch ends");
+        assert!(
+            open_calls.start_watching(),
+            "the next open call starts it again"
         );
     }
 }
