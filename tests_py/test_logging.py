@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import socket
+import subprocess
+import sys
 
 import pytest
 import usage_guard as ug
-from redis_harness import BUDGET_POLICY
+from redis_harness import BUDGET_POLICY, RedisServer
 
 
 def closed_port() -> int:
@@ -37,3 +39,41 @@ def test_a_store_outage_is_logged_once_under_usage_guard(
     assert record.name.startswith("usage_guard.")  # the Rust module path, under usage_guard
     assert "counter store outage started" in record.getMessage()
     assert "admit" in record.getMessage()
+
+
+BUSY_AT_EXIT = """
+import logging, os, signal, sys, threading, time
+import usage_guard as ug
+
+logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+rule = {"name": "team concurrency", "applies_when": {"team": "t"}, "amount": "concurrency",
+        "budget": 1, "action": "throttle", "throttle_max_wait": 30, "throttle_max_queue": 10}
+models = {"gpt-5": {"provider": "openai", "prices": {"input": 1.25, "output": 10.0}}}
+policy = ug.Policy.from_dict({"models": models, "rules": [rule]})
+guard = ug.Guard(policy, store=ug.RedisStore(sys.argv[1], prefix="exit"))
+
+def admit(user):
+    return guard.admit(user, "gpt-5", prompt_tokens=10, max_tokens=10, attributes={"team": "t"})
+
+holder = admit("holder")
+for i in range(3):
+    threading.Thread(target=admit, args=(f"w{i}",), daemon=True).start()
+while guard.waiting < 3:
+    time.sleep(0.01)
+print("waiting", flush=True)
+os.kill(int(sys.argv[2]), signal.SIGKILL)  # the waiters' next polls fail, and log, as Python exits
+"""
+
+
+def test_threads_busy_at_exit_stop_logging_without_a_panic() -> None:
+    # Daemon threads waiting in a queue on a store that has just gone poll, fail and log while
+    # Python exits: once it is exiting they no longer enter it (before, pyo3 panicked there).
+    server = RedisServer()
+    try:
+        run = [sys.executable, "-c", BUSY_AT_EXIT, server.url, str(server.pid)]
+        child = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    finally:
+        server.kill()
+    assert child.returncode == 0, child.stderr
+    assert child.stdout == "waiting\n"
+    assert "panicked" not in child.stderr, child.stderr

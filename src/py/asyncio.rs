@@ -76,10 +76,10 @@ struct WithGil(Option<(Py<PyAny>, Py<PyAny>)>);
 
 impl Drop for WithGil {
     fn drop(&mut self) {
-        if let Some(refs) = self.0.take() {
-            super::thread_state::keep();
-            Python::attach(move |_| drop(refs));
-        }
+        let mut refs = self.0.take();
+        super::alive::attach(|_| drop(refs.take()));
+        // Once Python is exiting, they are left to the process's end.
+        std::mem::forget(refs);
     }
 }
 
@@ -127,12 +127,13 @@ where
     }
     let mut held = WithGil(Some((event_loop.clone().unbind(), future.clone().unbind())));
     let task = runtime.spawn(async move {
-        super::thread_state::keep();
         let out = work.await;
         let Some((loop_ref, future_ref)) = held.0.take() else {
             return;
         };
-        Python::attach(move |py| {
+        let mut result = Some((loop_ref, future_ref, out));
+        super::alive::attach(|py| {
+            let (loop_ref, future_ref, out) = result.take().expect("taken once");
             let (ok, value) = outcome(py, out);
             let sent = wrap_pyfunction!(_resolve, py).and_then(|resolve| {
                 loop_ref.call_method1(
@@ -146,6 +147,8 @@ where
                 log::debug!("an asyncio result had no loop to go to: {e}");
             }
         });
+        // Once Python is exiting, the result is left to the process's end.
+        std::mem::forget(result);
     });
     future
         .call_method1(

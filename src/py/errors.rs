@@ -169,7 +169,8 @@ fn policy_error(
 
 impl From<Error> for PyErr {
     fn from(error: Error) -> PyErr {
-        Python::attach(|py| {
+        // Also made on the runtime's threads (a coroutine's error), where Python may be exiting.
+        super::alive::attach(|py| {
             let built = match &error {
                 Error::Policy(fields) => policy_error(py, &error, fields),
                 Error::Refused(refusal) => refusal_error(py, (**refusal).clone()),
@@ -179,6 +180,7 @@ impl From<Error> for PyErr {
             };
             built.unwrap_or_else(|e| e)
         })
+        .unwrap_or_else(super::alive::exiting)
     }
 }
 

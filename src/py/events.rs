@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::admit_args::warning_to_py;
+use super::alive::attach_or_exiting;
 use super::asyncio::{future_into_py, FirstPoll};
 use crate::guard::domain::clock::iso8601;
 use crate::guard::domain::event::Event;
@@ -28,13 +29,12 @@ pub(crate) fn event_to_py<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound
 /// exception it raises is logged, never propagated into admission.
 pub(crate) fn listener(callback: Py<PyAny>) -> impl Fn(&Event) + Send + Sync + 'static {
     move |event: &Event| {
-        super::thread_state::keep();
-        Python::attach(|py| {
+        super::alive::attach(|py| {
             let called = event_to_py(py, event).and_then(|d| callback.call1(py, (d,)));
             if let Err(e) = called {
                 log::warn!("usage_guard: an on_event callback raised: {e}");
             }
-        })
+        });
     }
 }
 
@@ -63,7 +63,7 @@ impl PyEventStream {
         let stream = self.inner.clone();
         future_into_py(py, FirstPoll::Inline, async move {
             match stream.next().await {
-                Some(event) => Python::attach(|py| event_to_py(py, &event).map(Bound::unbind)),
+                Some(event) => attach_or_exiting(|py| event_to_py(py, &event).map(Bound::unbind)),
                 None => Err(PyStopAsyncIteration::new_err(())),
             }
         })

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::admit_args::{admit_request, attributes_from_py};
+use super::alive::attach_or_exiting;
 use super::asyncio::FirstPoll;
 use super::batch::{admit_batch, resume_batch, PyBatchTicket};
 use super::clock::PyManualClock;
@@ -160,7 +161,7 @@ impl PyGuard {
         let first_poll = FirstPoll::unless_ledger(guard.ledger().is_some());
         super::asyncio::future_into_py(py, first_poll, async move {
             let view = guard.usage(user.as_deref(), &model).await?;
-            Python::attach(|py| view_to_py(py, &view).map(Bound::unbind))
+            attach_or_exiting(|py| view_to_py(py, &view).map(Bound::unbind))
         })
     }
 

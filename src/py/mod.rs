@@ -2,6 +2,7 @@
 //! decision lives in the plain Rust core.
 
 mod admit_args;
+mod alive;
 mod asyncio;
 mod audit;
 mod batch;
@@ -31,12 +32,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    // Rust `log` records go to Python `logging`, under the `usage_guard` logger (targets
-    // are module paths such as `usage_guard::guard::engine::guard`). Another extension may
-    // have installed a logger already; then ours stays out of the way.
-    if let Ok(logger) = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::LoggersAndLevels) {
-        let _ = logger.install();
-    }
+    alive::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     clock::register(m)?;

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::admit_args::attributes_from_py;
+use super::alive::attach_or_exiting;
 use super::asyncio::{future_into_py, FirstPoll};
 use super::guard::PyGuard;
 use super::json::py_to_json;
@@ -73,7 +74,7 @@ fn _quota_counters_async<'py>(
         let counters = guard
             .rule_counters(user.as_deref(), &attributes, &prefix)
             .await?;
-        Python::attach(|py| counters_to_py(py, &counters).map(Bound::unbind))
+        attach_or_exiting(|py| counters_to_py(py, &counters).map(Bound::unbind))
     })
 }
 

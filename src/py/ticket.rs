@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use super::admit_args::warnings_to_py;
+use super::alive::attach_or_exiting;
 use super::asyncio::FirstPoll;
 use super::convert::{
     billed_to_py, ceiling_to_py, json_to_py, prompt_count_to_py, py_to_json, reserved_to_py,
@@ -168,7 +169,7 @@ impl PyTicket {
         let first_poll = FirstPoll::unless_ledger(ticket.has_ledger());
         super::asyncio::future_into_py(py, first_poll, async move {
             let billed = ticket.bill_with_options(usage, info, wait).await?;
-            Python::attach(|py| billed_to_py(py, billed).map(|d| d.map(Bound::unbind)))
+            attach_or_exiting(|py| billed_to_py(py, billed).map(|d| d.map(Bound::unbind)))
         })
     }
 
