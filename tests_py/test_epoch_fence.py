@@ -256,6 +256,44 @@ def test_another_guards_open_calls_are_held_again_before_any_guard_admits(
     assert sum(g["cost_micros"] for g in ledger.query(group_by=["user"])) == DAY_COST
 
 
+def test_a_new_guard_recovering_a_store_that_lost_everything_waits_for_the_open_calls(
+    redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
+) -> None:
+    """Guard `a` has two calls open when Redis restarts empty (no epoch left); a guard `c`
+    that never trusted an epoch recovers it. The ledger's audit log has the epoch `a` wrote
+    at its first start, so `c` knows the store lost it and makes fenced calls wait while `a`
+    holds its calls again. Before, `c` took the empty store for a first start and admitted
+    two calls at once: 1.2 billed on a 1.0 limit."""
+    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
+    a = ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger)
+    for _ in range(8):
+        call(a)
+    open_calls = [a.admit("alice", "m", prompt_tokens=50, max_tokens=50) for _ in range(2)]
+    ledger.flush()
+    redis_server.restart()
+    c = ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger)
+    assert refused_reason(c) == "USAGE_LIMITS_RECOVERING"
+    assert c.stats()["epochs_written"] == 1
+    deadline = time.monotonic() + 10
+    while a.stats()["calls_held_again"] < 2:
+        assert time.monotonic() < deadline, a.stats()
+        time.sleep(0.05)
+    clock.advance(HOLD_AGAIN_SECONDS)
+    with pytest.raises(ug.UsageLimitError) as refused:
+        c.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.8 refilled, 0.2 held again
+    for ticket in open_calls:
+        assert ticket.bill(input_tokens=50, output_tokens=50, wait=True) is not None
+    assert used(c) == DAY_COST
+    for guard in (a, c):
+        guard.close()
+    epochs = ledger.audit(kind="store_epoch")
+    # (one instant on the manual clock: in no particular order)
+    assert sorted(e["detail"]["how"] for e in epochs) == ["first_start", "recovered"]
+    assert epochs[0]["detail"]["generation"] != epochs[1]["detail"]["generation"]
+    assert sum(g["cost_micros"] for g in ledger.query(group_by=["user"])) == DAY_COST
+
+
 def test_three_guards_one_recovers_none_overspends(
     redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
 ) -> None:

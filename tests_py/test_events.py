@@ -161,7 +161,7 @@ def assert_audited(ledger: Any, heard: list[types.Event]) -> None:
     assert ledger.audit(kind="halt_session") == rows[3:]
     assert ledger.audit(since="2026-11-30T08:00:30Z") == rows[3:]
     assert ledger.audit(limit=2) == rows[2:]
-    with pytest.raises(ValueError, match="is not an event kind; accepted: soft_threshold"):
+    with pytest.raises(ValueError, match="is not an audit kind; accepted: soft_threshold"):
         ledger.audit(kind="soft")
 
 

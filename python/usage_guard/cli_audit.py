@@ -18,7 +18,15 @@ from ._core import LedgerError
 from .cli_usage import _instant, open_ledger
 from .types import AuditEntry
 
-KINDS = ("soft_threshold", "over_budget", "shadow_refusal", "degrade", "throttle", "halt_session")
+KINDS = (
+    "soft_threshold",
+    "over_budget",
+    "shadow_refusal",
+    "degrade",
+    "throttle",
+    "halt_session",
+    "store_epoch",
+)
 COLUMNS = ("at", "kind", "rule", "threshold", "principal", "model", "counter")
 
 
@@ -30,7 +38,8 @@ def add_audit_command(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "List the events a guard recorded in its ledger's audit log, oldest first: soft "
             "thresholds reached, warn rules past their budget, shadowed refusals, calls "
-            "degraded or throttled, sessions halted."
+            "degraded or throttled, sessions halted; and the counter store's epochs guards "
+            "wrote (store_epoch)."
         ),
     )
     p.add_argument(

@@ -10,7 +10,7 @@ use super::convert::json_to_py;
 use crate::error::Error;
 use crate::guard::domain::clock::iso8601;
 use crate::guard::domain::event::EventKind;
-use crate::guard::ledger::{AuditQuery, Ledger};
+use crate::guard::ledger::{AuditQuery, Ledger, STORE_EPOCH};
 
 /// The filters of `ledger.audit(...)`: `[since, until)` (ISO 8601 or datetime), a kind, a
 /// rule, and the latest `limit` rows.
@@ -28,9 +28,11 @@ fn audit_query((since, until, kind, rule, limit): AuditArgs<'_, '_>) -> PyResult
             .map(|v| instant(v, name))
             .transpose()
     };
-    if let Some(k) = kind.as_deref().filter(|k| EventKind::parse(k).is_none()) {
-        let words: Vec<&str> = EventKind::ALL.iter().map(|k| k.word()).collect();
-        let why = format!("is not an event kind; accepted: {}", words.join(", "));
+    let known = |k: &str| EventKind::parse(k).is_some() || k == STORE_EPOCH;
+    if let Some(k) = kind.as_deref().filter(|k| !known(k)) {
+        let mut words: Vec<&str> = EventKind::ALL.iter().map(|k| k.word()).collect();
+        words.push(STORE_EPOCH);
+        let why = format!("is not an audit kind; accepted: {}", words.join(", "));
         return Err(Error::invalid("kind", format!("{k:?}"), why).into());
     }
     Ok(AuditQuery {

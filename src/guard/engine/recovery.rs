@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::policy::{Settings, StoreChecks};
 use crate::guard::domain::refusal::Refusal;
+use crate::guard::ledger::{AuditQuery, AuditRow, STORE_EPOCH};
 use crate::guard::store::{Fence, FenceAnswer, ReserveItem, StoreCheck, StoreError};
 
 /// How long the recovery lock is held at most (store time).
@@ -197,10 +198,12 @@ impl Guard {
             if self.trust_newer(&read, fenced, now).await {
                 return Ok(true);
             }
-            // A loss (this guard trusted an epoch before, or the store has one it cannot
-            // trust): other guards may have calls open, held again within the wait. A store
-            // never given an epoch (a first start) has none to wait for.
-            let lost = self.shared.epoch.seen() || read.generation.is_some();
+            // A loss (this guard trusted an epoch before, the store has one it cannot trust,
+            // or the ledger recorded one written): other guards may have calls open, held
+            // again within the wait. A store never given an epoch (a first start) has none.
+            let lost = self.shared.epoch.seen()
+                || read.generation.is_some()
+                || self.ledger_recorded_an_epoch();
             let until = if lost { now + HOLD_AGAIN_MS } else { 0 };
             let done = store
                 .set_epoch(token.clone(), now, Some(token.clone()), false, until)
@@ -209,6 +212,7 @@ impl Guard {
                 log::warn!(
                     "counter store: wrote a new epoch {token} (counters refill from the ledger)"
                 );
+                self.record_epoch(&token, now, if lost { "recovered" } else { "first_start" });
                 bump(&self.shared.stats.epochs_written);
                 self.trust(&token, now).await;
             }
@@ -273,6 +277,7 @@ impl Guard {
             return Err(self.refuse_recovering());
         }
         log::warn!("counter store: recovered by the operator (epoch {token})");
+        self.record_epoch(&token, now, "operator");
         bump(&self.shared.stats.epochs_written);
         self.trust(&token, now).await;
         Ok(token)
@@ -281,5 +286,29 @@ impl Guard {
     /// `recover` from synchronous code.
     pub fn recover_blocking(&self, attest: bool) -> Result<String> {
         crate::runtime::block_on(self.recover(attest))
+    }
+}
+
+impl Guard {
+    /// Whether the ledger's audit log has an epoch a guard wrote (`STORE_EPOCH` rows): then
+    /// a store with none lost it. A ledger that cannot be read answers yes (a needless wait
+    /// costs seconds, a missed one may overspend); a ledger without an audit log, no.
+    fn ledger_recorded_an_epoch(&self) -> bool {
+        let Some(ledger) = self.ledger() else {
+            return false;
+        };
+        let query = AuditQuery {
+            kind: Some(STORE_EPOCH.to_string()),
+            limit: Some(1),
+            ..AuditQuery::default()
+        };
+        ledger.audit(&query).map_or(true, |rows| !rows.is_empty())
+    }
+
+    /// Records the epoch this guard wrote in the ledger's audit log (when it has one).
+    fn record_epoch(&self, generation: &str, now: Millis, how: &str) {
+        if let Some(ledger) = self.ledger() {
+            ledger.record_event(AuditRow::store_epoch(generation, now, how));
+        }
     }
 }

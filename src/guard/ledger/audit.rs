@@ -49,6 +49,30 @@ impl AuditRow {
     }
 }
 
+/// The kind of the row a guard writes with each counter-store epoch it writes
+/// (`AuditRow::store_epoch`).
+pub(crate) const STORE_EPOCH: &str = "store_epoch";
+
+impl AuditRow {
+    /// The row of an epoch `generation` a guard wrote at `at_ms`: `how` is `first_start`,
+    /// `recovered` (after a loss, refilled from the ledger) or `operator` (`recover()`). A
+    /// guard that recovers a store with no epoch reads these rows to tell a total loss from
+    /// a first start.
+    pub fn store_epoch(generation: &str, at_ms: Millis, how: &str) -> AuditRow {
+        AuditRow {
+            event_id: format!("{STORE_EPOCH}:{generation}"),
+            at_ms,
+            kind: STORE_EPOCH.to_string(),
+            rule: "counter store".to_string(),
+            counter_key: String::new(),
+            threshold: 0.0,
+            principal: None,
+            model: None,
+            detail: serde_json::json!({ "generation": generation, "how": how }),
+        }
+    }
+}
+
 /// Which audit rows to list: `[since, until)`, one kind, one rule (`None` matches every
 /// row); with `limit`, only the latest that many. Rows come oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

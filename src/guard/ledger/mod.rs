@@ -27,6 +27,7 @@ mod writer;
 #[cfg(feature = "python")]
 use std::sync::{Arc, Weak};
 
+pub(crate) use self::audit::STORE_EPOCH;
 pub use self::audit::{AuditQuery, AuditRow};
 #[cfg(feature = "postgres")]
 pub use self::postgres::PostgresLedger;
