@@ -51,6 +51,19 @@ pub(crate) fn may_block() -> bool {
     MAY_BLOCK.with(std::cell::Cell::get)
 }
 
+/// Runs `wait`, a blocking call (a ledger's database), here; on a worker of the shared
+/// runtime the wait is announced to tokio, so the other tasks of that worker move on
+/// meanwhile.
+pub(crate) fn blocking<R>(wait: impl FnOnce() -> R) -> R {
+    let on_worker = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if on_worker {
+        tokio::task::block_in_place(wait)
+    } else {
+        wait()
+    }
+}
+
 /// Runs a future to completion on this thread. Futures that are ready at once (every
 /// in-memory store operation) return from one poll with a no-op waker, skipping the
 /// executor's thread parking; others are driven by `futures::executor::block_on`. The thread

@@ -73,7 +73,7 @@ def test_threads_busy_at_exit_stop_logging_without_a_panic() -> None:
         run = [sys.executable, "-c", BUSY_AT_EXIT, server.url, str(server.pid)]
         child = subprocess.run(run, capture_output=True, text=True, timeout=60)
     finally:
-        server.kill()
+        server.stop()
     assert child.returncode == 0, child.stderr
     assert child.stdout == "waiting\n"
     assert "panicked" not in child.stderr, child.stderr

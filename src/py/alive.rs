@@ -6,36 +6,63 @@
 //! error being logged. `Python::attach` after finalization panics in pyo3 ("the Python
 //! interpreter is not initialized"), and one during finalization may end the thread inside
 //! CPython. So a hook of ours, run after every hook registered later (the package's flushes
-//! among them: `atexit` runs the last registered first), marks Python as exiting, and from
-//! then on these threads neither log nor call back: Python's own `logging.shutdown` has
-//! closed the handlers by then anyway.
+//! among them: `atexit` runs the last registered first), marks Python as exiting, lets the
+//! entries already under way finish, and from then on these threads neither log nor call
+//! back: Python's own `logging.shutdown` has closed the handlers by then anyway.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::{ffi, wrap_pyfunction};
 
 static EXITING: AtomicBool = AtomicBool::new(false);
+/// Entries into Python under way (`Entry`).
+static ENTRIES: AtomicUsize = AtomicUsize::new(0);
+/// How long the exit hook waits for the entries under way: one stuck in a callback of the
+/// host's must not hold the exit up, nor an entry a forked child inherited from a parent
+/// thread that was under way at the fork (that thread is gone: the count never drops).
+const EXIT_WAIT: Duration = Duration::from_secs(1);
 
-/// Marks Python as exiting (registered with `atexit` when the module loads).
+/// Marks Python as exiting (registered with `atexit` when the module loads), then waits,
+/// without the GIL, for the entries that passed the check before: each may be waiting for
+/// the GIL, and must have it before finalization starts.
 #[pyfunction]
-fn _python_exiting() {
-    EXITING.store(true, Ordering::Release);
+fn _python_exiting(py: Python<'_>) {
+    EXITING.store(true, SeqCst);
+    py.detach(|| {
+        let deadline = Instant::now() + EXIT_WAIT;
+        while ENTRIES.load(SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
 }
 
-/// Whether this process's Python may still be entered.
-fn alive() -> bool {
-    // SAFETY: `Py_IsInitialized` may be called at any time, from any thread.
-    !EXITING.load(Ordering::Acquire) && unsafe { ffi::Py_IsInitialized() } != 0
+/// One entry into Python under way: counted before the check, so the exit hook either sees
+/// it or it sees the hook's mark (both are `SeqCst`).
+struct Entry;
+
+impl Entry {
+    fn begin() -> Option<Entry> {
+        ENTRIES.fetch_add(1, SeqCst);
+        let entry = Entry;
+        // SAFETY: `Py_IsInitialized` may be called at any time, from any thread.
+        let alive = !EXITING.load(SeqCst) && unsafe { ffi::Py_IsInitialized() } != 0;
+        alive.then_some(entry)
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        ENTRIES.fetch_sub(1, SeqCst);
+    }
 }
 
 /// Runs `f` attached to Python, with this thread's state kept (`thread_state`); `None`, and
 /// `f` not run, once Python is exiting.
 pub(crate) fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
-    if !alive() {
-        return None;
-    }
+    let _entry = Entry::begin()?;
     super::thread_state::keep();
     Python::try_attach(f)
 }
@@ -58,13 +85,12 @@ struct UntilExit(pyo3_log::Logger);
 
 impl log::Log for UntilExit {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        alive() && self.0.enabled(metadata)
+        !EXITING.load(SeqCst) && self.0.enabled(metadata)
     }
 
     fn log(&self, record: &log::Record<'_>) {
-        if alive() {
-            self.0.log(record);
-        }
+        // `pyo3_log` attaches again inside: then only counted, on a thread state kept.
+        attach(|_| self.0.log(record));
     }
 
     fn flush(&self) {}

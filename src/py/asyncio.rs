@@ -76,7 +76,11 @@ struct WithGil(Option<(Py<PyAny>, Py<PyAny>)>);
 
 impl Drop for WithGil {
     fn drop(&mut self) {
-        let mut refs = self.0.take();
+        // Usually taken already: the task resolved the future with them.
+        let Some(refs) = self.0.take() else {
+            return;
+        };
+        let mut refs = Some(refs);
         super::alive::attach(|_| drop(refs.take()));
         // Once Python is exiting, they are left to the process's end.
         std::mem::forget(refs);
@@ -131,9 +135,10 @@ where
         let Some((loop_ref, future_ref)) = held.0.take() else {
             return;
         };
-        let mut result = Some((loop_ref, future_ref, out));
+        let (mut refs, mut out) = (Some((loop_ref, future_ref)), Some(out));
         super::alive::attach(|py| {
-            let (loop_ref, future_ref, out) = result.take().expect("taken once");
+            let (loop_ref, future_ref) = refs.take().expect("taken once");
+            let out = out.take().expect("taken once");
             let (ok, value) = outcome(py, out);
             let sent = wrap_pyfunction!(_resolve, py).and_then(|resolve| {
                 loop_ref.call_method1(
@@ -147,8 +152,9 @@ where
                 log::debug!("an asyncio result had no loop to go to: {e}");
             }
         });
-        // Once Python is exiting, the result is left to the process's end.
-        std::mem::forget(result);
+        // Once Python is exiting, the loop and the future are left to the process's end; the
+        // result is dropped (a ticket in it gives its holds back).
+        std::mem::forget(refs);
     });
     future
         .call_method1(

@@ -90,16 +90,9 @@ pub struct BillInfo {
 }
 
 /// Hands a row to the ledger. A durable ledger (or one applying backpressure) blocks until
-/// its row is committed; on a worker of the shared runtime (`bill_async`) that wait is
-/// announced to tokio, so the other tasks of that worker move on meanwhile.
+/// its row is committed (`runtime::blocking`: on a worker, `bill_async`'s, tokio knows).
 pub(crate) fn record(ledger: &dyn Ledger, row: LedgerRow) {
-    let on_worker = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if on_worker {
-        tokio::task::block_in_place(|| ledger.record(row));
-    } else {
-        ledger.record(row);
-    }
+    crate::runtime::blocking(|| ledger.record(row));
 }
 
 /// The ledger row of a bill.

@@ -168,6 +168,9 @@ impl Guard {
         }
         if self.shared.epoch.trust(generation) {
             self.shared.fill.forget_all();
+            // Also when another guard wrote it: a ledger then knows the epoch even if its
+            // writer's row never landed, or it was written before this record existed.
+            self.record_epoch(generation, now, "seen");
         }
     }
 
@@ -290,9 +293,9 @@ impl Guard {
 }
 
 impl Guard {
-    /// Whether the ledger's audit log has an epoch a guard wrote (`STORE_EPOCH` rows): then
-    /// a store with none lost it. A ledger that cannot be read answers yes (a needless wait
-    /// costs seconds, a missed one may overspend); a ledger without an audit log, no.
+    /// Whether the ledger's audit log has an epoch a guard wrote or trusted (`STORE_EPOCH`
+    /// rows): then a store with none lost it. A ledger that cannot be read answers yes (a
+    /// needless wait costs seconds, a missed one may overspend); one without an audit log, no.
     fn ledger_recorded_an_epoch(&self) -> bool {
         let Some(ledger) = self.ledger() else {
             return false;
@@ -302,10 +305,20 @@ impl Guard {
             limit: Some(1),
             ..AuditQuery::default()
         };
-        ledger.audit(&query).map_or(true, |rows| !rows.is_empty())
+        match crate::runtime::blocking(|| ledger.audit(&query)) {
+            Ok(rows) => !rows.is_empty(),
+            Err(e) => {
+                log::warn!(
+                    "counter store: no epoch; the ledger's audit log ({e}) cannot say \
+                            whether it lost one: taken as lost"
+                );
+                true
+            }
+        }
     }
 
-    /// Records the epoch this guard wrote in the ledger's audit log (when it has one).
+    /// Records an epoch this guard wrote or trusted in the ledger's audit log (when it has
+    /// one; one row per epoch, the first recorded).
     fn record_epoch(&self, generation: &str, now: Millis, how: &str) {
         if let Some(ledger) = self.ledger() {
             ledger.record_event(AuditRow::store_epoch(generation, now, how));
