@@ -68,6 +68,27 @@ def reconnect(guard: ug.Guard) -> None:
             time.sleep(0.05)
 
 
+def held_again(guard: ug.Guard, calls: int) -> None:
+    """Waits (real time) until `guard` held `calls` open calls again under a new epoch."""
+    deadline = time.monotonic() + 10
+    while guard.stats()["calls_held_again"] < calls:
+        assert time.monotonic() < deadline, guard.stats()
+        time.sleep(0.05)
+
+
+def full_after_the_wait(guard: ug.Guard, clock: ug.ManualClock) -> None:
+    """Past the hold-again wait, `guard` finds the day's budget used or held: refused."""
+    clock.advance(HOLD_AGAIN_SECONDS)
+    with pytest.raises(ug.UsageLimitError) as refused:
+        guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    assert refused.value.reason == "USAGE_LIMIT_REACHED"
+
+
+def bill_all(tickets: list[ug.Ticket]) -> None:
+    for ticket in tickets:
+        assert ticket.bill(input_tokens=50, output_tokens=50, wait=True) is not None
+
+
 def refused_reason(guard: ug.Guard) -> str:
     """The reason the next call is refused, once the store answers again after a restart
     (the first call may still meet the broken connection: plain unavailable)."""
@@ -220,6 +241,24 @@ def test_a_call_held_again_and_then_released_frees_its_room(
     assert used(guard) == DAY_COST
 
 
+def lands_on_the_limit(
+    holder: ug.Guard,
+    recovering: ug.Guard,
+    open_calls: list[ug.Ticket],
+    clock: ug.ManualClock,
+    ledger: ug.SqliteLedger,
+) -> None:
+    """After a loss that `recovering` recovered from the ledger: `holder` holds its open calls
+    again, `recovering` then finds the budget full, and their bills land exactly on it."""
+    held_again(holder, len(open_calls))
+    full_after_the_wait(recovering, clock)
+    bill_all(open_calls)
+    assert used(recovering) == DAY_COST
+    for guard in (holder, recovering):
+        guard.close()
+    assert sum(g["cost_micros"] for g in ledger.query(group_by=["user"])) == DAY_COST
+
+
 def test_another_guards_open_calls_are_held_again_before_any_guard_admits(
     redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
 ) -> None:
@@ -240,20 +279,7 @@ def test_another_guards_open_calls_are_held_again_before_any_guard_admits(
     reconnect(b)
     assert refused_reason(b) == "USAGE_LIMITS_RECOVERING"
     assert b.stats()["epochs_written"] == written + 1  # b recovered; a wrote nothing
-    deadline = time.monotonic() + 10
-    while a.stats()["calls_held_again"] < 2:
-        assert time.monotonic() < deadline, a.stats()
-        time.sleep(0.05)
-    clock.advance(HOLD_AGAIN_SECONDS)
-    with pytest.raises(ug.UsageLimitError) as refused:
-        b.admit("alice", "m", prompt_tokens=50, max_tokens=50)
-    assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.8 refilled, 0.2 held again
-    for ticket in open_calls:
-        assert ticket.bill(input_tokens=50, output_tokens=50, wait=True) is not None
-    assert used(b) == DAY_COST
-    for guard in (a, b):
-        guard.close()
-    assert sum(g["cost_micros"] for g in ledger.query(group_by=["user"])) == DAY_COST
+    lands_on_the_limit(a, b, open_calls, clock, ledger)  # 0.8 refilled, 0.2 held again
 
 
 def test_a_new_guard_recovering_a_store_that_lost_everything_waits_for_the_open_calls(
@@ -274,19 +300,7 @@ def test_a_new_guard_recovering_a_store_that_lost_everything_waits_for_the_open_
     c = ug.Guard(policy(), store=store(redis_server), clock=clock, ledger=ledger)
     assert refused_reason(c) == "USAGE_LIMITS_RECOVERING"
     assert c.stats()["epochs_written"] == 1
-    deadline = time.monotonic() + 10
-    while a.stats()["calls_held_again"] < 2:
-        assert time.monotonic() < deadline, a.stats()
-        time.sleep(0.05)
-    clock.advance(HOLD_AGAIN_SECONDS)
-    with pytest.raises(ug.UsageLimitError) as refused:
-        c.admit("alice", "m", prompt_tokens=50, max_tokens=50)
-    assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.8 refilled, 0.2 held again
-    for ticket in open_calls:
-        assert ticket.bill(input_tokens=50, output_tokens=50, wait=True) is not None
-    assert used(c) == DAY_COST
-    for guard in (a, c):
-        guard.close()
+    lands_on_the_limit(a, c, open_calls, clock, ledger)  # 0.8 refilled, 0.2 held again
     epochs = ledger.audit(kind="store_epoch")
     # (one instant on the manual clock: in no particular order)
     assert sorted(e["detail"]["how"] for e in epochs) == ["first_start", "recovered"]

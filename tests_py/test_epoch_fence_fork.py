@@ -10,13 +10,14 @@ import time
 import traceback
 from pathlib import Path
 
-import pytest
 import usage_guard as ug
 from redis_harness import RedisServer
 from test_epoch_fence import (
     DAY_COST,
-    HOLD_AGAIN_SECONDS,
+    bill_all,
     call,
+    full_after_the_wait,
+    held_again,
     policy,
     reconnect,
     refused_reason,
@@ -90,15 +91,9 @@ def test_a_forked_childs_open_calls_are_held_again_by_the_child(
         assert refused_reason(b) == "USAGE_LIMITS_RECOVERING"
         assert b.stats()["epochs_written"] == written + 1
         assert _read_line(to_parent[0]) == "held", "the child never held its calls again"
-        deadline = time.monotonic() + 10
-        while a.stats()["calls_held_again"] < 1:
-            assert time.monotonic() < deadline, a.stats()
-            time.sleep(0.05)
-        clock.advance(HOLD_AGAIN_SECONDS)
-        with pytest.raises(ug.UsageLimitError) as refused:
-            b.admit("alice", "m", prompt_tokens=50, max_tokens=50)
-        assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.7 refilled, 0.3 held again
-        assert parents.bill(input_tokens=50, output_tokens=50, wait=True) is not None
+        held_again(a, 1)
+        full_after_the_wait(b, clock)  # 0.7 refilled, 0.3 held again
+        bill_all([parents])
         os.write(from_parent[1], b"bill\n")
         _, status = os.waitpid(pid, 0)
         pid = 0
