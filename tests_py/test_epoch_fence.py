@@ -282,6 +282,37 @@ def test_another_guards_open_calls_are_held_again_before_any_guard_admits(
     lands_on_the_limit(a, b, open_calls, clock, ledger)  # 0.8 refilled, 0.2 held again
 
 
+def command_calls(server: RedisServer) -> dict[str, int]:
+    """Calls per command so far (INFO commandstats; those made inside scripts included)."""
+    calls = {}
+    for line in server.cli("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_"):
+            name, _, fields = line[len("cmdstat_") :].partition(":")
+            calls[name] = int(fields.split(",")[0].split("=")[1])
+    return calls
+
+
+def test_the_epoch_watch_looks_with_one_hget_and_no_script(
+    redis_server: RedisServer, clock: ug.ManualClock
+) -> None:
+    """While nothing changes, a guard with a call open looks at the store's epoch every
+    second with one HGET of its generation, not the epoch script (whose INFO costs ~35 k
+    instructions of Redis per look)."""
+    guard = ug.Guard(policy(), store=store(redis_server), clock=clock)
+    call(guard)  # it trusts the store's epoch
+    ticket = guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
+    before = command_calls(redis_server)
+    deadline = time.monotonic() + 10
+    while command_calls(redis_server).get("hget", 0) < before.get("hget", 0) + 2:
+        assert time.monotonic() < deadline, "the watch never looked"
+        time.sleep(0.1)
+    after = command_calls(redis_server)
+    for script in ("evalsha", "eval"):
+        assert after.get(script, 0) == before.get(script, 0), (before, after)
+    ticket.release()
+    guard.close()
+
+
 def test_a_new_guard_recovering_a_store_that_lost_everything_waits_for_the_open_calls(
     redis_server: RedisServer, clock: ug.ManualClock, tmp_path: Path
 ) -> None:

@@ -151,6 +151,12 @@ impl Guard {
     /// holding this guard's open calls again first (`hold_again.rs`, between reservations);
     /// a store that does not answer is left for the next look.
     pub(crate) async fn trust_a_newer_epoch(&self) {
+        // Most looks find the epoch this guard trusts: the generation alone says so.
+        let current = self.shared.epoch.generation();
+        match self.shared.store.epoch_generation().await {
+            Ok(Some(generation)) if generation != current.as_str() => {}
+            _ => return,
+        }
         let now = self.shared.clock.now_ms();
         let _one = self.shared.epoch.one().lock().await;
         let current = self.shared.epoch.generation();

@@ -214,6 +214,13 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
         })))
     }
 
+    /// The epoch's generation alone (`None`: the store has none), without telling whether it
+    /// may be trusted: a cheap first look for a guard waiting for a new one. The default
+    /// reads the epoch.
+    fn epoch_generation(&self) -> StoreFuture<'_, Option<String>> {
+        Box::pin(async move { self.epoch().await.map(|read| read.generation) })
+    }
+
     /// Takes the recovery lock for `token` for `ttl_ms` (store time) if no one holds it.
     /// The default always succeeds.
     fn epoch_lock(&self, token: String, ttl_ms: u64) -> StoreFuture<'_, bool> {

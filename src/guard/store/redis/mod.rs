@@ -349,6 +349,10 @@ impl CounterStore for RedisStore {
         self.read_epoch()
     }
 
+    fn epoch_generation(&self) -> StoreFuture<'_, Option<String>> {
+        self.read_generation()
+    }
+
     fn epoch_lock(&self, token: String, ttl_ms: u64) -> StoreFuture<'_, bool> {
         self.lock_epoch(token, ttl_ms)
     }
