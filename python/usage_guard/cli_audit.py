@@ -38,8 +38,8 @@ def add_audit_command(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "List the events a guard recorded in its ledger's audit log, oldest first: soft "
             "thresholds reached, warn rules past their budget, shadowed refusals, calls "
-            "degraded or throttled, sessions halted; and the counter store's epochs guards "
-            "wrote (store_epoch)."
+            "degraded or throttled, sessions halted; and the counter store's epochs that guards "
+            "wrote or trusted (store_epoch)."
         ),
     )
     p.add_argument(
