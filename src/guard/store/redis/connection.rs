@@ -1,6 +1,8 @@
 //! Connections to one Redis node or a cluster, made on first use, remade after failures, and
 //! made afresh in a forked child (the parent's connection tasks do not run there).
 
+use std::time::Duration;
+
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
@@ -8,9 +10,14 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Client, RedisError};
 
 use super::blocking::{Lease, Pool};
-use super::TIMEOUT_RANGE;
 use crate::fork::ForkLocal;
 use crate::guard::store::StoreError;
+
+/// How long connecting, and each answer, may take unless the store is given a `timeout`.
+pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
+/// The accepted range of a store's `timeout`.
+pub(crate) const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1)..=Duration::from_secs(60);
 
 /// A store error saying what failed (`context`) and why.
 pub(super) fn store_error(context: &str, e: impl std::fmt::Display) -> StoreError {

@@ -42,11 +42,7 @@ use super::{
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
 
-/// How long connecting, and each answer, may take unless the store is given a `timeout`.
-pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
-/// The accepted range of a store's `timeout`.
-pub(crate) const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
-    Duration::from_millis(1)..=Duration::from_secs(60);
+pub(crate) use connection::{REDIS_TIMEOUT, TIMEOUT_RANGE};
 
 struct Inner {
     target: Target,
