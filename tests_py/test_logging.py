@@ -24,6 +24,11 @@ def closed_port() -> int:
 def test_a_store_outage_is_logged_once_under_usage_guard(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # The outage log is the process's: an outage an earlier test left in progress (its store
+    # never answered again) would hide this one's start. Any store answering ends it.
+    healthy = ug.Guard(ug.Policy.from_dict(BUDGET_POLICY))
+    healthy.admit("alice", "gpt-5", prompt_tokens=10, max_tokens=50).release()
+    caplog.clear()  # (that end, logged if there was one)
     store = ug.RedisStore(f"redis://127.0.0.1:{closed_port()}", prefix="logging")
     guard = ug.Guard(ug.Policy.from_dict(BUDGET_POLICY), store=store)
     calls = 5
