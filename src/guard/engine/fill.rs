@@ -171,7 +171,9 @@ pub(crate) async fn fill_keys(
         if state.is_known(&key) || state.waiting(&key, now) {
             continue;
         }
-        let used = match ledger.sum(&sum_filter(&key), key.id.metric) {
+        // The database's wait, announced to tokio on a worker (`runtime::blocking`).
+        let sum = || ledger.sum(&sum_filter(&key), key.id.metric);
+        let used = match crate::runtime::blocking(sum) {
             Ok(used) => used,
             Err(e) => {
                 bump(&state.ledger_errors);
