@@ -47,7 +47,7 @@ def test_a_store_outage_is_logged_once_under_usage_guard(
 
 
 BUSY_AT_EXIT = """
-import logging, os, signal, sys, threading, time
+import asyncio, logging, os, signal, sys, threading, time
 import usage_guard as ug
 
 logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
@@ -60,10 +60,17 @@ guard = ug.Guard(policy, store=ug.RedisStore(sys.argv[1], prefix="exit"))
 def admit(user):
     return guard.admit(user, "gpt-5", prompt_tokens=10, max_tokens=10, attributes={"team": "t"})
 
+async def admit_async():
+    return await guard.admit_async(
+        "a", "gpt-5", prompt_tokens=10, max_tokens=10, attributes={"team": "t"}
+    )
+
 holder = admit("holder")
 for i in range(3):
     threading.Thread(target=admit, args=(f"w{i}",), daemon=True).start()
-while guard.waiting < 3:
+# and one coroutine, on its own loop: its future is resolved from the guard's runtime
+threading.Thread(target=lambda: asyncio.run(admit_async()), daemon=True).start()
+while guard.waiting < 4:
     time.sleep(0.01)
 print("waiting", flush=True)
 os.kill(int(sys.argv[2]), signal.SIGKILL)  # the waiters' next polls fail, and log, as Python exits
@@ -71,8 +78,9 @@ os.kill(int(sys.argv[2]), signal.SIGKILL)  # the waiters' next polls fail, and l
 
 
 def test_threads_busy_at_exit_stop_logging_without_a_panic() -> None:
-    # Daemon threads waiting in a queue on a store that has just gone poll, fail and log while
-    # Python exits: once it is exiting they no longer enter it (before, pyo3 panicked there).
+    # Daemon threads waiting in a queue on a store that has just gone poll, fail, log and (the
+    # coroutine's) resolve their future while Python exits: once it is exiting they no longer
+    # enter it (before, pyo3 panicked there).
     server = RedisServer()
     try:
         run = [sys.executable, "-c", BUSY_AT_EXIT, server.url, str(server.pid)]

@@ -316,7 +316,7 @@ impl Guard {
             Err(e) => {
                 log::warn!(
                     "counter store: no epoch; the ledger's audit log ({e}) cannot say \
-                            whether it lost one: taken as lost"
+                     whether it lost one: taken as lost"
                 );
                 true
             }
