@@ -54,11 +54,12 @@ def _flush_ledgers_at_exit() -> None:
 
 
 def _flush_settles_at_exit() -> None:
-    """Sends the bills queued for the background (Redis), waiting at most 5 s in all."""
+    """Sends the bills queued for the background (Redis), and lets the retries of bills the
+    store did not answer run, waiting at most 5 s in all."""
     left = _flush_settles(5.0)
     if left:
         logging.getLogger("usage_guard").error(
-            "at exit: %d queued bills were not settled within 5 s", left
+            "at exit: %d queued or retried bills were not settled within 5 s", left
         )
 
 

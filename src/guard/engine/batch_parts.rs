@@ -9,7 +9,8 @@ use super::batch::{unavailable, BatchTicket};
 use super::billing::{
     check_usage, ledger_row, record, usage_adds, BillInfo, Billed, Recorded, Usage,
 };
-use super::settling::{retry_until_answered, SETTLED_KEEP_MS};
+use super::retry::{retry_until_answered, Followers};
+use super::settling::SETTLED_KEEP_MS;
 use super::stats::{bump, log_store_error, store_answered};
 use crate::error::{Error, Result};
 use crate::guard::store::{PartSettle, PartsSettle, SettleOutcome};
@@ -75,6 +76,10 @@ impl BatchTicket {
                     what,
                     now + SETTLED_KEEP_MS,
                     settle,
+                    Followers {
+                        waiting: None,
+                        place: Some(self.shared.queue.retry_place()),
+                    },
                     |store, settle, now| store.settle_parts(settle, now),
                 );
                 Recorded::Pending

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::health::ProviderHealth;
 use super::metrics::{render, MetricFamily};
-use super::queue::FLUSH_WAIT;
+use super::queue::{Retries, FLUSH_WAIT};
 use super::shared::Shared;
 use super::stats::{bump, log_store_error, Stats};
 use crate::error::{Error, Result};
@@ -100,7 +100,7 @@ impl Guard {
     pub async fn usage(&self, user: Option<&str>, model: &str) -> Result<UsageView> {
         let path = self.path(user, model)?;
         // Read-your-writes: this guard's queued bills land first.
-        self.shared.queue.flush(None).await;
+        self.shared.queue.flush(None, Retries::Skipped).await;
         let now = self.shared.clock.now_ms();
         let reads = if path.is_unlimited() {
             Vec::new()
@@ -139,7 +139,7 @@ impl Guard {
     /// not answering, was handed to the background retry), at most `limit`; returns whether
     /// it got there.
     pub async fn flush(&self, limit: Option<std::time::Duration>) -> bool {
-        self.shared.queue.flush(limit).await
+        self.shared.queue.flush(limit, Retries::Skipped).await
     }
 
     /// Store steps the settle queue sent (each carries every bill queued when it started).
@@ -154,10 +154,11 @@ impl Guard {
         self.shared.events.close();
         // The wait's timer needs the shared runtime's context (this thread may be any).
         let _runtime = crate::runtime::shared().enter();
-        if !crate::runtime::block_on(self.flush(Some(FLUSH_WAIT))) {
+        let flushed = self.shared.queue.flush(Some(FLUSH_WAIT), Retries::Awaited);
+        if !crate::runtime::block_on(flushed) {
             log::warn!(
-                "usage_guard: close() stopped waiting for queued bills after {} s; they \
-                 settle in the background",
+                "usage_guard: close() stopped waiting for queued or retried bills after {} s; \
+                 they settle in the background",
                 FLUSH_WAIT.as_secs()
             );
         }

@@ -30,6 +30,7 @@ pub(crate) mod queue;
 pub(crate) mod quota;
 mod recovery;
 mod reserve;
+mod retry;
 mod settling;
 pub(crate) mod shared;
 pub(crate) mod stats;

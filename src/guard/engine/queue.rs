@@ -45,6 +45,9 @@ struct Generation {
     moved: Notify,
     /// Flushes waiting now.
     flushing: AtomicU64,
+    /// Retries of bills the store did not answer, still running (`RetryPlace`); their ends
+    /// are announced on `moved` too.
+    retrying: AtomicU64,
 }
 
 /// The queue's state, shared by the guard and its drain task.
@@ -139,19 +142,57 @@ impl SettleQueue {
         here.moved.notify_waiters();
     }
 
+    /// A place for a retry of a bill the store did not answer: `flush(.., Retries::Awaited)`
+    /// waits for it until the place is dropped (the retry landed or gave up).
+    pub(crate) fn retry_place(&self) -> RetryPlace {
+        self.state.here().retrying.fetch_add(1, Ordering::AcqRel);
+        RetryPlace {
+            state: self.state.clone(),
+            generation: crate::fork::generation(),
+        }
+    }
+
     /// Store steps sent so far.
     pub(crate) fn steps(&self) -> u64 {
         self.state.steps.load(Ordering::Relaxed)
     }
 
     /// Waits until every job queued before this call was answered (or handed to the
-    /// background retry), at most `limit`; returns whether it got there.
-    pub(crate) async fn flush(&self, limit: Option<Duration>) -> bool {
-        flush_state(&self.state, limit).await
+    /// background retry; with `Retries::Awaited`, until no retry of a bill runs either), at
+    /// most `limit`; returns whether it got there.
+    pub(crate) async fn flush(&self, limit: Option<Duration>, retries: Retries) -> bool {
+        flush_state(&self.state, limit, retries).await
     }
 }
 
-async fn flush_state(state: &Arc<QueueState>, limit: Option<Duration>) -> bool {
+/// Whether a flush also waits for the retries of bills the store did not answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retries {
+    /// Read-your-writes: what was answered (a retried bill is `recorded=None`).
+    Skipped,
+    /// `close()` and exit: every bill that may still land.
+    Awaited,
+}
+
+/// A retry of a bill the store did not answer, counted in its queue while it runs.
+pub(crate) struct RetryPlace {
+    state: Arc<QueueState>,
+    generation: u64,
+}
+
+impl Drop for RetryPlace {
+    fn drop(&mut self) {
+        // A forked child never runs (nor drops) the parent's retries; were it to, the count
+        // is the parent's.
+        if self.generation == crate::fork::generation() {
+            let here = self.state.here();
+            here.retrying.fetch_sub(1, Ordering::AcqRel);
+            here.moved.notify_waiters();
+        }
+    }
+}
+
+async fn flush_state(state: &Arc<QueueState>, limit: Option<Duration>, retries: Retries) -> bool {
     let state = state.here();
     state.flushing.fetch_add(1, Ordering::AcqRel);
     let _done = Flushing(state);
@@ -161,7 +202,9 @@ async fn flush_state(state: &Arc<QueueState>, limit: Option<Duration>) -> bool {
             let moved = state.moved.notified();
             tokio::pin!(moved);
             moved.as_mut().enable();
-            if state.done.load(Ordering::Acquire) >= target {
+            if state.done.load(Ordering::Acquire) >= target
+                && (retries == Retries::Skipped || state.retrying.load(Ordering::Acquire) == 0)
+            {
                 return;
             }
             moved.await;
@@ -185,8 +228,9 @@ impl Drop for Flushing<'_> {
     }
 }
 
-/// Waits (at most `limit` in all) for every queue of the process; returns how many settles
-/// were still queued when the wait ended.
+/// Waits (at most `limit` in all) for every queue of the process, retries of bills the store
+/// did not answer included; returns how many settles were still queued or retried when the
+/// wait ended.
 pub(crate) async fn flush_all(limit: Duration) -> u64 {
     let queues: Vec<Arc<QueueState>> = QUEUES
         .get()
@@ -198,10 +242,11 @@ pub(crate) async fn flush_all(limit: Duration) -> u64 {
     let mut left = 0;
     for state in queues {
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if !flush_state(&state, Some(remaining)).await {
+        if !flush_state(&state, Some(remaining), Retries::Awaited).await {
             let here = state.here();
             let done = here.done.load(Ordering::Acquire);
             left += here.queued.load(Ordering::Acquire).saturating_sub(done);
+            left += here.retrying.load(Ordering::Acquire);
         }
     }
     left
@@ -211,7 +256,7 @@ pub(crate) async fn flush_all(limit: Duration) -> u64 {
 mod tests {
     use std::time::Duration;
 
-    use super::{Job, Settle, SettleQueue};
+    use super::{Job, Retries, Settle, SettleQueue};
 
     fn job(id: &str) -> Job {
         Job {
@@ -243,11 +288,13 @@ mod tests {
         let _runtime = crate::runtime::shared().enter();
         let wait = Some(Duration::from_millis(20));
         assert!(
-            !crate::runtime::block_on(queue.flush(wait)),
+            !crate::runtime::block_on(queue.flush(wait, Retries::Awaited)),
             "two jobs unanswered"
         );
         queue.finished(taken.len());
-        assert!(crate::runtime::block_on(queue.flush(wait)));
+        assert!(crate::runtime::block_on(
+            queue.flush(wait, Retries::Awaited)
+        ));
         assert!(queue.take().is_empty(), "the drain stops");
         assert!(
             queue.requeue(vec![job("c")]),
@@ -266,7 +313,7 @@ mod tests {
             let starts_drain = queue.push(job("child"));
             let taken = queue.take();
             queue.finished(taken.len());
-            let flushed = crate::runtime::block_on(queue.flush(None));
+            let flushed = crate::runtime::block_on(queue.flush(None, Retries::Awaited));
             let only_its_own = taken.len() == 1 && taken[0].settle.id == "child";
             i32::from(!(starts_drain && only_its_own && flushed))
         });

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::queue::Job;
+use super::retry::{retry, Waiting, WAIT_FOR_RETRY};
 use super::shared::Shared;
 use super::stats::{bump, log_store_error, store_answered};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::Plan;
 use crate::guard::store::{
-    CounterStore, Fence, HoldRef, KnownAnswer, KnownReserve, Settle, SettleOutcome, StoreError,
-    StoreFuture, UsageAdd,
+    Fence, HoldRef, KnownAnswer, KnownReserve, Settle, SettleOutcome, StoreError, UsageAdd,
 };
 
 /// How long a call's holds live if it never settles.
@@ -24,10 +24,6 @@ pub(crate) const CALL_HOLD_MS: i64 = 15 * 60_000;
 /// counts twice. (A ticket whose reservation never landed keeps its mark at least until its
 /// holds would have expired, so a late reservation places nothing.)
 pub(crate) const SETTLED_KEEP_MS: i64 = 5 * 60_000;
-/// The first pause between retries; it doubles up to `RETRY_MAX`.
-const RETRY_FIRST: Duration = Duration::from_millis(50);
-/// The longest pause between retries: a store that answers again takes the retry within it.
-const RETRY_MAX: Duration = Duration::from_millis(250);
 /// How long a queued bill waits for the next reservation to carry it before the drain sends
 /// it alone (a steady stream then costs one round trip per call, not two).
 const LINGER: Duration = Duration::from_millis(2);
@@ -58,17 +54,6 @@ pub(crate) fn settled_until(now: Millis) -> Millis {
     now + SETTLED_KEEP_MS
 }
 
-/// Until when a failed settle is retried: one that only gives holds back, while they could
-/// still count (giving back is harmless once the mark is gone: nothing is recorded then); one
-/// that adds use, only while its settled mark lives (so a retry never counts twice).
-fn give_up_at(settle: &Settle) -> Millis {
-    if settle.adds.is_empty() {
-        settle.expiry_minute * 60_000
-    } else {
-        settle.settled_until
-    }
-}
-
 /// Settles once at `now`. A store error is counted and logged, and the settle is handed to
 /// the background retry (it may have landed, or may still land: the retry is idempotent).
 /// Returns `None` when the store did not answer.
@@ -86,19 +71,16 @@ pub(crate) async fn settle(
         Err(e) => {
             bump(&shared.stats.settle_failures);
             failed(shared, operation, &e);
-            retry(shared.clone(), settle, operation);
+            retry(shared.clone(), settle, operation, None);
             None
         }
     }
 }
 
 /// Queues `settle` (a bill) on the guard's settle queue, starting its drain when none runs;
-/// `reply` gets the store's answer (`None`: not answered, retried in the background).
-pub(crate) fn queue(
-    shared: &Arc<Shared>,
-    settle: Settle,
-    reply: Option<tokio::sync::oneshot::Sender<Option<SettleOutcome>>>,
-) {
+/// `reply` gets the store's answer, the background retry's when the first attempt failed
+/// (`None`: not answered within `WAIT_FOR_RETRY` of that failure; retried on).
+pub(crate) fn queue(shared: &Arc<Shared>, settle: Settle, reply: Option<Reply>) {
     if shared.queue.push(Job { settle, reply }) {
         crate::runtime::shared().spawn(drain(shared.clone()));
     }
@@ -152,11 +134,14 @@ pub(crate) async fn reserve_known(
     answer
 }
 
+/// Where a caller waits for a settle's answer (`None`: not known).
+pub(crate) type Reply = tokio::sync::oneshot::Sender<Option<SettleOutcome>>;
+
 /// Bills a reservation took off the queue to carry, until the store answers them.
 struct Carried<'a> {
     shared: &'a Arc<Shared>,
     settles: Vec<Settle>,
-    replies: Vec<Option<tokio::sync::oneshot::Sender<Option<SettleOutcome>>>>,
+    replies: Vec<Option<Reply>>,
 }
 
 impl<'a> Carried<'a> {
@@ -209,11 +194,12 @@ impl Drop for Carried<'_> {
 }
 
 /// Answers the jobs of `settles` (and their `replies`) with the store's `answers`: a settle
-/// the store did not answer is counted, logged and handed to the background retry.
+/// the store did not answer is counted, logged and handed to the background retry, with its
+/// reply (a caller waiting for it hears the retry's answer, for up to `WAIT_FOR_RETRY`).
 fn answer_jobs(
     shared: &Arc<Shared>,
     settles: Vec<Settle>,
-    replies: Vec<Option<tokio::sync::oneshot::Sender<Option<SettleOutcome>>>>,
+    replies: Vec<Option<Reply>>,
     answers: Result<Vec<Result<SettleOutcome, StoreError>>, StoreError>,
 ) {
     let n = settles.len();
@@ -226,20 +212,22 @@ fn answer_jobs(
         Err(e) => vec![Err(e); n],
     };
     for ((settle, reply), answer) in settles.into_iter().zip(replies).zip(answers) {
-        let outcome = match answer {
+        match answer {
             Ok(outcome) => {
                 store_answered();
-                Some(outcome)
+                if let Some(reply) = reply {
+                    let _ = reply.send(Some(outcome));
+                }
             }
             Err(e) => {
                 bump(&shared.stats.settle_failures);
                 failed(shared, "bill", &e);
-                retry(shared.clone(), settle, "bill");
-                None
+                let waiting = reply.map(|reply| Waiting {
+                    reply,
+                    until: tokio::time::Instant::now() + WAIT_FOR_RETRY,
+                });
+                retry(shared.clone(), settle, "bill", waiting);
             }
-        };
-        if let Some(reply) = reply {
-            let _ = reply.send(outcome);
         }
     }
     shared.queue.finished(n);
@@ -265,7 +253,7 @@ pub(crate) fn in_background(
                     bump(&shared.stats.settle_failures);
                 }
                 failed(&shared, operation, &e);
-                retry(shared, settle, operation);
+                retry(shared, settle, operation, None);
             }
         }
     });
@@ -274,59 +262,6 @@ pub(crate) fn in_background(
 fn failed(shared: &Shared, operation: &str, error: &StoreError) {
     bump(&shared.stats.store_errors);
     log_store_error(operation, error);
-}
-
-/// Retries `settle` on the shared runtime until the store answers, pausing at most
-/// `RETRY_MAX` between attempts, and gives up once the settle no longer matters.
-fn retry(shared: Arc<Shared>, settle: Settle, operation: &'static str) {
-    let give_up = give_up_at(&settle);
-    let what = format!("{operation} of {}", settle.id);
-    retry_until_answered(shared, what, give_up, settle, |store, settle, now| {
-        store.settle(settle, now)
-    });
-}
-
-/// A store step to retry: the store, what is retried, the time.
-pub(crate) type Attempt<W, R> =
-    for<'a> fn(&'a dyn CounterStore, &'a W, Millis) -> StoreFuture<'a, R>;
-
-/// Retries `attempt` of `work` on the shared runtime until the store answers (every retried
-/// step is idempotent by id, so an earlier attempt that landed after all makes it a no-op),
-/// pausing from `RETRY_FIRST` doubling to `RETRY_MAX`; once `give_up` has passed, logs `what`
-/// and stops.
-pub(crate) fn retry_until_answered<W, R>(
-    shared: Arc<Shared>,
-    what: String,
-    give_up: Millis,
-    work: W,
-    attempt: Attempt<W, R>,
-) where
-    W: Send + Sync + 'static,
-    R: Send + 'static,
-{
-    crate::runtime::shared().spawn(async move {
-        let mut pause = RETRY_FIRST;
-        loop {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RETRY_MAX);
-            let now = shared.clock.now_ms();
-            match attempt(shared.store.as_ref(), &work, now).await {
-                Ok(_) => {
-                    store_answered();
-                    bump(&shared.stats.settles_retried);
-                    return;
-                }
-                Err(e) if now >= give_up => {
-                    log::error!(
-                        "usage_guard: gave up retrying {what} after the store stayed \
-                         unreachable: {e}"
-                    );
-                    return;
-                }
-                Err(_) => {}
-            }
-        }
-    });
 }
 
 /// A reservation in flight for ticket `id`: if it is dropped while armed (the caller gave up:

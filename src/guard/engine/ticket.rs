@@ -222,7 +222,9 @@ impl Ticket {
     /// settle is queued and the bill returns at once (`Recorded::Queued`): the guard's next
     /// reservation carries it, or its drain sends it, exactly once by ticket id (retried while
     /// the store does not answer); `Guard::usage` and `Guard::flush` wait for it. With `wait`,
-    /// the bill waits for the store's answer. Stores that answer at once (memory) settle inline.
+    /// the bill waits for the store's answer: when the first attempt fails (a connection the
+    /// server dropped), for the background retry's, up to `WAIT_FOR_RETRY` (2 s) more, then
+    /// answers `Recorded::Pending`. Stores that answer at once (memory) settle inline.
     pub async fn bill_with_options(
         &self,
         usage: Usage,

@@ -41,13 +41,14 @@ impl Pool {
             if since.elapsed() < CHECK_AFTER_IDLE
                 || redis::cmd("PING").query::<()>(&mut conn).is_ok()
             {
-                return Ok(Lease::new(conn));
+                let redo = Redo {
+                    client: client.clone(),
+                    timeout,
+                };
+                return Ok(Lease::new(conn, Some(redo)));
             }
         }
-        let conn = client.get_connection_with_timeout(timeout)?;
-        conn.set_read_timeout(Some(timeout))?;
-        conn.set_write_timeout(Some(timeout))?;
-        Ok(Lease::new(conn))
+        Ok(Lease::new(connect(client, timeout)?, None))
     }
 
     /// Takes `lease`'s connection back, unless a request on it failed (its state is unknown:
@@ -66,21 +67,40 @@ impl Pool {
     }
 }
 
+/// A new connection, connecting and each answer bounded by `timeout`.
+fn connect(client: &Client, timeout: Duration) -> RedisResult<redis::Connection> {
+    let conn = client.get_connection_with_timeout(timeout)?;
+    conn.set_read_timeout(Some(timeout))?;
+    conn.set_write_timeout(Some(timeout))?;
+    Ok(conn)
+}
+
+/// How to connect afresh when a connection lent from the pool turns out closed by the server
+/// at its first request (a restart, `CLIENT KILL`, an idle timeout within `CHECK_AFTER_IDLE`).
+#[derive(Clone)]
+struct Redo {
+    client: Client,
+    timeout: Duration,
+}
+
 /// One connection lent to one operation (shared by the clones of its `Conn`).
 #[derive(Clone)]
 pub(super) struct Lease {
     conn: Arc<Mutex<Option<redis::Connection>>>,
     failed: Arc<std::sync::atomic::AtomicBool>,
+    /// Set while the lease's first request has not been sent on a connection from the pool.
+    redo: Arc<Mutex<Option<Redo>>>,
     /// The database the connection selected.
     pub(super) db: i64,
 }
 
 impl Lease {
-    fn new(conn: redis::Connection) -> Self {
+    fn new(conn: redis::Connection, redo: Option<Redo>) -> Self {
         Lease {
             db: conn.get_db(),
             conn: Arc::new(Mutex::new(Some(conn))),
             failed: Arc::default(),
+            redo: Arc::new(Mutex::new(redo)),
         }
     }
 
@@ -94,9 +114,23 @@ impl Lease {
                 "connection given back",
             )));
         };
-        let answer = match range {
+        let send = |conn: &mut redis::Connection| match range {
             None => conn.req_packed_command(packed).map(|v| vec![v]),
             Some((offset, count)) => conn.req_packed_commands(packed, offset, count),
+        };
+        let answer = match (send(conn), self.redo.lock().take()) {
+            // The pooled connection was closed by the server while it sat idle: the request
+            // reached no server (a closed socket takes nothing in), so it goes once more on a
+            // new connection. Not after a timeout, where Redis may still be running it. (Were
+            // it run after all, every store step is idempotent by ticket id but a queue join,
+            // whose extra place lapses with its liveness.)
+            (Err(e), Some(redo)) if e.is_connection_dropped() => {
+                connect(&redo.client, redo.timeout).and_then(|fresh| {
+                    *conn = fresh;
+                    send(conn)
+                })
+            }
+            (answer, _) => answer,
         };
         if let Err(e) = &answer {
             // A server's error reply leaves the connection in step; anything else may not.
