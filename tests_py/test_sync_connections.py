@@ -1,7 +1,8 @@
 """Sync calls on a Redis store answer on the caller's thread, over a pooled blocking connection
 (src/guard/store/redis/blocking.rs): connections are reused, many threads at once never
 overspend, a hang fails a call within the store's timeout, and a connection a failure broke is
-never reused (a restart costs at most the call that met it). On a real redis-server."""
+never reused, and a connection Redis dropped (a restart, `CLIENT KILL`) costs no call: its
+request is sent once more on a new one. On a real redis-server."""
 
 from __future__ import annotations
 
@@ -168,3 +169,21 @@ def test_a_connection_redis_closed_while_idle_costs_no_call(redis_server: RedisS
         except ug.UsageLimitError:
             failed += 1
     assert failed == 0, f"{failed} calls met a connection Redis had closed"
+
+
+async def test_asyncio_calls_after_redis_dropped_the_connections_do_not_fail(
+    redis_server: RedisServer,
+) -> None:
+    """The runtime's multiplexed connection, dropped by `CLIENT KILL` before each call: the
+    call's request is sent once more on the remade connection (before, 20 admissions of 20
+    were refused as unavailable), and each call counts exactly once."""
+    policy = _policy([{"metric": "requests", "amount": 10**9, "window": "day"}])
+    guard = ug.Guard(policy, store=ug.RedisStore(redis_server.url, "killed-async"))
+    for _ in range(20):
+        redis_server.cli("CLIENT", "KILL", "TYPE", "normal")
+        ticket = await guard.admit_async("alice", "gpt-5", prompt_tokens=10, max_tokens=10)
+        billed = await ticket.bill_async(10, 5, wait=True)
+        assert billed is not None and billed["recorded"] is True
+    assert guard.stats()["unavailable"] == 0 and guard.stats()["store_errors"] == 0
+    guard.close()
+    assert _used(redis_server, "killed-async", policy) == 20

@@ -141,6 +141,15 @@ impl Target {
 
 /// A connection to either kind of target; both multiplex requests from concurrent tasks.
 /// `Blocking` answers on the caller's thread: its futures are ready when first polled.
+///
+/// A request on the one node's connection that finds it dropped by the server (a restart,
+/// `CLIENT KILL`, an idle timeout: the write is refused or the read meets the end of the
+/// stream) is sent once more, on the connection the manager remakes: else every call in flight
+/// or next in line when Redis drops its clients would fail (20 asyncio admissions of 20 after
+/// a `CLIENT KILL`). Never after a timeout, where Redis may still be running it. A request Redis
+/// ran before dropping the connection runs twice; every store step is idempotent by ticket id
+/// except a queue join, whose extra place lapses with its liveness. (The blocking pool resends
+/// a pooled connection's first request the same way: `blocking.rs`.)
 #[derive(Clone)]
 pub(super) enum Conn {
     Single(ConnectionManager),
@@ -154,7 +163,12 @@ impl ConnectionLike for Conn {
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Single(c) => Box::pin(async move {
+                match c.req_packed_command(cmd).await {
+                    Err(e) if e.is_connection_dropped() => c.req_packed_command(cmd).await,
+                    answer => answer,
+                }
+            }),
             Conn::Cluster(c) => c.req_packed_command(cmd),
             Conn::Blocking(c) => Box::pin(std::future::ready(c.command(cmd))),
         }
@@ -167,7 +181,14 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
-            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Single(c) => Box::pin(async move {
+                match c.req_packed_commands(cmd, offset, count).await {
+                    Err(e) if e.is_connection_dropped() => {
+                        c.req_packed_commands(cmd, offset, count).await
+                    }
+                    answer => answer,
+                }
+            }),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Blocking(c) => Box::pin(std::future::ready(c.pipeline(cmd, offset, count))),
         }
