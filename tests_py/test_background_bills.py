@@ -65,9 +65,16 @@ def test_a_bill_that_waits_is_in_the_counters_at_once(redis_server: RedisServer)
     assert _tokens(other) == (350, 0)
 
 
-def _back_in(server: RedisServer, seconds: float) -> threading.Thread:
-    """Starts `server` again (empty) `seconds` from now, on a thread."""
-    thread = threading.Thread(target=lambda: (time.sleep(seconds), server.start()))
+def _back_after_a_failure(server: RedisServer, guard: ug.Guard) -> threading.Thread:
+    """Starts `server` again (empty), on a thread, once a settle of `guard` failed."""
+
+    def back() -> None:
+        deadline = time.monotonic() + 10
+        while guard.stats()["settle_failures"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        server.start()
+
+    thread = threading.Thread(target=back)
     thread.start()
     return thread
 
@@ -81,7 +88,7 @@ def test_a_bill_that_waits_waits_for_its_retry_while_redis_restarts(
     guard = _guard(redis_server)
     ticket = guard.admit("alice", "gpt-5", prompt_tokens=100, max_tokens=400)
     redis_server.kill()
-    back = _back_in(redis_server, 0.3)
+    back = _back_after_a_failure(redis_server, guard)
     billed = ticket.bill(input_tokens=100, output_tokens=250, wait=True)
     back.join()
     assert billed is not None and billed["recorded"] is True
@@ -93,7 +100,7 @@ async def test_an_async_bill_that_waits_waits_for_its_retry_too(redis_server: Re
     guard = _guard(redis_server)
     ticket = await guard.admit_async("alice", "gpt-5", prompt_tokens=10, max_tokens=40)
     redis_server.kill()
-    back = _back_in(redis_server, 0.3)
+    back = _back_after_a_failure(redis_server, guard)
     billed = await ticket.bill_async(input_tokens=10, output_tokens=5, wait=True)
     back.join()
     assert billed is not None and billed["recorded"] is True
@@ -281,21 +288,22 @@ def test_close_and_exit_wait_for_a_bill_sent_to_the_retry(
     guard, watcher = _guard(redis_server, clock), _guard(redis_server, clock)
     ticket = guard.admit("alice", "gpt-5", prompt_tokens=100, max_tokens=400)
     redis_server.kill()
-    back = _back_in(redis_server, 0.3)
+    back = _back_after_a_failure(redis_server, guard)
     assert ticket.bill(input_tokens=100, output_tokens=250) is not None
     guard.close()
     back.join()
     assert guard.stats()["settles_retried"] == 1, "the first send failed"
     assert _tokens(watcher) == (350, 0), "close() waited for the retry"
-    child = _child(redis_server, clock, "print('billed', flush=True)")
+    failed = "import time\nwhile guard.stats()['settle_failures'] == 0: time.sleep(0.01)\n"
+    child = _child(redis_server, clock, failed + "print('failed', flush=True)")
     assert child.stdout is not None and child.stdin is not None
     assert child.stdout.readline().strip() == "admitted"
     redis_server.kill()
-    back = _back_in(redis_server, 0.3)
     child.stdin.write("bill\n")
-    child.stdin.close()
+    child.stdin.flush()
+    assert child.stdout.readline().strip() == "failed"  # the child exits now
+    redis_server.start()
     assert child.wait(20) == 0
-    back.join()
     assert _tokens(watcher) == (350, 0), "the exit waited for the retry (Redis restarted empty)"
 
 

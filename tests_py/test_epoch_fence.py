@@ -86,7 +86,8 @@ def full_after_the_wait(guard: ug.Guard, clock: ug.ManualClock) -> None:
 
 def bill_all(tickets: list[ug.Ticket]) -> None:
     for ticket in tickets:
-        assert ticket.bill(input_tokens=50, output_tokens=50, wait=True) is not None
+        billed = ticket.bill(input_tokens=50, output_tokens=50, wait=True)
+        assert billed is not None and billed["recorded"] is True
 
 
 def refused_reason(guard: ug.Guard) -> str:
@@ -220,8 +221,7 @@ def test_calls_open_across_a_restart_do_not_overspend_after_the_refill(
     with pytest.raises(ug.UsageLimitError) as refused:
         guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
     assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.8 refilled, 0.2 held again
-    for ticket in open_calls:
-        assert ticket.bill(input_tokens=50, output_tokens=50, wait=True) is not None
+    bill_all(open_calls)
     assert used(guard) == DAY_COST  # each hold given back once, each bill counted once
     guard.close()
     billed = sum(g["cost_micros"] for g in ledger.query(group_by=["user"]))

@@ -272,6 +272,38 @@ mod tests {
         }
     }
 
+    /// A retry of a bill keeps `close()`'s and exit's flush (`Retries::Awaited`) waiting
+    /// until it ends, not a read-your-writes flush (`Retries::Skipped`).
+    #[test]
+    fn a_flush_for_close_waits_for_the_retries_of_bills() {
+        let queue = SettleQueue::default();
+        let _runtime = crate::runtime::shared().enter();
+        let wait = Some(Duration::from_millis(20));
+        let place = queue.retry_place();
+        let second = queue.retry_place();
+        assert!(!crate::runtime::block_on(
+            queue.flush(wait, Retries::Awaited)
+        ));
+        assert!(crate::runtime::block_on(
+            queue.flush(wait, Retries::Skipped)
+        ));
+        drop(place);
+        assert!(!crate::runtime::block_on(
+            queue.flush(wait, Retries::Awaited)
+        ));
+        let flush = crate::runtime::shared().spawn({
+            let queue = queue.clone();
+            async move {
+                queue
+                    .flush(Some(Duration::from_secs(10)), Retries::Awaited)
+                    .await
+            }
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        drop(second); // wakes the flush waiting for it
+        assert!(crate::runtime::block_on(flush).unwrap());
+    }
+
     /// Jobs a reservation took and gave back go first in line, still unanswered: a flush
     /// waits for them until the drain answers them.
     #[test]

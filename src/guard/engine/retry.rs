@@ -67,8 +67,8 @@ pub(crate) struct Followers<R> {
     pub(crate) place: Option<RetryPlace>,
 }
 
-/// A caller waiting for a retried step's answer, until `until`: past it, after an attempt
-/// that failed, it hears `None` (not known) and the retries go on without it.
+/// A caller waiting for a retried step's answer, until `until`: then, even mid-attempt, it
+/// hears `None` (not known) and the retries go on without it.
 pub(crate) struct Waiting<R> {
     pub(crate) reply: tokio::sync::oneshot::Sender<Option<R>>,
     pub(crate) until: tokio::time::Instant,
@@ -82,7 +82,7 @@ pub(crate) type Attempt<W, R> =
 /// step is idempotent by id, so an earlier attempt that landed after all makes it a no-op),
 /// pausing from `RETRY_FIRST` doubling to `RETRY_MAX`; once `give_up` has passed, logs `what`
 /// and stops. Its `followers` learn how it ends: a waiting caller hears the answer, or `None`
-/// once an attempt fails past its time; its queue place is left when it ends.
+/// once its time is up; its queue place is left when it ends.
 pub(crate) fn retry_until_answered<W, R>(
     shared: Arc<Shared>,
     what: String,
@@ -102,7 +102,25 @@ pub(crate) fn retry_until_answered<W, R>(
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(RETRY_MAX);
             let now = shared.clock.now_ms();
-            match attempt(shared.store.as_ref(), &work, now).await {
+            let step = attempt(shared.store.as_ref(), &work, now);
+            let outcome = match waiting.as_ref().map(|w| w.until) {
+                None => step.await,
+                Some(until) => {
+                    tokio::pin!(step);
+                    tokio::select! {
+                        outcome = &mut step => outcome,
+                        () = tokio::time::sleep_until(until) => {
+                            // The caller's time is up, even mid-attempt (a hung store takes
+                            // its whole timeout): it hears "not known"; the attempt goes on.
+                            if let Some(late) = waiting.take() {
+                                let _ = late.reply.send(None);
+                            }
+                            step.await
+                        }
+                    }
+                }
+            };
+            match outcome {
                 Ok(answer) => {
                     store_answered();
                     bump(&shared.stats.settles_retried);
@@ -118,12 +136,7 @@ pub(crate) fn retry_until_answered<W, R>(
                     );
                     return;
                 }
-                Err(_) => {
-                    if let Some(late) = waiting.take_if(|w| tokio::time::Instant::now() >= w.until)
-                    {
-                        let _ = late.reply.send(None);
-                    }
-                }
+                Err(_) => {}
             }
         }
     });

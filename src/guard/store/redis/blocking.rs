@@ -33,7 +33,7 @@ pub(super) struct Pool {
 impl Pool {
     /// An idle connection (one idle past `CHECK_AFTER_IDLE` only if it still answers), or a
     /// new one (connecting and each answer bounded by `timeout`).
-    pub(super) fn take(&self, client: &Client, timeout: Duration) -> RedisResult<Lease> {
+    pub(super) fn take(&self, client: &Arc<Client>, timeout: Duration) -> RedisResult<Lease> {
         loop {
             let Some((mut conn, since)) = self.idle.get().lock().pop() else {
                 break;
@@ -54,7 +54,7 @@ impl Pool {
     /// Takes `lease`'s connection back, unless a request on it failed (its state is unknown:
     /// an answer may still be on the way) or the pool is full.
     pub(super) fn give_back(&self, lease: &Lease) {
-        let Some(conn) = lease.conn.lock().take() else {
+        let Some(conn) = lease.slot.lock().conn.take() else {
             return;
         };
         if lease.failed.load(std::sync::atomic::Ordering::Acquire) {
@@ -77,19 +77,23 @@ fn connect(client: &Client, timeout: Duration) -> RedisResult<redis::Connection>
 
 /// How to connect afresh when a connection lent from the pool turns out closed by the server
 /// at its first request (a restart, `CLIENT KILL`, an idle timeout within `CHECK_AFTER_IDLE`).
-#[derive(Clone)]
 struct Redo {
-    client: Client,
+    client: Arc<Client>,
     timeout: Duration,
+}
+
+/// A lease's connection (`None` once given back), and how to remake it while its first
+/// request has not been sent (only for one from the pool).
+struct Slot {
+    conn: Option<redis::Connection>,
+    redo: Option<Redo>,
 }
 
 /// One connection lent to one operation (shared by the clones of its `Conn`).
 #[derive(Clone)]
 pub(super) struct Lease {
-    conn: Arc<Mutex<Option<redis::Connection>>>,
+    slot: Arc<Mutex<Slot>>,
     failed: Arc<std::sync::atomic::AtomicBool>,
-    /// Set while the lease's first request has not been sent on a connection from the pool.
-    redo: Arc<Mutex<Option<Redo>>>,
     /// The database the connection selected.
     pub(super) db: i64,
 }
@@ -98,17 +102,20 @@ impl Lease {
     fn new(conn: redis::Connection, redo: Option<Redo>) -> Self {
         Lease {
             db: conn.get_db(),
-            conn: Arc::new(Mutex::new(Some(conn))),
+            slot: Arc::new(Mutex::new(Slot {
+                conn: Some(conn),
+                redo,
+            })),
             failed: Arc::default(),
-            redo: Arc::new(Mutex::new(redo)),
         }
     }
 
     /// Sends `packed` (one command or a pipeline) and reads `count` answers after skipping
     /// `offset` (`None`: one command's answer).
     fn request(&self, packed: &[u8], range: Option<(usize, usize)>) -> RedisResult<Vec<Value>> {
-        let mut slot = self.conn.lock();
-        let Some(conn) = slot.as_mut() else {
+        let mut slot = self.slot.lock();
+        let redo = slot.redo.take();
+        let Some(conn) = slot.conn.as_mut() else {
             return Err(RedisError::from((
                 redis::ErrorKind::Client,
                 "connection given back",
@@ -118,15 +125,19 @@ impl Lease {
             None => conn.req_packed_command(packed).map(|v| vec![v]),
             Some((offset, count)) => conn.req_packed_commands(packed, offset, count),
         };
-        let answer = match (send(conn), self.redo.lock().take()) {
+        let answer = match (send(conn), redo) {
             // The pooled connection was closed by the server while it sat idle: the request
             // reached no server (a closed socket takes nothing in), so it goes once more on a
             // new connection. Not after a timeout, where Redis may still be running it. (Were
-            // it run after all, every store step is idempotent by ticket id but a queue join,
-            // whose extra place lapses with its liveness.)
+            // it run after all, see `Conn` in connection.rs.)
             (Err(e), Some(redo)) if e.is_connection_dropped() => {
+                // The dropped connection never goes back to the pool, however the resend ends.
+                self.failed
+                    .store(true, std::sync::atomic::Ordering::Release);
                 connect(&redo.client, redo.timeout).and_then(|fresh| {
                     *conn = fresh;
+                    self.failed
+                        .store(false, std::sync::atomic::Ordering::Release);
                     send(conn)
                 })
             }

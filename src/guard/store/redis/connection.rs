@@ -41,7 +41,7 @@ pub(super) fn check_timeout(timeout: std::time::Duration) -> Result<(), StoreErr
 pub(super) enum Target {
     /// One node: a connection manager multiplexes requests and reconnects by itself.
     Single {
-        client: Box<Client>,
+        client: std::sync::Arc<Client>,
         config: Box<ConnectionManagerConfig>,
         /// The manager of this process (a forked child makes its own).
         manager: ForkLocal<Mutex<Option<ConnectionManager>>>,
@@ -60,7 +60,7 @@ pub(super) enum Target {
 impl Target {
     pub(super) fn single(client: Client, config: ConnectionManagerConfig) -> Self {
         Target::Single {
-            client: Box::new(client),
+            client: std::sync::Arc::new(client),
             config: Box::new(config),
             manager: ForkLocal::empty(),
             pool: Pool::default(),
@@ -147,9 +147,10 @@ impl Target {
 /// stream) is sent once more, on the connection the manager remakes: else every call in flight
 /// or next in line when Redis drops its clients would fail (20 asyncio admissions of 20 after
 /// a `CLIENT KILL`). Never after a timeout, where Redis may still be running it. A request Redis
-/// ran before dropping the connection runs twice; every store step is idempotent by ticket id
-/// except a queue join, whose extra place lapses with its liveness. (The blocking pool resends
-/// a pooled connection's first request the same way: `blocking.rs`.)
+/// ran before dropping the connection runs twice: every store step is idempotent by ticket id
+/// (the epoch lock by its token) except a queue join, whose extra place lapses with its
+/// liveness. (The blocking pool resends a pooled connection's first request the same way:
+/// `blocking.rs`.)
 #[derive(Clone)]
 pub(super) enum Conn {
     Single(ConnectionManager),

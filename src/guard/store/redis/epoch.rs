@@ -73,7 +73,13 @@ impl RedisStore {
                 .arg(ttl_ms.max(1))
                 .query_async(&mut conn)
                 .await?;
-            Ok(set != redis::Value::Nil)
+            if set != redis::Value::Nil {
+                return Ok(true);
+            }
+            // Taken: by another guard, or by this very request, run once already on a
+            // connection dropped before it answered (a resend: `Conn`).
+            let holder: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut conn).await?;
+            Ok(holder.as_deref() == Some(token.as_str()))
         })
     }
 
