@@ -71,7 +71,7 @@ pub use guard::ledger::{QuotaDb, QuotaDbAt, SqlValue};
 pub use guard::store::RedisStore;
 pub use guard::store::{
     expiry_minute, CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, HoldRef,
-    KnownAnswer, KnownOutcome, KnownReserve, MemoryStore, PartSettle, PartsSettle, QueueJoin,
-    QueueSpot, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError,
-    StoreFuture, UsageAdd, WaitQueues,
+    KnownAnswer, KnownOutcome, KnownReserve, MemoryStore, OutageLog, PartSettle, PartsSettle,
+    QueueJoin, QueueSpot, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck,
+    StoreError, StoreFuture, UsageAdd, WaitQueues,
 };

@@ -24,11 +24,6 @@ def closed_port() -> int:
 def test_a_store_outage_is_logged_once_under_usage_guard(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # The outage log is the process's: an outage an earlier test left in progress (its store
-    # never answered again) would hide this one's start. Any store answering ends it.
-    healthy = ug.Guard(ug.Policy.from_dict(BUDGET_POLICY))
-    healthy.admit("alice", "gpt-5", prompt_tokens=10, max_tokens=50).release()
-    caplog.clear()  # (that end, logged if there was one)
     store = ug.RedisStore(f"redis://127.0.0.1:{closed_port()}", prefix="logging")
     guard = ug.Guard(ug.Policy.from_dict(BUDGET_POLICY), store=store)
     calls = 5
@@ -44,6 +39,24 @@ def test_a_store_outage_is_logged_once_under_usage_guard(
     assert record.name.startswith("usage_guard.")  # the Rust module path, under usage_guard
     assert "counter store outage started" in record.getMessage()
     assert "admit" in record.getMessage()
+
+
+def test_each_store_logs_its_own_outage(caplog: pytest.LogCaptureFixture) -> None:
+    """Two stores down at once: each outage's start is logged (before, the log was the
+    process's, and the first store's endless outage hid the second's start)."""
+    guards = [
+        ug.Guard(
+            ug.Policy.from_dict(BUDGET_POLICY),
+            store=ug.RedisStore(f"redis://127.0.0.1:{closed_port()}", prefix=f"down{i}"),
+        )
+        for i in range(2)
+    ]
+    with caplog.at_level(logging.WARNING, logger="usage_guard"):
+        for guard in guards + guards:
+            with pytest.raises(ug.UsageLimitsUnavailable):
+                guard.admit("alice", "gpt-5", prompt_tokens=10, max_tokens=50)
+    started = [r for r in caplog.records if "outage started" in r.getMessage()]
+    assert len(started) == 2, [r.getMessage() for r in caplog.records]
 
 
 BUSY_AT_EXIT = """

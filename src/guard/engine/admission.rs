@@ -126,7 +126,7 @@ impl Guard {
     /// call may run uncounted (`Ok`).
     fn store_failed(&self, path: &Path, settings: &Settings, error: &StoreError) -> Result<()> {
         bump(&self.shared.stats.store_errors);
-        log_store_error("admit", error);
+        log_store_error(self.shared.store.as_ref(), "admit", error);
         let could_refuse = path
             .ceilings
             .iter()

@@ -133,7 +133,7 @@ impl Guard {
                 Ok(self.batch(id, &path, reserved, (request_ids, attributes)))
             }
             Err(e) => {
-                log_store_error("admit_batch", &e);
+                log_store_error(self.shared.store.as_ref(), "admit_batch", &e);
                 Err(unavailable())
             }
         }

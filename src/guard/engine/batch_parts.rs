@@ -59,7 +59,7 @@ impl BatchTicket {
         }]);
         billed.recorded = match self.shared.store.settle_parts(&settle, now).await {
             Ok(outcomes) => {
-                store_answered();
+                store_answered(self.shared.store.as_ref());
                 if outcomes.first() != Some(&SettleOutcome::Settled) {
                     return Ok(None);
                 }
@@ -68,7 +68,7 @@ impl BatchTicket {
             Err(e) => {
                 bump(&self.shared.stats.settle_failures);
                 bump(&self.shared.stats.store_errors);
-                log_store_error("bill_part", &e);
+                log_store_error(self.shared.store.as_ref(), "bill_part", &e);
                 let what = format!("the bill of batch part {}/{result_id}", self.id);
                 // The part's record lives far longer than the retries: never billed twice.
                 retry_until_answered(
@@ -121,10 +121,10 @@ impl BatchTicket {
                 .await
                 .map_err(|e| {
                     bump(&self.shared.stats.store_errors);
-                    log_store_error("batch finish", &e);
+                    log_store_error(self.shared.store.as_ref(), "batch finish", &e);
                     unavailable()
                 })?;
-            store_answered();
+            store_answered(self.shared.store.as_ref());
             given += outcomes
                 .iter()
                 .filter(|o| **o == SettleOutcome::Settled)

@@ -194,7 +194,7 @@ pub(crate) async fn fill_keys(
                 }
                 state.know(&key);
             }
-            Err(e) => log_store_error("fill", &e),
+            Err(e) => log_store_error(store, "fill", &e),
         }
     }
 }

@@ -107,7 +107,7 @@ impl Guard {
         } else {
             self.shared.read(&path, now).await.map_err(|e| {
                 bump(&self.shared.stats.store_errors);
-                log_store_error("usage", &e);
+                log_store_error(self.shared.store.as_ref(), "usage", &e);
                 Error::Refused(Box::new(Refusal::unavailable()))
             })?
         };

@@ -25,7 +25,6 @@ mod known;
 pub(crate) mod metrics;
 mod open_calls;
 mod optimistic;
-mod outage;
 pub(crate) mod queue;
 pub(crate) mod quota;
 mod recovery;

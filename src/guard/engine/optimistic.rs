@@ -125,7 +125,7 @@ impl Guard {
                     attempts += 1;
                 }
                 KnownOutcome::Reserve(ReserveOutcome::Fenced(fenced)) => {
-                    store_answered();
+                    store_answered(self.shared.store.as_ref());
                     self.shared.known.forget_all();
                     fences += 1;
                     match self.after_fence(fenced, &generation, now).await {
@@ -161,7 +161,7 @@ impl Guard {
         fresh: Option<&[SlotRead]>,
         now: Millis,
     ) -> Reservation<T> {
-        store_answered();
+        store_answered(self.shared.store.as_ref());
         bump(&self.shared.stats.admitted);
         if let Some(fresh) = fresh {
             plan.warnings = decide::warnings_after_reserve(path, fresh, now);
@@ -234,7 +234,7 @@ impl Guard {
             }
         }
         let flat = self.shared.store.read(values.keys.clone(), now).await?;
-        store_answered();
+        store_answered(self.shared.store.as_ref());
         self.shared.known.remember(&values.keys, &flat, now);
         values.reads = slot_reads(&flat, &values.previous_at);
         Ok(values)

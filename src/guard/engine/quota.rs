@@ -78,7 +78,7 @@ fn unavailable(
     e: &crate::guard::store::StoreError,
 ) -> Error {
     bump(&guard.shared.stats.store_errors);
-    log_store_error(operation, e);
+    log_store_error(guard.shared.store.as_ref(), operation, e);
     Error::Refused(Box::new(Refusal::unavailable()))
 }
 

@@ -255,7 +255,7 @@ impl Guard {
         let _one = self.shared.epoch.one().lock().await;
         let store = &self.shared.store;
         let unavailable = |e: StoreError| {
-            crate::guard::engine::stats::log_store_error("recover", &e);
+            crate::guard::engine::stats::log_store_error(store.as_ref(), "recover", &e);
             Error::Refused(Box::new(Refusal::unavailable()))
         };
         let token = new_generation(now);

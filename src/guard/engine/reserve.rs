@@ -80,7 +80,7 @@ impl Guard {
             }
             match outcome {
                 Ok(ReserveOutcome::Reserved) => {
-                    store_answered();
+                    store_answered(self.shared.store.as_ref());
                     bump(&self.shared.stats.admitted);
                     return Ok(Ok(Reservation {
                         plan,
@@ -94,7 +94,7 @@ impl Guard {
                     attempts += 1;
                 }
                 Ok(ReserveOutcome::Fenced(answer)) => {
-                    store_answered();
+                    store_answered(self.shared.store.as_ref());
                     fences += 1;
                     match self.after_fence(answer, &generation, now).await {
                         Ok(AfterFence::Retry) if fences <= FENCE_RETRIES => {}

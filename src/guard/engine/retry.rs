@@ -122,7 +122,7 @@ pub(crate) fn retry_until_answered<W, R>(
             };
             match outcome {
                 Ok(answer) => {
-                    store_answered();
+                    store_answered(shared.store.as_ref());
                     bump(&shared.stats.settles_retried);
                     if let Some(waiting) = waiting {
                         let _ = waiting.reply.send(Some(answer));

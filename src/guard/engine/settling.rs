@@ -65,7 +65,7 @@ pub(crate) async fn settle(
 ) -> Option<SettleOutcome> {
     match shared.store.settle(&settle, now).await {
         Ok(outcome) => {
-            store_answered();
+            store_answered(shared.store.as_ref());
             Some(outcome)
         }
         Err(e) => {
@@ -214,7 +214,7 @@ fn answer_jobs(
     for ((settle, reply), answer) in settles.into_iter().zip(replies).zip(answers) {
         match answer {
             Ok(outcome) => {
-                store_answered();
+                store_answered(shared.store.as_ref());
                 if let Some(reply) = reply {
                     let _ = reply.send(Some(outcome));
                 }
@@ -247,7 +247,7 @@ pub(crate) fn in_background(
     crate::runtime::run_or_spawn(async move {
         let now = shared.clock.now_ms();
         match shared.store.settle(&settle, now).await {
-            Ok(_) => store_answered(),
+            Ok(_) => store_answered(shared.store.as_ref()),
             Err(e) => {
                 if release {
                     bump(&shared.stats.settle_failures);
@@ -261,7 +261,7 @@ pub(crate) fn in_background(
 
 fn failed(shared: &Shared, operation: &str, error: &StoreError) {
     bump(&shared.stats.store_errors);
-    log_store_error(operation, error);
+    log_store_error(shared.store.as_ref(), operation, error);
 }
 
 /// A reservation in flight for ticket `id`: if it is dropped while armed (the caller gave up:

@@ -276,7 +276,7 @@ impl Shared {
         let (keys, previous_at) = read_keys(path, now);
         self.fill(&keys, now).await;
         let reads = self.store.read(keys, now).await?;
-        store_answered();
+        store_answered(self.store.as_ref());
         Ok(slot_reads(&reads, &previous_at))
     }
 

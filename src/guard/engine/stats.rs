@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::guard::store::StoreError;
+use crate::guard::store::{CounterStore, StoreError};
 
 /// Counts an operator can watch.
 #[derive(Debug, Default)]
@@ -71,13 +71,13 @@ pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Logs a failed store operation: once when an outage starts (the others are counted).
-pub(crate) fn log_store_error(operation: &str, error: &StoreError) {
-    super::outage::STORE_OUTAGE.failed(operation, error);
+/// Logs a failed operation of `store`: once when its outage starts (the others are counted).
+pub(crate) fn log_store_error(store: &dyn CounterStore, operation: &str, error: &StoreError) {
+    store.outage().failed(operation, error);
 }
 
-/// Notes that the store answered: ends an outage in progress, logging how many operations it
+/// Notes that `store` answered: ends its outage in progress, logging how many operations it
 /// affected (one atomic load while the store is healthy).
-pub(crate) fn store_answered() {
-    super::outage::STORE_OUTAGE.succeeded();
+pub(crate) fn store_answered(store: &dyn CounterStore) {
+    store.outage().succeeded();
 }

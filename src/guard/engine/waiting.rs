@@ -77,7 +77,7 @@ impl Drop for Place {
 async fn leave(store: Arc<dyn CounterStore>, queues: Vec<String>, ticket: u64) {
     if let Some(q) = store.queues() {
         if let Err(e) = q.leave(queues, ticket).await {
-            log_store_error("queue leave", &e);
+            log_store_error(store.as_ref(), "queue leave", &e);
         }
     }
     super::wake::left();
@@ -223,7 +223,7 @@ impl Guard {
         let joined = q.join(spots.to_vec(), only_if_busy, now + LAPSE_MS, now);
         joined
             .await
-            .map_err(|e| log_store_error("queue join", &e))
+            .map_err(|e| log_store_error(self.shared.store.as_ref(), "queue join", &e))
             .ok()
     }
 
@@ -261,7 +261,7 @@ impl Guard {
                         break;
                     }
                     Err(e) => {
-                        log_store_error("queue poll", &e);
+                        log_store_error(self.shared.store.as_ref(), "queue poll", &e);
                         0
                     }
                 };

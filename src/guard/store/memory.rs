@@ -124,6 +124,7 @@ impl Inner {
 pub struct MemoryStore {
     inner: Mutex<Inner>,
     queues: MemoryQueues,
+    outage: super::OutageLog,
 }
 
 impl MemoryStore {
@@ -324,6 +325,10 @@ impl MemoryStore {
 impl CounterStore for MemoryStore {
     fn queues(&self) -> Option<&dyn WaitQueues> {
         Some(&self.queues)
+    }
+
+    fn outage(&self) -> &super::OutageLog {
+        &self.outage
     }
 
     fn read(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<CounterRead>> {

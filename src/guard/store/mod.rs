@@ -4,6 +4,7 @@
 mod memory;
 mod memory_queue;
 mod memory_tickets;
+mod outage;
 mod queues;
 #[cfg(feature = "redis")]
 mod redis;
@@ -12,6 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 pub use memory::MemoryStore;
+pub use outage::OutageLog;
 pub use queues::{QueueJoin, QueueSpot, WaitQueues};
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
@@ -134,6 +136,13 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
             let settled = self.settle_many(settles, now).await?;
             Ok((self.reserve_known(reserve, now, fence).await?, settled))
         })
+    }
+
+    /// The log of this store's outages: each logged once when it starts and once when it
+    /// ends. The default is one log shared by every store that keeps none of its own, so one
+    /// such store's endless outage hides the start of another's: keep one per store.
+    fn outage(&self) -> &OutageLog {
+        &outage::SHARED_OUTAGE
     }
 
     /// Whether bills should settle in the background, pipelined (a store across a network,

@@ -1,5 +1,5 @@
-//! Store operations of a caller that may block (`crate::runtime::may_block`), run on its own
-//! thread with a blocking connection (`blocking.rs`) instead of on the shared runtime.
+//! Where a store operation runs: for a caller that may block (`crate::runtime::may_block`),
+//! on its own thread with a blocking connection (`blocking.rs`); else on the shared runtime.
 
 use std::sync::Arc;
 
@@ -7,8 +7,46 @@ use redis::RedisError;
 
 use super::checks::Checks;
 use super::connection::{store_error, Conn};
-use super::Inner;
+use super::{Inner, RedisStore};
 use crate::guard::store::StoreFuture;
+
+impl RedisStore {
+    /// Runs `op` bounded by `operation_timeout`: on this thread if its caller may block
+    /// (`run_here`), else on the shared runtime (from any thread and executor).
+    pub(super) fn run<T, F, Fut>(&self, what: &'static str, op: F) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>, Conn) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, RedisError>> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let op = match run_here(&inner, what, op) {
+            Ok(answered) => return answered,
+            Err(op) => op,
+        };
+        let handle = crate::runtime::shared().spawn(async move {
+            let work = async {
+                let conn = inner.target.connection().await?;
+                op(inner.clone(), conn).await
+            };
+            let outcome = match tokio::time::timeout(inner.operation_timeout, work).await {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(e)) => {
+                    inner.target.forget_connection(&e);
+                    Err(store_error(what, e))
+                }
+                Err(_) => Err(store_error(what, "timed out")),
+            };
+            Checks::after_operation(&inner, outcome.is_ok());
+            outcome
+        });
+        Box::pin(async move {
+            handle
+                .await
+                .map_err(|e| store_error(what, format!("task failed: {e}")))?
+        })
+    }
+}
 
 /// Runs `op` on this thread with a blocking connection when the caller may block
 /// (`crate::runtime::may_block`) and the store is one node: the answer comes back as a ready

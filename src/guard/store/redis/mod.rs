@@ -27,15 +27,15 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClient;
-use redis::{Client, RedisError};
+use redis::Client;
 
 use checks::Checks;
-use connection::{check_timeout, store_error, Conn, Target};
+use connection::{check_timeout, store_error, Target};
 use keys::key_head;
 use scripts::{invoke, Scripts};
 
 use super::{
-    CounterKey, CounterRead, CounterStore, EpochRead, Fence, KnownAnswer, KnownReserve,
+    CounterKey, CounterRead, CounterStore, EpochRead, Fence, KnownAnswer, KnownReserve, OutageLog,
     PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError,
     StoreFuture, WaitQueues,
 };
@@ -66,6 +66,8 @@ struct Inner {
     /// The bound on one operation.
     operation_timeout: Duration,
     description: String,
+    /// This store's outages, logged once each (`CounterStore::outage`).
+    outage: OutageLog,
 }
 
 /// Counters in Redis or Redis Cluster, shared by every guard (in any process) that uses the
@@ -189,44 +191,9 @@ impl RedisStore {
                 // The hard bound on one operation, reconnecting included: 2.5 answers.
                 operation_timeout: timeout * 5 / 2,
                 description,
+                outage: OutageLog::new(),
             }),
         }
-    }
-
-    /// Runs `op` bounded by `operation_timeout`: on this thread if its caller may block
-    /// (`here::run_here`), else on the shared runtime (from any thread and executor).
-    fn run<T, F, Fut>(&self, what: &'static str, op: F) -> StoreFuture<'static, T>
-    where
-        T: Send + 'static,
-        F: FnOnce(Arc<Inner>, Conn) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<T, RedisError>> + Send + 'static,
-    {
-        let inner = self.inner.clone();
-        let op = match here::run_here(&inner, what, op) {
-            Ok(answered) => return answered,
-            Err(op) => op,
-        };
-        let handle = crate::runtime::shared().spawn(async move {
-            let work = async {
-                let conn = inner.target.connection().await?;
-                op(inner.clone(), conn).await
-            };
-            let outcome = match tokio::time::timeout(inner.operation_timeout, work).await {
-                Ok(Ok(value)) => Ok(value),
-                Ok(Err(e)) => {
-                    inner.target.forget_connection(&e);
-                    Err(store_error(what, e))
-                }
-                Err(_) => Err(store_error(what, "timed out")),
-            };
-            Checks::after_operation(&inner, outcome.is_ok());
-            outcome
-        });
-        Box::pin(async move {
-            handle
-                .await
-                .map_err(|e| store_error(what, format!("task failed: {e}")))?
-        })
     }
 }
 
@@ -282,6 +249,10 @@ impl CounterStore for RedisStore {
 
     fn settles_in_background(&self) -> bool {
         true
+    }
+
+    fn outage(&self) -> &OutageLog {
+        &self.inner.outage
     }
 
     fn fences(&self) -> bool {

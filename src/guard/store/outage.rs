@@ -5,10 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::guard::store::StoreError;
 
-/// Tracks one store outage at a time. Lock-free: one atomic counts the failed operations
-/// of the current outage (0 while the store is healthy).
+/// Tracks a store's outages, one at a time: logs once when one starts and once when it ends,
+/// with the number of operations it affected. Lock-free: one atomic counts the failed
+/// operations of the current outage (0 while the store is healthy).
 #[derive(Debug, Default)]
-pub(crate) struct OutageLog {
+pub struct OutageLog {
     failures: AtomicU64,
 }
 
@@ -25,7 +26,7 @@ pub(crate) enum Transition {
 
 impl OutageLog {
     /// A healthy store.
-    pub(crate) const fn new() -> Self {
+    pub const fn new() -> Self {
         Self {
             failures: AtomicU64::new(0),
         }
@@ -71,8 +72,8 @@ impl OutageLog {
     }
 }
 
-/// The process's store-outage log, shared by every guard.
-pub(crate) static STORE_OUTAGE: OutageLog = OutageLog::new();
+/// The outage log of the stores that keep none of their own (`CounterStore::outage`).
+pub(crate) static SHARED_OUTAGE: OutageLog = OutageLog::new();
 
 #[cfg(test)]
 mod tests {
