@@ -13,7 +13,11 @@
 //! - Redis: the connection manager / cluster connection holder (`store::redis::connection`)
 //!   and the store checks' state (`store::redis::checks`), per generation;
 //! - ledger: the writer handle's `live` slot (per generation; the parent's thread and queue
-//!   with its lock and condvars are never touched) and its closed counts (atomics);
+//!   with its lock and condvars are never touched) and its closed counts (atomics); the
+//!   queue's lock and condvars are `std`'s (`ledger::queue`): a thread parked in `parking_lot`
+//!   at a fork (the writer, waiting for rows) leaves its entry in parking_lot's process-wide
+//!   wait table, in a stack the child's new threads reuse, and the child's next wait or wake
+//!   on that bucket followed a corrupt list (SIGSEGV);
 //! - a guard's shared state (`engine::shared`): the policy and listeners (`ArcSwap`: lock-free
 //!   reads and writes), the path cache, the known values, the fill maps and per-counter fill
 //!   locks, the epoch's recovery lock (per generation, fresh), the epoch generation
@@ -34,8 +38,10 @@
 //! process's own; a child of a parent thread busy in one may block on its lock), a lazily
 //! initialised static (tokenizer tables) being built in the instant of the fork, and locks
 //! inside libraries that a parent thread held in that instant outside the cases above
-//! (parking_lot's wait-queue buckets, held for a few instructions; pyo3's decref pool, should
-//! some other code drop a Python object without the GIL).
+//! (parking_lot's wait-queue buckets, held for a few instructions, and a parent thread parked
+//! on a contended `parking_lot` lock in that instant, whose table entry is left behind as
+//! above: every lock that is waited on for long is `std`'s; pyo3's decref pool, should some
+//! other code drop a Python object without the GIL).
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::{AuditQuery, AuditRow, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::guard::domain::rule::Metric;
@@ -86,9 +86,17 @@ impl State {
 }
 
 /// The queue shared by the handle and the writer thread.
+///
+/// Its lock and condvars are `std`'s, not `parking_lot`'s, for `fork()`: the writer thread
+/// spends its life waiting on `arrived`, and a thread parked in `parking_lot` at a fork leaves
+/// its wait-queue entry in the child's copy of parking_lot's process-wide table, in memory
+/// (its thread's stack) that the child's next threads reuse: a later wait or wake in the
+/// child on the same bucket then followed a corrupt list (4 to 5 forked children in 150 died
+/// of SIGSEGV under load with a ledger, none without one). `std`'s wait on the futex word
+/// itself and leave nothing behind.
 #[derive(Default)]
 pub(crate) struct Queue {
-    pub(crate) state: Mutex<State>,
+    state: Mutex<State>,
     /// Signalled when a message is queued.
     pub(crate) arrived: Condvar,
     /// Signalled when rows are committed or the writer fails or stops.
@@ -96,9 +104,15 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
+    /// The queue's state, locked (a panic while it was held poisons nothing here: every
+    /// change to it is complete before anything that may panic).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Queues a control message (flush, sum, query, stop).
     pub(crate) fn send(&self, msg: Msg) {
-        self.state.lock().queue.push_back(msg);
+        self.lock().queue.push_back(msg);
         self.arrived.notify_one();
     }
 
@@ -106,7 +120,7 @@ impl Queue {
     /// with `durable`, returns once the row is committed. Returns false when the row was
     /// dropped (counted).
     pub(crate) fn record(&self, row: LedgerRow, durable: bool) -> bool {
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         let start = Instant::now();
         while st.must_wait(Instant::now()) && !st.stopped {
             if self.no_progress_for(&st, start) >= STALL || st.stalled {
@@ -114,7 +128,11 @@ impl Queue {
                 break;
             }
             let left = STALL.saturating_sub(self.no_progress_for(&st, start));
-            self.moved.wait_for(&mut st, left);
+            st = self
+                .moved
+                .wait_timeout(st, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
         if st.pending() >= MAX_ROWS || st.stopped {
             st.dropped += 1;
@@ -147,7 +165,14 @@ impl Queue {
     fn wait_committed(&self, mut st: MutexGuard<'_, State>, seq: u64) {
         let deadline = Instant::now() + DURABLE_WAIT;
         while st.committed < seq && !st.stopped {
-            if st.stalled || self.moved.wait_until(&mut st, deadline).timed_out() {
+            let timed_out = st.stalled || {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let waited = self.moved.wait_timeout(st, left);
+                let (guard, result) = waited.unwrap_or_else(PoisonError::into_inner);
+                st = guard;
+                result.timed_out()
+            };
+            if timed_out {
                 if st.committed < seq && !st.durable_logged {
                     st.durable_logged = true;
                     log::warn!(
@@ -163,12 +188,20 @@ impl Queue {
     /// Takes every queued message (the writer thread), waiting up to `timeout` for one
     /// (forever with `None`). Empty when the wait timed out.
     pub(crate) fn take(&self, timeout: Option<Duration>) -> VecDeque<Msg> {
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         while st.queue.is_empty() {
             match timeout {
-                None => self.arrived.wait(&mut st),
+                None => {
+                    st = self
+                        .arrived
+                        .wait(st)
+                        .unwrap_or_else(PoisonError::into_inner)
+                }
                 Some(t) => {
-                    if self.arrived.wait_for(&mut st, t).timed_out() {
+                    let waited = self.arrived.wait_timeout(st, t);
+                    let (guard, result) = waited.unwrap_or_else(PoisonError::into_inner);
+                    st = guard;
+                    if result.timed_out() {
                         break;
                     }
                 }
@@ -179,7 +212,7 @@ impl Queue {
 
     /// `n` more rows are committed (the writer thread).
     pub(crate) fn committed(&self, n: usize) {
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         let n = n.min(st.times.len());
         st.times.drain(..n);
         st.committed += n as u64;
@@ -193,19 +226,19 @@ impl Queue {
 
     /// A write failed (the writer thread): callers stop waiting for the loss window.
     pub(crate) fn failed(&self) {
-        self.state.lock().stalled = true;
+        self.lock().stalled = true;
         self.moved.notify_all();
     }
 
     /// The writer thread ended: nobody waits for it any more.
     pub(crate) fn stop(&self) {
-        self.state.lock().stopped = true;
+        self.lock().stopped = true;
         self.moved.notify_all();
     }
 
     /// `(rows recorded and not committed, rows dropped)`.
     pub(crate) fn counts(&self) -> (usize, u64) {
-        let st = self.state.lock();
+        let st = self.lock();
         (st.pending(), st.dropped)
     }
 }

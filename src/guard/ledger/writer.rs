@@ -194,7 +194,7 @@ impl Writer {
         let Some(queue) = self.current() else {
             return Err(gone());
         };
-        if queue.state.lock().stopped {
+        if queue.lock().stopped {
             return Err(gone());
         }
         queue.send(make(tx));
@@ -229,7 +229,7 @@ impl Writer {
     /// Queues an audit row, never waiting (dropped when the ledger is closed).
     pub(crate) fn record_audit(&self, row: AuditRow) {
         match self.current() {
-            Some(queue) if !queue.state.lock().stopped => {
+            Some(queue) if !queue.lock().stopped => {
                 queue.send(Msg::Audit(Box::new(row)));
             }
             _ => log::debug!("usage_guard: an audit row after the ledger closed was dropped"),
