@@ -13,8 +13,8 @@ use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::Router;
-use parking_lot::{Condvar, Mutex};
 use serde_json::{json, Value};
+use std::sync::{Condvar, Mutex, PoisonError};
 
 use super::admin;
 use super::dashboard;
@@ -41,7 +41,9 @@ pub struct GatewayOptions {
     pub dashboard_only: bool,
 }
 
-/// Set once the server has stopped.
+/// Set once the server has stopped. `std`'s lock and condvar, not `parking_lot`'s: a thread
+/// waits here for the gateway's whole life, and a `parking_lot` wait left in a forked child
+/// corrupts the child's wait table (see `ledger::queue::Queue`).
 #[derive(Default)]
 struct Stopped {
     done: Mutex<bool>,
@@ -187,19 +189,23 @@ impl Gateway {
     /// Waits up to `timeout` (forever when `None`) for the gateway to stop; true once it
     /// has.
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
-        let mut done = self.stopped.done.lock();
-        match timeout {
-            None => {
-                while !*done {
-                    self.stopped.changed.wait(&mut done);
-                }
-            }
+        let done = self
+            .stopped
+            .done
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let changed = &self.stopped.changed;
+        let done = match timeout {
+            None => changed
+                .wait_while(done, |done| !*done)
+                .unwrap_or_else(PoisonError::into_inner),
             Some(t) => {
-                if !*done {
-                    self.stopped.changed.wait_for(&mut done, t);
-                }
+                changed
+                    .wait_timeout_while(done, t, |done| !*done)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
             }
-        }
+        };
         *done
     }
 }
@@ -275,7 +281,7 @@ fn finish(app: &App, done: &Stopped) {
     // Streams cut off bill in the background: give them a moment to land.
     std::thread::sleep(Duration::from_millis(50));
     let _ = app.guard.close();
-    *done.done.lock() = true;
+    *done.done.lock().unwrap_or_else(PoisonError::into_inner) = true;
     done.changed.notify_all();
 }
 
