@@ -128,11 +128,7 @@ impl Queue {
                 break;
             }
             let left = STALL.saturating_sub(self.no_progress_for(&st, start));
-            st = self
-                .moved
-                .wait_timeout(st, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            st = wait_at_most(&self.moved, st, left).0;
         }
         if st.pending() >= MAX_ROWS || st.stopped {
             st.dropped += 1;
@@ -167,10 +163,9 @@ impl Queue {
         while st.committed < seq && !st.stopped {
             let timed_out = st.stalled || {
                 let left = deadline.saturating_duration_since(Instant::now());
-                let waited = self.moved.wait_timeout(st, left);
-                let (guard, result) = waited.unwrap_or_else(PoisonError::into_inner);
-                st = guard;
-                result.timed_out()
+                let timed_out;
+                (st, timed_out) = wait_at_most(&self.moved, st, left);
+                timed_out
             };
             if timed_out {
                 if st.committed < seq && !st.durable_logged {
@@ -198,10 +193,9 @@ impl Queue {
                         .unwrap_or_else(PoisonError::into_inner)
                 }
                 Some(t) => {
-                    let waited = self.arrived.wait_timeout(st, t);
-                    let (guard, result) = waited.unwrap_or_else(PoisonError::into_inner);
-                    st = guard;
-                    if result.timed_out() {
+                    let timed_out;
+                    (st, timed_out) = wait_at_most(&self.arrived, st, t);
+                    if timed_out {
                         break;
                     }
                 }
@@ -241,4 +235,17 @@ impl Queue {
         let st = self.lock();
         (st.pending(), st.dropped)
     }
+}
+
+/// Waits on `condvar` for at most `limit`; gives the guard back, and whether the wait timed
+/// out.
+fn wait_at_most<'a>(
+    condvar: &Condvar,
+    state: MutexGuard<'a, State>,
+    limit: Duration,
+) -> (MutexGuard<'a, State>, bool) {
+    let (state, result) = condvar
+        .wait_timeout(state, limit)
+        .unwrap_or_else(PoisonError::into_inner);
+    (state, result.timed_out())
 }

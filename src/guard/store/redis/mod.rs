@@ -42,7 +42,9 @@ use super::{
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
 
-pub(crate) use connection::{REDIS_TIMEOUT, TIMEOUT_RANGE};
+pub(crate) use connection::REDIS_TIMEOUT;
+#[cfg(feature = "python")]
+pub(crate) use connection::TIMEOUT_RANGE;
 
 struct Inner {
     target: Target,
