@@ -2,7 +2,9 @@
 """Checks the crate's layering: every `crate::…` / `super::…` path in a Rust source file is
 resolved to the file it names; a file may only use files of its own layer or the layers
 below it (domain ← ceiling ← store, ledger ← engine ← gateway, py), and no two files may
-import each other, directly or through others. Prints each violation; exits 1 if any."""
+import each other, directly or through others; and no file may use `parking_lot` (its
+wait table is not safe across `fork()`: src/lock.rs). Prints each violation; exits 1 if
+any."""
 
 from __future__ import annotations
 
@@ -91,6 +93,9 @@ def main() -> int:
         rel = str(path.relative_to(SRC))
         graph[rel] = references(rel, path.read_text())
     problems = []
+    for path in sorted(SRC.rglob("*.rs")):
+        if re.search(r"\bparking_lot::", strip_comments(path.read_text())):
+            problems.append(f"lock: {path.relative_to(SRC)} uses parking_lot (use crate::lock)")
     for rel, deps in graph.items():
         if rel.endswith("mod.rs") or rel == "lib.rs":
             continue  # module roots declare and re-export their children

@@ -13,11 +13,13 @@
 //! - Redis: the connection manager / cluster connection holder (`store::redis::connection`)
 //!   and the store checks' state (`store::redis::checks`), per generation;
 //! - ledger: the writer handle's `live` slot (per generation; the parent's thread and queue
-//!   with its lock and condvars are never touched) and its closed counts (atomics); the
-//!   queue's lock and condvars are `std`'s (`ledger::queue`): a thread parked in `parking_lot`
-//!   at a fork (the writer, waiting for rows) leaves its entry in parking_lot's process-wide
-//!   wait table, in a stack the child's new threads reuse, and the child's next wait or wake
-//!   on that bucket followed a corrupt list (SIGSEGV);
+//!   with its lock and condvars are never touched) and its closed counts (atomics);
+//! - a thread parked on a lock in the instant of the fork: every lock and condvar of the
+//!   crate is `std`'s (`crate::lock`), which waits on its own futex word. A thread parked in
+//!   `parking_lot` leaves its entry in parking_lot's process-wide wait table, in its own
+//!   stack's memory, which the child's new threads reuse; the child's next wait or wake in
+//!   that bucket, on any lock, followed a corrupt list (the ledger's writer, parked for life,
+//!   made 4 to 5 children of 150 die of SIGSEGV when its queue was `parking_lot`'s);
 //! - a guard's shared state (`engine::shared`): the policy and listeners (`ArcSwap`: lock-free
 //!   reads and writes), the path cache, the known values, the fill maps and per-counter fill
 //!   locks, the epoch's recovery lock (per generation, fresh), the epoch generation
@@ -37,11 +39,9 @@
 //! Not covered: an in-memory store's counters and a `QuotaDb` connection (each is the
 //! process's own; a child of a parent thread busy in one may block on its lock), a lazily
 //! initialised static (tokenizer tables) being built in the instant of the fork, and locks
-//! inside libraries that a parent thread held in that instant outside the cases above
-//! (parking_lot's wait-queue buckets, held for a few instructions, and a parent thread parked
-//! on a contended `parking_lot` lock in that instant, whose table entry is left behind as
-//! above: every lock that is waited on for long is `std`'s; pyo3's decref pool, should some
-//! other code drop a Python object without the GIL).
+//! inside libraries that a parent thread held or was parked on in that instant outside the
+//! cases above (`tokio-postgres` uses `parking_lot` inside a Postgres ledger's connection;
+//! pyo3's decref pool, should some other code drop a Python object without the GIL).
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;
@@ -313,8 +313,8 @@ mod tests {
     /// own (copied from the parent's where the copy needs no lock) and never waits.
     #[test]
     fn a_child_never_touches_a_lock_held_at_the_fork() {
-        let local: &'static ForkLocal<(u32, parking_lot::Mutex<u32>)> =
-            Box::leak(Box::new(ForkLocal::new((7, parking_lot::Mutex::new(1)))));
+        let local: &'static ForkLocal<(u32, crate::lock::Mutex<u32>)> =
+            Box::leak(Box::new(ForkLocal::new((7, crate::lock::Mutex::new(1)))));
         let guard = local.get().1.lock();
         let code = in_child(Duration::from_secs(10), || {
             let value = local.get_with(|parent| (parent.map_or(0, |p| p.0), Default::default()));

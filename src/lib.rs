@@ -18,6 +18,7 @@ mod fork;
 #[cfg(feature = "gateway")]
 mod gateway;
 mod guard;
+mod lock;
 mod runtime;
 
 #[cfg(feature = "python")]

@@ -23,8 +23,8 @@ use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+use crate::lock::Mutex;
 use highway::{HighwayHash, HighwayHasher, Key};
-use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 
 use crate::guard::engine::guard::Guard;
 use crate::guard::engine::metrics::{render, Histogram, MetricFamily};

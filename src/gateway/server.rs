@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::Router;
 use serde_json::{json, Value};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, PoisonError};
 
 use super::admin;
 use super::dashboard;
@@ -41,12 +41,12 @@ pub struct GatewayOptions {
     pub dashboard_only: bool,
 }
 
-/// Set once the server has stopped. `std`'s lock and condvar, not `parking_lot`'s: a thread
-/// waits here for the gateway's whole life, and a `parking_lot` wait left in a forked child
-/// corrupts the child's wait table (see `ledger::queue::Queue`).
+/// Set once the server has stopped. A thread may wait here for the gateway's whole life:
+/// `std`'s condvar, like every lock of the crate, leaves nothing behind in a forked child
+/// (`crate::lock`).
 #[derive(Default)]
 struct Stopped {
-    done: Mutex<bool>,
+    done: crate::lock::Mutex<bool>,
     changed: Condvar,
 }
 
@@ -189,11 +189,7 @@ impl Gateway {
     /// Waits up to `timeout` (forever when `None`) for the gateway to stop; true once it
     /// has.
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
-        let done = self
-            .stopped
-            .done
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let done = self.stopped.done.lock();
         let changed = &self.stopped.changed;
         let done = match timeout {
             None => changed
@@ -281,7 +277,7 @@ fn finish(app: &App, done: &Stopped) {
     // Streams cut off bill in the background: give them a moment to land.
     std::thread::sleep(Duration::from_millis(50));
     let _ = app.guard.close();
-    *done.done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    *done.done.lock() = true;
     done.changed.notify_all();
 }
 

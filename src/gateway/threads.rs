@@ -31,7 +31,7 @@ where
         .collect::<std::io::Result<Vec<_>>>()?;
     let serve = Arc::new(serve);
     let running = Arc::new(AtomicUsize::new(threads));
-    let finish = Arc::new(parking_lot::Mutex::new(Some(finish)));
+    let finish = Arc::new(crate::lock::Mutex::new(Some(finish)));
     for (i, listener) in listeners.into_iter().enumerate() {
         let (serve, left, finish) = (serve.clone(), running.clone(), finish.clone());
         let body = move || {

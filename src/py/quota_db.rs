@@ -1,6 +1,6 @@
 //! `QuotaDatabase`: the connection the quota service's tables use, in a ledger's database.
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 
 use crate::fork::ForkLocal;
 use crate::guard::domain::event::Event;
@@ -29,7 +29,7 @@ struct Subscriber {
 
 impl Subscriber {
     /// The buffer, unless the stream was made before a fork (it has ended here).
-    fn buffer(&self) -> Option<parking_lot::MutexGuard<'_, Buffer>> {
+    fn buffer(&self) -> Option<std::sync::MutexGuard<'_, Buffer>> {
         (self.generation == crate::fork::generation()).then(|| self.buffer.lock())
     }
 

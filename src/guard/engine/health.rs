@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::{Clock, Millis};

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;

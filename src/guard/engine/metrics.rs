@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 
 use super::billing::Billed;
 use super::stats::Stats;

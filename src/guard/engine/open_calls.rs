@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Weak;
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 use tokio::sync::{oneshot, Notify};
 
 use crate::fork::ForkLocal;

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use crate::lock::Mutex;
 use arc_swap::ArcSwap;
-use parking_lot::Mutex;
 
 use super::event_stream::EventHub;
 use super::fill::{fill_keys, FillState};

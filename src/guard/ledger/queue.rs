@@ -8,7 +8,9 @@ use std::collections::VecDeque;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, MutexGuard, PoisonError};
+
+use crate::lock::Mutex;
 
 use super::{AuditQuery, AuditRow, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::guard::domain::rule::Metric;
@@ -87,13 +89,11 @@ impl State {
 
 /// The queue shared by the handle and the writer thread.
 ///
-/// Its lock and condvars are `std`'s, not `parking_lot`'s, for `fork()`: the writer thread
-/// spends its life waiting on `arrived`, and a thread parked in `parking_lot` at a fork leaves
-/// its wait-queue entry in the child's copy of parking_lot's process-wide table, in memory
-/// (its thread's stack) that the child's next threads reuse: a later wait or wake in the
-/// child on the same bucket then followed a corrupt list (4 to 5 forked children in 150 died
-/// of SIGSEGV under load with a ledger, none without one). `std`'s wait on the futex word
-/// itself and leave nothing behind.
+/// Its lock and condvars are `std`'s, for `fork()` (`crate::lock`): the writer thread spends
+/// its life waiting on `arrived`. When they were `parking_lot`'s, the writer's entry in
+/// parking_lot's process-wide wait table was left in every forked child, in memory the
+/// child's next threads reuse, and 4 to 5 forked children in 150 died of SIGSEGV under load
+/// with a ledger (none without one).
 #[derive(Default)]
 pub(crate) struct Queue {
     state: Mutex<State>,
@@ -107,7 +107,7 @@ impl Queue {
     /// The queue's state, locked (a panic while it was held poisons nothing here: every
     /// change to it is complete before anything that may panic).
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock()
     }
 
     /// Queues a control message (flush, sum, query, stop).

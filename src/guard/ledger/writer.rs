@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 
 use super::audit::MAX_PENDING;
 use super::queue::{Msg, Queue, Reply};

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 
 use super::memory_queue::MemoryQueues;
 use super::memory_tickets::{KeyHasher, Record, TicketRecords};

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 
 use super::queues::{QueueJoin, QueueSpot, WaitQueues};
 use super::{Millis, StoreFuture};

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 use redis::{Client, ConnectionLike as _, RedisError, RedisResult, Value};
 
 use crate::fork::ForkLocal;

@@ -35,9 +35,9 @@ pub(super) struct Checks {
     /// Checks run so far (for tests).
     pub(super) runs: AtomicU64,
     /// When the latest check finished.
-    finished: parking_lot::Mutex<Option<std::time::Instant>>,
+    finished: crate::lock::Mutex<Option<std::time::Instant>>,
     /// The problems last logged: the same ones are not logged again until a check passes.
-    logged: parking_lot::Mutex<Vec<String>>,
+    logged: crate::lock::Mutex<Vec<String>>,
 }
 
 impl Checks {

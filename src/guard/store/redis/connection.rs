@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use crate::lock::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
