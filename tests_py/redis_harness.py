@@ -10,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from typing import Any
 
 import pytest
 
@@ -142,11 +143,12 @@ BUDGET_POLICY = {
 
 
 def budget_worker(
-    url: str, prefix: str, tasks: int, calls: int, seed: int, start_at: float
+    url: str, prefix: str, tasks: int, calls: int, seed: int, start: Any
 ) -> dict[str, int]:
-    """One guard instance (run in its own OS process): from `start_at` (wall clock, so every
-    process starts together), `tasks` asyncio tasks each admit and bill `calls` times on the
-    shared budget. Returns the tokens its tickets reported."""
+    """One guard instance (run in its own OS process): once every process has reached `start`
+    (a barrier shared through a multiprocessing manager, so every process starts together),
+    `tasks` asyncio tasks each admit and bill `calls` times on the shared budget. Returns the
+    tokens its tickets reported."""
     import asyncio
     import random
 
@@ -177,9 +179,9 @@ def budget_worker(
                 totals["reported"] += prompt + output
 
     async def main() -> None:
-        await asyncio.sleep(max(0.0, start_at - time.time()))
         await asyncio.gather(*(task() for _ in range(tasks)))
 
+    start.wait(60)
     asyncio.run(main())
     guard.close()  # the bills still queued for the background, before the pool ends the process
     return totals

@@ -90,9 +90,10 @@ def test_many_guard_processes_share_one_budget(redis_server: RedisServer) -> Non
     sampler.start()
     ctx = multiprocessing.get_context("spawn")
     try:
-        with ctx.Pool(4) as pool:
-            start_at = time.time() + 8.0  # every process has started by then, even when busy
-            args = [(redis_server.url, prefix, 16, 12, seed, start_at) for seed in range(4)]
+        # One task per pool process: a process waiting at the barrier takes no other task.
+        with ctx.Manager() as manager, ctx.Pool(4) as pool:
+            start = manager.Barrier(4)
+            args = [(redis_server.url, prefix, 16, 12, seed, start) for seed in range(4)]
             results = pool.starmap(budget_worker, args)
     finally:
         done.set()
@@ -127,11 +128,14 @@ def test_redis_killed_mid_run_then_restarted(redis_server: RedisServer) -> None:
     assert status == 503
     assert body["error"]["code"] == "usage_limits_unavailable"
     # Bills while Redis is down do not raise; they are counted as settle failures, say they
-    # are not known yet, and are retried in the background until Redis answers.
-    for ticket in tickets:
-        billed = ticket.bill(input_tokens=10, output_tokens=5, wait=True)
+    # are not known yet, and are retried in the background until Redis answers. (One waits
+    # for its retry, the 2 s `wait=True` allows; the others answer at once.)
+    for n, ticket in enumerate(tickets):
+        billed = ticket.bill(input_tokens=10, output_tokens=5, wait=n == 0)
         assert billed is not None and billed["recorded"] is None
-    stats = guard.stats()
+    deadline = time.monotonic() + 2  # the two queued bills fail in the background
+    while (stats := guard.stats())["settle_failures"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert stats["settle_failures"] == 3 and stats["unavailable"] >= 1
     redis_server.start()  # same port, same guard
     deadline = time.monotonic() + 5

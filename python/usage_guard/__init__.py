@@ -8,7 +8,7 @@ ticket.bill(input_tokens=1100, output_tokens=800)
 """
 
 import atexit
-import logging
+from typing import TYPE_CHECKING, Any
 
 from ._core import (
     BatchTicket,
@@ -43,13 +43,31 @@ from .errors import (
     UsageLimitsUnavailable,
 )
 from .gateway import Gateway, serve
-from .quota import Decision, PolicyInUse, QuotaService
+
+if TYPE_CHECKING:
+    from .quota import Decision, PolicyInUse, QuotaService
+
+# The quota service's module is imported on first use, not with the package: it brings asyncio
+# and the rest of its imports (~60 ms), which a process that only admits and bills never needs.
+_LAZY = {"Decision": "quota", "PolicyInUse": "quota", "QuotaService": "quota"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _flush_ledgers_at_exit() -> None:
     """Writes every ledger row billed so far; logs what could not be written (with no
     handler configured, Python's last-resort handler prints it on stderr)."""
     for error in _flush_ledgers():
+        import logging
+
         logging.getLogger("usage_guard").error("at exit: %s", error)
 
 
@@ -58,6 +76,8 @@ def _flush_settles_at_exit() -> None:
     store did not answer run, waiting at most 5 s in all."""
     left = _flush_settles(5.0)
     if left:
+        import logging
+
         logging.getLogger("usage_guard").error(
             "at exit: %d queued or retried bills were not settled within 5 s", left
         )

@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._core import Guard, MemoryStore, Policy, RedisStore, SqliteLedger
 from .cli_usage import open_ledger
-from .quota import QuotaService
 from .quota_model import AI_DIMENSIONS
+
+if TYPE_CHECKING:
+    from .quota import QuotaService
 
 # Conservative starter limits (docs/quotas.md, "Presets"): one policy per deployment size.
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
@@ -51,6 +53,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 
 def _service(args: argparse.Namespace, create: bool = False) -> QuotaService:
     """A service on the ledger's database (`create`: a new SQLite file is fine)."""
+    from .quota import QuotaService  # with the command, not with every CLI start
+
     if create and "://" not in args.ledger:
         SqliteLedger(args.ledger).close()
     store: Any = MemoryStore()

@@ -139,6 +139,15 @@ impl Target {
     }
 }
 
+/// Whether a request failed on a connection the server had dropped, so that the same request
+/// on a new connection may succeed. Not when connecting was refused (or the socket file is
+/// missing): no server is listening, and a resend would only wait for the manager's next
+/// failed reconnect (an admission during an outage heard "unavailable" after 152 ms instead
+/// of 76 ms).
+pub(super) fn dropped_by_server(error: &RedisError) -> bool {
+    error.is_connection_dropped() && !error.is_connection_refusal()
+}
+
 /// A connection to either kind of target; both multiplex requests from concurrent tasks.
 /// `Blocking` answers on the caller's thread: its futures are ready when first polled.
 ///
@@ -166,7 +175,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => Box::pin(async move {
                 match c.req_packed_command(cmd).await {
-                    Err(e) if e.is_connection_dropped() => c.req_packed_command(cmd).await,
+                    Err(e) if dropped_by_server(&e) => c.req_packed_command(cmd).await,
                     answer => answer,
                 }
             }),
@@ -184,7 +193,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => Box::pin(async move {
                 match c.req_packed_commands(cmd, offset, count).await {
-                    Err(e) if e.is_connection_dropped() => {
+                    Err(e) if dropped_by_server(&e) => {
                         c.req_packed_commands(cmd, offset, count).await
                     }
                     answer => answer,
@@ -200,6 +209,31 @@ impl ConnectionLike for Conn {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
             Conn::Blocking(c) => c.db,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dropped_by_server;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn a_dropped_connection_is_resent_a_refused_one_is_not() {
+        let redis = |kind: ErrorKind| redis::RedisError::from(Error::from(kind));
+        for kind in [
+            ErrorKind::ConnectionReset,
+            ErrorKind::BrokenPipe,
+            ErrorKind::UnexpectedEof,
+        ] {
+            assert!(dropped_by_server(&redis(kind)), "{kind:?}");
+        }
+        for kind in [
+            ErrorKind::ConnectionRefused,
+            ErrorKind::NotFound,
+            ErrorKind::TimedOut,
+        ] {
+            assert!(!dropped_by_server(&redis(kind)), "{kind:?}");
         }
     }
 }
