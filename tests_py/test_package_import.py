@@ -23,9 +23,10 @@ def test_importing_the_package_does_not_load_the_quota_service_or_asyncio() -> N
         "'max_output_tokens': 10}}}))\n"
         "g.admit('a', 'm', prompt_tokens=1, max_tokens=1).bill(1, 1)\n"
         "print(sorted(m for m in ('asyncio', 'usage_guard.quota') if m in sys.modules))\n"
+        "print({'Decision', 'PolicyInUse', 'QuotaService'} <= set(dir(ug)))\n"
         "print(ug.QuotaService.__module__, 'usage_guard.quota' in sys.modules)\n"
     )
-    assert _fresh(code).splitlines() == ["[]", "usage_guard.quota True"]
+    assert _fresh(code).splitlines() == ["[]", "True", "usage_guard.quota True"]
 
 
 def test_every_public_name_resolves_and_a_wrong_one_is_an_attribute_error() -> None:

@@ -62,6 +62,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 def _flush_ledgers_at_exit() -> None:
     """Writes every ledger row billed so far; logs what could not be written (with no
     handler configured, Python's last-resort handler prints it on stderr)."""
