@@ -14,7 +14,6 @@ use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use axum::Router;
 use serde_json::{json, Value};
-use std::sync::{Condvar, PoisonError};
 
 use super::admin;
 use super::dashboard;
@@ -47,7 +46,7 @@ pub struct GatewayOptions {
 #[derive(Default)]
 struct Stopped {
     done: crate::lock::Mutex<bool>,
-    changed: Condvar,
+    changed: crate::lock::Condvar,
 }
 
 /// A running gateway. Dropping it does not stop it: call [`Gateway::shutdown`].
@@ -190,18 +189,10 @@ impl Gateway {
     /// has.
     pub fn wait(&self, timeout: Option<Duration>) -> bool {
         let done = self.stopped.done.lock();
-        let changed = &self.stopped.changed;
-        let done = match timeout {
-            None => changed
-                .wait_while(done, |done| !*done)
-                .unwrap_or_else(PoisonError::into_inner),
-            Some(t) => {
-                changed
-                    .wait_timeout_while(done, t, |done| !*done)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0
-            }
-        };
+        let (done, _) = self
+            .stopped
+            .changed
+            .wait_while(done, timeout, |done| !*done);
         *done
     }
 }

@@ -8,9 +8,9 @@ use std::collections::VecDeque;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
-use std::sync::{Condvar, MutexGuard, PoisonError};
+use std::sync::MutexGuard;
 
-use crate::lock::Mutex;
+use crate::lock::{Condvar, Mutex};
 
 use super::{AuditQuery, AuditRow, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::guard::domain::rule::Metric;
@@ -104,8 +104,7 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    /// The queue's state, locked (a panic while it was held poisons nothing here: every
-    /// change to it is complete before anything that may panic).
+    /// The queue's state, locked.
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock()
     }
@@ -128,7 +127,7 @@ impl Queue {
                 break;
             }
             let left = STALL.saturating_sub(self.no_progress_for(&st, start));
-            st = wait_at_most(&self.moved, st, left).0;
+            st = self.moved.wait_at_most(st, left).0;
         }
         if st.pending() >= MAX_ROWS || st.stopped {
             st.dropped += 1;
@@ -164,7 +163,7 @@ impl Queue {
             let timed_out = st.stalled || {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let timed_out;
-                (st, timed_out) = wait_at_most(&self.moved, st, left);
+                (st, timed_out) = self.moved.wait_at_most(st, left);
                 timed_out
             };
             if timed_out {
@@ -186,15 +185,10 @@ impl Queue {
         let mut st = self.lock();
         while st.queue.is_empty() {
             match timeout {
-                None => {
-                    st = self
-                        .arrived
-                        .wait(st)
-                        .unwrap_or_else(PoisonError::into_inner)
-                }
+                None => st = self.arrived.wait(st),
                 Some(t) => {
                     let timed_out;
-                    (st, timed_out) = wait_at_most(&self.arrived, st, t);
+                    (st, timed_out) = self.arrived.wait_at_most(st, t);
                     if timed_out {
                         break;
                     }
@@ -235,17 +229,4 @@ impl Queue {
         let st = self.lock();
         (st.pending(), st.dropped)
     }
-}
-
-/// Waits on `condvar` for at most `limit`; gives the guard back, and whether the wait timed
-/// out.
-fn wait_at_most<'a>(
-    condvar: &Condvar,
-    state: MutexGuard<'a, State>,
-    limit: Duration,
-) -> (MutexGuard<'a, State>, bool) {
-    let (state, result) = condvar
-        .wait_timeout(state, limit)
-        .unwrap_or_else(PoisonError::into_inner);
-    (state, result.timed_out())
 }
