@@ -16,18 +16,30 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from . import Policy, PolicyError, __version__
 from .cli_audit import add_audit_command
 from .cli_dashboard import add_dashboard_command
-from .cli_demo import EXAMPLE_POLICY, run_day
 from .cli_quota import add_quota_commands
 from .cli_recover import add_recover_command
 from .cli_serve import add_serve_command
 from .cli_usage import add_usage_command
 
+if TYPE_CHECKING:
+    from .cli_demo import EXAMPLE_POLICY, run_day
+
 __all__ = ["EXAMPLE_POLICY", "build_parser", "check", "main", "run_day"]
+
+
+def __getattr__(name: str) -> Any:
+    """`EXAMPLE_POLICY` and `run_day` load with the demo (`cli_demo`, with `random` and
+    `dataclasses`), on first use: not with every CLI start."""
+    if name in ("EXAMPLE_POLICY", "run_day"):
+        from . import cli_demo
+
+        return getattr(cli_demo, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def format_error(error: dict[str, str]) -> str:
@@ -117,6 +129,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return check(args.policy_file, strict=args.strict)
         if args.command in ("usage", "audit", "recover", "serve", "dashboard", "quota", "init"):
             return int(args.func(args))
+        from .cli_demo import run_day
+
         run_day()
         return 0
     except BrokenPipeError:  # e.g. `usage-guard demo | head`

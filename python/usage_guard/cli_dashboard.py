@@ -12,7 +12,6 @@ stops it (exit 0). See docs/dashboard.md.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import Any, Optional, Union
 
@@ -28,7 +27,7 @@ from ._core import (
 )
 from .cli_usage import open_ledger
 from .errors import PolicyError
-from .gateway import serve
+from .gateway import log_to_stderr_unless_configured, serve
 
 
 def add_dashboard_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -80,8 +79,7 @@ def _store(url: str, prefix: str) -> Optional[Union[MemoryStore, RedisStore]]:
 def run_dashboard(args: argparse.Namespace) -> int:
     """Runs `dashboard` until Ctrl-C or SIGTERM (exit 0); 1 when it cannot start, 2 for a
     wrong argument."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    log_to_stderr_unless_configured()
     try:
         policy = Policy.load(args.policy)
     except PolicyError as e:

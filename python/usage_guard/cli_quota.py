@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from ._core import Guard, MemoryStore, Policy, RedisStore, SqliteLedger
 from .cli_usage import open_ledger
-from .quota_model import AI_DIMENSIONS
 
 if TYPE_CHECKING:
     from .quota import QuotaService
@@ -132,6 +131,8 @@ def _run(args: argparse.Namespace, q: QuotaService) -> int:
         stats = q.stats()
         _emit(args, stats, " ".join(f"{k}={v}" for k, v in stats.items()))
     elif args.action == "usage":
+        from .quota_model import AI_DIMENSIONS
+
         dims = [args.dimension] if args.dimension else list(AI_DIMENSIONS)
         usage = {d: q.usage(args.subject, d, user=args.user) for d in dims}
         rows = [

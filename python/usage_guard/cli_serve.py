@@ -11,14 +11,13 @@ running ones finish (up to `gateway.drain_seconds`), bills them and exits 0.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import Any, Optional, Union
 
 from ._core import Gateway, Guard, MemoryStore, Policy, PostgresLedger, RedisStore, SqliteLedger
 from .cli_usage import open_ledger
 from .errors import PolicyError
-from .gateway import serve
+from .gateway import log_to_stderr_unless_configured, serve
 
 
 def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -63,8 +62,7 @@ def _ledger(url: str) -> Union[SqliteLedger, PostgresLedger]:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Runs `serve` until Ctrl-C or SIGTERM (exit 0); 1 when it cannot start."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    log_to_stderr_unless_configured()
     try:
         policy = Policy.load(args.policy)
     except PolicyError as e:

@@ -28,6 +28,15 @@ def _raise_stop(signum: int, frame: Optional[FrameType]) -> None:
     raise _Stop()
 
 
+def log_to_stderr_unless_configured() -> None:
+    """For the CLI's servers: INFO records to stderr with their time, unless the root logger
+    has handlers already. `logging` is imported here, not with the CLI."""
+    import logging
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+
+
 def serve(
     guard: Guard,
     listen: str = "127.0.0.1:8080",

@@ -11,6 +11,7 @@
 //! back: Python's own `logging.shutdown` has closed the handlers by then anyway.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyRuntimeError;
@@ -80,17 +81,33 @@ pub(crate) fn exiting() -> PyErr {
     PyRuntimeError::new_err("the Python interpreter is exiting")
 }
 
-/// Rust `log` records to Python `logging` (`pyo3_log`), dropped once Python is exiting.
-struct UntilExit(pyo3_log::Logger);
+/// Rust `log` records to Python `logging` (`pyo3_log`), dropped once Python is exiting. The
+/// `pyo3_log` logger, and with it Python's `logging` (~8 ms of imports), is made at the first
+/// record, not when the module loads: most processes never log.
+struct UntilExit(OnceLock<Option<pyo3_log::Logger>>);
+
+impl UntilExit {
+    /// The logger, made on first use; `None` if `logging` could not be imported.
+    fn logger(&self, py: Python<'_>) -> Option<&pyo3_log::Logger> {
+        if self.0.get().is_none() {
+            // Not `get_or_init`: a thread waiting in it would hold its Python thread state
+            // while the one inside imports (and may wait for that thread's GIL).
+            let made = pyo3_log::Logger::new(py, pyo3_log::Caching::LoggersAndLevels).ok();
+            let _ = self.0.set(made);
+        }
+        self.0.get().and_then(Option::as_ref)
+    }
+}
 
 impl log::Log for UntilExit {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        !EXITING.load(SeqCst) && self.0.enabled(metadata)
+        !EXITING.load(SeqCst)
+            && attach(|py| self.logger(py).is_some_and(|l| l.enabled(metadata))).unwrap_or(false)
     }
 
     fn log(&self, record: &log::Record<'_>) {
         // `pyo3_log` attaches again inside: then only counted, on a thread state kept.
-        attach(|_| self.0.log(record));
+        attach(|py| self.logger(py).map(|l| l.log(record)));
     }
 
     fn flush(&self) {}
@@ -103,11 +120,10 @@ impl log::Log for UntilExit {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let hook = wrap_pyfunction!(_python_exiting, m)?;
     m.py().import("atexit")?.call_method1("register", (hook,))?;
-    if let Ok(logger) = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::LoggersAndLevels) {
-        // `install` would box the logger itself; its level is pyo3_log's default, Debug.
-        if log::set_boxed_logger(Box::new(UntilExit(logger))).is_ok() {
-            log::set_max_level(log::LevelFilter::Debug);
-        }
+    // `set_boxed_logger` rather than pyo3_log's `install`, which would make the logger now;
+    // the level is pyo3_log's default, Debug.
+    if log::set_boxed_logger(Box::new(UntilExit(OnceLock::new()))).is_ok() {
+        log::set_max_level(log::LevelFilter::Debug);
     }
     Ok(())
 }

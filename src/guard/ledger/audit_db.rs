@@ -126,26 +126,30 @@ pub(crate) fn pg_migrate(client: &mut postgres::Client) -> Result<(), String> {
 
 #[cfg(feature = "postgres")]
 fn pg_migrate_once(client: &mut postgres::Client) -> Result<(), postgres::Error> {
-    client.batch_execute(MIGRATIONS_TABLE)?;
+    // One round trip for a database whose migrations all ran: the table, then every name.
+    let applied: Vec<String> = client
+        .simple_query(&format!(
+            "{MIGRATIONS_TABLE}; SELECT name FROM usage_guard_migrations"
+        ))?
+        .into_iter()
+        .filter_map(|message| match message {
+            postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+            _ => None,
+        })
+        .collect();
     for m in MIGRATIONS {
-        let done: i64 = client
-            .query_one(
-                "SELECT COUNT(*) FROM usage_guard_migrations WHERE name = $1",
-                &[&m.name],
-            )?
-            .get(0);
-        if done > 0 {
+        if applied.iter().any(|name| name == m.name) {
             continue;
         }
         let mut tx = client.transaction()?;
         tx.batch_execute("LOCK TABLE usage_guard_migrations IN EXCLUSIVE MODE")?;
-        let applied: i64 = tx
+        let already: i64 = tx
             .query_one(
                 "SELECT COUNT(*) FROM usage_guard_migrations WHERE name = $1",
                 &[&m.name],
             )?
             .get(0);
-        if applied == 0 {
+        if already == 0 {
             tx.batch_execute(m.sql)?;
             tx.execute(
                 "INSERT INTO usage_guard_migrations (name, applied_at_ms) VALUES ($1, $2) \

@@ -79,20 +79,21 @@ impl PostgresBackend {
                 redact(url)
             )
         })?;
+        // The promise is about this process dying, not the server: a commit need not wait
+        // for the server's WAL flush (the server still never corrupts). Sent with the schema:
+        // one round trip, one commit.
+        let setup = if durable {
+            sql::SCHEMA.to_string()
+        } else {
+            format!("{}SET synchronous_commit = off;", sql::SCHEMA)
+        };
         // Two processes creating the table at once can collide; the second try sees it.
-        if client.batch_execute(sql::SCHEMA).is_err() {
+        if client.batch_execute(&setup).is_err() {
             client
-                .batch_execute(sql::SCHEMA)
+                .batch_execute(&setup)
                 .map_err(|e| format!("cannot create the ledger table: {e}"))?;
         }
         audit_db::pg_migrate(&mut client)?;
-        if !durable {
-            // The promise is about this process dying, not the server: a commit need not
-            // wait for the server's WAL flush (the server still never corrupts).
-            client
-                .batch_execute("SET synchronous_commit = off")
-                .map_err(|e| format!("cannot set synchronous_commit: {e}"))?;
-        }
         Ok(client)
     }
 
