@@ -33,8 +33,8 @@ __all__ = ["EXAMPLE_POLICY", "build_parser", "check", "main", "run_day"]
 
 
 def __getattr__(name: str) -> Any:
-    """`EXAMPLE_POLICY` and `run_day` load with the demo (`cli_demo`, with `random` and
-    `dataclasses`), on first use: not with every CLI start."""
+    """`EXAMPLE_POLICY` and `run_day` load with the demo (`cli_demo`, with `random`) on first
+    use, not with every CLI start."""
     if name in ("EXAMPLE_POLICY", "run_day"):
         from . import cli_demo
 
