@@ -70,7 +70,10 @@ def test_the_first_rust_record_loads_logging_and_reaches_its_handlers() -> None:
 
 
 def test_the_cli_starts_without_the_quota_service_or_the_demo() -> None:
-    loaded = "('usage_guard.quota', 'usage_guard.quota_model', 'usage_guard.cli_demo', 'logging')"
+    loaded = (
+        "('usage_guard.quota', 'usage_guard.quota_model', 'usage_guard.cli_demo', 'logging', "
+        "'asyncio')"
+    )
     code = (
         "import sys\n"
         "import usage_guard.cli as cli\n"
