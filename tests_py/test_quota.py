@@ -50,6 +50,7 @@ def service(request: pytest.FixtureRequest, tmp_path: Any, clock: ug.ManualClock
     finally:
         for s in made:
             s.close()
+            s.guard.close()  # sends its queued bills while the server is still up
         if server:
             server.stop()
 
