@@ -218,7 +218,10 @@ class Call:
     def answer_text(self, response: Any) -> str:
         """The output text of a plain answer, read by the core. Never raises: the call has run."""
         try:
-            return _core.answer_text(jsonable(response), self.api.word)  # type: ignore[arg-type]
+            dump = getattr(response, "model_dump", None)
+            # An SDK object whose fields the provider filled oddly dumps without warnings.
+            data = dump(exclude_none=True, warnings=False) if callable(dump) else response
+            return _core.answer_text(jsonable(data), self.api.word)  # type: ignore[arg-type]
         except Exception as exc:
             log.warning("usage_guard: cannot read the answer's text: %s", exc)
             return ""
