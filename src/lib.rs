@@ -25,10 +25,10 @@ mod runtime;
 mod py;
 
 pub use ceiling::{
-    count_request, count_request_for_group, count_tokens, fit, known_model, prompt_counts,
-    reported_usage, requested_max_output, stopped_at_max, tokenizer_for, usage_capped, usage_paths,
-    Api, Encoding, FitOptions, FitResult, KnownModel, PromptCount, ReportedUsage, ThinkingRange,
-    Tokenizer,
+    answer_text, count_request, count_request_for_group, count_tokens, fit, known_model,
+    prompt_counts, reported_usage, requested_max_output, stopped_at_max, tokenizer_for,
+    usage_capped, usage_paths, Api, Encoding, FitOptions, FitResult, KnownModel, PromptCount,
+    ReportedUsage, ThinkingRange, Tokenizer,
 };
 pub use ceiling::{HttpRefusal, HttpShape};
 pub use error::{Error, FieldError, Result};

@@ -257,6 +257,44 @@ fn openai_keeps_legacy_max_tokens_and_has_no_thinking_budget() {
 }
 
 #[test]
+fn chat_s_two_output_fields_must_agree_and_both_carry_the_fit() {
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    let both = |legacy: u64, newer: u64| {
+        json!({"model": "gpt-4o", "max_tokens": legacy, "max_completion_tokens": newer,
+            "messages": messages})
+    };
+    let request = both(100_000, 5);
+    let e = run(&request, Api::OpenAiChat, &ceiling(Some(1_000_000), 9000)).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("request.max_tokens") && text.contains("max_completion_tokens"));
+    let request = both(9000, 9000);
+    let prompt = effective_prompt(&request, Api::OpenAiChat, 0.05);
+    let r = run(
+        &request,
+        Api::OpenAiChat,
+        &ceiling(Some(prompt + 3000), 9000),
+    )
+    .unwrap();
+    assert_eq!(r.request["max_tokens"], json!(3000));
+    assert_eq!(r.request["max_completion_tokens"], json!(3000));
+    let mut keys: Vec<String> = r.changes().keys().cloned().collect();
+    keys.sort();
+    assert_eq!(keys, ["max_completion_tokens", "max_tokens"]);
+    // Untouched when nothing is lowered; a null one is not set.
+    let r = run(&request, Api::OpenAiChat, &ceiling(Some(1_000_000), 9000)).unwrap();
+    assert_eq!(r.request, request);
+    let request = json!({"model": "gpt-4o", "max_tokens": null, "max_completion_tokens": 9000,
+        "messages": messages});
+    let r = run(
+        &request,
+        Api::OpenAiChat,
+        &ceiling(Some(prompt + 3000), 9000),
+    )
+    .unwrap();
+    assert_eq!(r.request["max_tokens"], Value::Null);
+}
+
+#[test]
 fn ollama_unlimited_num_predict_is_capped() {
     let request = json!({"model": "llama3.1", "options": {"num_predict": -1, "temperature": 0.2},
         "messages": [{"role": "user", "content": "hi"}]});

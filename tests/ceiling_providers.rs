@@ -216,6 +216,65 @@ fn usage_per_provider() {
     );
 }
 
+/// Whatever a provider reports is billable: counts held to 2^53, counts that are not whole
+/// numbers from 0 read as 0 (unknown: the biller counts instead), parts held to their wholes.
+#[test]
+fn odd_usage_is_held_to_what_can_be_billed() {
+    const MAX: u64 = 1 << 53;
+    let cases = vec![
+        (
+            Api::OpenAiChat,
+            json!({"usage": {"prompt_tokens": 1u64 << 60, "completion_tokens": 1e30,
+                "prompt_tokens_details": {"cached_tokens": u64::MAX},
+                "completion_tokens_details": {"reasoning_tokens": 5}}}),
+            usage(MAX, MAX, MAX, 5),
+        ),
+        (
+            Api::OpenAiChat,
+            json!({"usage": {"prompt_tokens": -1, "completion_tokens": "7",
+                "prompt_tokens_details": {"cached_tokens": 3},
+                "completion_tokens_details": {"reasoning_tokens": 9.5}}}),
+            usage(0, 0, 0, 0),
+        ),
+        (
+            Api::OpenAiChat,
+            json!({"usage": {"prompt_tokens": 21.0, "completion_tokens": 5,
+                "completion_tokens_details": {"reasoning_tokens": 9}}}),
+            usage(21, 5, 0, 5),
+        ),
+        (
+            Api::OpenAiResponses,
+            json!({"usage": {"input_tokens": 4, "output_tokens": null,
+                "input_tokens_details": {"cached_tokens": 6}}}),
+            usage(4, 0, 4, 0),
+        ),
+        (
+            Api::Anthropic,
+            json!({"usage": {"input_tokens": MAX, "cache_read_input_tokens": MAX,
+                "cache_creation_input_tokens": MAX, "output_tokens": -2}}),
+            usage(MAX, 0, MAX, 0),
+        ),
+        (
+            Api::Gemini,
+            json!({"usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": MAX,
+                "thoughtsTokenCount": MAX}}),
+            usage(3, MAX, 0, MAX),
+        ),
+        (
+            Api::OllamaChat,
+            json!({"done": true, "prompt_eval_count": 12, "eval_count": -1}),
+            usage(12, 0, 0, 0),
+        ),
+    ];
+    for (api, response, expected) in cases {
+        assert_eq!(
+            reported_usage(&response, api),
+            expected,
+            "{api:?} {response}"
+        );
+    }
+}
+
 /// `response` with only the parts at `usage_paths(api)` kept, as a binding converts it.
 fn only_usage(response: &Value, api: Api) -> Value {
     let mut kept = json!({});

@@ -51,8 +51,13 @@ fn one_opens_the_other_sees(store: Arc<dyn CounterStore>) {
     let (a, b, clock) = two_guards(store);
     // B looks first: closed, and it trusts that for 500 ms.
     assert!(block_on(b.health().available("openai", "K")).is_ok());
-    for _ in 0..5 {
-        block_on(a.health().record("openai", "K", Outcome::Retryable, &[]));
+    for i in 0..5 {
+        // Two callers: one caller's failures alone never open a breaker.
+        let caller = ["key-a", "key-b"][i % 2];
+        block_on(
+            a.health()
+                .record("openai", "K", caller, Outcome::Retryable, &[]),
+        );
     }
     assert!(block_on(a.health().available("openai", "K")).is_err());
     assert!(block_on(b.health().available("openai", "K")).is_ok());
@@ -67,7 +72,7 @@ fn one_opens_the_other_sees(store: Arc<dyn CounterStore>) {
     let headers = vec![("retry-after".to_string(), "30".to_string())];
     block_on(
         a.health()
-            .record("anthropic", "K1", Outcome::RateLimited, &headers),
+            .record("anthropic", "K1", "key-a", Outcome::RateLimited, &headers),
     );
     clock.advance(500);
     let cooled = block_on(b.health().available("anthropic", "K1")).unwrap_err();

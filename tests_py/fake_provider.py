@@ -17,7 +17,11 @@ Knobs (attributes, change them between calls):
                   answered with it
   script          answers for the next requests, one each, before the usual ones: a
                   (status, headers, body) tuple, or "drop" (the connection is closed unanswered)
-Every request is recorded in `requests` as `Recorded(method, path, headers, body)`.
+  extra_headers   headers added to every answer (a provider's cookies, account headers, ...)
+  chat_usage      replaces the `usage` object of OpenAI chat answers (plain and streamed)
+  on_request      called with each `Recorded` request before it is answered, on the server's
+                  thread (to look at the gateway meanwhile, or to sleep: a slow provider)
+Every request is recorded in `requests` as `Recorded(method, path, headers, body, raw)`.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 # Each chunk is one token in o200k_base and cl100k_base.
 WORD = " hello"
@@ -41,6 +45,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: Any
+    raw: bytes = b""  # the body's bytes as received
 
 
 class FakeProvider:
@@ -55,6 +60,9 @@ class FakeProvider:
         self.chunk_delay = 0.0  # seconds between streamed pieces
         self.refusal: Optional[tuple[int, dict[str, str], Any]] = None
         self.script: list[Any] = []
+        self.extra_headers: dict[str, str] = {}
+        self.chat_usage: Optional[Any] = None
+        self.on_request: Optional[Callable[[Recorded], None]] = None
         self._lock = threading.Lock()
         provider = self
 
@@ -64,6 +72,11 @@ class FakeProvider:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def end_headers(self) -> None:
+                for name, value in provider.extra_headers.items():
+                    self.send_header(name, value)
+                super().end_headers()
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length) if length else b""
@@ -71,12 +84,12 @@ class FakeProvider:
                     body = json.loads(raw) if raw else None
                 except ValueError:
                     body = raw.decode("utf-8", "replace")
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                recorded = Recorded("POST", self.path, headers, body, raw)
                 with provider._lock:
-                    provider.requests.append(
-                        Recorded(
-                            "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body
-                        )
-                    )
+                    provider.requests.append(recorded)
+                if provider.on_request is not None:
+                    provider.on_request(recorded)
                 try:
                     provider._answer(self, self.path.split("?")[0], body or {})
                 except (BrokenPipeError, ConnectionResetError):
@@ -116,6 +129,9 @@ class FakeProvider:
         self.break_after = None
         self.delay = 0.0
         self.chunk_delay = 0.0
+        self.extra_headers = {}
+        self.chat_usage = None
+        self.on_request = None
 
     def bodies(self, path: str) -> list[Any]:
         return [r.body for r in self.requests if r.path.split("?")[0] == path]
@@ -179,6 +195,8 @@ class FakeProvider:
                 "rejected_prediction_tokens": 0,
             },
         }
+        if self.chat_usage is not None:
+            usage = self.chat_usage
         base = {"id": "chatcmpl-fake1", "created": int(time.time()), "model": model}
         content = WORD * n
         if (body.get("response_format") or {}).get("type") == "json_schema":

@@ -401,7 +401,7 @@ def test_other_endpoints(fake, start):
     assert used(guard, "alice", "nomic-embed-text") == 21
 
 
-def test_upstream_timeout_is_504_and_released(fake, start):
+def test_upstream_timeout_is_504_billed_the_prompt(fake, start):
     guard, gateway = start()
     document = gateway_policy(fake)
     document["gateway"]["upstream_timeout_seconds"] = 1
@@ -411,7 +411,9 @@ def test_upstream_timeout_is_504_and_released(fake, start):
         oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES)
     assert e.value.status_code == 504
     assert e.value.response.json()["error"]["code"] == "upstream_timeout"
-    assert reserved(guard, "alice", "gpt-4o") == 0 and used(guard, "alice", "gpt-4o") == 0
+    # The provider had the call: its prompt is billed, the rest of the hold given back.
+    prompt = prompt_tokens({"model": "gpt-4o", "messages": MESSAGES}, "openai", "gpt-4o")
+    assert reserved(guard, "alice", "gpt-4o") == 0 and used(guard, "alice", "gpt-4o") == prompt
 
 
 def test_concurrent_calls_never_overspend(fake, start):

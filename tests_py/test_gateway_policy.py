@@ -83,8 +83,8 @@ def test_every_error_is_reported_with_its_path():
     assert (
         "gateway.tls",
         "",
-        "unknown key; accepted: keys, max_body_bytes, "
-        "upstream_timeout_seconds, drain_seconds, threads, admin_token_env",
+        "unknown key; accepted: keys, max_body_bytes, upstream_timeout_seconds, "
+        "upstream_first_byte_seconds, drain_seconds, threads, admin_token_env",
     ) in found
     assert (
         "gateway.max_body_bytes",

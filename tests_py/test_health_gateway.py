@@ -7,6 +7,7 @@ gateways on Redis. Time is the guard's manual clock."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -17,6 +18,7 @@ from fake_provider import FakeProvider
 from provider_support import reserved
 
 ALICE = "sk-alice-secret"
+ALICE_CI = "sk-alice-ci-secret"  # a second key: one key's failures alone never open a breaker
 ADMIN = "adm-health"
 ASK = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 100}
 FAIL_500 = (500, {}, {"error": {"message": "boom", "type": "server_error"}})
@@ -47,7 +49,10 @@ def health_policy(primary: FakeProvider, backup: FakeProvider) -> dict[str, Any]
         "limits": {"direct": [_limit(m) for m in models]},
         "providers": {"openai": {"base_url": primary.url}, "other": {"base_url": backup.url}},
         "gateway": {
-            "keys": {"alice": {"key": ALICE, "principal": "alice"}},
+            "keys": {
+                "alice": {"key": ALICE, "principal": "alice"},
+                "alice-ci": {"key": ALICE_CI, "principal": "alice"},
+            },
             "admin_token_env": "UG_HEALTH_ADMIN",
         },
     }
@@ -90,11 +95,15 @@ def start(primary, backup, clock, monkeypatch) -> Iterator[Any]:
         assert g.wait(10)
 
 
+# Alice's two keys take turns: the failures of one key alone never open a breaker.
+_KEYS = itertools.cycle([ALICE, ALICE_CI])
+
+
 def chat(gateway: ug.Gateway, model: str, path: str = "/v1/chat/completions") -> httpx.Response:
     return httpx.post(
         f"{gateway.url}{path}",
         json={"model": model, **ASK},
-        headers={"authorization": f"Bearer {ALICE}"},
+        headers={"authorization": f"Bearer {next(_KEYS)}"},
         timeout=30,
     )
 
@@ -274,8 +283,11 @@ def test_a_probe_is_a_one_token_call_recorded_like_any(primary, start):
     ok = probe(gateway, "openai").json()
     assert (ok["outcome"], ok["status"], ok["health"]["breaker"]) == ("success", 200, "closed")
     assert primary.requests[0].body["max_tokens"] == 1
-    primary.script = [FAIL_500] * 5
+    primary.script = [FAIL_500] * 6
     answers = [probe(gateway, "openai").json() for _ in range(5)]
     assert [a["outcome"] for a in answers] == ["retryable"] * 5
-    assert answers[-1]["health"]["breaker"] == "open"
+    # The probes are one caller's (the operator's): alone, they do not open the breaker.
+    assert answers[-1]["health"]["breaker"] == "closed"
+    assert chat(gateway, "solo").status_code == 500  # a key's failure beside them opens it
+    assert probe(gateway, "openai").json()["health"]["breaker"] == "open"
     assert chat(gateway, "solo").status_code == 503

@@ -31,7 +31,12 @@ def wrapper_policy(fake: FakeProvider) -> dict[str, Any]:
         "models": models,
         "limits": {"direct": [{"user": "alice", "model": m, "rules": rules} for m in models]},
         "providers": {"openai": {"base_url": fake.url}},
-        "gateway": {"keys": {"alice": {"key": "sk-alice", "principal": "alice"}}},
+        "gateway": {
+            "keys": {
+                "alice": {"key": "sk-alice", "principal": "alice"},
+                "alice-ci": {"key": "sk-alice-ci", "principal": "alice"},
+            }
+        },
     }
 
 
@@ -65,8 +70,10 @@ def test_a_breaker_the_gateway_opened_is_the_wrappers_too(fake, guard):
     gateway = ug.Gateway(guard, "127.0.0.1:0")
     try:
         fake.script = [FAIL_500] * 5
-        gw = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="sk-alice", max_retries=0)
-        for _ in range(5):
+        # Two keys fail: one key's failures alone never open a breaker.
+        for i in range(5):
+            key = ["sk-alice", "sk-alice-ci"][i % 2]
+            gw = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
             with pytest.raises(openai.InternalServerError):
                 gw.chat.completions.create(model="gpt-4o", **ASK)
         assert ug._core.provider_health(guard)["breakers"]["openai"] == "open"

@@ -10,7 +10,9 @@ use super::fit_checks::{
     Prompt,
 };
 use super::prompt::{count_request, PromptCount};
-use super::providers::{choices, negative_output_is_unlimited, output_path, thinking_path};
+use super::providers::{
+    choices, negative_output_is_unlimited, other_output_path, output_path, thinking_path,
+};
 use super::thinking::fit_thinking;
 use crate::error::{Error, Result};
 use crate::guard::domain::decide::UsageCeiling;
@@ -82,11 +84,13 @@ impl FitResult {
 
 /// The caller's output maximum in `request` for `api` (`None` when it sets none, and always
 /// for embeddings; legacy completions without `max_tokens` get the API's own default, 16).
-/// A value that is not a non-negative integer is an error naming the field.
+/// A value that is not a non-negative integer is an error naming the field, and so are two
+/// output maximum fields that disagree (chat's `max_tokens` and `max_completion_tokens`).
 pub fn requested_max_output(request: &Value, api: Api) -> Result<Option<u64>> {
     let Some(path) = output_path(request, api) else {
         return Ok(None);
     };
+    other_output_path(request, api)?;
     let asked = read_count(request, &path, negative_output_is_unlimited(api))?;
     Ok(match api {
         Api::OpenAiCompletions => asked.or(Some(COMPLETIONS_DEFAULT_MAX_TOKENS)),
@@ -222,6 +226,10 @@ fn apply(
     if o.caller != Some(o.out) {
         set(&mut fitted, &path, json!(o.out));
         changed.push(path[0]);
+        if let Some(other) = other_output_path(request, api)? {
+            set(&mut fitted, &[other], json!(o.out));
+            changed.push(other);
+        }
     }
     // A usage limit cut the output when it is below what the call has without one.
     let output_capped = o.out < o.unlimited;

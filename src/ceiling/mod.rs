@@ -30,6 +30,6 @@ pub(crate) use fit_checks::check_context;
 pub use models::{known_model, tokenizer_for, KnownModel, ThinkingRange, Tokenizer};
 pub use prompt::{count_request, count_request_for_group, prompt_counts, PromptCount};
 pub use providers::{
-    reported_usage, stopped_at_max, usage_paths, HttpRefusal, HttpShape, ReportedUsage,
+    answer_text, reported_usage, stopped_at_max, usage_paths, HttpRefusal, HttpShape, ReportedUsage,
 };
 pub use tokenizer::{count_tokens, Encoding};

@@ -211,7 +211,9 @@ pub(crate) async fn get_policy(State(app): State<Arc<App>>, headers: HeaderMap) 
 }
 
 /// `PUT /admin/policy`: replaces the policy with the body (JSON, or TOML when the content
-/// type says `toml`) if it is valid; else 400 with every error, the running one kept.
+/// type says `toml`) if it is valid; else 400 with every error, the running one kept. A
+/// policy whose `[providers]` differ from those the gateway started with is refused (403):
+/// the admin token changes limits, keys and models, never where calls and credentials go.
 pub(crate) async fn put_policy(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -229,6 +231,21 @@ pub(crate) async fn put_policy(
     } else {
         Policy::from_json(&body)
     };
+    if let Ok(policy) = &parsed {
+        let moved = upstream::moved(&app.upstreams, &policy.providers);
+        if !moved.is_empty() {
+            log::warn!(
+                "gateway: PUT /admin/policy refused: it changes where provider calls or \
+                 credentials go ({})",
+                moved
+                    .iter()
+                    .map(|f| f.path.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            return refused_policy(StatusCode::FORBIDDEN, &Error::Policy(moved));
+        }
+    }
     let checked = parsed.and_then(|p| upstream::check_keys(&p).map(|_| p));
     match checked {
         Ok(policy) => {
@@ -249,6 +266,12 @@ pub(crate) async fn put_policy(
 
 /// 400 with every error of an invalid policy (or key).
 fn invalid(e: &Error) -> Response<Body> {
+    refused_policy(StatusCode::BAD_REQUEST, e)
+}
+
+/// `status` with every error of a refused policy (or key): `{error, errors: [{path, value,
+/// message}]}`.
+fn refused_policy(status: StatusCode, e: &Error) -> Response<Body> {
     let errors: Vec<Value> = match e {
         Error::Policy(list) => list.clone(),
         Error::InvalidArgument(f) | Error::WrongType(f) => vec![f.clone()],
@@ -257,16 +280,14 @@ fn invalid(e: &Error) -> Response<Body> {
     .iter()
     .map(|f| json!({"path": f.path, "value": f.value, "message": f.message}))
     .collect();
-    json_response(
-        StatusCode::BAD_REQUEST,
-        &json!({"error": e.to_string(), "errors": errors}),
-    )
+    json_response(status, &json!({"error": e.to_string(), "errors": errors}))
 }
 
 fn key_json(k: &GatewayKey) -> Value {
     json!({
         "label": k.label, "principal": &*k.principal, "credential": k.credential,
         "teams": k.teams, "attributes": k.attributes, "models": k.models,
+        "pass_headers": k.pass_headers,
     })
 }
 

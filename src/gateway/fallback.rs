@@ -11,13 +11,12 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Response};
-use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::fallback_hops::{exhausted, Hops};
-use super::forward::{head, Forward};
-use super::headers::{rate_limit, restriction, tightest};
-use super::health::{credential, header_pairs, outcome};
+use super::forward::Forward;
+use super::headers::{rate_limit, restriction, tightest, to_upstream};
+use super::health::credential;
 use super::proxy::{attributes, bad, bill_info, check, outgoing, refusal_response, App, Checked};
 use super::relay::Call;
 use super::shape::{set_headers, Endpoint, Problem};
@@ -132,7 +131,7 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
             hops.skip(u.until);
             continue;
         }
-        let (bytes, request) = with_model(&checked, model);
+        let request = with_model(&checked, model);
         let admitted = attempt.admit(model, &request).await;
         let (call, upstream) = match admitted.map(|c| degraded(&policy, endpoint, c, upstream)) {
             Ok(Ok(sent)) => sent,
@@ -163,7 +162,7 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
             resolution: (i > 0).then(|| hops.resolution(&checked.model, model)),
             last: i + 1 == ladder.len(),
         };
-        match attempt.send(served, call, bytes, request).await {
+        match attempt.send(served, call, request).await {
             Ok(response) => return response,
             Err(failed) => {
                 hops.attempted = true;
@@ -211,15 +210,13 @@ fn degraded(
     }
 }
 
-/// The caller's body with `model` in it (the caller's bytes when it is the model asked for).
-fn with_model(checked: &Checked, model: &str) -> (Bytes, Value) {
-    if model == checked.model {
-        return (checked.bytes.clone(), checked.request.clone());
-    }
+/// The caller's request with `model` in it (as the caller sent it for the model asked for).
+fn with_model(checked: &Checked, model: &str) -> Value {
     let mut request = checked.request.clone();
-    request["model"] = json!(model);
-    let bytes = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
-    (bytes, request)
+    if model != checked.model {
+        request["model"] = json!(model);
+    }
+    request
 }
 
 /// The candidate a call is sent to.
@@ -288,14 +285,13 @@ impl Attempt<'_> {
         &self,
         served: Served<'_>,
         call: Call,
-        bytes: Bytes,
         request: Value,
     ) -> Result<Response<Body>, Response<Body>> {
         let (app, endpoint, checked) = (self.app, self.endpoint, self.checked);
         let lowered = self.admitted(&call);
         let asked = request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
         let ask_usage = checked.stream && endpoint.asks_stream_usage() && !asked;
-        let send = outgoing(bytes, request, &call, ask_usage);
+        let send = outgoing(request, &call, ask_usage);
         let client = app.client();
         let forward = Forward {
             client: &client,
@@ -303,12 +299,15 @@ impl Attempt<'_> {
             endpoint,
             upstream: served.upstream,
             timeout: checked.timeout,
+            first_byte: checked.first_byte,
         };
+        let passed = to_upstream(self.headers, &checked.key);
         // The headers' view is read while the provider works.
         // A `degrade` rule admitted (and `outgoing` sends) its `degrade_to` model instead.
         let admitted = call.ticket().model().to_string();
         let view = app.guard.usage(Some(&checked.key.principal), &admitted);
-        let (view, answer) = tokio::join!(view, forward.send(self.headers, send));
+        let sent = forward.send(&passed, send, checked.stream);
+        let (view, answer) = tokio::join!(view, sent);
         let mark = marks(&served);
         let mut extra = mark.clone();
         if let Some(from) = call.ticket().degraded_from() {
@@ -324,21 +323,25 @@ impl Attempt<'_> {
         let provider = served.upstream.provider.word();
         let cred = credential(served.upstream);
         let health = app.guard.health();
+        // Whose call this was: a breaker opens only on failures of more than one key.
+        let caller = checked.key.label.as_str();
         let upstream = match answer {
             Ok(r) if r.status().is_success() => {
-                health.record(provider, &cred, Outcome::Success, &[]).await;
+                health
+                    .record(provider, &cred, caller, Outcome::Success, &[])
+                    .await;
                 let stream = checked.stream;
-                return Ok(forward.answer(Ok(r), call, stream, ask_usage, extra).await);
+                return Ok(forward.answer(r, call, stream, ask_usage, extra).await);
             }
             Ok(r) => r,
-            Err(problem) => {
-                let retryable = Outcome::Retryable;
-                health.record(provider, &cred, retryable, &[]).await;
-                let mut response = forward
-                    .answer(Err(problem), call, false, false, extra)
-                    .await;
+            Err(why) => {
+                if why.provider_failed() {
+                    let retryable = Outcome::Retryable;
+                    health.record(provider, &cred, caller, retryable, &[]).await;
+                }
+                let mut response = forward.unanswered(why, call).await;
                 set_headers(&mut response, mark);
-                return if served.last {
+                return if served.last || !why.provider_failed() {
                     Ok(response)
                 } else {
                     Err(response)
@@ -347,8 +350,7 @@ impl Attempt<'_> {
         };
         // The provider refused or failed: it used nothing we can bill.
         call.release().await;
-        let (response, outcome) = self.failed(upstream, provider, &cred).await;
-        let mut response = response;
+        let (mut response, outcome) = forward.failed(upstream, health, caller).await;
         set_headers(&mut response, mark);
         let next_may_cure = matches!(
             outcome,
@@ -358,24 +360,5 @@ impl Attempt<'_> {
             return Err(response);
         }
         Ok(response)
-    }
-
-    /// A provider's error answer, passed on as it came, and its outcome (recorded).
-    async fn failed(
-        &self,
-        upstream: reqwest::Response,
-        provider: &str,
-        cred: &str,
-    ) -> (Response<Body>, Outcome) {
-        let status = upstream.status().as_u16();
-        let pairs = header_pairs(upstream.headers());
-        let mut response = head(&upstream);
-        let body = tokio::time::timeout(self.checked.timeout, upstream.bytes()).await;
-        let body = body.ok().and_then(Result::ok).unwrap_or_default();
-        let outcome = outcome(status, &body);
-        let health = self.app.guard.health();
-        health.record(provider, cred, outcome, &pairs).await;
-        *response.body_mut() = Body::from(body);
-        (response, outcome)
     }
 }

@@ -1,31 +1,48 @@
-//! The provider side of one admitted call: send it upstream (bounded by the upstream
-//! timeout), then answer: an upstream error passed through with the ticket released, a plain
-//! answer billed from its reported usage, a stream relayed as it arrives and billed when it
-//! ends.
+//! The provider side of one admitted call: send it upstream (bounded by the first-byte and
+//! the total timeouts), then answer: a plain answer billed from its reported usage (or, when
+//! that is missing or unreadable, the prompt and the delivered output counted), a stream
+//! relayed as it arrives and billed when it ends, a call the upstream timed out on billed
+//! the prompt (it had the request).
 
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use axum::http::{HeaderName, HeaderValue, Response, StatusCode};
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
 
+use super::headers::from_upstream;
+use super::health::{credential, header_pairs, outcome};
 use super::metrics::Metrics;
 use super::relay::{Call, Relay};
 use super::shape::{set_headers, Endpoint, Problem};
 use super::upstream;
-use crate::ceiling::reported_usage;
+use crate::ceiling::{answer_text, reported_usage};
+use crate::guard::domain::health::Outcome;
 use crate::guard::domain::policy::Upstream;
+use crate::guard::engine::health::ProviderHealth;
 
-/// Response headers that describe the provider's connection, not the answer.
-const HOP: [&str; 5] = [
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "content-length",
-    "upgrade",
-];
+/// Why an upstream call brought no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unanswered {
+    /// The upstream could not be reached or dropped the connection before answering: the
+    /// provider's failure (its breaker counts it); nothing is billed.
+    Unreachable,
+    /// A streamed call's answer did not start within `gateway.upstream_first_byte_seconds`:
+    /// the provider's failure; the prompt is billed (the provider had the request).
+    FirstByte,
+    /// A plain call's answer did not come within `gateway.upstream_timeout_seconds`: a long
+    /// generation, which says nothing of the provider's health; the prompt is billed.
+    Overran,
+}
+
+impl Unanswered {
+    /// Whether the provider caused it (its breaker counts it, the next candidate may cure it).
+    pub(crate) fn provider_failed(self) -> bool {
+        self != Unanswered::Overran
+    }
+}
 
 /// The provider side of one call.
 pub(crate) struct Forward<'a> {
@@ -33,18 +50,29 @@ pub(crate) struct Forward<'a> {
     pub(crate) metrics: &'a Metrics,
     pub(crate) endpoint: Endpoint,
     pub(crate) upstream: &'a Upstream,
+    /// The longest a call may take (`gateway.upstream_timeout_seconds`).
     pub(crate) timeout: Duration,
+    /// The longest a streamed call's answer may take to start
+    /// (`gateway.upstream_first_byte_seconds`, at most `timeout`).
+    pub(crate) first_byte: Duration,
 }
 
 impl Forward<'_> {
+    /// Sends the call with `headers` (the caller's that may pass: `headers::to_upstream`).
     pub(crate) async fn send(
         &self,
-        caller: &HeaderMap,
+        headers: &[(&'static str, HeaderValue)],
         body: Bytes,
-    ) -> Result<reqwest::Response, Problem> {
-        let request = upstream::request(self.client, self.upstream, self.endpoint.path, caller);
+        stream: bool,
+    ) -> Result<reqwest::Response, Unanswered> {
+        let request = upstream::request(self.client, self.upstream, self.endpoint.path, headers);
+        let (wait, late) = if stream {
+            (self.first_byte.min(self.timeout), Unanswered::FirstByte)
+        } else {
+            (self.timeout, Unanswered::Overran)
+        };
         let started = Instant::now();
-        let sent = tokio::time::timeout(self.timeout, request.body(body).send()).await;
+        let sent = tokio::time::timeout(wait, request.body(body).send()).await;
         self.metrics.upstream_seconds(started.elapsed());
         let status = match &sent {
             Ok(Ok(r)) => r.status().as_str().to_string(),
@@ -52,48 +80,114 @@ impl Forward<'_> {
             Err(_) => "timeout".into(),
             Ok(Err(_)) => "unreachable".into(),
         };
+        let word = self.upstream.provider.word();
         self.metrics.count(
             "usage_guard_gateway_upstream_responses",
-            &[
-                ("provider", self.upstream.provider.word()),
-                ("status", &status),
-            ],
+            &[("provider", word), ("status", &status)],
         );
         match sent {
             Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) if e.is_timeout() => Err(Problem::Timeout),
+            Ok(Err(e)) if e.is_timeout() => Err(late),
             Ok(Err(e)) => {
-                log::warn!(
-                    "gateway: the {} upstream failed: {e}",
-                    self.upstream.provider.word()
-                );
-                Err(Problem::BadGateway)
+                log::warn!("gateway: the {word} upstream failed: {e}");
+                Err(Unanswered::Unreachable)
             }
-            Err(_) => Err(Problem::Timeout),
+            Err(_) => Err(late),
         }
     }
 
+    /// Counts a call the upstream timed out on after it had the request (billed).
+    fn timed_out(&self, stage: &str) {
+        let word = self.upstream.provider.word();
+        self.metrics.count(
+            "usage_guard_gateway_upstream_timeouts",
+            &[("provider", word), ("stage", stage)],
+        );
+    }
+
+    /// The answer to a call the upstream did not answer: 502 (released) or 504 (the prompt
+    /// billed: the provider had the request and may have worked on it).
+    pub(crate) async fn unanswered(&self, why: Unanswered, call: Call) -> Response<Body> {
+        let word = self.upstream.provider.word();
+        let (problem, message) = match why {
+            Unanswered::Unreachable => {
+                call.release().await;
+                let message = format!("The {word} upstream could not be reached");
+                return Problem::BadGateway.response(self.endpoint.shape, &message);
+            }
+            Unanswered::FirstByte => (
+                "first_byte",
+                format!(
+                    "The {word} upstream did not start its answer within {} s \
+                     (gateway.upstream_first_byte_seconds)",
+                    self.first_byte.min(self.timeout).as_secs()
+                ),
+            ),
+            Unanswered::Overran => (
+                "total",
+                format!(
+                    "The {word} upstream did not answer within {} s \
+                     (gateway.upstream_timeout_seconds)",
+                    self.timeout.as_secs()
+                ),
+            ),
+        };
+        self.timed_out(problem);
+        let usage = call.usage(None, "");
+        call.bill(usage, "upstream_timeout").await;
+        Problem::Timeout.response(self.endpoint.shape, &message)
+    }
+
+    /// A provider's error answer, passed on as it came (its allowed headers), and its
+    /// outcome, recorded in `health` for `caller`; a 401 or 403, the provider refusing the
+    /// operator's credential, becomes a 502 `provider_credentials_rejected` (the provider's
+    /// text may quote the operator's key), logged for the operator.
+    pub(crate) async fn failed(
+        &self,
+        upstream: reqwest::Response,
+        health: &ProviderHealth,
+        caller: &str,
+    ) -> (Response<Body>, Outcome) {
+        let (provider, cred) = (self.upstream.provider.word(), credential(self.upstream));
+        let status = upstream.status().as_u16();
+        let pairs = header_pairs(upstream.headers());
+        let mut response = head(&upstream);
+        let body = tokio::time::timeout(self.timeout, upstream.bytes()).await;
+        let body = body.ok().and_then(Result::ok).unwrap_or_default();
+        let outcome = outcome(status, &body);
+        health
+            .record(provider, &cred, caller, outcome, &pairs)
+            .await;
+        if matches!(status, 401 | 403) {
+            log::error!(
+                "gateway: the {provider} upstream refused the credential {cred:?} with {status} \
+                 ({}): check the key in that variable; callers get 502 \
+                 provider_credentials_rejected",
+                error_code(&body)
+            );
+            let message = format!(
+                "The {provider} provider refused the gateway's credentials; the gateway's \
+                 operator has been told"
+            );
+            let shape = self.endpoint.shape;
+            return (
+                Problem::CredentialsRejected.response(shape, &message),
+                outcome,
+            );
+        }
+        *response.body_mut() = Body::from(body);
+        (response, outcome)
+    }
+
+    /// A successful answer: relayed as a stream or read whole, and billed.
     pub(crate) async fn answer(
         &self,
-        answer: Result<reqwest::Response, Problem>,
+        upstream: reqwest::Response,
         mut call: Call,
         stream: bool,
         strip_usage: bool,
         extra: Vec<(String, String)>,
     ) -> Response<Body> {
-        let word = self.upstream.provider.word();
-        let upstream = match answer {
-            Ok(r) => r,
-            Err(problem) => {
-                call.release().await;
-                let message = match problem {
-                    Problem::Timeout => format!("The {word} upstream did not answer in time"),
-                    _ => format!("The {word} upstream could not be reached"),
-                };
-                return problem.response(self.endpoint.shape, &message);
-            }
-        };
-        let status = upstream.status();
         let request_id = ["x-request-id", "request-id"].iter().find_map(|h| {
             upstream
                 .headers()
@@ -104,13 +198,6 @@ impl Forward<'_> {
         });
         call.set_request_id(request_id);
         let mut response = head(&upstream);
-        if !status.is_success() {
-            // The provider refused or failed: it used nothing we can bill.
-            call.release().await;
-            let body = tokio::time::timeout(self.timeout, upstream.bytes()).await;
-            *response.body_mut() = Body::from(body.ok().and_then(Result::ok).unwrap_or_default());
-            return response;
-        }
         set_headers(&mut response, extra);
         if stream {
             *response.body_mut() = self.relay(upstream, call, strip_usage);
@@ -119,7 +206,9 @@ impl Forward<'_> {
         self.plain(upstream, call, response).await
     }
 
-    /// A plain answer: read whole, billed from its reported usage, passed on as it came.
+    /// A plain answer: read whole, billed from its reported usage, passed on as it came. A
+    /// count missing or unreadable is billed as counted: the prompt as admission counted it,
+    /// the output from the answer's text.
     async fn plain(
         &self,
         upstream: reqwest::Response,
@@ -129,19 +218,28 @@ impl Forward<'_> {
         let word = self.upstream.provider.word();
         match tokio::time::timeout(self.timeout, upstream.bytes()).await {
             Ok(Ok(bytes)) => {
-                let reported = serde_json::from_slice::<Value>(&bytes)
-                    .ok()
-                    .and_then(|v| reported_usage(&v, self.endpoint.api));
+                let api = self.endpoint.api;
+                let answer = serde_json::from_slice::<Value>(&bytes).ok();
+                let reported = answer.as_ref().and_then(|v| reported_usage(v, api));
+                let counted = !api.is_embeddings() && reported.is_none_or(|r| r.output_tokens == 0);
                 if reported.is_none() {
-                    log::warn!("gateway: the {word} answer reported no usage; billing the prompt");
+                    log::warn!(
+                        "gateway: the {word} answer reported no usage; billing the prompt as \
+                         counted and its output text counted"
+                    );
                 }
-                let usage = call.usage(reported, "");
+                let delivered = match (&answer, counted) {
+                    (Some(v), true) => answer_text(v, api),
+                    _ => String::new(),
+                };
+                let usage = call.usage(reported, &delivered);
                 call.bill(usage, "complete").await;
                 *response.body_mut() = Body::from(bytes);
                 response
             }
             failed => {
                 let problem = if failed.is_err() {
+                    self.timed_out("body");
                     Problem::Timeout
                 } else {
                     Problem::BadGateway
@@ -199,20 +297,35 @@ impl Forward<'_> {
     }
 }
 
-/// The provider's status and headers (without those of its connection), for the answer.
+/// The provider's status and the headers of its answer a caller may see
+/// (`headers::from_upstream`), for the answer.
 pub(crate) fn head(upstream: &reqwest::Response) -> Response<Body> {
     let mut response = Response::new(Body::empty());
     *response.status_mut() =
         StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     for (name, value) in upstream.headers() {
-        if !HOP.contains(&name.as_str()) {
+        if from_upstream(name.as_str()) {
             if let (Ok(n), Ok(v)) = (
                 HeaderName::from_bytes(name.as_str().as_bytes()),
                 HeaderValue::from_bytes(value.as_bytes()),
             ) {
-                response.headers_mut().insert(n, v);
+                response.headers_mut().append(n, v);
             }
         }
     }
     response
+}
+
+/// The error code (else type) of a provider's error body, for a log line (never its message,
+/// which may quote the key).
+fn error_code(body: &[u8]) -> String {
+    let v: Value = serde_json::from_slice(body).unwrap_or_default();
+    let error = v.get("error").unwrap_or(&v);
+    ["code", "type"]
+        .iter()
+        .find_map(|k| error.get(*k).and_then(Value::as_str))
+        .unwrap_or("no error code")
+        .chars()
+        .take(80)
+        .collect()
 }

@@ -1,14 +1,62 @@
-//! Rate-limit headers: OpenAI's `x-ratelimit-*`, Anthropic's `anthropic-ratelimit-*`, the
-//! IETF `RateLimit-Policy` / `RateLimit` fields, and `X-Usage-Restriction` for a fitted call.
-//! Each kind of header reports the tightest rule of its metric (requests, tokens); a metric
-//! no rule counts gets no header.
+//! The headers of a call, both ways. Allowlists: what of a caller's headers goes to the
+//! provider (the API version; the headers that pick the operator's account only for keys
+//! allowed them), and what of a provider's answer reaches the caller (the content's type and
+//! encoding, the request id, when to retry): nothing of the operator's account (cookies,
+//! organization, project, the account's rate limits) leaks out. The rate-limit headers a
+//! caller sees are the gateway's own: OpenAI's `x-ratelimit-*`, Anthropic's
+//! `anthropic-ratelimit-*`, the IETF `RateLimit-Policy` / `RateLimit` fields, and
+//! `X-Usage-Restriction` for a fitted call. Each kind of rate-limit header reports the
+//! tightest rule of its metric (requests, tokens); a metric no rule counts gets no header.
+
+use axum::http::{HeaderMap, HeaderValue};
 
 use crate::ceiling::HttpShape;
 use crate::guard::domain::clock::{iso8601, Millis};
+use crate::guard::domain::policy::{GatewayKey, ACCOUNT_HEADERS};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::Metric;
 use crate::guard::domain::view::UsageView;
 use crate::guard::domain::window::Window;
+
+/// The caller's headers every call passes on: the API version its SDK speaks.
+const TO_UPSTREAM: [&str; 1] = ["anthropic-version"];
+
+/// The headers of a provider's answer a caller sees: the content's type and encoding, the
+/// provider's request id, and when to retry an error passed through. Every other header
+/// (cookies, `openai-organization`, `openai-project`, the upstream account's `x-ratelimit-*`
+/// and `anthropic-ratelimit-*`, anything a provider adds later) stays with the gateway.
+const FROM_UPSTREAM: [&str; 8] = [
+    "content-type",
+    "content-encoding",
+    "cache-control",
+    "x-request-id",
+    "request-id",
+    "retry-after",
+    "retry-after-ms",
+    "x-should-retry",
+];
+
+/// The caller's headers to send the provider: [`TO_UPSTREAM`]'s, and those of
+/// [`ACCOUNT_HEADERS`] (which pick the operator's organization, project or beta features,
+/// and so who is invoiced for what) that the key's `pass_headers` lists.
+pub(crate) fn to_upstream(
+    caller: &HeaderMap,
+    key: &GatewayKey,
+) -> Vec<(&'static str, HeaderValue)> {
+    let allowed = ACCOUNT_HEADERS
+        .iter()
+        .filter(|h| key.pass_headers.iter().any(|p| p == *h));
+    TO_UPSTREAM
+        .iter()
+        .chain(allowed)
+        .filter_map(|name| Some((*name, caller.get(*name)?.clone())))
+        .collect()
+}
+
+/// Whether a header of a provider's answer (`name` in lowercase) reaches the caller.
+pub(crate) fn from_upstream(name: &str) -> bool {
+    FROM_UPSTREAM.contains(&name)
+}
 
 /// One rule as the headers report it.
 #[derive(Debug, Clone, Copy, PartialEq)]

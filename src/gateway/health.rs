@@ -95,7 +95,7 @@ pub(crate) async fn probe(
         return json_response(StatusCode::NOT_FOUND, &json!({"error": message}));
     };
     let (path, body) = probe_call(&app, upstream.provider);
-    let request = upstream::request(&app.client(), &upstream, path, &HeaderMap::new());
+    let request = upstream::request(&app.client(), &upstream, path, &[]);
     let started = Instant::now();
     let sent = tokio::time::timeout(
         Duration::from_secs(30),
@@ -115,8 +115,15 @@ pub(crate) async fn probe(
     let provider = upstream.provider.word();
     let health = app.guard.health();
     let credential = credential(&upstream);
+    // The operator's probe is a caller of its own.
     health
-        .record(provider, &credential, outcome, &answer_headers)
+        .record(
+            provider,
+            &credential,
+            "admin probe",
+            outcome,
+            &answer_headers,
+        )
         .await;
     let snapshot = health.snapshot();
     json_response(

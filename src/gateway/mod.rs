@@ -4,10 +4,12 @@
 //! only the fitted keys changed, streamed back as it arrives, and billed from the usage the
 //! provider reports (or what was delivered, when a stream ends early).
 //!
-//! Files import one way: shape, keys, metrics, upstream ← headers ← relay ← forward ← proxy ←
-//! admin ← health, fallback_hops ← fallback ← dashboard_api ← dashboard ← threads ← server.
+//! Files import one way: body, shape, keys, metrics, upstream ← headers ← relay ← proxy ←
+//! admin ← health ← forward, fallback_hops ← fallback ← dashboard_api ← dashboard ← threads ←
+//! server.
 
 mod admin;
+mod body;
 mod dashboard;
 mod dashboard_api;
 mod fallback;

@@ -25,6 +25,11 @@ use crate::guard::engine::ticket::BillInfo;
 /// What every request of one gateway shares.
 pub(crate) struct App {
     pub(crate) guard: Guard,
+    /// The upstreams the gateway started with: where each provider's calls go and which
+    /// environment variable holds its key. The admin API cannot change them (a restart on
+    /// a new policy file can), so its token never reaches a credential or host it was not
+    /// given.
+    pub(crate) upstreams: Vec<Upstream>,
     /// The client of threads that cannot build their own ([`App::client`]).
     pub(crate) client: reqwest::Client,
     pub(crate) metrics: Arc<Metrics>,
@@ -56,13 +61,14 @@ pub(crate) fn bad(endpoint: Endpoint, message: &str) -> Response<Body> {
     Problem::BadRequest.response(endpoint.shape, message)
 }
 
-/// The request's body as a JSON object with its model and whether it streams.
+/// The request's body as a JSON object (no key twice: `body::parse`) with its model and
+/// whether it streams.
 async fn read_request(
     endpoint: Endpoint,
     headers: &HeaderMap,
     body: Body,
     limit: u64,
-) -> Result<(Bytes, Value, String, bool), Response<Body>> {
+) -> Result<(Value, String, bool), Response<Body>> {
     let too_large = || {
         Problem::TooLarge.response(
             endpoint.shape,
@@ -79,7 +85,7 @@ async fn read_request(
     let bytes = axum::body::to_bytes(body, limit as usize)
         .await
         .map_err(|_| too_large())?;
-    let request: Value = match serde_json::from_slice(&bytes) {
+    let request: Value = match super::body::parse(&bytes) {
         Ok(v @ Value::Object(_)) => v,
         Ok(_) => return Err(bad(endpoint, "The request body must be a JSON object")),
         Err(e) => {
@@ -109,7 +115,7 @@ async fn read_request(
             ))
         }
     };
-    Ok((bytes, request, model, stream))
+    Ok((request, model, stream))
 }
 
 /// The refusal as the endpoint's provider answers it, with the rate-limit headers.
@@ -162,16 +168,15 @@ pub(crate) fn attributes(key: &GatewayKey, endpoint: Endpoint) -> Vec<(String, S
     out
 }
 
-/// The body to send: the caller's bytes untouched unless the fit changed a key or the
-/// gateway asks for the stream's usage.
-pub(crate) fn outgoing(bytes: Bytes, mut request: Value, call: &Call, ask_usage: bool) -> Bytes {
+/// The body to send: the request as parsed and admitted (never the caller's bytes, whose
+/// other readings admission did not see), with the keys the fit changed set, its fields and
+/// their order otherwise kept; and `stream_options.include_usage` when the gateway asks for
+/// the stream's usage.
+pub(crate) fn outgoing(mut request: Value, call: &Call, ask_usage: bool) -> Bytes {
     let mut changes = call.ticket().fitted_changes().unwrap_or_default();
     if call.ticket().degraded_from().is_some() {
         // A `degrade` rule admitted its `degrade_to` model instead: that one is sent.
         changes.insert("model".into(), json!(call.ticket().model()));
-    }
-    if changes.is_empty() && !ask_usage {
-        return bytes;
     }
     if let Value::Object(map) = &mut request {
         map.extend(changes);
@@ -189,12 +194,13 @@ pub(crate) fn outgoing(bytes: Bytes, mut request: Value, call: &Call, ask_usage:
 /// A call whose key, body, model and upstream were checked.
 pub(crate) struct Checked {
     pub(crate) key: GatewayKey,
-    pub(crate) bytes: Bytes,
     pub(crate) request: Value,
     pub(crate) model: String,
     pub(crate) stream: bool,
     pub(crate) upstream: Upstream,
     pub(crate) timeout: Duration,
+    /// How long a streamed answer may take to start (`gateway.upstream_first_byte_seconds`).
+    pub(crate) first_byte: Duration,
 }
 
 /// Checks a call before admission: the gateway is running, the key, the body, the key may
@@ -215,7 +221,7 @@ pub(crate) async fn check(
         Err(message) => return Err(Problem::Unauthorized.response(endpoint.shape, message)),
     };
     let limit = policy.gateway.max_body_bytes;
-    let (bytes, request, model, stream) = read_request(endpoint, headers, body, limit).await?;
+    let (request, model, stream) = read_request(endpoint, headers, body, limit).await?;
     if let Some(models) = key.models.as_ref().filter(|m| !m.contains(&model)) {
         let message = format!(
             "This key may not call the model {model:?}; it may call: {}",
@@ -238,11 +244,11 @@ pub(crate) async fn check(
     };
     Ok(Checked {
         key,
-        bytes,
         request,
         model,
         stream,
         upstream,
         timeout: Duration::from_secs(policy.gateway.upstream_timeout_seconds),
+        first_byte: Duration::from_secs(policy.gateway.upstream_first_byte_seconds),
     })
 }

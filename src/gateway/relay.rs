@@ -59,8 +59,9 @@ impl Call {
         encoding.count(text)
     }
 
-    /// What to bill: the provider's report where it has one; else the prompt as counted at
-    /// admission and the delivered text counted (a stream that ended early).
+    /// What to bill: the provider's report where it has one; else (no report, or a count
+    /// `reported_usage` read as unknown: 0) the prompt as counted at admission and the
+    /// delivered text counted (a stream that ended early, a plain answer without usage).
     pub(crate) fn usage(&self, reported: Option<ReportedUsage>, delivered: &str) -> Usage {
         let r = reported.unwrap_or_default();
         let prompt = self.ticket.prompt().map(|p| p.tokens).unwrap_or(0);
@@ -69,11 +70,12 @@ impl Call {
         } else {
             prompt
         };
+        let output = r.output_tokens.max(self.count(delivered));
         Usage {
             input_tokens: input,
-            output_tokens: r.output_tokens.max(self.count(delivered)),
+            output_tokens: output,
             cached_input_tokens: r.cached_input_tokens.min(input),
-            reasoning_tokens: r.reasoning_tokens,
+            reasoning_tokens: r.reasoning_tokens.min(output),
             cost_micros: None,
             compute_ms: None,
         }

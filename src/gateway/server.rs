@@ -123,6 +123,7 @@ impl Gateway {
             .local_addr()
             .map_err(|e| Error::invalid("listen", &options.listen, e.to_string()))?;
         let app = Arc::new(App {
+            upstreams: guard.policy().providers.clone(),
             guard,
             client: upstream::client()?,
             metrics: Arc::new(Metrics::default()),

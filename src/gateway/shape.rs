@@ -120,6 +120,8 @@ pub(crate) enum Problem {
     TooLarge,
     /// 502: the provider could not be reached, or no upstream is configured for it.
     BadGateway,
+    /// 502: the provider refused the operator's credential (its 401 or 403).
+    CredentialsRejected,
     /// 503: the gateway is shutting down.
     Unavailable,
     /// 504: the provider did not answer in time.
@@ -133,7 +135,7 @@ impl Problem {
             Problem::Unauthorized => StatusCode::UNAUTHORIZED,
             Problem::Forbidden => StatusCode::FORBIDDEN,
             Problem::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Problem::BadGateway => StatusCode::BAD_GATEWAY,
+            Problem::BadGateway | Problem::CredentialsRejected => StatusCode::BAD_GATEWAY,
             Problem::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Problem::Timeout => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -164,6 +166,9 @@ impl Problem {
                 "request_too_large",
             ),
             Problem::BadGateway => ("api_error", "upstream_unreachable", "api_error"),
+            Problem::CredentialsRejected => {
+                ("api_error", "provider_credentials_rejected", "api_error")
+            }
             Problem::Unavailable => ("api_error", "shutting_down", "overloaded_error"),
             Problem::Timeout => ("api_error", "upstream_timeout", "timeout_error"),
         }

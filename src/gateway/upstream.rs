@@ -1,20 +1,12 @@
-//! The providers behind the gateway: where a model's calls go and with which credentials.
+//! The providers behind the gateway: where a model's calls go and with which credentials,
+//! fixed when the gateway starts (the admin API cannot move them: [`moved`]).
 
 use std::time::Duration;
 
-use axum::http::HeaderMap;
+use axum::http::HeaderValue;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, FieldError, Result};
 use crate::guard::domain::policy::{Policy, Provider, Upstream};
-
-/// Request headers a caller's SDK sets that the provider needs to see.
-const PASSED_ON: [&str; 5] = [
-    "anthropic-version",
-    "anthropic-beta",
-    "openai-beta",
-    "openai-organization",
-    "openai-project",
-];
 
 /// An HTTP client for upstream calls (each serving thread has one: `App::client`).
 pub(crate) fn client() -> Result<reqwest::Client> {
@@ -25,10 +17,19 @@ pub(crate) fn client() -> Result<reqwest::Client> {
         .map_err(|e| Error::invalid("gateway", "", format!("cannot build the HTTP client: {e}")))
 }
 
-/// Every upstream whose `api_key_env` is not set in the environment, as an error naming it.
+/// The first upstream whose `api_key_env` is not set in the environment (or is the admin
+/// token's variable), as an error naming it.
 pub(crate) fn check_keys(policy: &Policy) -> Result<()> {
     for u in &policy.providers {
         if let Some(var) = &u.api_key_env {
+            if policy.gateway.admin_token_env.as_ref() == Some(var) {
+                return Err(Error::invalid(
+                    &format!("providers.{}.api_key_env", u.provider.word()),
+                    format!("{var:?}"),
+                    "is gateway.admin_token_env: the admin token would be sent to the provider \
+                     as its key; give each its own variable",
+                ));
+            }
             if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
                 return Err(Error::invalid(
                     &format!("providers.{}.api_key_env", u.provider.word()),
@@ -41,22 +42,23 @@ pub(crate) fn check_keys(policy: &Policy) -> Result<()> {
     Ok(())
 }
 
-/// The upstream call for `provider`: the URL of `path` there and the headers to send.
+/// The upstream call for `provider`: the URL of `path` there, the caller's headers that
+/// may pass (`headers::to_upstream`: never the caller's key or the admin token), and the
+/// provider's credential from the gateway's environment.
 pub(crate) fn request(
     client: &reqwest::Client,
     upstream: &Upstream,
     path: &str,
-    caller: &HeaderMap,
+    passed: &[(&'static str, HeaderValue)],
 ) -> reqwest::RequestBuilder {
     let mut request = client
         .post(format!("{}{}", upstream.base_url, path))
         .header("content-type", "application/json");
-    for name in PASSED_ON {
-        if let Some(v) = caller.get(name) {
-            request = request.header(name, v.clone());
-        }
+    for (name, value) in passed {
+        request = request.header(*name, value.clone());
     }
-    if upstream.provider == Provider::Anthropic && caller.get("anthropic-version").is_none() {
+    let versioned = passed.iter().any(|(n, _)| *n == "anthropic-version");
+    if upstream.provider == Provider::Anthropic && !versioned {
         request = request.header("anthropic-version", "2023-06-01");
     }
     if let Some(key) = upstream
@@ -70,4 +72,49 @@ pub(crate) fn request(
         };
     }
     request
+}
+
+/// Every difference between the upstreams the gateway started with and `new`'s, as an
+/// error: a provider added or removed, or its `base_url` or `api_key_env` changed. Only a
+/// restart on a new policy file changes where calls and credentials go.
+pub(crate) fn moved(started: &[Upstream], new: &[Upstream]) -> Vec<FieldError> {
+    const WHY: &str = "where a provider's calls go and which variable holds its key are fixed \
+                       when the gateway starts: restart it with a new policy file to change them";
+    let mut out = Vec::new();
+    for u in new {
+        let path = format!("providers.{}", u.provider.word());
+        let Some(was) = started.iter().find(|s| s.provider == u.provider) else {
+            out.push(FieldError::new(
+                path,
+                &u.base_url,
+                format!("is a new upstream: {WHY}"),
+            ));
+            continue;
+        };
+        if was.base_url != u.base_url {
+            let message = format!("differs from the running {:?}: {WHY}", was.base_url);
+            out.push(FieldError::new(
+                format!("{path}.base_url"),
+                &u.base_url,
+                message,
+            ));
+        }
+        if was.api_key_env != u.api_key_env {
+            let message = format!("differs from the running {:?}: {WHY}", was.api_key_env);
+            let value = u.api_key_env.as_deref().unwrap_or("");
+            out.push(FieldError::new(
+                format!("{path}.api_key_env"),
+                value,
+                message,
+            ));
+        }
+    }
+    for s in started
+        .iter()
+        .filter(|s| !new.iter().any(|u| u.provider == s.provider))
+    {
+        let path = format!("providers.{}", s.provider.word());
+        out.push(FieldError::new(path, "", format!("is missing: {WHY}")));
+    }
+    out
 }

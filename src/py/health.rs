@@ -49,10 +49,12 @@ fn provider_available<'py>(
 
 /// Records a call's outcome: `status` is the provider's HTTP status (None: a timeout or a
 /// connection fault), `error` its error code or message, `headers` its answer's headers
-/// (a cooldown's timing). Returns {outcome, opened_until_ms, closed, cooldown_ms,
-/// asked_ms, clamped}.
+/// (a cooldown's timing), `caller` who made the call (a breaker opens only on failures of
+/// more than one caller; None is one caller of its own). Returns {outcome, opened_until_ms,
+/// closed, cooldown_ms, asked_ms, clamped}.
 #[pyfunction]
-#[pyo3(signature = (guard, provider, credential = "default", status = None, error = None, headers = None))]
+#[pyo3(signature = (guard, provider, credential = "default", status = None, error = None, headers = None, caller = None))]
+#[allow(clippy::too_many_arguments)]
 fn provider_record<'py>(
     py: Python<'py>,
     guard: &Bound<'py, PyGuard>,
@@ -61,6 +63,7 @@ fn provider_record<'py>(
     status: Option<u16>,
     error: Option<&str>,
     headers: Option<Vec<(String, String)>>,
+    caller: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let outcome = Outcome::classify(status, error);
     let guard = guard.get().inner.clone();
@@ -69,9 +72,10 @@ fn provider_record<'py>(
         credential.to_string(),
         headers.unwrap_or_default(),
     );
+    let who = caller.unwrap_or_default();
     let now = guard.clock().now_ms();
-    let recorded =
-        py.detach(move || crate::runtime::block_on(guard.health().record(&p, &c, outcome, &h)));
+    let recorded = py
+        .detach(move || crate::runtime::block_on(guard.health().record(&p, &c, &who, outcome, &h)));
     let d = PyDict::new(py);
     d.set_item("outcome", outcome.word())?;
     let opened = match recorded.transition {

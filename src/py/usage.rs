@@ -1,6 +1,7 @@
 //! `reported_usage`: the usage a provider reported, read by the core's provider modules from
 //! an SDK response or stream event. Only the parts at [`usage_paths`] are converted, never the
-//! answer itself.
+//! answer itself; `answer_text`: the output text of a plain answer, for when that usage is
+//! missing or unreadable.
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -8,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::json::py_to_json;
 use super::provider::Provider;
-use crate::ceiling::{reported_usage as read_usage, usage_paths};
+use crate::ceiling::{answer_text as read_text, reported_usage as read_usage, usage_paths};
 
 /// `obj[key]` for a mapping, else `obj.key`; `None` when absent or `None`.
 fn child<'py>(obj: &Bound<'py, PyAny>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
@@ -70,7 +71,17 @@ fn reported_usage<'py>(
     Ok(Some(out))
 }
 
-/// Adds `reported_usage` to `_core`.
+/// The output text (answers, thinking, tool call arguments) of `response`, a plain answer of
+/// `provider` as JSON values (a dict): what the adapters count when its usage is missing or
+/// unreadable. Empty for embeddings.
+#[pyfunction]
+fn answer_text(response: &Bound<'_, PyAny>, provider: Provider) -> PyResult<String> {
+    let value = py_to_json(response, "response")?;
+    Ok(read_text(&value, provider.0))
+}
+
+/// Adds `reported_usage` and `answer_text` to `_core`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(reported_usage, m)?)
+    m.add_function(wrap_pyfunction!(reported_usage, m)?)?;
+    m.add_function(wrap_pyfunction!(answer_text, m)?)
 }

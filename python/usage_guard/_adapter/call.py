@@ -203,10 +203,28 @@ class Call:
         }
 
     def response_usage(self, response: Any) -> Usage:
+        """What a plain answer is billed: its reported usage; a count it lacks (or the core
+        read as unknown: 0) is counted, the prompt as admission counted it and the output
+        from the answer's text, so that a call the provider served is never billed nothing."""
         usage = reported(self.api.word, response) or Usage()
+        if usage.input_tokens <= 0:
+            usage.input_tokens = int(self._prompt().get("tokens") or 0)
+        if usage.output_tokens <= 0 and not self.api.embeddings:
+            usage.output_tokens = self.count([self.answer_text(response)])
         if not usage.reasoning_tokens and self.api.reasoning_text is not None:
             usage.reasoning_tokens = self.count([self.api.reasoning_text(response)])
         return usage
+
+    def answer_text(self, response: Any) -> str:
+        """The output text of a plain answer, read by the core. Never raises: the call has run."""
+        try:
+            dump = getattr(response, "model_dump", None)
+            # An SDK object whose fields the provider filled oddly dumps without warnings.
+            data = dump(exclude_none=True, warnings=False) if callable(dump) else response
+            return _core.answer_text(jsonable(data), self.api.word)  # type: ignore[arg-type]
+        except Exception as exc:
+            log.warning("usage_guard: cannot read the answer's text: %s", exc)
+            return ""
 
     def capped(self, reasons: Any) -> bool:
         """Whether the answer stopped at the output maximum the ceiling set, from its finish
@@ -245,13 +263,18 @@ class Call:
     def stream_usage(self, state: StreamState, completed: bool) -> Optional[Usage]:
         """What a stream is billed: the reported usage when it ended with one; else the input
         plus the output received (counted). None: nothing was sent or produced, release."""
+        prompt = int(self._prompt().get("tokens") or 0)
         if completed and state.usage is not None:
-            if not state.usage.reasoning_tokens and state.reasoning_text:
-                state.usage.reasoning_tokens = self.count(state.reasoning_text)
-            return state.usage
+            usage = state.usage
+            if usage.input_tokens <= 0:  # not reported, or read as unknown
+                usage.input_tokens = state.input_tokens if state.input_tokens else prompt
+            if usage.output_tokens <= 0:
+                usage.output_tokens = self.count(state.text) + self.count(state.reasoning_text)
+            if not usage.reasoning_tokens and state.reasoning_text:
+                usage.reasoning_tokens = self.count(state.reasoning_text)
+            return usage
         if state.chunks == 0 and (self.api.lazy_stream or not completed):
             return None
-        prompt = int(self._prompt().get("tokens") or 0)
         reasoning = self.count(state.reasoning_text)
         return Usage(
             input_tokens=state.input_tokens if state.input_tokens is not None else prompt,

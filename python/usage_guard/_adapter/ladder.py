@@ -52,6 +52,8 @@ class Ladder:
         self.credential: str = owner._credential
         self.kwargs = dict(zip(api.positional, args))
         self.kwargs.update(kwargs)
+        # Who calls, for the breaker (it opens only on failures of more than one caller).
+        self.caller = str(self.kwargs.get("user") or owner._guard_user or "")
         self.asked = str(self.kwargs.get("model") or "")
         default = api.word.split(".")[0]
         first = _core.model_ladder(self.guard, self.asked, default)[0]
@@ -73,7 +75,7 @@ class Ladder:
         return why is None
 
     def succeeded(self, provider: str) -> None:
-        _core.provider_record(self.guard, provider, self.credential, 200)
+        _core.provider_record(self.guard, provider, self.credential, 200, caller=self.caller)
 
     def failed(self, exc: BaseException, provider: str, last: bool) -> bool:
         """Records a failed attempt; True when the next candidate should take the call."""
@@ -82,7 +84,7 @@ class Ladder:
             return False
         status, error, headers = seen
         recorded = _core.provider_record(
-            self.guard, provider, self.credential, status, error, headers
+            self.guard, provider, self.credential, status, error, headers, caller=self.caller
         )
         if recorded["outcome"] in _CURABLE and not last:
             self.attempted, self.error = True, exc

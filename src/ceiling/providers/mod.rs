@@ -8,10 +8,12 @@ mod gemini;
 mod ollama;
 mod openai;
 mod refusal;
+mod text;
 
 use crate::guard::domain::refusal::Refusal;
 pub use refusal::{HttpRefusal, HttpShape};
 use refusal::{RefusalKind, MAX_CLIENT_RETRY_WAIT_SECONDS};
+pub use text::answer_text;
 
 use serde_json::Value;
 
@@ -43,6 +45,14 @@ pub(crate) fn output_path(request: &Value, api: Api) -> Option<Vec<&'static str>
         Api::OllamaChat | Api::OllamaGenerate => Some(ollama::OUTPUT_PATH.to_vec()),
         Api::OpenAiEmbeddings | Api::OllamaEmbed => None,
     }
+}
+
+/// Another top-level field `request` sets that `api`'s provider also reads as the output
+/// maximum, beside [`output_path`]'s (chat's `max_tokens` beside `max_completion_tokens`): the
+/// fit sets it to the same value, so the provider cannot read a larger one. An error naming
+/// both when they disagree.
+pub(crate) fn other_output_path(request: &Value, api: Api) -> Result<Option<&'static str>> {
+    openai::other_output_path(request, api)
 }
 
 /// Whether a negative output maximum means "no limit" (Ollama's `-1`/`-2`).
@@ -103,16 +113,66 @@ pub fn stopped_at_max(reason: &str, api: Api) -> bool {
 }
 
 /// The usage `response` reports (a response, or the stream event that carries the final
-/// usage); `None` when it carries none.
+/// usage); `None` when it carries none. The one reading of provider usage, for the gateway
+/// and the Python adapters alike, so that whatever a provider reports is billable (a bill
+/// refused for its numbers would release the call unbilled): a count over 2^53 reads as
+/// 2^53, a count that is not a whole number from 0 (negative, fractional, a string) as 0,
+/// which the biller takes as unknown (the prompt as counted, the delivered output counted);
+/// cached input is at most the input and reasoning at most the output. Each oddity is logged.
 pub fn reported_usage(response: &Value, api: Api) -> Option<ReportedUsage> {
-    match api {
+    let read = match api {
         Api::OpenAiChat | Api::OpenAiCompletions | Api::OpenAiResponses | Api::OpenAiEmbeddings => {
             openai::usage(response, api)
         }
         Api::Anthropic => anthropic::usage(response),
         Api::Gemini => gemini::usage(response),
         Api::OllamaChat | Api::OllamaGenerate | Api::OllamaEmbed => ollama::usage(response),
+    };
+    read.map(|u| consistent(u, api))
+}
+
+/// The most a reported count is read as: the largest amount a counter keeps exactly.
+const MAX_COUNT: u64 = crate::guard::domain::policy::MAX_AMOUNT;
+
+/// `u` with its sums held to [`MAX_COUNT`] and each part held to its whole, logging what
+/// had to change.
+fn consistent(mut u: ReportedUsage, api: Api) -> ReportedUsage {
+    for (name, value) in [
+        ("input tokens", &mut u.input_tokens),
+        ("output tokens", &mut u.output_tokens),
+    ] {
+        if *value > MAX_COUNT {
+            log::warn!(
+                "provider usage: {} reported {value} {name} in all, more than 2^53: billed \
+                 as {MAX_COUNT}",
+                api.word()
+            );
+            *value = MAX_COUNT;
+        }
     }
+    if u.cached_input_tokens > u.input_tokens {
+        log::warn!(
+            "provider usage: {} reported {} cached input tokens of {} input tokens: billed as \
+             {} cached",
+            api.word(),
+            u.cached_input_tokens,
+            u.input_tokens,
+            u.input_tokens
+        );
+        u.cached_input_tokens = u.input_tokens;
+    }
+    if u.reasoning_tokens > u.output_tokens {
+        log::warn!(
+            "provider usage: {} reported {} reasoning tokens of {} output tokens: the output \
+             tokens are billed, {} of them recorded as reasoning",
+            api.word(),
+            u.reasoning_tokens,
+            u.output_tokens,
+            u.output_tokens
+        );
+        u.reasoning_tokens = u.output_tokens;
+    }
+    u
 }
 
 /// Where [`reported_usage`] looks in a response or stream event: the paths (object keys from
@@ -130,9 +190,46 @@ pub fn usage_paths(api: Api) -> &'static [&'static [&'static str]] {
     }
 }
 
-/// A non-negative integer at `pointer`, 0 when absent or not one.
+/// The count at `pointer` as [`count`] reads it; 0 when absent.
 fn n(value: &Value, pointer: &str) -> u64 {
-    value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
+    value
+        .pointer(pointer)
+        .and_then(|v| count(v, pointer))
+        .unwrap_or(0)
+}
+
+/// A reported count: `None` for null; a whole number from 0 (an integer, or a float with no
+/// fraction) held to [`MAX_COUNT`]; anything else 0, which a biller takes as unknown. What
+/// is not a plain count is logged (`what` names the field).
+fn count(v: &Value, what: &str) -> Option<u64> {
+    if v.is_null() {
+        return None;
+    }
+    let whole = v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+            .map(|f| {
+                if f >= MAX_COUNT as f64 {
+                    u64::MAX
+                } else {
+                    f as u64
+                }
+            })
+    });
+    Some(match whole {
+        Some(n) if n > MAX_COUNT => {
+            log::warn!("provider usage: {what} = {v} is more than 2^53: read as {MAX_COUNT}");
+            MAX_COUNT
+        }
+        Some(n) => n,
+        None => {
+            log::warn!(
+                "provider usage: {what} = {v} is not a count (a whole number from 0): read as \
+                 unknown, so the call is billed the prompt as counted and the output delivered"
+            );
+            0
+        }
+    })
 }
 
 impl Refusal {

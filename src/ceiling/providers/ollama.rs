@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::ReportedUsage;
+use super::{count, ReportedUsage};
 use crate::guard::domain::refusal::Refusal;
 
 pub(super) const OUTPUT_PATH: [&str; 2] = ["options", "num_predict"];
@@ -20,8 +20,8 @@ pub(super) fn finish_reasons(response: &Value) -> Vec<&str> {
 /// A response or the final stream chunk: `prompt_eval_count` in, `eval_count` out (thinking
 /// included; Ollama does not report it apart).
 pub(super) fn usage(response: &Value) -> Option<ReportedUsage> {
-    let input = response.get("prompt_eval_count").and_then(Value::as_u64);
-    let output = response.get("eval_count").and_then(Value::as_u64);
+    let read = |key: &str| response.get(key).and_then(|v| count(v, key));
+    let (input, output) = (read("prompt_eval_count"), read("eval_count"));
     if input.is_none() && output.is_none() {
         return None;
     }

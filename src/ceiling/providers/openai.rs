@@ -27,6 +27,29 @@ pub(super) fn output_path(request: &Value, api: Api) -> Vec<&'static str> {
     }]
 }
 
+/// Chat reads both `max_tokens` and `max_completion_tokens`: with both set, they must agree
+/// (an upstream may honour either), and the other one is set to the fitted value too.
+pub(super) fn other_output_path(request: &Value, api: Api) -> Result<Option<&'static str>> {
+    let set = |k: &str| request.get(k).is_some_and(|v| !v.is_null());
+    if api != Api::OpenAiChat || !(set("max_tokens") && set("max_completion_tokens")) {
+        return Ok(None);
+    }
+    let legacy = read_count(request, &["max_tokens"], false)?;
+    let newer = read_count(request, &["max_completion_tokens"], false)?;
+    if legacy != newer {
+        return Err(crate::ceiling::fields::field_error(
+            "request.max_tokens",
+            &request["max_tokens"],
+            &format!(
+                "disagrees with request.max_completion_tokens ({}): both set the output \
+                 maximum; send one of them, or the same value in both",
+                request["max_completion_tokens"]
+            ),
+        ));
+    }
+    Ok(Some("max_tokens"))
+}
+
 pub(super) fn choices(request: &Value) -> Result<u64> {
     Ok(read_count(request, &["n"], false)?.unwrap_or(1).max(1))
 }

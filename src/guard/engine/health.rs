@@ -125,13 +125,14 @@ impl ProviderHealth {
         self.book().lock().take(provider, credential, now)
     }
 
-    /// Records the outcome of a call through `credential` of `provider` (`headers`: the
-    /// answer's, for a cooldown's timing), logs what it changed and shares it through the
-    /// store.
+    /// Records the outcome of `caller`'s call through `credential` of `provider`
+    /// (`caller`: a gateway key's label or a user; `headers`: the answer's, for a cooldown's
+    /// timing), logs what it changed and shares it through the store.
     pub async fn record(
         &self,
         provider: &str,
         credential: &str,
+        caller: &str,
         outcome: Outcome,
         headers: &[(String, String)],
     ) -> Recorded {
@@ -139,12 +140,13 @@ impl ProviderHealth {
         let recorded = self
             .book()
             .lock()
-            .record(provider, credential, outcome, headers, now);
+            .record(provider, credential, caller, outcome, headers, now);
         match recorded.transition {
             Transition::Opened(until) => {
                 log::warn!(
                     "provider health: the {provider} breaker opened for {} ms (retryable \
-                     failures); calls go to fallbacks until it half-opens",
+                     failures of more than one caller); calls go to fallbacks until it \
+                     half-opens",
                     until - now
                 );
                 self.share(breaker_note(provider), until, "open", now).await;

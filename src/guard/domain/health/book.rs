@@ -167,13 +167,16 @@ impl HealthBook {
         self.gate(provider, credential, now, true)
     }
 
-    /// Records a call's outcome at `now`; a rate limit or billing exhaustion starts the
-    /// credential's cooldown with the timing read from the answer's `headers`. A rate limit
-    /// never counts against the breaker; nor does a caller mistake.
+    /// Records the outcome of `caller`'s call at `now` (`caller`: who made it, a gateway
+    /// key's label or a user; the breaker opens only on failures of more than one); a rate
+    /// limit or billing exhaustion starts the credential's cooldown with the timing read from
+    /// the answer's `headers`. A rate limit never counts against the breaker; nor does a
+    /// caller mistake.
     pub fn record(
         &mut self,
         provider: &str,
         credential: &str,
+        caller: &str,
         outcome: Outcome,
         headers: &[(String, String)],
         now: Millis,
@@ -184,9 +187,10 @@ impl HealthBook {
             _ => None,
         };
         let transition = match outcome {
-            Outcome::Success | Outcome::Retryable => self
-                .breaker(provider)
-                .record(outcome.counts_as_failure(), now),
+            Outcome::Success | Outcome::Retryable => {
+                self.breaker(provider)
+                    .record(outcome.counts_as_failure(), caller, now)
+            }
             _ => Transition::None,
         };
         let cooldown = reason.map(|reason| {

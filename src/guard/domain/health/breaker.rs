@@ -1,7 +1,9 @@
 //! A provider's circuit breaker. Closed, it records each call's outcome in a sliding window;
-//! once the window holds at least `min_calls` calls and at least `failure_ratio` of them
-//! failed (retryable failures only), it opens for `open_ms`. Then it half-opens: up to
-//! `probes` calls go through; any failure opens it again, `probes` successes close it.
+//! once the window holds at least `min_calls` calls, at least `failure_ratio` of them failed
+//! (retryable failures only) and the failures came from at least `min_failing_callers`
+//! callers, it opens for `open_ms`: one caller's calls alone never take a provider away from
+//! the others. Then it half-opens: up to `probes` calls go through; any failure opens it
+//! again, `probes` successes close it.
 
 use std::collections::VecDeque;
 
@@ -14,6 +16,9 @@ pub struct BreakerSettings {
     pub min_calls: usize,
     /// The share of failures that opens it (0.5).
     pub failure_ratio: f64,
+    /// How many different callers (gateway keys, the wrappers' users) the failures must
+    /// come from (2).
+    pub min_failing_callers: usize,
     /// How far back the window reaches, in ms (60 s).
     pub window_ms: i64,
     /// How long it stays open, in ms (10 s).
@@ -27,6 +32,7 @@ impl Default for BreakerSettings {
         BreakerSettings {
             min_calls: 5,
             failure_ratio: 0.5,
+            min_failing_callers: 2,
             window_ms: 60_000,
             open_ms: 10_000,
             probes: 3,
@@ -71,8 +77,8 @@ pub enum Transition {
 #[derive(Debug, Clone)]
 pub(crate) struct Breaker {
     settings: BreakerSettings,
-    /// (when, failed) of the calls recorded while closed, oldest first.
-    window: VecDeque<(Millis, bool)>,
+    /// (when, failed, the caller's hash) of the calls recorded while closed, oldest first.
+    window: VecDeque<(Millis, bool, u64)>,
     state: BreakerState,
     /// When the half-open state last let a probe through (probes that never report back
     /// are forgotten after `open_ms`).
@@ -167,8 +173,8 @@ impl Breaker {
         }
     }
 
-    /// Records a call's outcome at `now` (`failed`: a retryable failure).
-    pub(crate) fn record(&mut self, failed: bool, now: Millis) -> Transition {
+    /// Records the outcome of `caller`'s call at `now` (`failed`: a retryable failure).
+    pub(crate) fn record(&mut self, failed: bool, caller: &str, now: Millis) -> Transition {
         match self.state(now) {
             BreakerState::Open { .. } => Transition::None,
             BreakerState::HalfOpen {
@@ -192,18 +198,37 @@ impl Breaker {
                 Transition::None
             }
             BreakerState::Closed => {
-                self.window.push_back((now, failed));
+                self.window.push_back((now, failed, caller_hash(caller)));
                 self.trim(now);
                 let calls = self.window.len();
-                let failures = self.window.iter().filter(|(_, f)| *f).count();
+                let failures = self.window.iter().filter(|(_, f, _)| *f).count();
                 let ratio = failures as f64 / calls as f64;
-                if calls >= self.settings.min_calls && ratio >= self.settings.failure_ratio {
+                if calls >= self.settings.min_calls
+                    && ratio >= self.settings.failure_ratio
+                    && self.failing_callers() >= self.settings.min_failing_callers
+                {
                     self.open(now)
                 } else {
                     Transition::None
                 }
             }
         }
+    }
+
+    /// How many different callers the window's failures came from (counted up to the
+    /// threshold).
+    fn failing_callers(&self) -> usize {
+        let want = self.settings.min_failing_callers;
+        let mut seen: Vec<u64> = Vec::with_capacity(want);
+        for (_, failed, caller) in &self.window {
+            if *failed && !seen.contains(caller) {
+                seen.push(*caller);
+                if seen.len() >= want {
+                    break;
+                }
+            }
+        }
+        seen.len()
     }
 
     /// Opens the breaker at `now` for `open_ms`.
@@ -217,8 +242,16 @@ impl Breaker {
     /// Drops calls older than the window (and keeps at most 1000).
     fn trim(&mut self, now: Millis) {
         let from = now - self.settings.window_ms;
-        while self.window.front().is_some_and(|(t, _)| *t <= from) || self.window.len() > 1000 {
+        while self.window.front().is_some_and(|(t, _, _)| *t <= from) || self.window.len() > 1000 {
             self.window.pop_front();
         }
     }
+}
+
+/// A caller's name as the window keeps it (a hash: the window holds up to 1000 calls).
+fn caller_hash(caller: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    caller.hash(&mut h);
+    h.finish()
 }

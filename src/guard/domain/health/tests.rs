@@ -19,14 +19,47 @@ fn book() -> HealthBook {
     HealthBook::new(HealthSettings::default())
 }
 
+/// Two callers take turns (by the instant's parity): a breaker never opens on one's alone.
+fn caller(now: i64) -> &'static str {
+    if now % 2 == 0 {
+        "key-a"
+    } else {
+        "key-b"
+    }
+}
+
 fn fail(b: &mut HealthBook, now: i64) -> Transition {
-    b.record("openai", "k", Outcome::Retryable, &[], now)
+    b.record("openai", "k", caller(now), Outcome::Retryable, &[], now)
         .transition
 }
 
 fn ok(b: &mut HealthBook, now: i64) -> Transition {
-    b.record("openai", "k", Outcome::Success, &[], now)
+    b.record("openai", "k", caller(now), Outcome::Success, &[], now)
         .transition
+}
+
+#[test]
+fn one_caller_s_failures_alone_never_open_it_a_second_caller_s_do() {
+    let mut b = book();
+    for i in 0..50 {
+        let r = b.record("openai", "k", "key-a", Outcome::Retryable, &[], T0 + i);
+        assert_eq!(r.transition, Transition::None, "call {i}");
+    }
+    // Another caller keeps being served meanwhile.
+    assert!(b.take("openai", "k", T0 + 50).is_ok());
+    // One failure of a second caller, with the first one's in the window, opens it.
+    let r = b.record("openai", "k", "key-b", Outcome::Retryable, &[], T0 + 51);
+    assert!(matches!(r.transition, Transition::Opened(_)));
+}
+
+#[test]
+fn a_second_caller_s_successes_do_not_count_as_failing_callers() {
+    let mut b = book();
+    for i in 0..5 {
+        b.record("openai", "k", "key-a", Outcome::Retryable, &[], T0 + i);
+        let r = b.record("openai", "k", "key-b", Outcome::Success, &[], T0 + i);
+        assert_eq!(r.transition, Transition::None);
+    }
 }
 
 #[test]
@@ -60,12 +93,12 @@ fn the_ratio_opens_at_one_half_not_below() {
 fn caller_mistakes_and_rate_limits_never_count() {
     let mut b = book();
     for i in 0..20 {
-        let r = b.record("openai", "k", Outcome::CallerMistake, &[], T0 + i);
+        let r = b.record("openai", "k", "key-a", Outcome::CallerMistake, &[], T0 + i);
         assert_eq!(r.transition, Transition::None);
         assert_eq!(r.cooldown, None);
     }
     for i in 0..20 {
-        let r = b.record("openai", "k2", Outcome::RateLimited, &[], T0 + i);
+        let r = b.record("openai", "k2", "key-a", Outcome::RateLimited, &[], T0 + i);
         assert_eq!(r.transition, Transition::None);
         assert!(r.cooldown.is_some());
     }
@@ -201,7 +234,7 @@ fn outcomes_classify_by_status_and_billing_words() {
 #[test]
 fn a_billing_exhaustion_cools_the_key_as_billing() {
     let mut b = book();
-    let r = b.record("openai", "k", Outcome::Billing, &[], T0);
+    let r = b.record("openai", "k", "key-a", Outcome::Billing, &[], T0);
     let c = r.cooldown.unwrap();
     assert_eq!(
         (c.reason, c.until),
@@ -284,7 +317,7 @@ fn the_wait_is_clamped_to_five_minutes_and_keeps_what_was_asked() {
     assert!(!t.clamped());
     let mut b = book();
     let headers = h(&[("x-ratelimit-reset-requests", "1h")]);
-    let r = b.record("openai", "k", Outcome::RateLimited, &headers, T0);
+    let r = b.record("openai", "k", "key-a", Outcome::RateLimited, &headers, T0);
     assert_eq!(r.cooldown.unwrap().until, T0 + 300_000);
 }
 

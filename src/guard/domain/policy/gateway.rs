@@ -38,6 +38,9 @@ pub struct GatewayKey {
     pub attributes: BTreeMap<String, String>,
     /// The models the key may call; `None`: every model.
     pub models: Option<Vec<String>>,
+    /// The headers choosing the operator's account (`ACCOUNT_HEADERS`) the key's calls may
+    /// pass on to the provider; none by default.
+    pub pass_headers: Vec<String>,
 }
 
 /// The `gateway` section.
@@ -47,8 +50,11 @@ pub struct GatewaySettings {
     pub(super) by_digest: HashMap<String, usize>,
     /// Bodies larger than this are refused with 413.
     pub max_body_bytes: u64,
-    /// How long an upstream call may take before it is given up (504, ticket released).
+    /// How long an upstream call may take before it is given up (504, the prompt billed).
     pub upstream_timeout_seconds: u64,
+    /// How long a streamed call's answer may take to start (its status and headers) before
+    /// it is given up (504, the prompt billed, a failure of the provider for its breaker).
+    pub upstream_first_byte_seconds: u64,
     /// How long a shutdown lets running calls and streams finish.
     pub drain_seconds: u64,
     /// Threads serving calls, each with its own event loop (`None`: one per core). Read
@@ -65,6 +71,7 @@ impl Default for GatewaySettings {
             by_digest: HashMap::new(),
             max_body_bytes: 8 * 1024 * 1024,
             upstream_timeout_seconds: 600,
+            upstream_first_byte_seconds: 60,
             drain_seconds: 30,
             threads: None,
             admin_token_env: None,
@@ -100,10 +107,11 @@ pub(crate) fn key_digest(key: &str) -> String {
 /// The most serving threads a gateway may ask for.
 const MAX_THREADS: u64 = 256;
 const UPSTREAM_KEYS: [&str; 2] = ["base_url", "api_key_env"];
-const GATEWAY_KEYS: [&str; 6] = [
+const GATEWAY_KEYS: [&str; 7] = [
     "keys",
     "max_body_bytes",
     "upstream_timeout_seconds",
+    "upstream_first_byte_seconds",
     "drain_seconds",
     "threads",
     "admin_token_env",
@@ -186,6 +194,7 @@ impl Parser {
         for (name, min) in [
             ("max_body_bytes", 1),
             ("upstream_timeout_seconds", 1),
+            ("upstream_first_byte_seconds", 1),
             ("drain_seconds", 0),
         ] {
             let Some(v) = fields.get(name) else { continue };
@@ -195,6 +204,7 @@ impl Parser {
             match name {
                 "max_body_bytes" => settings.max_body_bytes = n,
                 "upstream_timeout_seconds" => settings.upstream_timeout_seconds = n,
+                "upstream_first_byte_seconds" => settings.upstream_first_byte_seconds = n,
                 _ => settings.drain_seconds = n,
             }
         }

@@ -24,13 +24,24 @@ const KEY_ATTRIBUTES: [Attribute; 7] = [
     Attribute::Role,
 ];
 
-pub(super) const KEY_KEYS: [&str; 6] = [
+pub(super) const KEY_KEYS: [&str; 7] = [
     "key",
     "principal",
     "credential",
     "teams",
     "attributes",
     "models",
+    "pass_headers",
+];
+
+/// Caller headers that choose the operator's provider account: its organization or project
+/// (who is invoiced) or its beta features (what is billed). The gateway drops them unless the
+/// key's `pass_headers` lists them.
+pub(crate) const ACCOUNT_HEADERS: [&str; 4] = [
+    "openai-organization",
+    "openai-project",
+    "openai-beta",
+    "anthropic-beta",
 ];
 
 fn is_digest(text: &str) -> bool {
@@ -112,6 +123,10 @@ impl Parser {
             .get("attributes")
             .map(|v| self.attributes(&key_path(path, "attributes"), v))
             .unwrap_or_default();
+        let pass_headers = fields
+            .get("pass_headers")
+            .map(|v| self.pass_headers(&key_path(path, "pass_headers"), v))
+            .unwrap_or_default();
         Some(GatewayKey {
             sha256: sha256?,
             label: name.to_string(),
@@ -120,7 +135,33 @@ impl Parser {
             teams: key_teams,
             attributes,
             models: key_models,
+            pass_headers,
         })
+    }
+
+    /// A key's `pass_headers`: names of [`ACCOUNT_HEADERS`], in any letter case.
+    fn pass_headers(&mut self, path: &str, value: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, item) in self.list(path, value).iter().enumerate() {
+            let at = format!("{path}[{i}]");
+            let Some(name) = self.string(&at, item) else {
+                continue;
+            };
+            let name = name.to_ascii_lowercase();
+            if ACCOUNT_HEADERS.contains(&name.as_str()) {
+                if !out.contains(&name) {
+                    out.push(name);
+                }
+                continue;
+            }
+            let why = format!(
+                "is not a header a key may pass on (the others are the gateway's to set or \
+                 drop); accepted: {}",
+                ACCOUNT_HEADERS.join(", ")
+            );
+            self.error(&at, Some(item), why);
+        }
+        out
     }
 
     /// A list of ids, each one the policy defines.
