@@ -18,8 +18,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ._core import Guard, MemoryStore, Policy, RedisStore, SqliteLedger
-from .cli_usage import open_ledger
+from ._core import Guard, MemoryStore, Policy, RedisStore
+from .ledger_url import open_ledger
 
 if TYPE_CHECKING:
     from .quota import QuotaService
@@ -54,14 +54,16 @@ def _service(args: argparse.Namespace, create: bool = False) -> QuotaService:
     """A service on the ledger's database (`create`: a new SQLite file is fine)."""
     from .quota import QuotaService  # with the command, not with every CLI start
 
-    if create and "://" not in args.ledger:
-        SqliteLedger(args.ledger).close()
     store: Any = MemoryStore()
     if args.store:
         store = (
             RedisStore(args.store, prefix=args.prefix) if args.prefix else RedisStore(args.store)
         )
-    guard = Guard(Policy.from_dict({"models": {}}), store=store, ledger=open_ledger(args.ledger))
+    guard = Guard(
+        Policy.from_dict({"models": {}}),
+        store=store,
+        ledger=open_ledger(args.ledger, create=create),
+    )
     return QuotaService(guard, poll=False)
 
 
