@@ -1,6 +1,11 @@
 """The shapes of the plain dicts usage_guard returns and accepts, for annotations.
 
-The values stay ordinary dicts at run time; these `TypedDict`s only describe their keys:
+The values stay ordinary dicts at run time; these `TypedDict`s only describe their keys.
+Every figure names its unit (docs/policy.md, "Units"): a key that holds one metric says it
+(`input_tokens`, `cost_micros`, `compute_ms`), and a row that holds a figure of any metric
+(`amount`, `used`, `reserved`, `left`, `budget`) carries `unit`. Money is always integer
+micro-dollars (`micro_usd`: 1,000,000 is $1); only documents people write (a policy's cost
+amounts and prices, a quota policy's `ai.cost` limit) are in dollars.
 
     from usage_guard.types import Ceiling, UsageView
 
@@ -15,16 +20,20 @@ __all__ = [
     "Action",
     "AuditEntry",
     "Billed",
+    "EffectiveLimit",
     "Ceiling",
     "ErrorShape",
     "Event",
     "EventKind",
+    "LedgerGroup",
     "LimitType",
     "Metric",
     "MetricFamily",
     "MetricSample",
+    "PersonUsage",
     "PromptCount",
     "Provider",
+    "QuotaUsage",
     "ReportedUsage",
     "Rates",
     "Reserved",
@@ -33,6 +42,7 @@ __all__ = [
     "RuleWarning",
     "Source",
     "SourceType",
+    "Unit",
     "UsageView",
 ]
 
@@ -73,6 +83,10 @@ Metric = Literal[
     "tokens", "input_tokens", "output_tokens", "cost", "requests", "compute_ms", "concurrency"
 ]
 
+# The unit of a metric's figures: tokens (tokens, input_tokens, output_tokens), micro_usd
+# (cost: integer millionths of a dollar), requests, ms (compute_ms), calls (concurrency).
+Unit = Literal["tokens", "micro_usd", "requests", "ms", "calls"]
+
 
 class Rates(TypedDict):
     """A model's prices in dollars per million tokens."""
@@ -104,6 +118,8 @@ class _RuleUsageKeys(TypedDict):
     limit_type: LimitType
     per_person: bool
     metric: Metric
+    unit: Unit
+    """The unit of `amount`, `used`, `reserved` and `left` (micro_usd for cost)."""
     window: str
     amount: int
     used: int
@@ -123,6 +139,8 @@ class Restriction(TypedDict):
 
     restricted_by: LimitType
     metric: Metric
+    unit: Unit
+    """The unit of `current_value` and `max_value`."""
     window: str
     current_value: int
     max_value: int
@@ -135,6 +153,19 @@ class UsageView(TypedDict):
     rules: list[RuleUsage]
     ceilings: list[RuleUsage]
     restriction: Optional[Restriction]
+
+
+class PersonUsage(TypedDict):
+    """`Guard.usage(user)` (no model): the person's view across models."""
+
+    user: Optional[str]
+    rules: list[RuleUsage]
+    """The rules that count the person on every model: their User's Total Limit and the
+    General Platform Limit (each also among the ceilings of every model's view)."""
+    models: dict[str, UsageView]
+    """By model id, in the policy's order: `Guard.usage(user, model)` of each model where a
+    rule of its own applies to the person (a direct, team or public limit, a Model Total, a
+    generic rule); models where only the all-models rules apply are left out."""
 
 
 class Billed(TypedDict):
@@ -161,7 +192,7 @@ class Reserved(TypedDict, total=False):
     tokens: int
     input_tokens: int
     output_tokens: int
-    cost: int
+    cost_micros: int
     requests: int
     concurrency: int
 
@@ -172,9 +203,11 @@ class RuleWarning(TypedDict):
 
     rule: str
     amount: Metric
-    used: Union[int, float]
-    """What the rule's counter counts with this call's hold (dollars for cost)."""
-    budget: Union[int, float]
+    unit: Unit
+    """The unit of `used` and `budget` (micro_usd for cost)."""
+    used: int
+    """What the rule's counter counts with this call's hold."""
+    budget: int
     threshold: float
     """The highest `warn_at` reached, or 1.0 past the budget."""
     action: Action
@@ -211,7 +244,50 @@ class AuditEntry(TypedDict):
     principal: Optional[str]
     model: Optional[str]
     detail: dict[str, Any]
-    """amount, used, budget (dollars for cost), action, would_refuse."""
+    """amount (the metric), unit, used, budget (integers in the unit), action, would_refuse."""
+
+
+class _LedgerSums(TypedDict):
+    requests: int
+    tokens: int
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cost_micros: int
+    compute_ms: int
+
+
+class LedgerGroup(_LedgerSums, total=False):
+    """One group of `ledger.query(...)`: the keys it was grouped by (None where the rows had
+    none: a call billed to no team) and its sums."""
+
+    user: Optional[str]
+    team: Optional[str]
+    model: Optional[str]
+    day: Optional[str]
+
+
+class QuotaUsage(TypedDict):
+    """`QuotaService.usage(subject, dimension)`: `used` (reserved by running calls included),
+    `limit`, `remaining` in `unit`, and when the window resets; all but `unit` None when no
+    limit is assigned."""
+
+    used: Optional[int]
+    limit: Optional[int]
+    remaining: Optional[int]
+    reset_at: Optional[str]
+    unit: Unit
+
+
+class EffectiveLimit(TypedDict):
+    """`QuotaService.effective_limit(...)`: the limit that binds (in `unit`), its window and
+    the subject it is assigned to."""
+
+    limit: int
+    window: Optional[str]
+    subject: str
+    unit: Unit
 
 
 class PromptCount(TypedDict):
