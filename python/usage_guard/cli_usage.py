@@ -13,6 +13,7 @@ import argparse
 import datetime
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any, Optional, Sequence, TextIO
 
 from ._core import LedgerError
@@ -90,7 +91,7 @@ def _cost(micros: int) -> str:
     return f"${dollars:,}.{rest:06d}"
 
 
-def _table(groups: list[dict[str, Any]], keys: list[str], out: TextIO) -> None:
+def _table(groups: Sequence[Mapping[str, Any]], keys: list[str], out: TextIO) -> None:
     header = [*keys, *SUMS]
     rows = [
         [
