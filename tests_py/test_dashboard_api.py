@@ -119,10 +119,9 @@ def counters_match_usage(counters: list[dict[str, Any]], guard: ug.Guard) -> int
     for row in counters:
         view = guard.usage(row["principal"], row["model"])
         assert row["source"] == {"type": view["source"]["type"], "id": view["source"]["id"]}
-        got = [(r["metric"], r["window"], r["used"], r["reserved"], r["left"]) for r in row["rules"]]
-        want = [
-            (r["metric"], r["window"], r["used"], r["reserved"], r["left"]) for r in view["rules"]
-        ]
+        keys = ("metric", "window", "used", "reserved", "left")
+        got = [tuple(r[k] for k in keys) for r in row["rules"]]
+        want = [tuple(r[k] for k in keys) for r in view["rules"]]
         assert got == want, (row["principal"], row["model"])
         seen += len(got)
     return seen

@@ -27,6 +27,7 @@ from .quota_calls import (
     disabled_by,
     effective,
     instant_ms,
+    record_spec,
     units_of,
     usage_view,
 )
@@ -34,11 +35,10 @@ from .quota_calls import poll as _poll_loop
 from .quota_model import (
     VERSION_ENDPOINT,
     VERSION_RULE,
+    QuotaPolicyError,
     Subject,
     compile_rules,
-    metric_of,
 )
-from .quota_model import QuotaPolicyError
 from .quota_store import Database, PolicyInUse, QuotaStore
 
 if TYPE_CHECKING:
@@ -220,38 +220,6 @@ class QuotaService:
         counters = await _core._quota_counters_async(self.guard, u, attrs, prefix)
         return decide(dimension, units, counters)
 
-    def _record_spec(
-        self,
-        subject: Subject,
-        dimension: str,
-        amount: int,
-        model: Optional[str],
-        executor: Optional[str],
-        request_id: str,
-        meta: Any,
-        team: Optional[str],
-        role: Optional[str],
-        user: Optional[str],
-    ) -> dict[str, Any]:
-        if not isinstance(request_id, str) or not request_id:
-            raise ValueError(
-                f"request_id: {request_id!r} is not a request id; accepted: a non-empty string"
-            )
-        units = units_of(dimension, amount)
-        u, attrs, prefix = call_of(subject, dimension, team, role, user)
-        return {
-            "user": u,
-            "attributes": attrs,
-            "prefix": prefix,
-            "metric": metric_of(dimension),
-            "amount": units,
-            "request_id": request_id,
-            "dimension": dimension,
-            "model": model,
-            "executor": executor,
-            "meta": meta,
-        }
-
     def record(
         self,
         subject: Subject,
@@ -267,9 +235,10 @@ class QuotaService:
         user: Optional[str] = None,
     ) -> bool:
         """Adds use that did not pass through `admit` (`amount` in the dimension's unit: whole
-        micro-dollars for ai.cost) to every quota it applies, never refusing; once per `request_id` (a repeat counts nothing and returns False). The first
-        time, a ledger row `rec:<request_id>` (source type `quota`) is written."""
-        spec = self._record_spec(
+        micro-dollars for ai.cost) to every quota it applies, never refusing; once per
+        `request_id` (a repeat counts nothing and returns False). The first time, a ledger
+        row `rec:<request_id>` (source type `quota`) is written."""
+        spec = record_spec(
             subject, dimension, amount, model, executor, request_id, meta, team, role, user
         )
         return bool(_core._quota_record(self.guard, spec))
@@ -289,7 +258,7 @@ class QuotaService:
         user: Optional[str] = None,
     ) -> bool:
         """`record` as a coroutine."""
-        spec = self._record_spec(
+        spec = record_spec(
             subject, dimension, amount, model, executor, request_id, meta, team, role, user
         )
         return bool(await _core._quota_record_async(self.guard, spec))

@@ -1,5 +1,5 @@
-"""The quota service's calls as pure functions: amounts in their dimension's unit, the call a subject
-makes, the decision over the counters read, instants."""
+"""The quota service's calls as pure functions: amounts in their dimension's unit, the call a
+subject makes, the decision over the counters read, instants."""
 
 from __future__ import annotations
 
@@ -134,6 +134,39 @@ def call_of(
     if not dimension.startswith("ai."):
         attrs["endpoint"] = dimension
     return user, attrs, f"{RULE_PREFIX}{dimension} "
+
+
+def record_spec(
+    subject: Subject,
+    dimension: str,
+    amount: Any,
+    model: Optional[str],
+    executor: Optional[str],
+    request_id: str,
+    meta: Any,
+    team: Optional[str],
+    role: Optional[str],
+    user: Optional[str],
+) -> dict[str, Any]:
+    """A `record` as the engine's call takes it (`_core._quota_record`), checked."""
+    if not isinstance(request_id, str) or not request_id:
+        raise ValueError(
+            f"request_id: {request_id!r} is not a request id; accepted: a non-empty string"
+        )
+    units = units_of(dimension, amount)
+    u, attrs, prefix = call_of(subject, dimension, team, role, user)
+    return {
+        "user": u,
+        "attributes": attrs,
+        "prefix": prefix,
+        "metric": metric_of(dimension),
+        "amount": units,
+        "request_id": request_id,
+        "dimension": dimension,
+        "model": model,
+        "executor": executor,
+        "meta": meta,
+    }
 
 
 def decide(dimension: str, units: int, counters: list[dict[str, Any]]) -> Decision:

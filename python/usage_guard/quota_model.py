@@ -4,8 +4,8 @@ limits, and how a policy assigned to a subject compiles into generic rules."""
 from __future__ import annotations
 
 import re
-from math import inf
 from collections.abc import Mapping
+from math import inf
 from typing import Any, Optional, Union
 
 SUBJECT_TYPES = ("team", "user", "role")

@@ -14,7 +14,7 @@ amounts and prices, a quota policy's `ai.cost` limit) are in dollars.
 tests_py/test_boundary.py checks that every key here is a key the core writes, and back.
 """
 
-from typing import Any, Literal, Optional, TypedDict, Union
+from typing import Any, Literal, Optional, Protocol, TypedDict
 
 __all__ = [
     "Action",
@@ -25,6 +25,8 @@ __all__ = [
     "ErrorShape",
     "Event",
     "EventKind",
+    "GuardedAnswer",
+    "GuardedStreamAnswer",
     "LedgerGroup",
     "LimitType",
     "Metric",
@@ -43,6 +45,7 @@ __all__ = [
     "Source",
     "SourceType",
     "Unit",
+    "UsageLimits",
     "UsageView",
 ]
 
@@ -320,3 +323,50 @@ class MetricFamily(TypedDict):
     type: Literal["counter", "gauge", "histogram"]
     help: str
     samples: list[MetricSample]
+
+
+class _Capped(TypedDict):
+    capped: bool
+    """True when a usage limit cut the answer short (its output maximum was lowered to fit
+    what was left and the answer stopped there)."""
+
+
+class UsageLimits(_Capped, total=False):
+    """A guarded answer's `usage_limits`: the usage view (`Guard.usage(user, model)`) read
+    after the call was billed, with `capped`; only `capped` when the view could not be read."""
+
+    source: Source
+    rules: list[RuleUsage]
+    ceilings: list[RuleUsage]
+    restriction: Optional[Restriction]
+
+
+class GuardedAnswer(Protocol):
+    """What a guarded client sets on each answer it returns (the SDK's own object, with
+    these attributes): `usage_guard.openai.GuardedChatCompletion` and its kin are the SDK's
+    answer types with this protocol. Annotate with it to accept any guarded answer."""
+
+    usage_limits: UsageLimits
+    usage_restriction: Optional[Restriction]
+    """The rule closest to its amount after the call (`usage_limits["restriction"]`)."""
+    usage_billed: Optional[Billed]
+    """What the call was billed (None when the bill failed and was logged)."""
+    usage_warnings: list[RuleWarning]
+    usage_degraded: Optional[str]
+    """The model asked for, when a `degrade` rule sent another; else None."""
+    usage_resolution: Optional[str]
+    """`fallback(asked -> served, pre-attempt|post-attempt, unavailable)` when a fallback
+    answered (clients with `fallbacks`); else None."""
+
+
+class GuardedStreamAnswer(Protocol):
+    """The same attributes on a guarded stream: set when the stream ends, breaks or is
+    closed (billed then); None, and no warnings, until then (`usage_resolution` is known at
+    once)."""
+
+    usage_limits: Optional[UsageLimits]
+    usage_restriction: Optional[Restriction]
+    usage_billed: Optional[Billed]
+    usage_warnings: list[RuleWarning]
+    usage_degraded: Optional[str]
+    usage_resolution: Optional[str]
