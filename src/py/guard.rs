@@ -155,9 +155,8 @@ impl PyGuard {
             }
             None => {
                 let who = user.clone();
-                let view = py.detach(move || {
-                    crate::runtime::block_on(guard.usage_across(who.as_deref()))
-                })?;
+                let view = py
+                    .detach(move || crate::runtime::block_on(guard.usage_across(who.as_deref())))?;
                 person_view_to_py(py, user.as_deref(), &view)
             }
         }

@@ -149,9 +149,9 @@ pub(crate) fn person_view(views: Vec<(Arc<str>, UsageView)>) -> PersonView {
     let mut models = Vec::new();
     for (model, view) in views {
         for r in view.ceilings.iter().filter(|r| spans_models(r)) {
-            let seen = rules.iter().any(|s| {
-                (s.limit_type, s.metric, s.window) == (r.limit_type, r.metric, r.window)
-            });
+            let seen = rules
+                .iter()
+                .any(|s| (s.limit_type, s.metric, s.window) == (r.limit_type, r.metric, r.window));
             if !seen {
                 rules.push(r.clone());
             }

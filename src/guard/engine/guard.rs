@@ -105,16 +105,19 @@ impl Guard {
     }
 
     /// A person's view across models: the rules that count them on every model, and their
-    /// view on each model of the policy where a rule of its own applies to them.
+    /// view on each model of the policy where a rule of its own applies to them (the
+    /// models' counters read at once, one read per model).
     pub async fn usage_across(&self, user: Option<&str>) -> Result<PersonView> {
         let policy = self.policy();
         self.shared.queue.flush(None, Retries::Skipped).await;
-        let mut views = Vec::with_capacity(policy.models.len());
-        for model in &policy.models {
-            let path = self.path(user, &model.id)?;
-            views.push((model.id.clone(), self.view_of(&path).await?));
-        }
-        Ok(view::person_view(views))
+        let paths = policy
+            .models
+            .iter()
+            .map(|model| self.path(user, &model.id))
+            .collect::<Result<Vec<_>>>()?;
+        let views = futures::future::try_join_all(paths.iter().map(|p| self.view_of(p))).await?;
+        let models = policy.models.iter().map(|m| m.id.clone());
+        Ok(view::person_view(models.zip(views).collect()))
     }
 
     /// The view of `path` from one read of its counters.
