@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ._core import Guard, MemoryStore, Policy, RedisStore
 from .ledger_url import open_ledger
-from .quota_model import check_limits, parse_subject
 
 if TYPE_CHECKING:
     from .quota import QuotaService
@@ -138,6 +137,8 @@ def _create(args: argparse.Namespace, q: QuotaService) -> None:
 
 def assigned_policy(q: QuotaService, subject: str) -> Optional[str]:
     """The policy assigned to `subject` now, if any."""
+    from .quota_model import parse_subject
+
     kind, ident = parse_subject(subject)
     found = [a["policy"] for a in q.assignments() if a["subject"] == f"{kind}:{ident}"]
     return found[0] if found else None
@@ -277,6 +278,8 @@ def _stored_preset(
     q: QuotaService, name: str, limits: dict[str, Any], args: argparse.Namespace
 ) -> list[str]:
     """Stores (and assigns) the preset; what it replaced, in words."""
+    from .quota_model import check_limits
+
     existing = next((p for p in q.policies() if p["name"] == name), None)
     replaced = []
     before = _replacing(q, name, args.assign, args.replace) if args.assign else None
