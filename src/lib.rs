@@ -47,7 +47,7 @@ pub use guard::domain::path::{SourceKind, SourceRef};
 pub use guard::domain::policy::{Policy, Prices, MAX_AMOUNT};
 pub use guard::domain::refusal::{Reason, Refusal};
 pub use guard::domain::rule::{CounterId, LimitType, Metric, Scope};
-pub use guard::domain::view::UsageView;
+pub use guard::domain::view::{PersonView, UsageView};
 pub use guard::domain::window::{Anchored, CalendarUnit, Window};
 pub use guard::engine::admission::AdmitRequest;
 pub use guard::engine::batch::{BatchRequest, BatchTicket};

@@ -44,7 +44,7 @@ fn audit_round_trip(ledger: Arc<dyn Ledger>) {
     assert_eq!(first.counter_key, sent[0].key.render());
     assert_eq!(
         first.detail,
-        serde_json::json!({"amount": "requests", "used": 1, "budget": 10,
+        serde_json::json!({"amount": "requests", "unit": "requests", "used": 1, "budget": 10,
                            "action": "block", "would_refuse": false})
     );
     // The halted call had no user.

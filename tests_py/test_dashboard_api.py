@@ -119,10 +119,9 @@ def counters_match_usage(counters: list[dict[str, Any]], guard: ug.Guard) -> int
     for row in counters:
         view = guard.usage(row["principal"], row["model"])
         assert row["source"] == {"type": view["source"]["type"], "id": view["source"]["id"]}
-        got = [(r["metric"], r["window"], r["used"], r["held"], r["left"]) for r in row["rules"]]
-        want = [
-            (r["metric"], r["window"], r["used"], r["reserved"], r["left"]) for r in view["rules"]
-        ]
+        keys = ("metric", "window", "used", "reserved", "left")
+        got = [tuple(r[k] for k in keys) for r in row["rules"]]
+        want = [tuple(r[k] for k in keys) for r in view["rules"]]
         assert got == want, (row["principal"], row["model"])
         seen += len(got)
     return seen
@@ -185,12 +184,12 @@ def test_counters_are_live_and_equal_guard_usage(seeded: Any) -> None:
     ]
     assert counters_match_usage(c["counters"], guard) == 6
     alice = c["counters"][1]["rules"]
-    assert alice[0]["held"] == 150 and alice[0]["used"] == 4800
+    assert alice[0]["reserved"] == 150 and alice[0]["used"] == 4800
     assert alice[0]["resets_at"] == "2026-12-01T00:00:00Z"
     held.release()
     after = get(gateway, "/admin/dashboard/counters?user=alice")
     assert [r["model"] for r in after["counters"]] == ["gpt-4o", "gpt-4o-mini"]
-    assert after["counters"][0]["rules"][0]["held"] == 0
+    assert after["counters"][0]["rules"][0]["reserved"] == 0
 
 
 def test_refusals_by_reason_equal_the_metrics(seeded: Any) -> None:
@@ -268,7 +267,7 @@ def test_usage_guard_dashboard_serves_a_library_deployment_on_redis(
         c = httpx.get(url + "/admin/dashboard/counters", headers=auth).json()
         # the dashboard's own guard reads the application's counters: the hold too
         assert counters_match_usage(c["counters"], guard) == 6
-        assert c["counters"][1]["rules"][0]["held"] == 150
+        assert c["counters"][1]["rules"][0]["reserved"] == 150
         s = httpx.get(url + "/admin/usage/series?group=model", headers=auth).json()
         want = app_ledger.query(since=s["since"], until=s["until"], group_by=["model"])
         assert [(t["key"], t["tokens"], t["requests"]) for t in s["totals"]] == [

@@ -152,6 +152,7 @@ def assert_audited(ledger: Any, heard: list[types.Event]) -> None:
         assert {k: row[k] for k in same} == {k: event[k] for k in same}
     assert rows[0]["detail"] == {
         "amount": "requests",
+        "unit": "requests",
         "used": 1,
         "budget": 10,
         "action": "block",

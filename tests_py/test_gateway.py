@@ -344,7 +344,7 @@ def test_admin_api(fake, start, monkeypatch, tmp_path):
         view = r.json()
         assert view["source"] == {"type": "direct", "id": "alice"}
         tokens = next(rule for rule in view["rules"] if rule["metric"] == "tokens")
-        assert (tokens["amount"], tokens["used"], tokens["held"]) == (5000, 31, 0)  # 21 + 10
+        assert (tokens["amount"], tokens["used"], tokens["reserved"]) == (5000, 31, 0)  # 21 + 10
         assert tokens["left"] == 5000 - 31 and tokens["resets_at"].endswith("Z")
         guard.close()
         r = admin(gateway, "GET", "usage", params={"group_by": "user,model"})

@@ -443,7 +443,7 @@ def test_cost_from_prices_in_exact_micro_dollars(make_guard: MakeGuard) -> None:
     guard = make_guard(policy(direct=[direct("alice", "gpt-5", cost)]))
     ticket = guard.admit("alice", "gpt-5", prompt_tokens=1_000, max_tokens=3_000)
     # Held at the dearest rates: 1,000 × $1.25/M + 3,000 × $10/M.
-    assert ticket.reserved["cost"] == 31_250
+    assert ticket.reserved["cost_micros"] == 31_250
     assert ticket.ceiling["cost_micros"] == 31_250
     assert ticket.ceiling["rates"] == {"input": 1.25, "cached_input": 0.125, "output": 10.0}
     billed = ticket.bill(input_tokens=1_000, output_tokens=3_000, cached_input_tokens=400)
@@ -580,6 +580,7 @@ def test_restriction_is_the_rule_closest_to_its_amount(make_guard: MakeGuard) ->
     assert guard.usage("alice", "gpt-5")["restriction"] == {
         "restricted_by": "platform",
         "metric": "requests",
+        "unit": "requests",
         "window": "hour",
         "current_value": 1,
         "max_value": 3,
@@ -588,6 +589,7 @@ def test_restriction_is_the_rule_closest_to_its_amount(make_guard: MakeGuard) ->
     assert guard.usage("alice", "gpt-5")["restriction"] == {
         "restricted_by": "direct",
         "metric": "tokens",
+        "unit": "tokens",
         "window": "day",
         "current_value": 7_000,
         "max_value": 10_000,

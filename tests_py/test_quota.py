@@ -57,7 +57,8 @@ def service(request: pytest.FixtureRequest, tmp_path: Any, clock: ug.ManualClock
 
 def test_check_usage_and_record_of_a_team(service: Make) -> None:
     q = service()
-    assert q.check("team:research", "ai.tokens.total", 10) == ug.Decision(True, None, None, None)
+    nothing = ug.Decision(True, None, None, None, "tokens")
+    assert q.check("team:research", "ai.tokens.total", 10) == nothing
     q.create_policy("research", TEAM)
     q.assign("research", "team:research")
     d = q.check("team:research", "ai.tokens.total", 1000)
@@ -66,18 +67,21 @@ def test_check_usage_and_record_of_a_team(service: Make) -> None:
     d = q.check("team:research", "ai.tokens.total", 101)
     assert not d.allowed and d.remaining == 100
     assert (
-        d.reason == "quota_exceeded: team:research has 100 of 1000 ai.tokens.total left this month"
+        d.reason == "quota_exceeded: team:research has 100 of 1,000 ai.tokens.total left this "
+        "month; 101 asked"
     )
     assert q.usage("team:research", "ai.tokens.total") == {
         "used": 900,
         "limit": 1000,
         "remaining": 100,
         "reset_at": "2026-12-01T00:00:00Z",
+        "unit": "tokens",
     }
     assert q.usage("team:research", "ai.tokens.total", "month")["used"] == 900
-    # Cost in dollars; a tool count; another team untouched.
-    q.record(("team", "research"), "ai.cost", 1.25, request_id="c1")
-    assert q.usage("team:research", "ai.cost")["remaining"] == 3.75
+    # Cost in micro-dollars ($1.25 of the $5 limit); a tool count; another team untouched.
+    q.record(("team", "research"), "ai.cost", 1_250_000, request_id="c1")
+    cost = q.usage("team:research", "ai.cost")
+    assert (cost["remaining"], cost["limit"], cost["unit"]) == (3_750_000, 5_000_000, "micro_usd")
     q.record("team:research", "tools.invocations", 10, request_id="t1")
     assert not q.check("team:research", "tools.invocations").allowed
     assert q.usage("team:other", "ai.tokens.total")["used"] is None
@@ -120,6 +124,7 @@ def test_team_cap_user_sub_cap_and_role_default(service: Make) -> None:
         "limit": 300,
         "window": "month",
         "subject": "user:alice",
+        "unit": "tokens",
     }
     assert q.effective_limit("user:bob", "ai.tokens.total", team="research")["limit"] == 1000
     # The role's default binds its members (each its own counter).
@@ -127,6 +132,7 @@ def test_team_cap_user_sub_cap_and_role_default(service: Make) -> None:
         "limit": 200,
         "window": "day",
         "subject": "role:member",
+        "unit": "tokens",
     }
     q.record("user:bob", "ai.tokens.total", 150, request_id="b1", role="member")
     assert not q.check("user:bob", "ai.tokens.total", 60, role="member").allowed
@@ -166,6 +172,7 @@ def test_crud_effective_from_and_unassign(service: Make, clock: ug.ManualClock) 
         "limit": 50,
         "window": "day",
         "subject": "user:alice",
+        "unit": "tokens",
     }
     assert q.policies()[0]["subjects"] == ["user:alice"]
     with pytest.raises(ug.PolicyInUse, match="'small' is assigned to user:alice; unassign"):

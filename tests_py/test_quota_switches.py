@@ -112,11 +112,13 @@ def test_a_users_own_limit_replaces_the_role_default(service: Make) -> None:
         "limit": 500,
         "window": "month",
         "subject": "user:alice",
+        "unit": "tokens",
     }
     assert q.effective_limit("user:bob", "ai.tokens.total", role="member") == {
         "limit": 100,
         "window": "month",
         "subject": "role:member",
+        "unit": "tokens",
     }
     # alice may use 300 > the role's 100; bob, a member without his own limit, may not.
     assert q.check("user:alice", "ai.tokens.total", 300, role="member").allowed

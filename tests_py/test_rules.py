@@ -54,6 +54,7 @@ def test_block_per_credential_on_memory_and_redis(
             {
                 "rule": PER_CREDENTIAL["name"],
                 "amount": "requests",
+                "unit": "requests",
                 "used": 1,
                 "budget": 2,
                 "threshold": 0.5,
@@ -132,9 +133,8 @@ def test_cost_warnings_are_in_dollars(make_guard: Callable[..., ug.Guard]) -> No
         "alice", "gpt-4o", prompt_tokens=1000, max_tokens=1000, attributes={"agent": "a"}
     )
     (warning,) = ticket.warnings
-    # Held: 1,000 input tokens at $2.50/M and 1,000 output at $10/M.
-    assert warning["used"] == pytest.approx(0.0125)
-    assert warning["budget"] == 1.0
+    # Held: 1,000 input tokens at $2.50/M and 1,000 output at $10/M, in micro-dollars.
+    assert (warning["used"], warning["budget"], warning["unit"]) == (12_500, 1_000_000, "micro_usd")
 
 
 def test_async_admit_takes_attributes(make_guard: Callable[..., ug.Guard]) -> None:

@@ -45,11 +45,16 @@ from .errors import (
 from .gateway import Gateway, serve
 
 if TYPE_CHECKING:
-    from .quota import Decision, PolicyInUse, QuotaService
+    from .quota import Decision, PolicyInUse, QuotaPolicyError, QuotaService
 
 # The quota service's module is imported on first use, not with the package: it brings asyncio
 # and the rest of its imports (~60 ms), which a process that only admits and bills never needs.
-_LAZY = {"Decision": "quota", "PolicyInUse": "quota", "QuotaService": "quota"}
+_LAZY = {
+    "Decision": "quota",
+    "PolicyInUse": "quota",
+    "QuotaPolicyError": "quota",
+    "QuotaService": "quota",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -96,6 +101,7 @@ __all__ = [
     "ContextWindowExceeded",
     "Decision",
     "PolicyInUse",
+    "QuotaPolicyError",
     "QuotaService",
     "ModelNotFound",
     "ProviderUnavailable",

@@ -3,7 +3,7 @@
 import datetime
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Optional, Union, final
+from typing import Any, Optional, Union, final, overload
 
 from .types import (
     AuditEntry,
@@ -11,9 +11,11 @@ from .types import (
     Ceiling,
     ErrorShape,
     Event,
+    LedgerGroup,
     LimitType,
     Metric,
     MetricFamily,
+    PersonUsage,
     PromptCount,
     Provider,
     ReportedUsage,
@@ -202,8 +204,14 @@ class Guard:
         provider: Optional[Provider] = None,
         attributes: Optional[Mapping[str, str]] = None,
     ) -> Awaitable[Ticket]: ...
+    @overload
     def usage(self, user: Optional[str], model: str) -> UsageView: ...
+    @overload
+    def usage(self, user: Optional[str], model: None = None) -> PersonUsage: ...
+    @overload
     def usage_async(self, user: Optional[str], model: str) -> Awaitable[UsageView]: ...
+    @overload
+    def usage_async(self, user: Optional[str], model: None = None) -> Awaitable[PersonUsage]: ...
     def on_event(self, callback: Callable[[Event], object]) -> None: ...
     def events(self, buffer: int = 1000) -> EventStream: ...
     def set_policy(self, policy: Policy) -> None: ...
@@ -287,7 +295,7 @@ class SqliteLedger:
         since: Optional[_Instant] = None,
         until: Optional[_Instant] = None,
         group_by: Optional[list[str]] = None,
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[LedgerGroup]: ...
     def audit(
         self,
         since: Optional[_Instant] = None,
@@ -312,7 +320,7 @@ class PostgresLedger:
         since: Optional[_Instant] = None,
         until: Optional[_Instant] = None,
         group_by: Optional[list[str]] = None,
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[LedgerGroup]: ...
     def audit(
         self,
         since: Optional[_Instant] = None,

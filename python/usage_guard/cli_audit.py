@@ -15,7 +15,8 @@ import sys
 from typing import TYPE_CHECKING, Any, Optional, TextIO
 
 from ._core import LedgerError
-from .cli_usage import _instant, open_ledger
+from .cli_usage import _instant
+from .ledger_url import open_ledger
 
 if TYPE_CHECKING:
     from .types import AuditEntry  # annotations only: types.py is ~2 ms of TypedDicts
@@ -45,7 +46,9 @@ def add_audit_command(subparsers: Any) -> argparse.ArgumentParser:
         ),
     )
     p.add_argument(
-        "--ledger", required=True, help="postgres://… URL, sqlite:///path, or a SQLite file path"
+        "--ledger",
+        required=True,
+        help="sqlite:///relative.db, sqlite:////absolute.db, a SQLite file path, or postgres://…",
     )
     p.add_argument("--since", type=_instant, help="from this date or instant (UTC)")
     p.add_argument("--until", type=_instant, help="up to (not including) this date or instant")
@@ -91,7 +94,7 @@ def run_audit(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
             rule=args.rule,
             limit=args.limit,
         )
-    except (LedgerError, FileNotFoundError) as e:
+    except (LedgerError, OSError, ValueError) as e:
         print(f"usage-guard audit: {e}", file=sys.stderr)
         return 2
     if args.json:

@@ -1,7 +1,7 @@
 """`usage-guard dashboard`: the usage dashboard for a library deployment (no gateway).
 
 usage-guard dashboard --policy policy.toml --store redis://cache:6379/0 \\
-    --ledger sqlite:///var/lib/usage-guard/usage.db --listen 127.0.0.1:8090
+    --ledger sqlite:////var/lib/usage-guard/usage.db --listen 127.0.0.1:8090
 
 Serves `/dashboard` and the admin API it reads (the gateway's server with no model
 endpoints) on the same counter store and ledger as the application's guards. The admin token
@@ -25,9 +25,9 @@ from ._core import (
     RedisStore,
     SqliteLedger,
 )
-from .cli_usage import open_ledger
 from .errors import PolicyError
 from .gateway import log_to_stderr_unless_configured, serve
+from .ledger_url import open_ledger
 
 
 def add_dashboard_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -54,7 +54,8 @@ def add_dashboard_command(subparsers: Any) -> argparse.ArgumentParser:
         "--ledger",
         required=True,
         metavar="URL",
-        help="the usage ledger: sqlite:///path, a SQLite file path, or postgres://...",
+        help="the usage ledger: sqlite:///relative.db, sqlite:////absolute.db, a SQLite file "
+        "path, or postgres://...",
     )
     p.add_argument(
         "--listen", default="127.0.0.1:8090", metavar="HOST:PORT", help="default 127.0.0.1:8090"

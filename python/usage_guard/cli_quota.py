@@ -4,11 +4,13 @@ command line (docs/quotas.md).
 usage-guard quota --ledger ledger.db list
 usage-guard quota --ledger ledger.db create research \
     --limits '{"ai.cost": {"limit": 50, "window": "month"}}'
-usage-guard quota --ledger ledger.db assign research team:research
+usage-guard quota --ledger ledger.db create --limits @quota-small.json
+usage-guard quota --ledger ledger.db assign research team:research [--replace]
 usage-guard quota --ledger ledger.db --store redis://localhost:6379 usage team:research --json
 usage-guard quota --ledger ledger.db --store redis://localhost:6379 \
     check user:alice ai.tokens.total 5000
 usage-guard init --preset small --out quota-small.json [--ledger ledger.db --assign role:member]
+    [--replace]
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
-from ._core import Guard, MemoryStore, Policy, RedisStore, SqliteLedger
-from .cli_usage import open_ledger
+from ._core import Guard, MemoryStore, Policy, RedisStore
+from .ledger_url import open_ledger
 
 if TYPE_CHECKING:
     from .quota import QuotaService
@@ -54,14 +56,16 @@ def _service(args: argparse.Namespace, create: bool = False) -> QuotaService:
     """A service on the ledger's database (`create`: a new SQLite file is fine)."""
     from .quota import QuotaService  # with the command, not with every CLI start
 
-    if create and "://" not in args.ledger:
-        SqliteLedger(args.ledger).close()
     store: Any = MemoryStore()
     if args.store:
         store = (
             RedisStore(args.store, prefix=args.prefix) if args.prefix else RedisStore(args.store)
         )
-    guard = Guard(Policy.from_dict({"models": {}}), store=store, ledger=open_ledger(args.ledger))
+    guard = Guard(
+        Policy.from_dict({"models": {}}),
+        store=store,
+        ledger=open_ledger(args.ledger, create=create),
+    )
     return QuotaService(guard, poll=False)
 
 
@@ -87,9 +91,123 @@ def run_quota(args: argparse.Namespace) -> int:
     """Runs one `quota` action; 0, or 1 when refused (check) or on bad input."""
     try:
         return _run(args, _service(args))
-    except (ValueError, KeyError, FileNotFoundError) as e:
+    except (ValueError, KeyError, OSError) as e:
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 1
+
+
+def read_limits(text: str) -> tuple[Any, Optional[str], Optional[str]]:
+    """`--limits`: quotas.md's limits JSON, inline or `@file.json`; a file may also hold the
+    document `init --preset` writes (`{"name", "limits", "description"?}`). Returns the
+    limits and the document's name and description (None when absent)."""
+    source = "--limits"
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ValueError(f"--limits: cannot read {path!r} ({e.strerror})") from None
+        source = f"--limits {path!r}"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"{source}: not JSON ({e}); accepted: a JSON object of dimension to "
+            '{"limit", "window"}, or @file.json'
+        ) from None
+    # A dimension is a dotted name, so a top-level "limits" key means the whole document.
+    if isinstance(value, dict) and "limits" in value and set(value) <= DOCUMENT_KEYS:
+        return value["limits"], value.get("name"), value.get("description")
+    return value, None, None
+
+
+DOCUMENT_KEYS = {"name", "limits", "description"}
+
+
+def _create(args: argparse.Namespace, q: QuotaService) -> None:
+    limits, named, described = read_limits(args.limits)
+    name = args.name or named
+    if not name:
+        raise ValueError("name: give NAME, or @file.json of a document with a 'name'")
+    description = args.description if args.description is not None else described or ""
+    p = q.create_policy(name, limits, description=description)
+    _emit(args, p, f"created {p['name']}: {_limits(p['limits'])}")
+
+
+def assigned_policy(q: QuotaService, subject: str) -> Optional[str]:
+    """The policy assigned to `subject` now, if any."""
+    from .quota_model import parse_subject
+
+    kind, ident = parse_subject(subject)
+    found = [a["policy"] for a in q.assignments() if a["subject"] == f"{kind}:{ident}"]
+    return found[0] if found else None
+
+
+def _replacing(q: QuotaService, name: str, subject: str, replace: bool) -> Optional[str]:
+    """The policy an assignment of `name` to `subject` replaces; a ValueError when it
+    replaces another one and `replace` was not given (nothing is changed)."""
+    before = assigned_policy(q, subject)
+    if before is not None and before != name and not replace:
+        raise ValueError(
+            f"{subject} has the policy {before!r} assigned; give --replace to assign {name!r} "
+            "in its place (nothing was changed)"
+        )
+    return before if before != name else None
+
+
+def _assign(args: argparse.Namespace, q: QuotaService) -> None:
+    before = _replacing(q, args.name, args.subject, args.replace)
+    q.assign(args.name, args.subject, effective_from=args.effective_from)
+    text = f"assigned {args.name} to {args.subject}"
+    _emit(
+        args,
+        {"policy": args.name, "subject": args.subject, "replaced": before},
+        text + (f" (replacing {before})" if before else ""),
+    )
+
+
+def _usage(args: argparse.Namespace, q: QuotaService) -> None:
+    from .quota_calls import spoken
+    from .quota_model import AI_DIMENSIONS
+
+    dims = [args.dimension] if args.dimension else list(AI_DIMENSIONS)
+    usage = {d: q.usage(args.subject, d, user=args.user) for d in dims}
+
+    def cell(d: str, value: Any) -> str:
+        return "-" if value is None else value if isinstance(value, str) else spoken(d, value)
+
+    rows = [
+        [d, *(cell(d, u[k]) for k in ("used", "limit", "remaining", "reset_at"))]
+        for d, u in usage.items()
+    ]
+    _emit(args, usage, _table(rows, ["DIMENSION", "USED", "LIMIT", "REMAINING", "RESETS AT"]))
+
+
+def _check(args: argparse.Namespace, q: QuotaService) -> int:
+    from .quota_calls import spoken
+
+    d = q.check(args.subject, args.dimension, args.amount, team=args.team, role=args.role)
+    asked = int(args.amount)
+    value = {
+        "allowed": d.allowed,
+        "asked": asked,
+        "remaining": d.remaining,
+        "unit": d.unit,
+        "reset_at": d.reset_at,
+        "reason": d.reason,
+    }
+    if d.allowed:
+        left = (
+            "no quota applies"
+            if d.remaining is None
+            else (f"{spoken(args.dimension, d.remaining)} left (resets {d.reset_at or '-'})")
+        )
+        text = f"allowed: {spoken(args.dimension, asked)} {args.dimension} fits; {left}"
+    else:
+        text = f"refused: {d.reason} (resets {d.reset_at or '-'})"
+    _emit(args, value, text)
+    return 0 if d.allowed else 1
 
 
 def _run(args: argparse.Namespace, q: QuotaService) -> int:
@@ -110,15 +228,9 @@ def _run(args: argparse.Namespace, q: QuotaService) -> int:
         )
         _emit(args, p, text + f"\nassigned to: {', '.join(p['subjects']) or '-'}")
     elif args.action == "create":
-        p = q.create_policy(args.name, json.loads(args.limits), description=args.description)
-        _emit(args, p, f"created {p['name']}: {_limits(p['limits'])}")
+        _create(args, q)
     elif args.action == "assign":
-        q.assign(args.name, args.subject, effective_from=args.effective_from)
-        _emit(
-            args,
-            {"policy": args.name, "subject": args.subject},
-            f"assigned {args.name} to {args.subject}",
-        )
+        _assign(args, q)
     elif args.action == "unassign":
         had = q.unassign(args.subject)
         _emit(args, {"unassigned": had}, "unassigned" if had else f"{args.subject} had no policy")
@@ -131,49 +243,62 @@ def _run(args: argparse.Namespace, q: QuotaService) -> int:
         stats = q.stats()
         _emit(args, stats, " ".join(f"{k}={v}" for k, v in stats.items()))
     elif args.action == "usage":
-        from .quota_model import AI_DIMENSIONS
-
-        dims = [args.dimension] if args.dimension else list(AI_DIMENSIONS)
-        usage = {d: q.usage(args.subject, d, user=args.user) for d in dims}
-        rows = [
-            [
-                d,
-                *(
-                    str(u[k]) if u[k] is not None else "-"
-                    for k in ("used", "limit", "remaining", "reset_at")
-                ),
-            ]
-            for d, u in usage.items()
-        ]
-        _emit(args, usage, _table(rows, ["DIMENSION", "USED", "LIMIT", "REMAINING", "RESETS AT"]))
+        _usage(args, q)
     else:
-        d = q.check(args.subject, args.dimension, args.amount, team=args.team, role=args.role)
-        value = {
-            "allowed": d.allowed,
-            "remaining": d.remaining,
-            "reset_at": d.reset_at,
-            "reason": d.reason,
-        }
-        _emit(args, value, "allowed" if d.allowed else f"refused: {d.reason} (resets {d.reset_at})")
-        return 0 if d.allowed else 1
+        return _check(args, q)
     return 0
 
 
 def run_init(args: argparse.Namespace) -> int:
-    """Writes the preset's policy (quotas.md's limits JSON) and, with --ledger, stores it."""
+    """Writes the preset's policy (quotas.md's limits JSON) and, with --ledger, stores it
+    (and assigns it). A policy of that name stored with other limits, or another policy
+    assigned to the subject, is replaced only with --replace; without it nothing is stored
+    and the exit status is 1."""
     name = f"preset-{args.preset}"
-    document = {"name": name, "limits": PRESETS[args.preset]}
+    limits = PRESETS[args.preset]
+    replaced: list[str] = []
+    args.store, args.prefix = None, None
+    try:
+        q = _service(args, create=True) if args.ledger else None
+        if q is not None:
+            replaced = _stored_preset(q, name, limits, args)
+    except (ValueError, KeyError, OSError) as e:
+        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 1
     with open(args.out or f"quota-{args.preset}.json", "w", encoding="utf-8") as f:
-        json.dump(document, f, indent=2)
-    print(f"wrote {f.name}: {_limits(PRESETS[args.preset])}")
-    if args.ledger:
-        args.store, args.prefix = None, None
-        q = _service(args, create=True)
-        q.create_policy(name, PRESETS[args.preset], description="usage-guard init")
-        if args.assign:
-            q.assign(name, args.assign)
-        print(f"stored {name}" + (f", assigned to {args.assign}" if args.assign else ""))
+        json.dump({"name": name, "limits": limits}, f, indent=2)
+    print(f"wrote {f.name}: {_limits(limits)}")
+    if q is not None:
+        said = f"stored {name}" + (f", assigned to {args.assign}" if args.assign else "")
+        print(said + (f" ({'; '.join(replaced)})" if replaced else ""))
     return 0
+
+
+def _stored_preset(
+    q: QuotaService, name: str, limits: dict[str, Any], args: argparse.Namespace
+) -> list[str]:
+    """Stores (and assigns) the preset; what it replaced, in words."""
+    from .quota_model import check_limits
+
+    existing = next((p for p in q.policies() if p["name"] == name), None)
+    replaced = []
+    before = _replacing(q, name, args.assign, args.replace) if args.assign else None
+    if existing is not None and existing["limits"] != check_limits(limits):
+        if not args.replace:
+            raise ValueError(
+                f"a policy {name!r} is stored already with other limits; give --replace to "
+                "overwrite them (nothing was changed)"
+            )
+        replaced.append(f"replacing the limits of {name}")
+    if existing is None:
+        q.create_policy(name, limits, description="usage-guard init")
+    elif replaced:
+        q.update_policy(name, limits=limits)
+    if args.assign:
+        q.assign(name, args.assign)
+        if before:
+            replaced.append(f"replacing {before} on {args.assign}")
+    return replaced
 
 
 def add_quota_commands(commands: Any) -> None:
@@ -193,15 +318,22 @@ def add_quota_commands(commands: Any) -> None:
     for name in ("show", "delete"):
         actions.add_parser(name, help=f"{name} a policy").add_argument("name")
     create = actions.add_parser("create", help="store a named policy")
-    create.add_argument("name")
-    create.add_argument("--limits", required=True, help="quotas.md's limits JSON")
-    create.add_argument("--description", default="")
+    create.add_argument("name", nargs="?", help="the policy's name (default: the file's name)")
+    create.add_argument(
+        "--limits",
+        required=True,
+        help="quotas.md's limits JSON, or @file.json (such as the file init --preset writes)",
+    )
+    create.add_argument("--description")
     assign = actions.add_parser(
         "assign", help="assign a policy to team:<id>, user:<id> or role:<id>"
     )
     assign.add_argument("name")
     assign.add_argument("subject")
     assign.add_argument("--effective-from", help="ISO 8601 (default: now)")
+    assign.add_argument(
+        "--replace", action="store_true", help="replace the subject's other policy, if any"
+    )
     actions.add_parser("unassign", help="remove a subject's policy").add_argument("subject")
     actions.add_parser("disable", help="turn every stored quota off (every guard, within 1 s)")
     actions.add_parser("enable", help="turn the stored quotas back on")
@@ -210,7 +342,11 @@ def add_quota_commands(commands: Any) -> None:
     usage.add_argument("subject")
     usage.add_argument("--dimension")
     usage.add_argument("--user", help="the member, for a role subject")
-    check = actions.add_parser("check", help="whether an amount fits (exit 1 when refused)")
+    check = actions.add_parser(
+        "check",
+        help="whether an amount (in the dimension's unit: micro-dollars for ai.cost) fits "
+        "(exit 1 when refused)",
+    )
     check.add_argument("subject")
     check.add_argument("dimension")
     check.add_argument("amount", type=float, nargs="?", default=1)
@@ -222,4 +358,9 @@ def add_quota_commands(commands: Any) -> None:
     init.add_argument("--out", help="the file written (default quota-<preset>.json)")
     init.add_argument("--ledger", help="also store the policy in this ledger database")
     init.add_argument("--assign", help="and assign it to this subject (e.g. role:member)")
+    init.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the subject's other policy, and a stored preset's other limits",
+    )
     init.set_defaults(func=run_init)

@@ -18,8 +18,8 @@ import sys
 from typing import Any, Optional, Union
 
 from ._core import Guard, Policy, PostgresLedger, RedisStore, SqliteLedger
-from .cli_usage import open_ledger
 from .errors import UsageLimitError
+from .ledger_url import open_ledger
 
 
 def add_recover_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -37,7 +37,12 @@ def add_recover_command(subparsers: Any) -> argparse.ArgumentParser:
     where.add_argument("--redis", metavar="URL", help="the Redis URL (redis://host:port/db)")
     where.add_argument("--cluster", metavar="URL", nargs="+", help="Redis Cluster node URLs")
     p.add_argument("--prefix", default="ug", help="the store's key prefix (default: ug)")
-    p.add_argument("--ledger", metavar="URL", help="the usage ledger (sqlite path or postgres URL)")
+    p.add_argument(
+        "--ledger",
+        metavar="URL",
+        help="the usage ledger (sqlite:///relative.db, sqlite:////absolute.db, a file path, or "
+        "postgres://...)",
+    )
     p.add_argument(
         "--attest",
         action="store_true",
@@ -60,7 +65,11 @@ def recover(args: argparse.Namespace) -> int:
     store = store or RedisStore(args.redis, args.prefix)
     ledger: Optional[Union[SqliteLedger, PostgresLedger]] = None
     if args.ledger is not None:
-        ledger = open_ledger(args.ledger)
+        try:
+            ledger = open_ledger(args.ledger)
+        except (OSError, ValueError) as e:
+            print(f"usage-guard recover: {e}", file=sys.stderr)
+            return 2
     guard = Guard(Policy.from_dict({}), store=store, ledger=ledger)
     try:
         generation = guard.recover(attest=bool(args.attest))

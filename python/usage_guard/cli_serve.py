@@ -15,9 +15,9 @@ import sys
 from typing import Any, Optional, Union
 
 from ._core import Gateway, Guard, MemoryStore, Policy, PostgresLedger, RedisStore, SqliteLedger
-from .cli_usage import open_ledger
 from .errors import PolicyError
 from .gateway import log_to_stderr_unless_configured, serve
+from .ledger_url import open_ledger
 
 
 def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -43,21 +43,14 @@ def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--ledger",
         metavar="URL",
-        help="the usage ledger: sqlite:///path (created if missing) or postgres://...",
+        help="the usage ledger: sqlite:///relative.db, sqlite:////absolute.db or a file path "
+        "(the file is created if missing, its directory must exist), or postgres://...",
     )
     p.add_argument(
         "--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="default 127.0.0.1:8080"
     )
     p.set_defaults(func=run_serve)
     return p
-
-
-def _ledger(url: str) -> Union[SqliteLedger, PostgresLedger]:
-    if url.startswith("sqlite://"):
-        path = url[len("sqlite://") :]
-        path = path[1:] if path.startswith("//") else path or ":memory:"
-        return SqliteLedger(path)
-    return open_ledger(url)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -82,7 +75,7 @@ def run_serve(args: argparse.Namespace) -> int:
     ledger: Optional[Union[SqliteLedger, PostgresLedger]] = None
     try:
         if args.ledger:
-            ledger = _ledger(args.ledger)
+            ledger = open_ledger(args.ledger, create=True)
         guard = Guard(policy, store=store, ledger=ledger)
 
         def ready(gateway: Gateway) -> None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
-from typing import Any, Optional, Sequence, TextIO, Union
+from collections.abc import Mapping
+from typing import Any, Optional, Sequence, TextIO
 
-from ._core import LedgerError, PostgresLedger, SqliteLedger
+from ._core import LedgerError
+from .ledger_url import open_ledger
 
 GROUPINGS = ("user", "team", "model", "day")
 SUMS = (
@@ -29,21 +30,6 @@ SUMS = (
     "cost",
     "compute_ms",
 )
-
-
-def open_ledger(url: str) -> Union[SqliteLedger, PostgresLedger]:
-    """A ledger from a URL: `postgres://` / `postgresql://`, `sqlite:///path`, or a file path."""
-    if url.startswith(("postgres://", "postgresql://")):
-        return PostgresLedger(url)
-    if url.startswith("sqlite://"):
-        path = url[len("sqlite://") :]
-        path = path[1:] if path.startswith("//") else path or ":memory:"
-    else:
-        path = url
-    # Reading usage must not create an empty ledger where a path was mistyped.
-    if path != ":memory:" and not os.path.exists(path):
-        raise FileNotFoundError(f"no ledger at {path!r}")
-    return SqliteLedger(path)
 
 
 def _instant(text: str) -> str:
@@ -78,7 +64,9 @@ def add_usage_command(subparsers: Any) -> argparse.ArgumentParser:
         description="Print usage recorded in a usage ledger.",
     )
     p.add_argument(
-        "--ledger", required=True, help="postgres://… URL, sqlite:///path, or a SQLite file path"
+        "--ledger",
+        required=True,
+        help="sqlite:///relative.db, sqlite:////absolute.db, a SQLite file path, or postgres://…",
     )
     p.add_argument("--user", help="only this user")
     p.add_argument("--team", help="only calls billed to this team")
@@ -103,7 +91,7 @@ def _cost(micros: int) -> str:
     return f"${dollars:,}.{rest:06d}"
 
 
-def _table(groups: list[dict[str, Any]], keys: list[str], out: TextIO) -> None:
+def _table(groups: Sequence[Mapping[str, Any]], keys: list[str], out: TextIO) -> None:
     header = [*keys, *SUMS]
     rows = [
         [
@@ -138,7 +126,7 @@ def run_usage(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
             until=args.until,
             group_by=args.group_by,
         )
-    except (LedgerError, FileNotFoundError) as e:
+    except (LedgerError, OSError, ValueError) as e:
         print(f"usage-guard usage: {e}", file=sys.stderr)
         return 2
     if args.json:

@@ -16,7 +16,7 @@ import logging
 import threading
 import uuid
 import weakref
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from . import _core
 from .quota_calls import (
@@ -27,6 +27,7 @@ from .quota_calls import (
     disabled_by,
     effective,
     instant_ms,
+    record_spec,
     units_of,
     usage_view,
 )
@@ -34,16 +35,19 @@ from .quota_calls import poll as _poll_loop
 from .quota_model import (
     VERSION_ENDPOINT,
     VERSION_RULE,
+    QuotaPolicyError,
     Subject,
     compile_rules,
-    metric_of,
 )
 from .quota_store import Database, PolicyInUse, QuotaStore
+
+if TYPE_CHECKING:
+    from .types import EffectiveLimit, QuotaUsage
 
 LOG = logging.getLogger("usage_guard.quota")
 POLL_SECONDS = 0.25
 
-__all__ = ["Decision", "PolicyInUse", "QuotaService"]
+__all__ = ["Decision", "PolicyInUse", "QuotaPolicyError", "QuotaService"]
 
 
 class QuotaService:
@@ -187,14 +191,15 @@ class QuotaService:
         self,
         subject: Subject,
         dimension: str,
-        amount: float = 1,
+        amount: int = 1,
         *,
         team: Optional[str] = None,
         role: Optional[str] = None,
         user: Optional[str] = None,
     ) -> Decision:
-        """Whether `amount` fits every quota the call applies (`team` / `role` / `user`: the
-        memberships the call carries); reserves nothing, one store read."""
+        """Whether `amount` (in the dimension's unit: whole micro-dollars for ai.cost) fits
+        every quota the call applies (`team` / `role` / `user`: the memberships the call
+        carries); reserves nothing, one store read."""
         units = units_of(dimension, amount)
         u, attrs, prefix = call_of(subject, dimension, team, role, user)
         return decide(dimension, units, _core._quota_counters(self.guard, u, attrs, prefix))
@@ -203,7 +208,7 @@ class QuotaService:
         self,
         subject: Subject,
         dimension: str,
-        amount: float = 1,
+        amount: int = 1,
         *,
         team: Optional[str] = None,
         role: Optional[str] = None,
@@ -215,43 +220,11 @@ class QuotaService:
         counters = await _core._quota_counters_async(self.guard, u, attrs, prefix)
         return decide(dimension, units, counters)
 
-    def _record_spec(
-        self,
-        subject: Subject,
-        dimension: str,
-        amount: float,
-        model: Optional[str],
-        executor: Optional[str],
-        request_id: str,
-        meta: Any,
-        team: Optional[str],
-        role: Optional[str],
-        user: Optional[str],
-    ) -> dict[str, Any]:
-        if not isinstance(request_id, str) or not request_id:
-            raise ValueError(
-                f"request_id: {request_id!r} is not a request id; accepted: a non-empty string"
-            )
-        units = units_of(dimension, amount)
-        u, attrs, prefix = call_of(subject, dimension, team, role, user)
-        return {
-            "user": u,
-            "attributes": attrs,
-            "prefix": prefix,
-            "metric": metric_of(dimension),
-            "amount": units,
-            "request_id": request_id,
-            "dimension": dimension,
-            "model": model,
-            "executor": executor,
-            "meta": meta,
-        }
-
     def record(
         self,
         subject: Subject,
         dimension: str,
-        amount: float,
+        amount: int,
         *,
         request_id: str,
         model: Optional[str] = None,
@@ -261,10 +234,11 @@ class QuotaService:
         role: Optional[str] = None,
         user: Optional[str] = None,
     ) -> bool:
-        """Adds use that did not pass through `admit` to every quota it applies, never
-        refusing; once per `request_id` (a repeat counts nothing and returns False). The first
-        time, a ledger row `rec:<request_id>` (source type `quota`) is written."""
-        spec = self._record_spec(
+        """Adds use that did not pass through `admit` (`amount` in the dimension's unit: whole
+        micro-dollars for ai.cost) to every quota it applies, never refusing; once per
+        `request_id` (a repeat counts nothing and returns False). The first time, a ledger
+        row `rec:<request_id>` (source type `quota`) is written."""
+        spec = record_spec(
             subject, dimension, amount, model, executor, request_id, meta, team, role, user
         )
         return bool(_core._quota_record(self.guard, spec))
@@ -273,7 +247,7 @@ class QuotaService:
         self,
         subject: Subject,
         dimension: str,
-        amount: float,
+        amount: int,
         *,
         request_id: str,
         model: Optional[str] = None,
@@ -284,24 +258,26 @@ class QuotaService:
         user: Optional[str] = None,
     ) -> bool:
         """`record` as a coroutine."""
-        spec = self._record_spec(
+        spec = record_spec(
             subject, dimension, amount, model, executor, request_id, meta, team, role, user
         )
         return bool(await _core._quota_record_async(self.guard, spec))
 
     def usage(
         self, subject: Subject, dimension: str, window: Any = None, *, user: Optional[str] = None
-    ) -> dict[str, Any]:
-        """The subject's own quota on `dimension`: `used` (held by running calls included),
-        `limit`, `remaining`, `reset_at` (all None when no limit is assigned); `window`, when
-        given, must be the assigned one. A role's usage is per member (`user=`)."""
+    ) -> QuotaUsage:
+        """The subject's own quota on `dimension`: `used` (reserved by running calls
+        included), `limit`, `remaining` in `unit` (`micro_usd` for ai.cost, `tokens`,
+        `requests`, `calls`), `reset_at` (all but `unit` None when no limit is assigned);
+        `window`, when given, must be the assigned one. A role's usage is per member
+        (`user=`)."""
         u, attrs, prefix = call_of(subject, dimension, None, None, user)
         counters = _core._quota_counters(self.guard, u, attrs, prefix)
         return usage_view(self._in_force, subject, dimension, window, counters)
 
     async def usage_async(
         self, subject: Subject, dimension: str, window: Any = None, *, user: Optional[str] = None
-    ) -> dict[str, Any]:
+    ) -> QuotaUsage:
         """`usage` as a coroutine."""
         u, attrs, prefix = call_of(subject, dimension, None, None, user)
         counters = await _core._quota_counters_async(self.guard, u, attrs, prefix)
@@ -314,10 +290,11 @@ class QuotaService:
         *,
         team: Optional[str] = None,
         role: Optional[str] = None,
-    ) -> Optional[dict[str, Any]]:
+    ) -> Optional[EffectiveLimit]:
         """What binds a call of `subject` (with the `team` / `role` it carries) on
         `dimension`: the smallest of the team's cap, the role's default and the user's own
-        sub-cap — `{"limit", "window", "subject"}` — or None when no quota applies."""
+        sub-cap — `{"limit", "window", "subject", "unit"}`, the limit in `unit` (micro-dollars
+        for ai.cost) — or None when no quota applies."""
         return effective(self._in_force, subject, dimension, team, role)
 
     # -- policies and assignments -------------------------------------------------------------
@@ -325,7 +302,8 @@ class QuotaService:
     def create_policy(
         self, name: str, limits: Any, *, description: str = "", created_by: Optional[str] = None
     ) -> dict[str, Any]:
-        """Stores a named policy (`limits`: quotas.md's JSON)."""
+        """Stores a named policy (`limits`: quotas.md's JSON, ai.cost in dollars as a document
+        writes it); a `QuotaPolicyError` lists every problem at once."""
         out = self.store.create_policy(name, limits, description=description, created_by=created_by)
         self._bump()
         return out

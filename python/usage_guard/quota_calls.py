@@ -1,5 +1,5 @@
-"""The quota service's calls as pure functions: amounts in counter units, the call a subject
-makes, the decision over the counters read, instants."""
+"""The quota service's calls as pure functions: amounts in their dimension's unit, the call a
+subject makes, the decision over the counters read, instants."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import logging
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .quota_model import RULE_PREFIX, Subject, metric_of, parse_subject, rule_name, window_of
+
+if TYPE_CHECKING:
+    from .types import EffectiveLimit, QuotaUsage, Unit
 
 LOG = logging.getLogger("usage_guard.quota")
 Instant = Union[str, dt.datetime, None]
@@ -21,33 +24,64 @@ InForce = list[tuple[str, str, dict[str, dict[str, Any]]]]
 @dataclass(frozen=True)
 class Decision:
     """What `check` answers: whether `amount` fits every quota that applies, what is left
-    (None: no quota applies), when the binding window resets (ISO 8601 UTC) and, when refused,
-    why (`quota_exceeded: ...`)."""
+    in the dimension's `unit` (None: no quota applies), when the binding window resets (ISO 8601
+    UTC) and, when refused, why (`quota_exceeded: ...`, with what was left and asked)."""
 
     allowed: bool
-    remaining: Optional[float]
+    remaining: Optional[int]
     reset_at: Optional[str]
     reason: Optional[str]
+    unit: Unit
+    """The unit of `remaining`: `micro_usd` (ai.cost), `tokens`, `requests` or `calls`."""
+
+
+# The unit of each metric's figures (docs/policy.md, "Units"): cost in integer micro-dollars.
+UNITS: dict[str, Unit] = {
+    "tokens": "tokens",
+    "input_tokens": "tokens",
+    "output_tokens": "tokens",
+    "cost": "micro_usd",
+    "requests": "requests",
+    "compute_ms": "ms",
+    "concurrency": "calls",
+}
+
+
+def unit_of(dimension: str) -> Unit:
+    """The unit of a dimension's figures: `micro_usd` for ai.cost, `tokens`, `requests`,
+    `calls` (ai.concurrency)."""
+    return UNITS[metric_of(dimension)]
 
 
 def units_of(dimension: str, amount: Any, field: str = "amount") -> int:
-    """An amount in the counters' unit (micro-dollars for ai.cost), checked."""
-    metric = metric_of(dimension)
+    """An amount in the dimension's unit (whole micro-dollars for ai.cost), checked."""
+    metric_of(dimension)
     if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount != amount:
         raise ValueError(f"{field}: {amount!r} is not an amount; accepted: a number >= 0")
     if amount < 0:
         raise ValueError(f"{field}: {amount!r} is negative; accepted: a number >= 0")
-    if metric == "cost":
-        return int(round(amount * 1_000_000))
     if amount != int(amount):
-        raise ValueError(
-            f"{field}: {amount!r} is not whole; accepted: a whole number for {dimension}"
+        what = (
+            "whole micro-dollars for ai.cost (1000000 is $1)"
+            if unit_of(dimension) == "micro_usd"
+            else f"a whole number for {dimension}"
         )
+        raise ValueError(f"{field}: {amount!r} is not whole; accepted: {what}")
     return int(amount)
 
 
-def shown(dimension: str, units: int) -> float:
-    return units / 1_000_000 if metric_of(dimension) == "cost" else units
+def limit_units(dimension: str, limit: float) -> int:
+    """A limit as a policy document writes it (dollars for ai.cost) in the dimension's unit."""
+    return int(round(limit * 1_000_000)) if unit_of(dimension) == "micro_usd" else int(limit)
+
+
+def spoken(dimension: str, units: int) -> str:
+    """A figure as a sentence says it: `$1.25` (ai.cost, to the micro-dollar), `1,000`."""
+    if unit_of(dimension) != "micro_usd":
+        return f"{units:,}"
+    dollars, rest = divmod(units, 1_000_000)
+    cents = f"{rest:06d}".rstrip("0").ljust(2, "0")
+    return f"${dollars:,}.{cents}"
 
 
 def instant_ms(when: Instant) -> int:
@@ -102,22 +136,57 @@ def call_of(
     return user, attrs, f"{RULE_PREFIX}{dimension} "
 
 
+def record_spec(
+    subject: Subject,
+    dimension: str,
+    amount: Any,
+    model: Optional[str],
+    executor: Optional[str],
+    request_id: str,
+    meta: Any,
+    team: Optional[str],
+    role: Optional[str],
+    user: Optional[str],
+) -> dict[str, Any]:
+    """A `record` as the engine's call takes it (`_core._quota_record`), checked."""
+    if not isinstance(request_id, str) or not request_id:
+        raise ValueError(
+            f"request_id: {request_id!r} is not a request id; accepted: a non-empty string"
+        )
+    units = units_of(dimension, amount)
+    u, attrs, prefix = call_of(subject, dimension, team, role, user)
+    return {
+        "user": u,
+        "attributes": attrs,
+        "prefix": prefix,
+        "metric": metric_of(dimension),
+        "amount": units,
+        "request_id": request_id,
+        "dimension": dimension,
+        "model": model,
+        "executor": executor,
+        "meta": meta,
+    }
+
+
 def decide(dimension: str, units: int, counters: list[dict[str, Any]]) -> Decision:
     """The decision on `units` over the counters of the rules that apply."""
+    unit = unit_of(dimension)
     if not counters:
-        return Decision(True, None, None, None)
+        return Decision(True, None, None, None, unit)
     binding = min(counters, key=lambda c: c["left"])
     short = [c for c in counters if c["left"] < units]
     if not short:
-        return Decision(True, shown(dimension, binding["left"]), binding["resets_at"], None)
+        return Decision(True, binding["left"], binding["resets_at"], None, unit)
     worst = max(short, key=lambda c: c["resets_at"] or "")
     subject = worst["rule"].rsplit(" ", 1)[1]
     reason = (
-        f"quota_exceeded: {subject} has {shown(dimension, worst['left'])} of "
-        f"{shown(dimension, worst['budget'])} {dimension} left"
+        f"quota_exceeded: {subject} has {spoken(dimension, worst['left'])} of "
+        f"{spoken(dimension, worst['budget'])} {dimension} left"
         + (f" this {worst['window']}" if worst["window"] else "")
+        + f"; {spoken(dimension, units)} asked"
     )
-    return Decision(False, shown(dimension, binding["left"]), worst["resets_at"], reason)
+    return Decision(False, binding["left"], worst["resets_at"], reason, unit)
 
 
 def limit_of(in_force: InForce, kind: str, ident: str, dimension: str) -> Optional[dict[str, Any]]:
@@ -130,7 +199,7 @@ def limit_of(in_force: InForce, kind: str, ident: str, dimension: str) -> Option
 
 def usage_view(
     in_force: InForce, subject: Subject, dimension: str, window: Any, counters: list[dict[str, Any]]
-) -> dict[str, Any]:
+) -> QuotaUsage:
     """The subject's own counter as `usage` answers it."""
     kind, ident = parse_subject(subject)
     own = [c for c in counters if c["rule"] == rule_name(dimension, kind, ident)]
@@ -143,20 +212,22 @@ def usage_view(
                 f"window: {window!r} is not the window of {kind}:{ident}'s {dimension} "
                 f"limit; accepted: {accepted}"
             )
+    unit = unit_of(dimension)
     if not own:
-        return {"used": None, "limit": None, "remaining": None, "reset_at": None}
+        return {"used": None, "limit": None, "remaining": None, "reset_at": None, "unit": unit}
     c = own[0]
     return {
-        "used": shown(dimension, c["used"] + c["held"]),
-        "limit": shown(dimension, c["budget"]),
-        "remaining": shown(dimension, c["left"]),
+        "used": c["used"] + c["reserved"],
+        "limit": c["budget"],
+        "remaining": c["left"],
         "reset_at": c["resets_at"],
+        "unit": unit,
     }
 
 
 def effective(
     in_force: InForce, subject: Subject, dimension: str, team: Optional[str], role: Optional[str]
-) -> Optional[dict[str, Any]]:
+) -> Optional[EffectiveLimit]:
     """The smallest limit of the subject and the memberships it carries on `dimension` (a
     user's own limit replaces the role's default)."""
     metric_of(dimension)
@@ -168,12 +239,17 @@ def effective(
     if role is not None and kind != "role" and not own:
         # A user's own limit replaces their role's default.
         candidates.append(("role", role))
-    found = []
+    found: list[EffectiveLimit] = []
     for k, i in candidates:
         limit = limit_of(in_force, k, i, dimension)
         if limit is not None:
             found.append(
-                {"limit": limit["limit"], "window": limit.get("window"), "subject": f"{k}:{i}"}
+                {
+                    "limit": limit_units(dimension, limit["limit"]),
+                    "window": limit.get("window"),
+                    "subject": f"{k}:{i}",
+                    "unit": unit_of(dimension),
+                }
             )
     return min(found, key=lambda f: f["limit"]) if found else None
 

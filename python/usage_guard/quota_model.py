@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from math import inf
 from typing import Any, Optional, Union
 
 SUBJECT_TYPES = ("team", "user", "role")
@@ -83,42 +84,74 @@ def window_of(field: str, window: Any) -> Union[str, dict[str, Any], None]:
     )
 
 
+class QuotaPolicyError(ValueError):
+    """A quota policy refused, with every problem found at once: `errors` holds one message
+    each (field, value, what is accepted); the text is the one message, or their count and
+    each on its own line."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = list(errors)
+        text = errors[0] if len(errors) == 1 else f"{len(errors)} errors:\n" + "\n".join(errors)
+        super().__init__(text)
+
+
 def check_limits(limits: Any) -> dict[str, dict[str, Any]]:
     """A policy's `limits` JSON, checked: each dimension a table of `limit` (>= 0) and
-    `window` (none for `ai.concurrency`, required otherwise)."""
+    `window` (none for `ai.concurrency`, required otherwise). A `QuotaPolicyError` lists
+    every problem of every dimension."""
     if not isinstance(limits, Mapping) or not limits:
-        raise ValueError(
-            f"limits: {limits!r} must be a non-empty mapping of dimension to {{limit, window}}"
+        raise QuotaPolicyError(
+            [f"limits: {limits!r} must be a non-empty mapping of dimension to {{limit, window}}"]
         )
     out: dict[str, dict[str, Any]] = {}
+    errors: list[str] = []
     for dimension, spec in limits.items():
-        field = f"limits[{dimension!r}]"
-        metric = metric_of(dimension)
-        if not isinstance(spec, Mapping) or "limit" not in spec:
-            raise ValueError(f"{field}: {spec!r} must be a table with 'limit' (and 'window')")
-        keys = {"limit", "window"} | _QUEUE_KEYS.get(dimension, set())
-        unknown = set(spec) - keys
-        if unknown:
-            raise ValueError(
-                f"{field}: {sorted(unknown)[0]!r} is not a key; accepted: {', '.join(sorted(keys))}"
-            )
-        limit = spec["limit"]
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
-            raise ValueError(f"{field}.limit: {limit!r} must be a number >= 0")
-        if metric != "cost" and limit != int(limit):
-            raise ValueError(f"{field}.limit: {limit!r} must be a whole number")
-        window = spec.get("window")
-        if metric == "concurrency":
-            if window is not None:
-                raise ValueError(f"{field}.window: ai.concurrency takes no window (got {window!r})")
-        else:
-            if window is None:
-                raise ValueError(f"{field}.window: is required for {dimension}")
-            window_of(f"{field}.window", window)
-        out[dimension] = {"limit": limit, **({"window": window} if window is not None else {})}
-        if dimension in _QUEUE_KEYS:
-            out[dimension].update(_queue_options(dimension, field, spec))
+        checked = _dimension(dimension, spec, errors)
+        if checked is not None:
+            out[dimension] = checked
+    if errors:
+        raise QuotaPolicyError(errors)
     return out
+
+
+def _dimension(dimension: Any, spec: Any, errors: list[str]) -> Optional[dict[str, Any]]:
+    """One dimension's limit, checked (None, with its problems added to `errors`, when bad)."""
+    field = f"limits[{dimension!r}]"
+    before = len(errors)
+    metric: Optional[str] = None
+    try:
+        metric = metric_of(dimension)
+    except ValueError as e:
+        errors.append(f"{field}: {e}")
+    if not isinstance(spec, Mapping) or "limit" not in spec:
+        errors.append(f"{field}: {spec!r} must be a table with 'limit' (and 'window')")
+        return None
+    keys = {"limit", "window"} | _QUEUE_KEYS.get(dimension, set())
+    unknown = sorted(set(spec) - keys, key=repr)
+    if unknown:
+        named = ", ".join(repr(k) for k in unknown)
+        verb = "is not a key" if len(unknown) == 1 else "are not keys"
+        errors.append(f"{field}: {named} {verb}; accepted: {', '.join(sorted(keys))}")
+    limit = spec["limit"]
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 <= limit < inf:
+        errors.append(f"{field}.limit: {limit!r} must be a number >= 0")
+    elif metric not in (None, "cost") and limit != int(limit):
+        errors.append(f"{field}.limit: {limit!r} must be a whole number")
+    window = spec.get("window")
+    if metric == "concurrency":
+        if window is not None:
+            errors.append(f"{field}.window: ai.concurrency takes no window (got {window!r})")
+    elif window is None:
+        errors.append(f"{field}.window: is required for {dimension}")
+    else:
+        try:
+            window_of(f"{field}.window", window)
+        except ValueError as e:
+            errors.append(str(e))
+    queue = _queue_options(dimension, field, spec, errors) if dimension in _QUEUE_KEYS else {}
+    if len(errors) > before:
+        return None
+    return {"limit": limit, **({"window": window} if window is not None else {}), **queue}
 
 
 # The keys of the dimensions that wait in a queue (ai.concurrency always; ai.rate unless
@@ -129,21 +162,22 @@ _QUEUE_KEYS = {
 }
 
 
-def _queue_options(dimension: str, field: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+def _queue_options(
+    dimension: str, field: str, spec: Mapping[str, Any], errors: list[str]
+) -> dict[str, Any]:
     """`on_rate` (`ai.rate` only: `enqueue`, wait in the queue for room, the default;
     `reject`), `max_wait` (whole seconds a call may wait, 1 to 3600, default 10) and
-    `max_queue` (calls that may wait at once per counter, 1 to 100000, default 100)."""
+    `max_queue` (calls that may wait at once per counter, 1 to 100000, default 100); their
+    problems go to `errors`."""
     out: dict[str, Any] = {}
     if dimension == "ai.rate":
         on_rate = spec.get("on_rate", "enqueue")
         if on_rate not in ("enqueue", "reject"):
-            raise ValueError(
-                f"{field}.on_rate: {on_rate!r} is not a word; accepted: enqueue, reject"
-            )
+            errors.append(f"{field}.on_rate: {on_rate!r} is not a word; accepted: enqueue, reject")
         out["on_rate"] = on_rate
     max_wait = spec.get("max_wait", 10)
     if isinstance(max_wait, bool) or not isinstance(max_wait, int) or not 1 <= max_wait <= 3600:
-        raise ValueError(
+        errors.append(
             f"{field}.max_wait: {max_wait!r} is not a wait; accepted: whole seconds, 1 to 3600"
         )
     max_queue = spec.get("max_queue", 100)
@@ -152,7 +186,7 @@ def _queue_options(dimension: str, field: str, spec: Mapping[str, Any]) -> dict[
         or not isinstance(max_queue, int)
         or not 1 <= max_queue <= 100_000
     ):
-        raise ValueError(
+        errors.append(
             f"{field}.max_queue: {max_queue!r} is not a queue length; accepted: whole number "
             "of calls, 1 to 100000"
         )

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, Protocol
 
-from .quota_model import check_limits, parse_subject
+from .quota_model import QuotaPolicyError, check_limits, parse_subject
 
 # Each migration runs once, in order, in one transaction; `quota_schema.version` counts them.
 # `{id}` is the dialect's auto-increment key.
@@ -142,14 +142,23 @@ class QuotaStore:
         description: str = "",
         created_by: Optional[str] = None,
     ) -> dict[str, Any]:
-        """Adds a named policy; a ValueError when the name is taken or a limit is bad."""
-        if not isinstance(name, str) or not name.strip():
-            raise ValueError(f"name: {name!r} is not a policy name; accepted: a non-empty string")
-        checked = check_limits(limits)
+        """Adds a named policy; a `QuotaPolicyError` (a ValueError) naming every problem at
+        once when the name is bad or taken or a limit is bad."""
+        errors: list[str] = []
+        named = isinstance(name, str) and bool(name.strip())
+        if not named:
+            errors.append(f"name: {name!r} is not a policy name; accepted: a non-empty string")
+        checked: dict[str, Any] = {}
+        try:
+            checked = check_limits(limits)
+        except QuotaPolicyError as e:
+            errors.extend(e.errors)
         at = now_ms()
         with self.tx() as tx:
-            if tx.one("SELECT 1 FROM quota_policies WHERE name = ?", name):
-                raise ValueError(f"name: a policy {name!r} exists already; accepted: a new name")
+            if named and tx.one("SELECT 1 FROM quota_policies WHERE name = ?", name):
+                errors.insert(0, f"name: a policy {name!r} exists already; accepted: a new name")
+            if errors:
+                raise QuotaPolicyError(errors)
             tx.run(
                 "INSERT INTO quota_policies (name, description, limits, created_by, created_at,"
                 " updated_at) VALUES (?, ?, ?, ?, ?, ?)",

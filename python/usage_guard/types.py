@@ -1,6 +1,11 @@
 """The shapes of the plain dicts usage_guard returns and accepts, for annotations.
 
-The values stay ordinary dicts at run time; these `TypedDict`s only describe their keys:
+The values stay ordinary dicts at run time; these `TypedDict`s only describe their keys.
+Every figure names its unit (docs/policy.md, "Units"): a key that holds one metric says it
+(`input_tokens`, `cost_micros`, `compute_ms`), and a row that holds a figure of any metric
+(`amount`, `used`, `reserved`, `left`, `budget`) carries `unit`. Money is always integer
+micro-dollars (`micro_usd`: 1,000,000 is $1); only documents people write (a policy's cost
+amounts and prices, a quota policy's `ai.cost` limit) are in dollars.
 
     from usage_guard.types import Ceiling, UsageView
 
@@ -9,22 +14,28 @@ The values stay ordinary dicts at run time; these `TypedDict`s only describe the
 tests_py/test_boundary.py checks that every key here is a key the core writes, and back.
 """
 
-from typing import Any, Literal, Optional, TypedDict, Union
+from typing import Any, Literal, Optional, Protocol, TypedDict
 
 __all__ = [
     "Action",
     "AuditEntry",
     "Billed",
+    "EffectiveLimit",
     "Ceiling",
     "ErrorShape",
     "Event",
     "EventKind",
+    "GuardedAnswer",
+    "GuardedStreamAnswer",
+    "LedgerGroup",
     "LimitType",
     "Metric",
     "MetricFamily",
     "MetricSample",
+    "PersonUsage",
     "PromptCount",
     "Provider",
+    "QuotaUsage",
     "ReportedUsage",
     "Rates",
     "Reserved",
@@ -33,6 +44,8 @@ __all__ = [
     "RuleWarning",
     "Source",
     "SourceType",
+    "Unit",
+    "UsageLimits",
     "UsageView",
 ]
 
@@ -73,6 +86,10 @@ Metric = Literal[
     "tokens", "input_tokens", "output_tokens", "cost", "requests", "compute_ms", "concurrency"
 ]
 
+# The unit of a metric's figures: tokens (tokens, input_tokens, output_tokens), micro_usd
+# (cost: integer millionths of a dollar), requests, ms (compute_ms), calls (concurrency).
+Unit = Literal["tokens", "micro_usd", "requests", "ms", "calls"]
+
 
 class Rates(TypedDict):
     """A model's prices in dollars per million tokens."""
@@ -104,6 +121,8 @@ class _RuleUsageKeys(TypedDict):
     limit_type: LimitType
     per_person: bool
     metric: Metric
+    unit: Unit
+    """The unit of `amount`, `used`, `reserved` and `left` (micro_usd for cost)."""
     window: str
     amount: int
     used: int
@@ -123,6 +142,8 @@ class Restriction(TypedDict):
 
     restricted_by: LimitType
     metric: Metric
+    unit: Unit
+    """The unit of `current_value` and `max_value`."""
     window: str
     current_value: int
     max_value: int
@@ -135,6 +156,19 @@ class UsageView(TypedDict):
     rules: list[RuleUsage]
     ceilings: list[RuleUsage]
     restriction: Optional[Restriction]
+
+
+class PersonUsage(TypedDict):
+    """`Guard.usage(user)` (no model): the person's view across models."""
+
+    user: Optional[str]
+    rules: list[RuleUsage]
+    """The rules that count the person on every model: their User's Total Limit and the
+    General Platform Limit (each also among the ceilings of every model's view)."""
+    models: dict[str, UsageView]
+    """By model id, in the policy's order: `Guard.usage(user, model)` of each model where a
+    rule of its own applies to the person (a direct, team or public limit, a Model Total, a
+    generic rule); models where only the all-models rules apply are left out."""
 
 
 class Billed(TypedDict):
@@ -161,7 +195,7 @@ class Reserved(TypedDict, total=False):
     tokens: int
     input_tokens: int
     output_tokens: int
-    cost: int
+    cost_micros: int
     requests: int
     concurrency: int
 
@@ -172,9 +206,11 @@ class RuleWarning(TypedDict):
 
     rule: str
     amount: Metric
-    used: Union[int, float]
-    """What the rule's counter counts with this call's hold (dollars for cost)."""
-    budget: Union[int, float]
+    unit: Unit
+    """The unit of `used` and `budget` (micro_usd for cost)."""
+    used: int
+    """What the rule's counter counts with this call's hold."""
+    budget: int
     threshold: float
     """The highest `warn_at` reached, or 1.0 past the budget."""
     action: Action
@@ -211,7 +247,50 @@ class AuditEntry(TypedDict):
     principal: Optional[str]
     model: Optional[str]
     detail: dict[str, Any]
-    """amount, used, budget (dollars for cost), action, would_refuse."""
+    """amount (the metric), unit, used, budget (integers in the unit), action, would_refuse."""
+
+
+class _LedgerSums(TypedDict):
+    requests: int
+    tokens: int
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cost_micros: int
+    compute_ms: int
+
+
+class LedgerGroup(_LedgerSums, total=False):
+    """One group of `ledger.query(...)`: the keys it was grouped by (None where the rows had
+    none: a call billed to no team) and its sums."""
+
+    user: Optional[str]
+    team: Optional[str]
+    model: Optional[str]
+    day: Optional[str]
+
+
+class QuotaUsage(TypedDict):
+    """`QuotaService.usage(subject, dimension)`: `used` (reserved by running calls included),
+    `limit`, `remaining` in `unit`, and when the window resets; all but `unit` None when no
+    limit is assigned."""
+
+    used: Optional[int]
+    limit: Optional[int]
+    remaining: Optional[int]
+    reset_at: Optional[str]
+    unit: Unit
+
+
+class EffectiveLimit(TypedDict):
+    """`QuotaService.effective_limit(...)`: the limit that binds (in `unit`), its window and
+    the subject it is assigned to."""
+
+    limit: int
+    window: Optional[str]
+    subject: str
+    unit: Unit
 
 
 class PromptCount(TypedDict):
@@ -244,3 +323,50 @@ class MetricFamily(TypedDict):
     type: Literal["counter", "gauge", "histogram"]
     help: str
     samples: list[MetricSample]
+
+
+class _Capped(TypedDict):
+    capped: bool
+    """True when a usage limit cut the answer short (its output maximum was lowered to fit
+    what was left and the answer stopped there)."""
+
+
+class UsageLimits(_Capped, total=False):
+    """A guarded answer's `usage_limits`: the usage view (`Guard.usage(user, model)`) read
+    after the call was billed, with `capped`; only `capped` when the view could not be read."""
+
+    source: Source
+    rules: list[RuleUsage]
+    ceilings: list[RuleUsage]
+    restriction: Optional[Restriction]
+
+
+class GuardedAnswer(Protocol):
+    """What a guarded client sets on each answer it returns (the SDK's own object, with
+    these attributes): `usage_guard.openai.GuardedChatCompletion` and its kin are the SDK's
+    answer types with this protocol. Annotate with it to accept any guarded answer."""
+
+    usage_limits: UsageLimits
+    usage_restriction: Optional[Restriction]
+    """The rule closest to its amount after the call (`usage_limits["restriction"]`)."""
+    usage_billed: Optional[Billed]
+    """What the call was billed (None when the bill failed and was logged)."""
+    usage_warnings: list[RuleWarning]
+    usage_degraded: Optional[str]
+    """The model asked for, when a `degrade` rule sent another; else None."""
+    usage_resolution: Optional[str]
+    """`fallback(asked -> served, pre-attempt|post-attempt, unavailable)` when a fallback
+    answered (clients with `fallbacks`); else None."""
+
+
+class GuardedStreamAnswer(Protocol):
+    """The same attributes on a guarded stream: set when the stream ends, breaks or is
+    closed (billed then); None, and no warnings, until then (`usage_resolution` is known at
+    once)."""
+
+    usage_limits: Optional[UsageLimits]
+    usage_restriction: Optional[Restriction]
+    usage_billed: Optional[Billed]
+    usage_warnings: list[RuleWarning]
+    usage_degraded: Optional[str]
+    usage_resolution: Optional[str]

@@ -49,17 +49,18 @@ pub(crate) fn rule_json(r: &RuleView) -> Value {
         "team": r.team,
         "per_person": r.per_person,
         "metric": r.metric.word(),
+        "unit": r.metric.unit(),
         "window": r.window.word(),
         "amount": r.amount,
         "used": r.used,
-        "held": r.reserved,
+        "reserved": r.reserved,
         "left": r.left,
         "resets_at": r.resets_at.map(iso8601),
     })
 }
 
 /// `GET /admin/control/effective?principal=...&model=...`: every rule that applies, with
-/// used, held, left and when it resets.
+/// used, reserved, left (in the rule's `unit`) and when it resets.
 pub(crate) async fn effective(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -84,6 +85,7 @@ pub(crate) async fn effective(
                 "restriction": view.restriction.map(|r| json!({
                     "restricted_by": r.restricted_by.name(),
                     "metric": r.metric.word(),
+                    "unit": r.metric.unit(),
                     "window": r.window.word(),
                     "current_value": r.current_value,
                     "max_value": r.max_value,

@@ -231,7 +231,7 @@ async fn pairs(app: &App, user: Option<&String>) -> Result<Vec<(String, String)>
         .collect())
 }
 
-/// `GET /admin/dashboard/counters?user=`: every rule's live counter (used, held, left,
+/// `GET /admin/dashboard/counters?user=`: every rule's live counter (used, reserved, left,
 /// resets at) for each person and model with rules (one person's, given `user`).
 pub(crate) async fn counters(
     State(app): State<Arc<App>>,

@@ -8,7 +8,6 @@ use super::convert::{py_to_json, whole, Range};
 use super::provider::Provider;
 use crate::error::Error;
 use crate::guard::domain::decide::RuleWarning;
-use crate::guard::domain::rule::Metric;
 use crate::guard::engine::admission::AdmitRequest;
 
 /// `(prompt_tokens, max_tokens)` as given.
@@ -79,8 +78,8 @@ pub(crate) fn attributes_from_py(
     Ok(out)
 }
 
-/// A ticket's warnings: dicts of rule, amount, used, budget, threshold, action and
-/// would_refuse (cost in dollars).
+/// A ticket's warnings: dicts of rule, amount (the metric), unit, used, budget (integers in
+/// the unit: micro-dollars for cost), threshold, action and would_refuse.
 pub(crate) fn warnings_to_py<'py>(
     py: Python<'py>,
     warnings: &[RuleWarning],
@@ -97,13 +96,9 @@ pub(crate) fn warning_to_py<'py>(py: Python<'py>, w: &RuleWarning) -> PyResult<B
     let d = PyDict::new(py);
     d.set_item("rule", &*w.rule)?;
     d.set_item("amount", w.metric.word())?;
-    if w.metric == Metric::Cost {
-        d.set_item("used", w.used as f64 / 1_000_000.0)?;
-        d.set_item("budget", w.budget as f64 / 1_000_000.0)?;
-    } else {
-        d.set_item("used", w.used)?;
-        d.set_item("budget", w.budget)?;
-    }
+    d.set_item("unit", w.metric.unit())?;
+    d.set_item("used", w.used)?;
+    d.set_item("budget", w.budget)?;
     d.set_item("threshold", w.threshold)?;
     d.set_item("action", w.action.word())?;
     d.set_item("would_refuse", w.would_refuse)?;

@@ -10,7 +10,7 @@ use crate::guard::domain::clock::iso8601;
 use crate::guard::domain::decide::UsageCeiling;
 use crate::guard::domain::path::SourceRef;
 use crate::guard::domain::policy::Prices;
-use crate::guard::domain::view::{RuleView, UsageView};
+use crate::guard::domain::view::{PersonView, RuleView, UsageView};
 use crate::guard::engine::ticket::{Billed, Recorded, Usage};
 
 pub(crate) use super::json::{py_to_json, py_to_json_document};
@@ -90,6 +90,7 @@ fn rule_view_to_py<'py>(py: Python<'py>, r: &RuleView) -> PyResult<Bound<'py, Py
     }
     d.set_item("per_person", r.per_person)?;
     d.set_item("metric", r.metric.word())?;
+    d.set_item("unit", r.metric.unit())?;
     d.set_item("window", r.window.word())?;
     d.set_item("amount", r.amount)?;
     d.set_item("used", r.used)?;
@@ -118,6 +119,7 @@ pub(crate) fn view_to_py<'py>(py: Python<'py>, v: &UsageView) -> PyResult<Bound<
             let rd = PyDict::new(py);
             rd.set_item("restricted_by", r.restricted_by.name())?;
             rd.set_item("metric", r.metric.word())?;
+            rd.set_item("unit", r.metric.unit())?;
             rd.set_item("window", r.window.word())?;
             rd.set_item("current_value", r.current_value)?;
             rd.set_item("max_value", r.max_value)?;
@@ -125,6 +127,28 @@ pub(crate) fn view_to_py<'py>(py: Python<'py>, v: &UsageView) -> PyResult<Bound<
         }
         None => d.set_item("restriction", py.None())?,
     }
+    Ok(d)
+}
+
+/// A person's view across models: `{"user", "rules", "models"}`, `models` a dict of model
+/// id to that model's usage view.
+pub(crate) fn person_view_to_py<'py>(
+    py: Python<'py>,
+    user: Option<&str>,
+    v: &PersonView,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("user", user)?;
+    let rules = PyList::empty(py);
+    for r in &v.rules {
+        rules.append(rule_view_to_py(py, r)?)?;
+    }
+    d.set_item("rules", rules)?;
+    let models = PyDict::new(py);
+    for (model, view) in &v.models {
+        models.set_item(&**model, view_to_py(py, view)?)?;
+    }
+    d.set_item("models", models)?;
     Ok(d)
 }
 
@@ -229,7 +253,7 @@ pub(crate) fn reserved_to_py<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     for (metric, amount) in reserved {
-        d.set_item(metric.word(), amount)?;
+        d.set_item(metric.figure_key(), amount)?;
     }
     Ok(d)
 }

@@ -11,7 +11,7 @@ use super::alive::attach_or_exiting;
 use super::asyncio::FirstPoll;
 use super::batch::{admit_batch, resume_batch, PyBatchTicket};
 use super::clock::PyManualClock;
-use super::convert::view_to_py;
+use super::convert::{person_view_to_py, view_to_py};
 use super::events::{listener, PyEventStream};
 use super::ledger::{close_guard, extract_ledger};
 use super::policy::PyPolicy;
@@ -136,32 +136,54 @@ impl PyGuard {
 
     /// The usage view of `user` on `model`: the source billed now, its rules with used,
     /// reserved, left and resets_at, the ceilings, and the rule closest to its amount.
-    #[pyo3(signature = (user, model))]
+    /// Without a model, the person's view across models: the rules that count them on every
+    /// model and their view on each model where a rule of its own applies to them.
+    #[pyo3(signature = (user, model = None))]
     fn usage<'py>(
         &self,
         py: Python<'py>,
         user: Option<String>,
-        model: String,
+        model: Option<String>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let guard = self.inner.clone();
-        let view =
-            py.detach(move || crate::runtime::block_on(guard.usage(user.as_deref(), &model)))?;
-        view_to_py(py, &view)
+        match model {
+            Some(model) => {
+                let view = py.detach(move || {
+                    crate::runtime::block_on(guard.usage(user.as_deref(), &model))
+                })?;
+                view_to_py(py, &view)
+            }
+            None => {
+                let who = user.clone();
+                let view = py
+                    .detach(move || crate::runtime::block_on(guard.usage_across(who.as_deref())))?;
+                person_view_to_py(py, user.as_deref(), &view)
+            }
+        }
     }
 
     /// `usage` as a coroutine.
-    #[pyo3(signature = (user, model))]
+    #[pyo3(signature = (user, model = None))]
     fn usage_async<'py>(
         &self,
         py: Python<'py>,
         user: Option<String>,
-        model: String,
+        model: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let guard = self.inner.clone();
         let first_poll = FirstPoll::unless_ledger(guard.ledger().is_some());
         super::asyncio::future_into_py(py, first_poll, async move {
-            let view = guard.usage(user.as_deref(), &model).await?;
-            attach_or_exiting(|py| view_to_py(py, &view).map(Bound::unbind))
+            match model {
+                Some(model) => {
+                    let view = guard.usage(user.as_deref(), &model).await?;
+                    attach_or_exiting(|py| view_to_py(py, &view).map(Bound::unbind))
+                }
+                None => {
+                    let view = guard.usage_across(user.as_deref()).await?;
+                    let who = user.as_deref();
+                    attach_or_exiting(|py| person_view_to_py(py, who, &view).map(Bound::unbind))
+                }
+            }
         })
     }
 

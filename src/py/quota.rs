@@ -24,7 +24,7 @@ fn counters_to_py<'py>(py: Python<'py>, counters: &[RuleCounter]) -> PyResult<Bo
         d.set_item("window", c.window.word())?;
         d.set_item("budget", c.budget)?;
         d.set_item("used", c.used)?;
-        d.set_item("held", c.held)?;
+        d.set_item("reserved", c.held)?;
         d.set_item("left", c.left)?;
         d.set_item("resets_at", c.resets_at.map(iso8601))?;
         out.append(d)?;
@@ -39,7 +39,7 @@ fn metric_of(word: &str) -> PyResult<Metric> {
     })
 }
 
-/// The counters (rule, metric, window, budget, used, held, left, resets_at; cost in
+/// The counters (rule, metric, window, budget, used, reserved, left, resets_at; cost in
 /// micro-dollars) of every generic rule the call attributes match, in one store read.
 #[pyfunction]
 #[pyo3(signature = (guard, user, attributes, prefix))]

@@ -22,6 +22,7 @@ from .call import (
     Call,
     StreamState,
     Usage,
+    attach_pending,
     begin_async,
     begin_sync,
     g,
@@ -141,6 +142,7 @@ class _StreamManager:
         except BaseException:
             call.ticket.release()
             raise
+        attach_pending(self._stream)
         return self._stream
 
     def __exit__(self, *exc: Any) -> None:
@@ -158,6 +160,7 @@ class _StreamManager:
         except BaseException:
             await call.ticket.release_async()
             raise
+        attach_pending(self._stream)
         return self._stream
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -169,11 +172,8 @@ class _StreamManager:
             await settle_async(self._call, usage, self._stream, capped)
 
 
-class GuardedAnthropic(GuardedClient):
-    """An `anthropic.Anthropic` whose `messages.create` / `messages.stream` are guarded.
-
-    `user` is the default user; a call's `user=` keyword overrides it and is not sent.
-    """
+class _GuardedAnthropicClient(GuardedClient):
+    """What the sync and async guarded Anthropic clients share: the guarded messages."""
 
     def __init__(
         self,
@@ -195,7 +195,14 @@ class GuardedAnthropic(GuardedClient):
         )
 
 
-class GuardedAsyncAnthropic(GuardedAnthropic):
+class GuardedAnthropic(_GuardedAnthropicClient):
+    """An `anthropic.Anthropic` whose `messages.create` / `messages.stream` are guarded.
+
+    `user` is the default user; a call's `user=` keyword overrides it and is not sent.
+    """
+
+
+class GuardedAsyncAnthropic(_GuardedAnthropicClient):
     """`GuardedAnthropic` around an `anthropic.AsyncAnthropic`: `messages.create` is a
     coroutine and `messages.stream(...)` an async context manager."""
 

@@ -298,21 +298,44 @@ def attach(
     """Sets `usage_limits` (the usage view with `capped`), `usage_restriction`,
     `usage_billed` (what the call was billed), `usage_warnings` (the ticket's warnings) and
     `usage_degraded` (the model asked for, when a `degrade` rule sent another; else None)
-    on `obj`."""
+    on `obj`, and `usage_resolution` to None unless a fallback ladder set it
+    (`usage_guard.types.GuardedAnswer`)."""
     limits = dict(view or {})
     limits["capped"] = capped
-    values = (
+    values: list[tuple[str, Any]] = [
         ("usage_limits", limits),
         ("usage_restriction", limits.get("restriction")),
         ("usage_billed", billed),
         ("usage_warnings", list(warnings or [])),
         ("usage_degraded", degraded_from),
-    )
+    ]
+    if "usage_resolution" not in getattr(obj, "__dict__", {}):
+        values.append(("usage_resolution", None))
+    _set(obj, values)
+
+
+def _set(obj: Any, values: list[tuple[str, Any]]) -> None:
     for name, value in values:
         try:
             object.__setattr__(obj, name, value)
         except (AttributeError, TypeError):  # pragma: no cover - objects without a __dict__
             log.debug("usage_guard: cannot attach %s to %r", name, type(obj))
+
+
+def attach_pending(obj: Any) -> None:
+    """Sets the `usage_*` attributes of a stream not billed yet: None, and no warnings
+    (`usage_guard.types.GuardedStreamAnswer`)."""
+    _set(
+        obj,
+        [
+            ("usage_limits", None),
+            ("usage_restriction", None),
+            ("usage_billed", None),
+            ("usage_warnings", []),
+            ("usage_degraded", None),
+            ("usage_resolution", None),
+        ],
+    )
 
 
 def _settle_error(what: str, exc: BaseException) -> None:

@@ -12,6 +12,7 @@ by a sync and an async driver (and stream wrappers) that share every step that d
 from __future__ import annotations
 
 import asyncio
+from types import GenericAlias
 from typing import Any, Callable, Optional
 
 from ..errors import UsageLimitError
@@ -19,6 +20,7 @@ from .call import (
     Api,
     Call,
     StreamState,
+    attach_pending,
     begin_async,
     begin_sync,
     settle_async,
@@ -104,9 +106,12 @@ class _StreamProxy:
         self._iter: Any = None
         self._state = StreamState()
         self._settled = False
-        self.usage_limits: Optional[dict[str, Any]] = None
-        self.usage_restriction: Optional[dict[str, Any]] = None
-        self.usage_billed: Optional[dict[str, Any]] = None
+        attach_pending(self)
+
+    def __class_getitem__(cls, item: Any) -> GenericAlias:
+        """Generic for annotations (`GuardedStream[ChatCompletionChunk]`), as the SDKs'
+        streams are."""
+        return GenericAlias(cls, item)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):

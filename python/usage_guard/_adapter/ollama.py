@@ -60,11 +60,8 @@ EMBED = Api(
 )
 
 
-class GuardedOllama(GuardedClient):
-    """An `ollama.Client` whose `chat`, `generate` and `embed` are guarded.
-
-    `user` is the default user; a call's `user=` keyword overrides it and is not sent.
-    """
+class _GuardedOllamaClient(GuardedClient):
+    """What the sync and async guarded Ollama clients share: the guarded methods."""
 
     def __init__(
         self,
@@ -80,7 +77,14 @@ class GuardedOllama(GuardedClient):
         self.embed = self._guarded(EMBED, client.embed)
 
 
-class GuardedAsyncOllama(GuardedOllama):
+class GuardedOllama(_GuardedOllamaClient):
+    """An `ollama.Client` whose `chat`, `generate` and `embed` are guarded.
+
+    `user` is the default user; a call's `user=` keyword overrides it and is not sent.
+    """
+
+
+class GuardedAsyncOllama(_GuardedOllamaClient):
     """`GuardedOllama` around an `ollama.AsyncClient`: the guarded methods are coroutines."""
 
     _is_async = True

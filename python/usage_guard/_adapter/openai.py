@@ -126,14 +126,8 @@ EMBEDDINGS = Api(
 )
 
 
-class GuardedOpenAI(GuardedClient):
-    """An `openai.OpenAI` (or `AzureOpenAI`) whose model calls are guarded.
-
-    `user` is the default user; a call's `user=` keyword overrides it and is not sent.
-    `fallbacks` are models tried in order when the one asked for is unavailable (its
-    provider's breaker open, `credential` cooling down) or fails retryably; each passes
-    admission again, and the answer's `usage_resolution` says when a fallback served it.
-    """
+class _GuardedOpenAIClient(GuardedClient):
+    """What the sync and async guarded OpenAI clients share: the guarded resources."""
 
     def __init__(
         self,
@@ -164,7 +158,17 @@ class GuardedOpenAI(GuardedClient):
         )
 
 
-class GuardedAsyncOpenAI(GuardedOpenAI):
+class GuardedOpenAI(_GuardedOpenAIClient):
+    """An `openai.OpenAI` (or `AzureOpenAI`) whose model calls are guarded.
+
+    `user` is the default user; a call's `user=` keyword overrides it and is not sent.
+    `fallbacks` are models tried in order when the one asked for is unavailable (its
+    provider's breaker open, `credential` cooling down) or fails retryably; each passes
+    admission again, and the answer's `usage_resolution` says when a fallback served it.
+    """
+
+
+class GuardedAsyncOpenAI(_GuardedOpenAIClient):
     """`GuardedOpenAI` around an `openai.AsyncOpenAI`: the guarded methods are coroutines."""
 
     _is_async = True

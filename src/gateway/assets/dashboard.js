@@ -141,7 +141,7 @@
     const left = num(r.left);
     if (r.amount > 0 && r.left * 10 <= r.amount) left.classList.add("low");
     return [el("td", ruleName(r)), el("td", r.metric), el("td", r.window), num(r.used),
-      num(r.held), left, num(r.amount), el("td", when(r.resets_at))];
+      num(r.reserved), left, num(r.amount), el("td", when(r.resets_at))];
   }
 
   async function loadRules() {

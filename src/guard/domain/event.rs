@@ -8,7 +8,6 @@ use std::sync::Arc;
 use super::clock::Millis;
 use super::decide::RuleWarning;
 use super::generic::Action;
-use super::rule::Metric;
 
 /// What an event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,21 +104,15 @@ impl std::ops::Deref for Event {
 }
 
 impl Event {
-    /// The event's details beyond its columns, as JSON: amount, used, budget (cost in
-    /// dollars), action, would_refuse.
+    /// The event's details beyond its columns, as JSON: amount (the metric), unit, used,
+    /// budget (integers in the unit: micro-dollars for cost), action, would_refuse.
     pub fn detail(&self) -> serde_json::Value {
         let w = &self.warning;
-        let number = |v: u64| -> serde_json::Value {
-            if w.metric == Metric::Cost {
-                serde_json::Value::from(v as f64 / 1_000_000.0)
-            } else {
-                serde_json::Value::from(v)
-            }
-        };
         serde_json::json!({
             "amount": w.metric.word(),
-            "used": number(w.used),
-            "budget": number(w.budget),
+            "unit": w.metric.unit(),
+            "used": w.used,
+            "budget": w.budget,
             "action": w.action.word(),
             "would_refuse": w.would_refuse,
         })

@@ -50,6 +50,28 @@ impl Metric {
         }
     }
 
+    /// The unit every figure of this metric is given in at the boundary (docs/policy.md,
+    /// "Units"): `tokens`, `micro_usd` (integer millionths of a dollar), `requests`, `ms`,
+    /// `calls` (concurrency).
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Tokens | Metric::InputTokens | Metric::OutputTokens => "tokens",
+            Metric::Cost => "micro_usd",
+            Metric::Requests => "requests",
+            Metric::ComputeMs => "ms",
+            Metric::Concurrency => "calls",
+        }
+    }
+
+    /// The key a figure of this metric has where the key alone must name its unit (a
+    /// ticket's `reserved`): the policy word, `cost_micros` for cost.
+    pub fn figure_key(self) -> &'static str {
+        match self {
+            Metric::Cost => "cost_micros",
+            other => other.word(),
+        }
+    }
+
     /// Parses a policy word.
     pub fn parse(word: &str) -> Option<Metric> {
         Metric::ALL.into_iter().find(|m| m.word() == word)

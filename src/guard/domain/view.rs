@@ -1,5 +1,8 @@
 //! The usage view (`usageLimits` and `usageRestriction`): the source billed now, its rules
-//! with use and resets, the ceilings, and the rule closest to its amount.
+//! with use and resets, the ceilings, and the rule closest to its amount; and a person's
+//! view across models.
+
+use std::sync::Arc;
 
 use super::clock::Millis;
 use super::decide::{rule_left, rule_state, SlotRead};
@@ -7,7 +10,8 @@ use super::path::{Path, PathRule, SourceKind, SourceRef};
 use super::rule::{LimitType, Metric};
 use super::window::Window;
 
-/// One rule's use.
+/// One rule's use. Every figure is in the metric's unit ([`Metric::unit`]): tokens,
+/// micro-dollars, requests, ms, calls.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuleView {
     pub limit_type: LimitType,
@@ -121,4 +125,40 @@ pub(crate) fn usage_view(path: &Path, reads: &[SlotRead], now: Millis) -> UsageV
         ceilings,
         restriction,
     }
+}
+
+/// A person's use across models: the rules that count them on every model (User's Total
+/// Limit, the General Platform Limit), and the view on each model where a rule of its own
+/// applies to them (a source with rules, a Model Total, a generic rule).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PersonView {
+    pub rules: Vec<RuleView>,
+    /// By model id, in the policy's order.
+    pub models: Vec<(Arc<str>, UsageView)>,
+}
+
+fn spans_models(r: &RuleView) -> bool {
+    matches!(r.limit_type, LimitType::UserTotal | LimitType::Platform)
+}
+
+/// The person's view from their view on each model (read from one snapshot each): the
+/// all-models rules once (as the first model that counts them read them), and the models
+/// with a rule of their own.
+pub(crate) fn person_view(views: Vec<(Arc<str>, UsageView)>) -> PersonView {
+    let mut rules: Vec<RuleView> = Vec::new();
+    let mut models = Vec::new();
+    for (model, view) in views {
+        for r in view.ceilings.iter().filter(|r| spans_models(r)) {
+            let seen = rules
+                .iter()
+                .any(|s| (s.limit_type, s.metric, s.window) == (r.limit_type, r.metric, r.window));
+            if !seen {
+                rules.push(r.clone());
+            }
+        }
+        if !view.rules.is_empty() || view.ceilings.iter().any(|r| !spans_models(r)) {
+            models.push((model, view));
+        }
+    }
+    PersonView { rules, models }
 }

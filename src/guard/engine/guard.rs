@@ -14,7 +14,7 @@ use crate::guard::domain::clock::Clock;
 use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::Policy;
 use crate::guard::domain::refusal::Refusal;
-use crate::guard::domain::view::{self, UsageView};
+use crate::guard::domain::view::{self, PersonView, UsageView};
 use crate::guard::ledger::{Ledger, LedgerError};
 use crate::guard::store::CounterStore;
 
@@ -101,17 +101,38 @@ impl Guard {
         let path = self.path(user, model)?;
         // Read-your-writes: this guard's queued bills land first.
         self.shared.queue.flush(None, Retries::Skipped).await;
+        self.view_of(&path).await
+    }
+
+    /// A person's view across models: the rules that count them on every model, and their
+    /// view on each model of the policy where a rule of its own applies to them (the
+    /// models' counters read at once, one read per model).
+    pub async fn usage_across(&self, user: Option<&str>) -> Result<PersonView> {
+        let policy = self.policy();
+        self.shared.queue.flush(None, Retries::Skipped).await;
+        let paths = policy
+            .models
+            .iter()
+            .map(|model| self.path(user, &model.id))
+            .collect::<Result<Vec<_>>>()?;
+        let views = futures::future::try_join_all(paths.iter().map(|p| self.view_of(p))).await?;
+        let models = policy.models.iter().map(|m| m.id.clone());
+        Ok(view::person_view(models.zip(views).collect()))
+    }
+
+    /// The view of `path` from one read of its counters.
+    async fn view_of(&self, path: &Path) -> Result<UsageView> {
         let now = self.shared.clock.now_ms();
         let reads = if path.is_unlimited() {
             Vec::new()
         } else {
-            self.shared.read(&path, now).await.map_err(|e| {
+            self.shared.read(path, now).await.map_err(|e| {
                 bump(&self.shared.stats.store_errors);
                 log_store_error(self.shared.store.as_ref(), "usage", &e);
                 Error::Refused(Box::new(Refusal::unavailable()))
             })?
         };
-        Ok(view::usage_view(&path, &reads, now))
+        Ok(view::usage_view(path, &reads, now))
     }
 
     /// Records every billed call in `ledger` and fills long-window counters from it. A guard

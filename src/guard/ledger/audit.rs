@@ -28,7 +28,8 @@ pub struct AuditRow {
     /// The call's user, when it had one.
     pub principal: Option<String>,
     pub model: Option<String>,
-    /// The rest, as JSON: amount, used, budget (cost in dollars), action, would_refuse.
+    /// The rest, as JSON: amount (the metric), unit, used, budget (integers in the unit:
+    /// micro-dollars for cost), action, would_refuse.
     pub detail: serde_json::Value,
 }
 
