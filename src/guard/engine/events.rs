@@ -228,6 +228,7 @@ mod tests {
             (rows[0].rule.as_str(), rows[0].kind.as_str()),
             ("team x monthly", "soft_threshold")
         );
-        assert_eq!(rows[0].detail["used"], serde_json::json!(8.0));
+        assert_eq!(rows[0].detail["used"], serde_json::json!(8_000_000));
+        assert_eq!(rows[0].detail["unit"], serde_json::json!("micro_usd"));
     }
 }

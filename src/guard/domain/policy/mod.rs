@@ -26,6 +26,7 @@ use crate::error::{Error, FieldError};
 #[cfg(feature = "gateway")]
 pub(crate) use gateway::{key_digest, GatewayKey};
 pub(crate) use gateway::{GatewaySettings, Upstream};
+#[cfg(feature = "gateway")]
 pub(crate) use gateway_keys::ACCOUNT_HEADERS;
 pub(crate) use limits::{DirectLimit, PublicLimit, SubjectLimit, TeamLimit};
 pub use models::Prices;
