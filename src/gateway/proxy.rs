@@ -237,7 +237,12 @@ pub(crate) async fn check(
         );
         return Err(Problem::Forbidden.response(endpoint.shape, &message));
     }
-    let provider = spec.map(|m| m.provider).unwrap_or(endpoint.provider());
+    // A declared model's provider; an undeclared one (allowed, even if a price table knows
+    // it) goes to the endpoint's own provider, as its body is in that provider's shape.
+    let provider = policy
+        .model(&model)
+        .map(|m| m.provider)
+        .unwrap_or(endpoint.provider());
     let upstream = policy.providers.iter().find(|u| u.provider == provider);
     let Some(upstream) = upstream.cloned() else {
         let word = provider.word();
