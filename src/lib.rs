@@ -44,7 +44,7 @@ pub use guard::domain::health::{
     Unavailable, UnavailableReason,
 };
 pub use guard::domain::path::{SourceKind, SourceRef};
-pub use guard::domain::policy::{Policy, Prices, MAX_AMOUNT};
+pub use guard::domain::policy::{LongContext, Policy, PriceOrigin, Prices, Pricing, MAX_AMOUNT};
 pub use guard::domain::refusal::{Reason, Refusal};
 pub use guard::domain::rule::{CounterId, LimitType, Metric, Scope};
 pub use guard::domain::view::{PersonView, UsageView};

@@ -63,9 +63,9 @@ action_duration_seconds = 60
 "#
     ));
     let expected = [
-        "rules[0].applies_when.modle: is not an attribute; accepted: scope, principal, credential, session, agent, task, model, provider, endpoint, environment, request_fingerprint, team, role",
-        "rules[0].count_by[0]: is not an attribute; accepted: scope, principal, credential, session, agent, task, model, provider, endpoint, environment, request_fingerprint, team, role (got \"credentail\")",
-        "rules[0].window.unit: is not a rolling unit; accepted: seconds, minutes, hours, days (got \"fortnights\")",
+        "rules[0].applies_when.modle: is not an attribute (did you mean \"model\"?); accepted: scope, principal, credential, session, agent, task, model, provider, endpoint, environment, request_fingerprint, team, role",
+        "rules[0].count_by[0]: is not an attribute (did you mean \"credential\"?); accepted: scope, principal, credential, session, agent, task, model, provider, endpoint, environment, request_fingerprint, team, role (got \"credentail\")",
+        "rules[0].window.unit: is not a rolling unit; accepted: seconds, minutes, hours, days, weeks (got \"fortnights\")",
         "rules[1].window.anchor_zone: is not an IANA time zone",
         "rules[1].action: is not an action; accepted: warn, block, throttle, degrade, halt_session (got \"explode\")",
         "rules[2].degrade_to: is not a model of the policy; defined models: gpt-5 (got \"gpt-6\")",

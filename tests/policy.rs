@@ -39,9 +39,9 @@ shared = [{ metric = "tokens", amount = 10, window = "fortnight" }]
     assert_eq!(
         found,
         vec![
-            "models.gpt-5.provider: is not a provider; accepted: openai, anthropic, gemini, ollama, other (got \"openia\")",
+            "models.gpt-5.provider: is not a provider (did you mean \"openai\"?); accepted: openai, anthropic, gemini, ollama, other (got \"openia\")",
             "limits.team[1].model: is not a model of the policy; defined models: gpt-5 (got \"gpt-6\")",
-            "limits.team[2].shared[0].window: is not a window; accepted: minute, hour, N seconds, N minutes, N hours, day, week, month, year (got \"fortnight\")",
+            "limits.team[2].shared[0].window: is not a window; accepted: day, week, month, year (calendar, UTC); minute, hour, or a number and a unit: \"10 minutes\", \"24 hours\", \"30 days\", \"2 weeks\", or short: \"60s\", \"10m\", \"24h\", \"30d\", \"2w\" (sliding) (got \"fortnight\")",
             "limits.team[2]: a team limit for research on gpt-5 is already defined at limits.team[0]",
         ]
     );
@@ -89,7 +89,7 @@ fn json_and_toml_documents_agree() {
     .unwrap();
     assert_eq!(toml, json);
     assert_eq!(
-        toml.models[0].prices.cached_input, 1_500_000,
+        toml.models[0].prices.base.cached_input, 1_500_000,
         "cached input defaults to input"
     );
 }
@@ -114,7 +114,7 @@ fn a_json_key_given_twice_is_an_error_with_its_path() {
 #[test]
 fn a_valid_policy_carries_its_warnings() {
     let p = Policy::from_toml(
-        "[settings]\nanonymous = \"refuse\"\n[[limits.user_total]]\nuser = \"a\"\nrules = [{ metric = \"cost\", amount = 0, window = \"week\" }]\n",
+        "[models.m]\nprices = { input = 1, output = 1 }\n[settings]\nanonymous = \"refuse\"\n[[limits.user_total]]\nuser = \"a\"\nrules = [{ metric = \"cost\", amount = 0, window = \"week\" }]\n",
     )
     .unwrap();
     let warnings: Vec<String> = p.warnings.iter().map(|w| w.to_string()).collect();

@@ -19,8 +19,13 @@ MODELS: dict[str, dict[str, Any]] = {
         "max_output_tokens": 64000,
         "prices": {"input": 3.0, "cached_input": 0.3, "output": 15.0},
     },
-    "llama3.2": {"provider": "ollama", "max_output_tokens": 8192},
-    "nomic-embed-text": {"provider": "ollama"},
+    # Local models cost nothing: a price of 0 says so (a cost rule needs a price).
+    "llama3.2": {
+        "provider": "ollama",
+        "max_output_tokens": 8192,
+        "prices": {"input": 0, "output": 0},
+    },
+    "nomic-embed-text": {"provider": "ollama", "prices": {"input": 0, "output": 0}},
 }
 
 

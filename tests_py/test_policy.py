@@ -21,11 +21,15 @@ GPT5: dict[str, Any] = {
     "prices": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
 }
 
-WINDOWS = "minute, hour, N seconds, N minutes, N hours, day, week, month, year"
+WINDOWS = (
+    "day, week, month, year (calendar, UTC); minute, hour, or a number and a unit: "
+    '"10 minutes", "24 hours", "30 days", "2 weeks", or short: "60s", "10m", "24h", "30d", '
+    '"2w" (sliding)'
+)
 METRICS = "tokens, input_tokens, output_tokens, cost, requests, compute_ms, concurrency"
 MODEL_KEYS = (
     "display_name, provider, context_window, max_input_tokens, max_output_tokens, prices, "
-    "router, encoding, counting, fallbacks"
+    "router, encoding, counting, fallbacks, aliases"
 )
 WHOLE = "must be a whole number from 0 to 9007199254740992"
 
@@ -128,8 +132,8 @@ MALFORMED: list[tuple[str, dict[str, Any], list[tuple[str, str, str]]]] = [
             (
                 "limit",
                 "",
-                "unknown key; accepted: models, teams, limits, settings, rules, scopes, providers, "
-                "gateway",
+                'unknown key (did you mean "limits"?); accepted: models, teams, limits, settings, '
+                "rules, scopes, providers, gateway",
             )
         ],
     ),
@@ -201,7 +205,8 @@ MALFORMED: list[tuple[str, dict[str, Any], list[tuple[str, str, str]]]] = [
             (
                 "limits.direct[0].rules[0].window",
                 '"0 minutes"',
-                f"is not a window; accepted: {WINDOWS}",
+                'is not a window: a window of 0 counts nothing (the least is "1 second"); '
+                f"accepted: {WINDOWS}",
             )
         ],
     ),

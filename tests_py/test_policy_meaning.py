@@ -23,7 +23,11 @@ GPT5: dict[str, Any] = {
     "max_output_tokens": 128000,
     "prices": {"input": 1.25, "cached_input": 0.125, "output": 10.0},
 }
-WINDOWS = "minute, hour, N seconds, N minutes, N hours, day, week, month, year"
+WINDOWS = (
+    "day, week, month, year (calendar, UTC); minute, hour, or a number and a unit: "
+    '"10 minutes", "24 hours", "30 days", "2 weeks", or short: "60s", "10m", "24h", "30d", '
+    '"2w" (sliding)'
+)
 ANONYMOUS_UNSET = (
     "settings.anonymous",
     "",
@@ -164,20 +168,20 @@ def test_a_blank_model_or_team_id_is_an_error() -> None:
         ("hours", f'is not a window (it needs a number: "10 hours"); accepted: {WINDOWS}'),
         (
             "Day",
-            f'is not a window (did you mean "day"? window words are lower case); '
-            f"accepted: {WINDOWS}",
+            f'is not a window (did you mean "day"? window words are lower case, with no spaces '
+            f"around them); accepted: {WINDOWS}",
         ),
         (
             "10 Minutes",
-            f'is not a window (did you mean "10 minutes"? window words are lower case); '
-            f"accepted: {WINDOWS}",
+            f'is not a window (did you mean "10 minutes"? window words are lower case, with no '
+            f"spaces around them); accepted: {WINDOWS}",
         ),
         (
             " day",
-            f'is not a window (did you mean "day"? window words are lower case); '
-            f"accepted: {WINDOWS}",
+            f'is not a window (did you mean "day"? window words are lower case, with no spaces '
+            f"around them); accepted: {WINDOWS}",
         ),
-        ("second", f"is not a window; accepted: {WINDOWS}"),
+        ("second", f'is not a window (write "1 second" or "1s"); accepted: {WINDOWS}'),
     ],
 )
 def test_window_words_are_exact(window: str, message: str) -> None:
@@ -284,13 +288,17 @@ def test_cli_check_prints_warnings_and_strict_fails_on_them(tmp_path: Path) -> N
         "warning: settings.anonymous: is not set, so calls with no user (user=None) run with "
         'no limits; set it to "unlimited" to mean that, "refuse", or a user id to count them as',
     ]
+    models = (
+        "models: gpt-5 (priced by the policy); each also by a snapshot name (-2024-08-06, "
+        "-20241022, -latest), with :latest, in any letter case; other models: refused"
+    )
     done = run_cli("check", str(path))
     assert done.returncode == 0, done.stderr
     head = f"{path}: valid (1 model: gpt-5; 1 team: research), 2 warnings"
-    assert done.stdout.splitlines() == [head, *expected]
+    assert done.stdout.splitlines() == [head, models, *expected]
     done = run_cli("check", "--strict", str(path))
     assert done.returncode == 1
-    assert done.stdout.splitlines() == [f"{head} (--strict: failing)", *expected]
+    assert done.stdout.splitlines() == [f"{head} (--strict: failing)", models, *expected]
     # No warnings: --strict passes; errors fail either way.
     clean = tmp_path / "clean.json"
     clean.write_text(json.dumps(doc({}, settings={"anonymous": "refuse"})))

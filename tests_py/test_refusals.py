@@ -85,7 +85,11 @@ def client(fake: FakeProvider, guard: ug.Guard, user: str = "alice") -> GuardedO
 def test_a_maximum_no_limit_lowered_is_not_capped(
     fake: FakeProvider, make_guard: Callable[..., ug.Guard], model: str, sent: int
 ) -> None:
-    guard = make_guard(POLICY)
+    # A model the policy does not declare is refused unless the policy allows it.
+    undeclared = model not in POLICY["models"]
+    guard = make_guard(
+        {**POLICY, "settings": {"unknown_models": "allow"}} if undeclared else POLICY
+    )
     reply = client(fake, guard).chat.completions.create(model=model, messages=MESSAGES)
     assert fake.bodies("/v1/chat/completions")[0]["max_completion_tokens"] == sent
     assert reply.choices[0].finish_reason == "length"

@@ -1,8 +1,9 @@
 """The `usage-guard` command.
 
 usage-guard demo                a simulated day on the in-memory store, with a manual clock
-usage-guard check POLICY_FILE   validate a policy file and print every error and warning
-                                (--strict: warnings fail too)
+usage-guard check POLICY_FILE   validate a policy file and print every error, warning and
+                                note, and the names each model answers to (--strict:
+                                warnings fail too)
 usage-guard audit --ledger URL  the events recorded in a ledger's audit log (--json)
 usage-guard recover ...         lift the epoch fence after the counter store lost its state
 usage-guard serve ...           the HTTP gateway (OpenAI, Anthropic, Ollama endpoints)
@@ -54,6 +55,33 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+_PRICED_BY = {
+    "policy": "priced by the policy",
+    "file": "priced by settings.prices_file",
+    "table": "priced by the built-in table",
+}
+
+
+def model_names_line(policy: Policy) -> str:
+    """The names each model answers to and where its price comes from, and what happens to
+    a model the policy does not declare: one line."""
+    parts = []
+    for m in policy.model_names:
+        about = [f"also {', '.join(m['aliases'])}"] if m["aliases"] else []
+        about.append(_PRICED_BY.get(m["prices"] or "", "no price"))
+        parts.append(f"{m['id']} ({'; '.join(about)})")
+    others = (
+        "refused"
+        if policy.unknown_models == "refuse"
+        else 'allowed (settings.unknown_models = "allow"), with no per-model limit'
+    )
+    names = ", ".join(parts) or "none"
+    return (
+        f"models: {names}; each also by a snapshot name (-2024-08-06, -20241022, -latest), "
+        f"with :latest, in any letter case; other models: {others}"
+    )
+
+
 def check(path: str, strict: bool = False) -> int:
     """Validates a policy file and prints a summary, every warning and every error. Exits 1
     on errors, and on warnings too when `strict`; else 0."""
@@ -74,6 +102,9 @@ def check(path: str, strict: bool = False) -> int:
         failing = " (--strict: failing)" if strict else ""
         summary += f", {_count(len(warnings), 'warning')}{failing}"
     print(summary)
+    print(model_names_line(policy))
+    for note in policy.notes:
+        print(f"note: {format_error(note)}")
     for warning in warnings:
         print(f"warning: {format_error(warning)}")
     for rule in policy.rules:

@@ -10,7 +10,15 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from .quota_model import RULE_PREFIX, Subject, metric_of, parse_subject, rule_name, window_of
+from .quota_model import (
+    RULE_PREFIX,
+    Subject,
+    metric_of,
+    parse_subject,
+    rule_name,
+    same_window,
+    window_of,
+)
 
 if TYPE_CHECKING:
     from .types import EffectiveLimit, QuotaUsage, Unit
@@ -206,7 +214,8 @@ def usage_view(
     limit = limit_of(in_force, kind, ident, dimension)
     if window is not None:
         window_of("window", window)
-        if limit is None or limit.get("window") != window:
+        limit_window = limit.get("window") if limit else None
+        if limit_window is None or not same_window(limit_window, window):
             accepted = limit.get("window") if limit else "none: no limit is assigned"
             raise ValueError(
                 f"window: {window!r} is not the window of {kind}:{ident}'s {dimension} "

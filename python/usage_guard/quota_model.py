@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from math import inf
 from typing import Any, Optional, Union
 
+from ._core import _window_word
+
 SUBJECT_TYPES = ("team", "user", "role")
 
 # Dimension -> the rule amount (metric) it counts.
@@ -20,8 +22,6 @@ AI_DIMENSIONS = {
     "ai.concurrency": "concurrency",
     "tools.invocations": "requests",
 }
-CALENDAR_WORDS = ("day", "week", "month", "year")
-ROLLING_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 RULE_PREFIX = "quota "
 # The counter every guard on the store polls to see a policy change.
 VERSION_RULE = "quota-version"
@@ -68,20 +68,25 @@ def metric_of(dimension: str) -> str:
     return "requests"
 
 
-def window_of(field: str, window: Any) -> Union[str, dict[str, Any], None]:
-    """A quotas.md window (`"day"`, `"month"`, `"60s"`, `"10m"`, ...) as a rule window."""
+def window_of(field: str, window: Any) -> Optional[str]:
+    """A quotas.md window as a rule window: the policy's one window syntax (`"day"`,
+    `"month"`, `"60s"`, `"10m"`, `"10 minutes"`, `"30 days"`: docs/policy.md, "Windows"),
+    checked by the same parser; a bare calendar word is the calendar period, any form with a
+    number a sliding window."""
     if window is None:
         return None
-    if isinstance(window, str):
-        if window in CALENDAR_WORDS:
-            return window
-        m = re.fullmatch(r"([1-9][0-9]*)\s*([smhd])", window)
-        if m:
-            return {"kind": "rolling", "count": int(m.group(1)), "unit": ROLLING_UNITS[m.group(2)]}
-    raise ValueError(
-        f"{field}: {window!r} is not a window; accepted: day, week, month, year (calendar, UTC) "
-        "or a rolling '<n>s', '<n>m', '<n>h', '<n>d' such as '60s'"
-    )
+    if not isinstance(window, str):
+        raise ValueError(f"{field}: {window!r} is not a window: a window is a string")
+    try:
+        _window_word(window)
+    except ValueError as e:
+        raise ValueError(f"{field}: {window!r} {e}") from None
+    return window
+
+
+def same_window(a: str, b: str) -> bool:
+    """Whether two window texts name the same window (`"1d"` and `"24h"` do)."""
+    return bool(_window_word(a) == _window_word(b))
 
 
 class QuotaPolicyError(ValueError):

@@ -17,6 +17,7 @@ use super::keys;
 use super::metrics::Metrics;
 use super::relay::Call;
 use super::shape::{json_response, set_headers, Endpoint, Problem};
+use crate::error::Error;
 use crate::guard::domain::policy::{GatewayKey, Upstream};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::engine::guard::Guard;
@@ -222,13 +223,28 @@ pub(crate) async fn check(
     };
     let limit = policy.gateway.max_body_bytes;
     let (request, model, stream) = read_request(endpoint, headers, body, limit).await?;
-    if let Some(models) = key.models.as_ref().filter(|m| !m.contains(&model)) {
+    // The one model resolution of admission: another name of a declared model is that
+    // model (for the key's list and the provider too); an undeclared one is refused here,
+    // before it reaches any upstream, unless the policy allows undeclared models.
+    let spec = match policy.resolve_model(&model) {
+        Ok(spec) => spec,
+        Err(Error::Refused(refusal)) => return Err(refusal_response(app, &refusal, endpoint)),
+        Err(_) => None,
+    };
+    let admitted = spec.as_ref().map_or(model.as_str(), |m| &*m.id);
+    if let Some(models) = key
+        .models
+        .as_ref()
+        .filter(|m| !m.iter().any(|k| k == admitted))
+    {
         let message = format!(
             "This key may not call the model {model:?}; it may call: {}",
             models.join(", ")
         );
         return Err(Problem::Forbidden.response(endpoint.shape, &message));
     }
+    // A declared model's provider; an undeclared one (allowed, even if a price table knows
+    // it) goes to the endpoint's own provider, as its body is in that provider's shape.
     let provider = policy
         .model(&model)
         .map(|m| m.provider)

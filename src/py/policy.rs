@@ -67,15 +67,15 @@ impl PyPolicy {
     /// `PolicyError.errors`; the policy works as written.
     #[getter]
     fn warnings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let list = PyList::empty(py);
-        for w in &self.inner.warnings {
-            let d = PyDict::new(py);
-            d.set_item("path", &w.path)?;
-            d.set_item("value", &w.value)?;
-            d.set_item("message", &w.message)?;
-            list.append(d)?;
-        }
-        Ok(list)
+        field_errors(py, &self.inner.warnings)
+    }
+
+    /// What a reader may take another way than the policy does (a `"1d"` window is a sliding
+    /// 24 hours, not the calendar day), as dicts like `warnings`; not warnings: `check
+    /// --strict` passes them.
+    #[getter]
+    fn notes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        field_errors(py, &self.inner.notes)
     }
 
     /// The generic rules (`[[rules]]`), in policy order: `{"name", "sentence", "overlaps"}`,
@@ -96,6 +96,39 @@ impl PyPolicy {
             list.append(d)?;
         }
         Ok(list)
+    }
+
+    /// Each model's names as `{"id", "aliases", "prices"}`, in the document's order: the
+    /// names a call resolves to it by (besides its snapshots, letter case and `:latest`), and
+    /// where its price comes from (`"policy"`, `"file"`, `"table"`, or None: no price).
+    #[getter]
+    fn model_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        use crate::guard::domain::policy::PriceOrigin;
+        let list = PyList::empty(py);
+        for m in &self.inner.models {
+            let d = PyDict::new(py);
+            d.set_item("id", &*m.id)?;
+            let aliases: Vec<&str> = m.aliases.iter().map(|a| &**a).collect();
+            d.set_item("aliases", aliases)?;
+            let origin = match m.prices.origin {
+                PriceOrigin::None => None,
+                PriceOrigin::Policy => Some("policy"),
+                PriceOrigin::File => Some("file"),
+                PriceOrigin::Table => Some("table"),
+            };
+            d.set_item("prices", origin)?;
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
+    /// `settings.unknown_models`: `"refuse"` (the default) or `"allow"`.
+    #[getter]
+    fn unknown_models(&self) -> &'static str {
+        match self.inner.settings.unknown_models {
+            crate::guard::domain::policy::UnknownModels::Allow => "allow",
+            crate::guard::domain::policy::UnknownModels::Refuse => "refuse",
+        }
     }
 
     /// `settings.enabled`: false turns the quota service's stored quotas off.
@@ -137,6 +170,35 @@ impl PyPolicy {
     }
 }
 
+/// `{"path", "value", "message"}` dicts.
+fn field_errors<'py>(
+    py: Python<'py>,
+    errors: &[crate::error::FieldError],
+) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for w in errors {
+        let d = PyDict::new(py);
+        d.set_item("path", &w.path)?;
+        d.set_item("value", &w.value)?;
+        d.set_item("message", &w.message)?;
+        list.append(d)?;
+    }
+    Ok(list)
+}
+
+/// The window `text` means, in the one window syntax of policies, generic rules and quota
+/// policies, as its canonical word (`"1d"` → `"24 hours"`, `"day"` → `"day"`): two texts
+/// name the same window when their words are equal. A `ValueError` says why anything else
+/// is no window and what is accepted.
+#[pyfunction]
+fn _window_word(text: &str) -> PyResult<String> {
+    use crate::guard::domain::window_words::{read, ACCEPTED};
+    read(text).map(|w| w.word()).map_err(|why| {
+        crate::error::Error::invalid("", "", format!("{why}; accepted: {ACCEPTED}")).into()
+    })
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(pyo3::wrap_pyfunction!(_window_word, m)?)?;
     m.add_class::<PyPolicy>()
 }

@@ -301,6 +301,20 @@ impl CallAttributes {
     }
 }
 
+impl CallAttributes {
+    /// The teams of the caller's policy membership, as the call's `team` when it gives
+    /// none itself (a `team` rule then counts every member's calls).
+    pub fn default_teams<'a>(&mut self, teams: impl Iterator<Item = &'a Arc<str>>) {
+        if !self.teams.is_empty() {
+            return;
+        }
+        self.teams.extend(teams.cloned());
+        if let Some(team) = self.teams.iter().min().cloned() {
+            self.set(Attribute::Team, &team);
+        }
+    }
+}
+
 /// The part of a path cache key the caller's `extra` attributes make: those any rule reads
 /// (`used`, a bit per attribute), sorted; each attribute is checked as `CallAttributes::of`
 /// checks it.

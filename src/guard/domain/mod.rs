@@ -18,5 +18,7 @@ pub(crate) mod room;
 pub(crate) mod rule;
 pub(crate) mod rule_index;
 pub(crate) mod source;
+pub(crate) mod suggest;
 pub(crate) mod view;
 pub(crate) mod window;
+pub(crate) mod window_words;

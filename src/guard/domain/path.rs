@@ -5,9 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::generic::{halt_subject, Action, Attribute, CallAttributes, GenericRule};
-use super::policy::{
-    DirectLimit, ModelSpec, Policy, PublicLimit, TeamLimit, TeamSpec, UnknownModels,
-};
+use super::policy::names;
+use super::policy::{DirectLimit, ModelSpec, Policy, PublicLimit, TeamLimit, TeamSpec};
 use super::refusal::Refusal;
 use super::rule::Metric;
 use super::rule::RuleSpec;
@@ -308,17 +307,6 @@ impl Builder {
     }
 }
 
-/// The model's entry, or the error for a model the policy does not list when it refuses
-/// unknown models.
-fn known_model(policy: &Policy, model: &str) -> Result<Option<Arc<ModelSpec>>, Error> {
-    let model_spec = policy.model(model).cloned();
-    if model_spec.is_none() && policy.settings.unknown_models == UnknownModels::Refuse {
-        // A refusal naming only the model asked for: the policy's list stays private.
-        return Err(Error::Refused(Box::new(Refusal::model_not_found(model))));
-    }
-    Ok(model_spec)
-}
-
 /// Resolves the path of `user` on `model`. A call with no user (the caller maps it first,
 /// see [`caller`]) has no limit kind; the generic rules that match it apply.
 pub(crate) fn resolve(
@@ -327,17 +315,23 @@ pub(crate) fn resolve(
     model: &str,
     attributes: &[(String, String)],
 ) -> Result<Path, Error> {
-    let model_spec = known_model(policy, model)?;
+    // Every name of a declared model counts as that model; an undeclared one (allowed) as
+    // its plain name, so that letter case and spaces do not make another counter.
+    let model_spec = policy.resolve_model(model)?;
     let model: Arc<str> = model_spec
         .as_ref()
         .map(|m| m.id.clone())
-        .unwrap_or_else(|| Arc::from(model));
+        .unwrap_or_else(|| Arc::from(names::base(model)));
     let default_source = SourceRef {
         kind: SourceKind::Public,
         id: model.clone(),
     };
     let provider = model_spec.as_ref().map(|m| m.provider.word());
-    let call = CallAttributes::of(user, &model, provider, attributes, &policy.scopes)?;
+    let mut call = CallAttributes::of(user, &model, provider, attributes, &policy.scopes)?;
+    if let Some(user) = user {
+        // A rule on `team` counts its members' calls; a call's own `team` attribute wins.
+        call.default_teams(policy.teams_of(user));
+    }
     let mut b = Builder {
         user: user.map(Arc::from),
         model: model.clone(),
@@ -348,31 +342,23 @@ pub(crate) fn resolve(
         generic_ceilings: Vec::new(),
         halts: Vec::new(),
     };
-    let Some(user) = b.user.clone() else {
-        // No user: no limit kind applies; the generic rules that match the call do.
-        let watched = b.generic(policy, &call);
-        return Ok(Path {
-            user: None,
-            model,
-            model_spec,
-            ceilings: b.generic_ceilings,
-            watched,
-            halts: b.halts,
-            sources: Vec::new(),
-            personal: Vec::new(),
-            counters: b.counters,
-            default_source,
-        });
+    // No user: no limit kind applies; the generic rules that match the call do.
+    let user = b.user.clone();
+    let mut ceilings = match &user {
+        Some(user) => b.ceilings(policy, user),
+        None => Vec::new(),
     };
-    let mut ceilings = b.ceilings(policy, &user);
     let watched = b.generic(policy, &call);
     ceilings.append(&mut b.generic_ceilings);
-    let sources = b.sources(policy, &user, &default_source);
+    let sources = match &user {
+        Some(user) => b.sources(policy, user, &default_source),
+        None => Vec::new(),
+    };
     let mut personal = std::mem::take(&mut b.personal);
     personal.sort_unstable();
     personal.dedup();
-    Ok(Path {
-        user: Some(user),
+    let path = Path {
+        user,
         model,
         model_spec,
         ceilings,
@@ -382,5 +368,29 @@ pub(crate) fn resolve(
         halts: b.halts,
         counters: b.counters,
         default_source,
-    })
+    };
+    priced_if_costed(path)
+}
+
+/// The path, unless a cost rule is on it and its model has no price: an undeclared model
+/// (allowed) that no price table knows, whose cost the rule could not count.
+fn priced_if_costed(path: Path) -> Result<Path, Error> {
+    let priced = path
+        .model_spec
+        .as_ref()
+        .is_some_and(|m| m.prices.is_priced());
+    let costed = path.counters.iter().any(|c| c.metric == Metric::Cost);
+    if priced || !costed {
+        return Ok(path);
+    }
+    let message = format!(
+        "The model {:?} has no known price, and a cost limit counts its calls: it is not \
+         available here until the policy gives its prices.",
+        &*path.model
+    );
+    let refusal = Refusal {
+        message,
+        ..Refusal::model_not_found(&path.model)
+    };
+    Err(Error::Refused(Box::new(refusal)))
 }

@@ -278,38 +278,6 @@ impl Window {
             Window::Anchored(anchored)
         }
     }
-
-    /// Parses the policy words: `minute`, `hour`, `N seconds`, `N minutes`, `N hours`
-    /// (sliding) and `day`, `week`, `month`, `year` (calendar).
-    pub fn parse(text: &str) -> Option<Window> {
-        let calendar = match text {
-            "day" => Some(CalendarUnit::Day),
-            "week" => Some(CalendarUnit::Week),
-            "month" => Some(CalendarUnit::Month),
-            "year" => Some(CalendarUnit::Year),
-            _ => None,
-        };
-        if let Some(unit) = calendar {
-            return Some(Window::Calendar(unit));
-        }
-        // A bare unit is one of it only in the singular: "minutes" alone names no length.
-        let (count, unit) = match text.split_once(' ') {
-            Some((n, unit)) if n.bytes().all(|b| b.is_ascii_digit()) => {
-                (n.parse::<u32>().ok()?, unit)
-            }
-            Some(_) => return None,
-            None if matches!(text, "minute" | "hour") => (1, text),
-            None => return None,
-        };
-        let unit_seconds: u32 = match unit {
-            "second" | "seconds" => 1,
-            "minute" | "minutes" => 60,
-            "hour" | "hours" => 3600,
-            _ => return None,
-        };
-        let seconds = count.checked_mul(unit_seconds)?;
-        (seconds > 0).then_some(Window::Sliding { seconds })
-    }
 }
 
 /// `ceil(value × numerator / denominator)` without overflow.

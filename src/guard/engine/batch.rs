@@ -219,12 +219,12 @@ struct BatchNeed {
 
 impl BatchNeed {
     fn new(path: &Path, demand: &Demand, requests: u64) -> Self {
+        let (prompt, max_out) = (demand.prompt_tokens, demand.max_output_tokens);
         let prices = path
             .model_spec
             .as_ref()
-            .map(|m| m.prices)
+            .map(|m| m.prices.rates(prompt))
             .unwrap_or_default();
-        let (prompt, max_out) = (demand.prompt_tokens, demand.max_output_tokens);
         BatchNeed {
             prompt,
             max_out,

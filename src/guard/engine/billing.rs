@@ -66,6 +66,7 @@ impl Billed {
                 usage.input_tokens,
                 usage.cached_input_tokens,
                 usage.output_tokens,
+                usage.reasoning_tokens,
             )
         });
         Billed {

@@ -213,7 +213,7 @@ pub(crate) fn decide(
     let prices = path
         .model_spec
         .as_ref()
-        .map(|m| m.prices)
+        .map(|m| m.prices.rates(prompt))
         .unwrap_or_default();
     let max_out = match snapshot.output_room(&least, demand, settings, prompt, &prices) {
         Ok(max_out) => max_out,

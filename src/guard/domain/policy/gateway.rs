@@ -136,7 +136,8 @@ impl Parser {
                     &path,
                     None,
                     format!(
-                        "is not a provider; accepted: {}",
+                        "is not a provider{}; accepted: {}",
+                        crate::guard::domain::suggest::hint(word, &Provider::WORDS),
                         Provider::WORDS.join(", ")
                     ),
                 );

@@ -202,8 +202,9 @@ impl Parser {
             }
             let words: Vec<&str> = KEY_ATTRIBUTES.iter().map(|a| a.word()).collect();
             let why = format!(
-                "is not an attribute a key sets (principal, credential and teams are the key's \
+                "is not an attribute a key sets{} (principal, credential and teams are the key's \
                  own fields; model, provider and endpoint come from the call); accepted: {}",
+                crate::guard::domain::suggest::hint(name, &words),
                 words.join(", ")
             );
             self.error(&at, Some(v), why);

@@ -79,17 +79,9 @@ impl Parser {
         };
         let metric_path = key_path(path, "amount");
         let metric = self.required(path, fields, "amount").and_then(|v| {
-            let metric = v.as_str().and_then(Metric::parse);
-            if metric.is_none() {
-                let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
-                let accepted = words.join(", ");
-                self.error(
-                    &metric_path,
-                    Some(v),
-                    format!("is not an amount; accepted: {accepted}"),
-                );
-            }
-            metric
+            let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
+            self.word(&metric_path, v, &words, "amount")
+                .map(|i| Metric::ALL[i])
         });
         let budget_path = key_path(path, "budget");
         let budget = self
@@ -136,11 +128,15 @@ impl Parser {
     fn attribute(&mut self, path: &str, key: &str, value: Option<&Value>) -> Option<Attribute> {
         let found = Attribute::parse(key);
         if found.is_none() {
-            let words = Attribute::words();
+            let words = Attribute::ALL.map(Attribute::word);
+            let hint = crate::guard::domain::suggest::hint(key, &words);
             self.error(
                 path,
                 value,
-                format!("is not an attribute; accepted: {words}"),
+                format!(
+                    "is not an attribute{hint}; accepted: {}",
+                    Attribute::words()
+                ),
             );
         }
         found
@@ -176,6 +172,11 @@ impl Parser {
                 _ => vec![self.string(&attr_path, v)],
             };
             match values.into_iter().collect::<Option<Vec<String>>>() {
+                // A rule on a model matches every name of it, as admission resolves them.
+                Some(vs) if attr == Attribute::Model => {
+                    let names = &self.model_names;
+                    out.push((attr, vs.iter().map(|v| names.canonical(v)).collect()));
+                }
                 Some(vs) => out.push((attr, vs.into_iter().map(Arc::from).collect())),
                 None => ok = false,
             }
@@ -208,18 +209,9 @@ impl Parser {
         let Some(v) = fields.get("action") else {
             return Some(Action::Block);
         };
-        let action = v.as_str().and_then(Action::parse);
-        if action.is_none() {
-            let words: Vec<&str> = Action::ALL.iter().map(|a| a.word()).collect();
-            let accepted = words.join(", ");
-            let path = key_path(path, "action");
-            self.error(
-                &path,
-                Some(v),
-                format!("is not an action; accepted: {accepted}"),
-            );
-        }
-        action
+        let words: Vec<&str> = Action::ALL.iter().map(|a| a.word()).collect();
+        self.word(&key_path(path, "action"), v, &words, "action")
+            .map(|i| Action::ALL[i])
     }
 
     fn warn_at(&mut self, path: &str, fields: &Map<String, Value>) -> Option<Vec<f64>> {
@@ -299,6 +291,24 @@ impl Parser {
     }
 }
 
+/// The models a generic rule is limited to (`applies_when.model`), when it names any.
+pub(super) fn model_condition(rule: &GenericRule) -> Option<&[Arc<str>]> {
+    rule.applies_when
+        .iter()
+        .find(|(a, _)| *a == Attribute::Model)
+        .map(|(_, models)| models.as_slice())
+}
+
+/// Whether a generic rule can count a call on `model` (its model conditions allow it).
+pub(super) fn can_count(rule: &GenericRule, model: &str) -> bool {
+    let named = |list: &[(Attribute, Vec<Arc<str>>)]| {
+        list.iter()
+            .any(|(a, ms)| *a == Attribute::Model && ms.iter().any(|m| &**m == model))
+    };
+    model_condition(rule).is_none_or(|ms| ms.iter().any(|m| &**m == model))
+        && !named(&rule.applies_unless)
+}
+
 impl super::Policy {
     /// This policy with `rules` (a `[[rules]]` list, validated as a document's) after its own
     /// generic rules: how the quota service adds the rules its stored policies compile to. A
@@ -306,6 +316,7 @@ impl super::Policy {
     pub fn with_rules(&self, rules: &Value) -> Result<super::Policy, crate::error::Error> {
         let models: HashSet<String> = self.models.iter().map(|m| m.id.to_string()).collect();
         let mut p = Parser::new();
+        p.model_names = self.index.names.clone();
         let extra = p.generic_rules(rules, &models);
         for (i, rule) in extra.iter().enumerate() {
             if self.rules.iter().any(|r| r.name == rule.name) {

@@ -257,6 +257,10 @@ impl Parser {
                 let Some(subject) = subject else {
                     continue;
                 };
+                if key == "team_total" && !has_team_limit(fields, &subject) {
+                    self.error(&path, None, team_total_alone(&subject, &rules));
+                    continue;
+                }
                 if self.first_definition(known, format!("a {key} for {subject}"), &path) {
                     let limit = SubjectLimit { subject, rules };
                     match key {
@@ -268,4 +272,48 @@ impl Parser {
             }
         }
     }
+}
+
+/// Whether the document has a `[[limits.team]]` for `team` (a Team Total counts only calls
+/// billed to the team, and only a Team Limit bills a team).
+fn has_team_limit(fields: &Map<String, Value>, team: &str) -> bool {
+    let limits = fields.get("team").and_then(Value::as_array);
+    limits
+        .into_iter()
+        .flatten()
+        .any(|l| l.get("team").and_then(Value::as_str) == Some(team))
+}
+
+/// Why a Team Total with no Team Limit is refused, and the generic rule that does what it
+/// seems to say: count every call of the team's members, on every model.
+fn team_total_alone(team: &str, rules: &[RuleSpec]) -> String {
+    let example = rules.first().map_or_else(
+        || "amount = \"cost\", budget = 100, window = \"month\"".to_string(),
+        |r| {
+            let budget = match r.metric {
+                crate::guard::domain::rule::Metric::Cost => {
+                    let dollars = r.amount as f64 / 1_000_000.0;
+                    format!("{dollars}")
+                }
+                _ => r.amount.to_string(),
+            };
+            let window = if matches!(r.window, crate::guard::domain::window::Window::Anchored(_)) {
+                "{ kind = \"calendar\", ... }".to_string()
+            } else {
+                format!("\"{}\"", r.window.word())
+            };
+            format!(
+                "amount = \"{}\", budget = {budget}, window = {window}",
+                r.metric.word()
+            )
+        },
+    );
+    format!(
+        "a team_total counts only the calls billed to its team, and no [[limits.team]] bills \
+         {team}, so it would never apply; to cap every call of {team}'s members on every \
+         model, write a generic rule instead: [[rules]] name = \"{team} total\", applies_when \
+         = {{ team = \"{team}\" }}, {example} (its members are teams.{team}.members; a call may \
+         also say attributes={{\"team\": \"{team}\"}}); or add a [[limits.team]] for {team} on \
+         the models it uses"
+    )
 }

@@ -7,11 +7,15 @@ mod generic_rules;
 mod json;
 mod limits;
 mod models;
+pub(crate) mod names;
 mod parse;
+mod price_book;
+mod pricing;
 mod rules;
 mod scopes;
 mod settings;
 mod teams;
+mod traps;
 mod values;
 mod window_table;
 
@@ -29,8 +33,9 @@ pub(crate) use gateway::{GatewaySettings, Upstream};
 #[cfg(feature = "gateway")]
 pub(crate) use gateway_keys::ACCOUNT_HEADERS;
 pub(crate) use limits::{DirectLimit, PublicLimit, SubjectLimit, TeamLimit};
-pub use models::Prices;
 pub(crate) use models::{Counting, ModelSpec, Provider};
+pub(crate) use price_book::PriceBook;
+pub use pricing::{LongContext, PriceOrigin, Prices, Pricing};
 pub(crate) use settings::{Anonymous, Settings, StoreChecks, UnknownModels};
 pub(crate) use teams::TeamSpec;
 pub use values::MAX_AMOUNT;
@@ -63,6 +68,11 @@ pub struct Policy {
     /// What is valid but probably not meant (an amount of 0, anonymous calls unlimited by
     /// default), each with its path; a policy with warnings works as written.
     pub warnings: Vec<FieldError>,
+    /// `settings.prices_file`, read with the policy.
+    pub(crate) price_file: Option<Arc<PriceBook>>,
+    /// What a reader may take another way than the policy does (a `"1d"` window is a
+    /// sliding 24 hours, not the calendar day), each with its path; not warnings.
+    pub notes: Vec<FieldError>,
     index: Index,
 }
 
@@ -70,6 +80,7 @@ pub struct Policy {
 #[derive(Debug, Clone, PartialEq, Default)]
 struct Index {
     models: HashMap<Arc<str>, usize>,
+    names: names::Names,
     teams: HashMap<Arc<str>, usize>,
     teams_of_user: HashMap<Arc<str>, Vec<usize>>,
     direct: HashMap<(Arc<str>, Arc<str>), usize>,
@@ -83,7 +94,12 @@ struct Index {
 impl Policy {
     /// Validates a policy given as a JSON value (the shape of the TOML document).
     pub fn from_value(value: &serde_json::Value) -> Result<Policy, Error> {
-        let mut policy = parse::parse(value)?;
+        Self::value_in(value, None)
+    }
+
+    /// [`Policy::from_value`], reading a relative `settings.prices_file` from `dir`.
+    fn value_in(value: &serde_json::Value, dir: Option<&std::path::Path>) -> Result<Policy, Error> {
+        let mut policy = parse::parse(value, dir)?;
         policy.build_index();
         Ok(policy)
     }
@@ -91,6 +107,10 @@ impl Policy {
     /// Validates a JSON policy document. A key given twice in one table is an error (with its
     /// path), reported with every other error of the document.
     pub fn from_json(text: &str) -> Result<Policy, Error> {
+        Self::json_in(text, None)
+    }
+
+    fn json_in(text: &str, dir: Option<&std::path::Path>) -> Result<Policy, Error> {
         let (value, repeated) = json::parse_strict(text).map_err(|e| {
             Error::Policy(vec![FieldError::new(
                 "",
@@ -98,7 +118,7 @@ impl Policy {
                 format!("not valid JSON: {e}"),
             )])
         })?;
-        match (Self::from_value(&value), repeated.is_empty()) {
+        match (Self::value_in(&value, dir), repeated.is_empty()) {
             (result, true) => result,
             (Ok(_), false) => Err(Error::Policy(repeated)),
             (Err(Error::Policy(rest)), false) => {
@@ -110,6 +130,10 @@ impl Policy {
 
     /// Validates a TOML policy document.
     pub fn from_toml(text: &str) -> Result<Policy, Error> {
+        Self::toml_in(text, None)
+    }
+
+    fn toml_in(text: &str, dir: Option<&std::path::Path>) -> Result<Policy, Error> {
         let value: toml::Value = toml::from_str(text).map_err(|e| {
             let place = e
                 .span()
@@ -134,10 +158,11 @@ impl Policy {
                 format!("not valid TOML: {e}"),
             )])
         })?;
-        Self::from_value(&json)
+        Self::value_in(&json, dir)
     }
 
-    /// Reads a policy file: `.toml` as TOML, anything else as JSON.
+    /// Reads a policy file: `.toml` as TOML, anything else as JSON; a relative
+    /// `settings.prices_file` is read from the policy file's folder.
     pub fn load(path: &std::path::Path) -> Result<Policy, Error> {
         let text = std::fs::read_to_string(path).map_err(|e| {
             Error::Policy(vec![FieldError::new(
@@ -149,10 +174,11 @@ impl Policy {
         let is_toml = path
             .extension()
             .is_some_and(|ext| ext.eq_ignore_ascii_case("toml"));
+        let dir = path.parent();
         if is_toml {
-            Self::from_toml(&text)
+            Self::toml_in(&text, dir)
         } else {
-            Self::from_json(&text)
+            Self::json_in(&text, dir)
         }
     }
 
@@ -161,6 +187,7 @@ impl Policy {
         for (i, m) in self.models.iter().enumerate() {
             index.models.insert(m.id.clone(), i);
         }
+        index.names = names::Names::of(self.models.iter().map(|m| (&m.id, &m.aliases[..])));
         for (i, t) in self.teams.iter().enumerate() {
             index.teams.insert(t.id.clone(), i);
             for member in &t.members {
@@ -209,9 +236,37 @@ impl Policy {
             && self.rules.is_empty())
     }
 
-    /// The model entry, if the policy lists the model.
-    pub fn model(&self, id: &str) -> Option<&Arc<ModelSpec>> {
-        self.index.models.get(id).map(|&i| &self.models[i])
+    /// The declared model `name` is a name of: its id, an alias, or either with a snapshot
+    /// suffix, another letter case or spaces around (see `names`).
+    pub fn model(&self, name: &str) -> Option<&Arc<ModelSpec>> {
+        let found = self.index.models.get(name).copied();
+        found
+            .or_else(|| self.index.names.find(name))
+            .map(|i| &self.models[i])
+    }
+
+    /// The model a call on `name` is admitted as: the declared model it names; for a name the
+    /// policy does not declare, `None` when `settings.unknown_models = "allow"`, else the
+    /// `model_not_found` refusal (naming only the model asked for).
+    pub(crate) fn resolve_model(&self, name: &str) -> Result<Option<Arc<ModelSpec>>, Error> {
+        if let Some(spec) = self.model(name) {
+            return Ok(Some(spec.clone()));
+        }
+        match self.settings.unknown_models {
+            UnknownModels::Allow => Ok(self.priced_undeclared(name)),
+            UnknownModels::Refuse => Err(Error::Refused(Box::new(
+                super::refusal::Refusal::model_not_found(name.trim()),
+            ))),
+        }
+    }
+
+    /// An undeclared model the price tables know (`settings.prices_file`, then the built-in
+    /// table), as a model entry of that price: its calls count their cost. Its id is the
+    /// table's name, so its snapshots and letter cases share its counters.
+    fn priced_undeclared(&self, name: &str) -> Option<Arc<ModelSpec>> {
+        let books = [self.price_file.as_deref(), Some(price_book::built_in())];
+        let entry = books.into_iter().flatten().find_map(|b| b.find(name))?;
+        Some(Arc::new(ModelSpec::priced(entry)))
     }
 
     /// The fallback ladder of `model`: it, then its `fallbacks` in order, each with its
@@ -232,6 +287,12 @@ impl Policy {
     /// The team entry.
     pub fn team(&self, id: &str) -> Option<&TeamSpec> {
         self.index.teams.get(id).map(|&i| &self.teams[i])
+    }
+
+    /// The ids of the teams `user` is a member of, in the policy's order.
+    pub fn teams_of<'a>(&'a self, user: &str) -> impl Iterator<Item = &'a Arc<str>> + 'a {
+        let found = self.index.teams_of_user.get(user).map(Vec::as_slice);
+        found.unwrap_or(&[]).iter().map(|&i| &self.teams[i].id)
     }
 
     /// Whether `user` is a member of `team`.

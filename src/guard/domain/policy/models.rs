@@ -1,10 +1,12 @@
 //! The `models` section: each model's provider, sizes, prices and prompt counting.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::names::base;
+use super::pricing::{PriceOrigin, Pricing};
 use super::values::{key_path, kind, Parser};
 
 /// Tokenizer encodings a model may declare.
@@ -54,39 +56,6 @@ impl Provider {
     }
 }
 
-/// Prices in micro-dollars per million tokens (= pico-dollars a token), so that
-/// `tokens × price / 1_000_000` is micro-dollars, exact in integers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Prices {
-    pub input: u64,
-    pub cached_input: u64,
-    pub output: u64,
-}
-
-impl Prices {
-    /// The cost of a call in micro-dollars, rounded up to the next micro-dollar.
-    /// `input_tokens` includes `cached_input_tokens`.
-    pub fn cost_micros(
-        &self,
-        input_tokens: u64,
-        cached_input_tokens: u64,
-        output_tokens: u64,
-    ) -> u64 {
-        let cached = cached_input_tokens.min(input_tokens);
-        let pico = (input_tokens - cached) as u128 * self.input as u128
-            + cached as u128 * self.cached_input as u128
-            + output_tokens as u128 * self.output as u128;
-        pico.div_ceil(1_000_000).min(u64::MAX as u128) as u64
-    }
-
-    /// The most a call of this size can cost: input at the dearest input rate.
-    pub fn dearest_cost_micros(&self, input_tokens: u64, output_tokens: u64) -> u64 {
-        let input_rate = self.input.max(self.cached_input) as u128;
-        let pico = input_tokens as u128 * input_rate + output_tokens as u128 * self.output as u128;
-        pico.div_ceil(1_000_000).min(u64::MAX as u128) as u64
-    }
-}
-
 /// Whether prompt counts for a model are exact (its own tokenizer) or an estimate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Counting {
@@ -103,7 +72,8 @@ pub struct ModelSpec {
     pub context_window: Option<u64>,
     pub max_input_tokens: Option<u64>,
     pub max_output_tokens: Option<u64>,
-    pub prices: Prices,
+    /// Its `prices`, else those of `settings.prices_file` or the built-in table.
+    pub prices: Pricing,
     /// A router's own call skips the counters that span models.
     pub router: bool,
     /// The tokenizer encoding to count prompts with (e.g. `o200k_base`).
@@ -113,9 +83,12 @@ pub struct ModelSpec {
     /// unavailable (breaker open, credential cooling) or fails retryably; each passes
     /// admission again.
     pub fallbacks: Vec<Arc<str>>,
+    /// Other names callers use for the model (`aliases`): they resolve to it and count on
+    /// its counters, as its snapshots and letter-case variants do (`names`).
+    pub aliases: Vec<Arc<str>>,
 }
 
-const MODEL_KEYS: [&str; 10] = [
+const MODEL_KEYS: [&str; 11] = [
     "display_name",
     "provider",
     "context_window",
@@ -126,6 +99,7 @@ const MODEL_KEYS: [&str; 10] = [
     "encoding",
     "counting",
     "fallbacks",
+    "aliases",
 ];
 
 impl Parser {
@@ -152,9 +126,13 @@ impl Parser {
                 if let Some(v) = fields.get("fallbacks") {
                     model.fallbacks = self.fallbacks(&key_path(&path, "fallbacks"), id, v, &ids);
                 }
+                if let Some(v) = fields.get("aliases") {
+                    model.aliases = self.aliases(&key_path(&path, "aliases"), v);
+                }
                 models.push(Arc::new(model));
             }
         }
+        self.check_names(&models);
         models
     }
 
@@ -169,11 +147,12 @@ impl Parser {
             context_window: None,
             max_input_tokens: None,
             max_output_tokens: None,
-            prices: Prices::default(),
+            prices: Pricing::default(),
             router: false,
             encoding: None,
             counting: None,
             fallbacks: Vec::new(),
+            aliases: Vec::new(),
         };
         if let (Some(v), p) = field("display_name") {
             model.display_name = self.string(&p, v).unwrap_or_default();
@@ -191,7 +170,7 @@ impl Parser {
             }
         }
         if let (Some(v), p) = field("prices") {
-            model.prices = self.prices(&p, v);
+            model.prices = self.pricing(&p, v, &[], PriceOrigin::Policy);
         }
         if let (Some(v), p) = field("router") {
             model.router = self.boolean(&p, v).unwrap_or(false);
@@ -230,42 +209,20 @@ impl Parser {
     }
 
     fn provider(&mut self, path: &str, value: &Value) -> Provider {
-        value.as_str().and_then(Provider::parse).unwrap_or_else(|| {
-            self.error(
-                path,
-                Some(value),
-                format!(
-                    "is not a provider; accepted: {}",
-                    Provider::WORDS.join(", ")
-                ),
-            );
-            Provider::Other
-        })
+        self.word(path, value, &Provider::WORDS, "provider")
+            .and_then(|i| Provider::parse(Provider::WORDS[i]))
+            .unwrap_or(Provider::Other)
     }
 
     fn encoding(&mut self, path: &str, value: &Value) -> Option<String> {
-        let found = value.as_str().filter(|e| ENCODINGS.contains(e));
-        if found.is_none() {
-            self.error(
-                path,
-                Some(value),
-                format!(
-                    "is not a known encoding; accepted: {}",
-                    ENCODINGS.join(", ")
-                ),
-            );
-        }
-        found.map(str::to_string)
+        self.word(path, value, &ENCODINGS, "known encoding")
+            .map(|i| ENCODINGS[i].to_string())
     }
 
     fn counting(&mut self, path: &str, value: &Value) -> Option<Counting> {
-        match value.as_str() {
-            Some("exact") => Some(Counting::Exact),
-            Some("estimate") => Some(Counting::Estimate),
-            _ => {
-                self.error(path, Some(value), "accepted: exact, estimate");
-                None
-            }
+        match self.word(path, value, &["exact", "estimate"], "counting")? {
+            0 => Some(Counting::Exact),
+            _ => Some(Counting::Estimate),
         }
     }
 
@@ -285,23 +242,58 @@ impl Parser {
             }
         }
     }
+}
 
-    fn prices(&mut self, path: &str, value: &Value) -> Prices {
-        let Some(fields) = self.table(path, value, &["input", "cached_input", "output"]) else {
-            return Prices::default();
-        };
-        let get = |p: &mut Self, key: &str| {
-            fields
-                .get(key)
-                .and_then(|v| p.dollars(&key_path(path, key), v, "dollars per million tokens"))
-        };
-        let input = get(self, "input").unwrap_or(0);
-        let output = get(self, "output").unwrap_or(0);
-        let cached_input = get(self, "cached_input").unwrap_or(input);
-        Prices {
-            input,
-            cached_input,
-            output,
+/// Model names: their aliases, and the names that resolve alike.
+impl Parser {
+    /// A model's `aliases`: other names callers use for it (non-empty strings).
+    pub(super) fn aliases(&mut self, path: &str, value: &Value) -> Vec<Arc<str>> {
+        let mut out = Vec::new();
+        for (i, item) in self.list(path, value).iter().enumerate() {
+            if let Some(alias) = self.string(&format!("{path}[{i}]"), item) {
+                out.push(Arc::from(alias.trim()));
+            }
+        }
+        out
+    }
+
+    /// Reports every name (id or alias) that resolves like an earlier one: both would be one
+    /// model's counters, so the policy could not say which it meant.
+    pub(super) fn check_names(&mut self, models: &[Arc<ModelSpec>]) {
+        let mut seen: HashMap<String, (usize, String)> = HashMap::new();
+        for (i, m) in models.iter().enumerate() {
+            let model_path = key_path("models", &m.id);
+            let names = std::iter::once((m.id.clone(), model_path.clone())).chain(
+                m.aliases
+                    .iter()
+                    .enumerate()
+                    .map(|(j, a)| (a.clone(), format!("{model_path}.aliases[{j}]"))),
+            );
+            for (name, path) in names {
+                let key = base(&name);
+                match seen.get(&key) {
+                    Some((j, first)) => {
+                        let owner = if *j == i {
+                            "this model".to_string()
+                        } else {
+                            format!("the model {}", models[*j].id)
+                        };
+                        let v = Value::from(&*name);
+                        self.error(
+                            &path,
+                            Some(&v),
+                            format!(
+                                "is already a name of {owner} (at {first}): names are compared \
+                                 ignoring letter case, spaces around them and a trailing \
+                                 :latest; remove one"
+                            ),
+                        );
+                    }
+                    None => {
+                        seen.insert(key, (i, path));
+                    }
+                }
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 //! shared readers of `values`.
 
 use std::collections::HashSet;
+use std::path::Path;
 
 use serde_json::Value;
 
@@ -14,11 +15,15 @@ use crate::error::Error;
 
 /// The policy a document describes (with its warnings), or every error found in it, in
 /// document order.
-pub(super) fn parse(doc: &Value) -> Result<Policy, Error> {
+/// `base_dir` is where a relative `settings.prices_file` is read from (the policy file's
+/// folder; the working directory when `None`).
+pub(super) fn parse(doc: &Value, base_dir: Option<&Path>) -> Result<Policy, Error> {
     let mut p = Parser::new();
-    let policy = p.policy(doc);
+    let policy = p.policy(doc, base_dir);
+    let notes = p.take_notes();
     let (mut policy, warnings) = p.finish(policy)?;
     policy.warnings = warnings;
+    policy.notes = notes;
     Ok(policy)
 }
 
@@ -31,7 +36,7 @@ fn ids(top: &serde_json::Map<String, Value>, key: &str) -> HashSet<String> {
 }
 
 impl Parser {
-    fn policy(&mut self, doc: &Value) -> Policy {
+    fn policy(&mut self, doc: &Value, base_dir: Option<&Path>) -> Policy {
         let mut policy = Policy::default();
         let Some(top) = self.table(
             "",
@@ -52,12 +57,16 @@ impl Parser {
         if let Some(models) = top.get("models") {
             policy.models = self.models(models);
         }
+        let models = policy.models.iter().map(|m| (&m.id, &m.aliases[..]));
+        self.model_names = super::names::Names::of(models);
         if let Some(teams) = top.get("teams") {
             policy.teams = self.teams(teams);
         }
         if let Some(settings) = top.get("settings") {
             policy.settings = self.settings(settings);
         }
+        policy.price_file = self.prices_file(&policy.settings, base_dir);
+        self.price_models(&mut policy);
         let model_ids = ids(top, "models");
         let team_ids = ids(top, "teams");
         if let Some(providers) = top.get("providers") {
@@ -75,6 +84,7 @@ impl Parser {
         if let Some(rules) = top.get("rules") {
             policy.rules = self.generic_rules(rules, &model_ids);
         }
+        self.traps(top, &policy);
         let anonymous_written = top
             .get("settings")
             .and_then(Value::as_object)

@@ -5,8 +5,7 @@ use serde_json::{Map, Value};
 use super::values::{key_path, Parser};
 use crate::guard::domain::rule::{Metric, RuleSpec};
 use crate::guard::domain::window::Window;
-
-const WINDOW_WORDS: &str = "minute, hour, N seconds, N minutes, N hours, day, week, month, year";
+use crate::guard::domain::window_words::{self, ACCEPTED};
 
 impl Parser {
     /// The rule list at `map[key]`; when `required`, it must be there and list a rule (a
@@ -87,16 +86,9 @@ impl Parser {
     }
 
     fn metric(&mut self, path: &str, value: &Value) -> Option<Metric> {
-        let metric = value.as_str().and_then(Metric::parse);
-        if metric.is_none() {
-            let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
-            self.error(
-                path,
-                Some(value),
-                format!("is not a metric; accepted: {}", words.join(", ")),
-            );
-        }
-        metric
+        let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
+        self.word(path, value, &words, "metric")
+            .map(|i| Metric::ALL[i])
     }
 
     /// A rule's window: required, except that a concurrency rule has none (it counts while
@@ -114,35 +106,29 @@ impl Parser {
                 None
             }
             (_, None) => {
-                self.error(path, None, format!("is required; accepted: {WINDOW_WORDS}"));
+                self.error(path, None, format!("is required; accepted: {ACCEPTED}"));
                 None
             }
             (_, Some(v)) if v.is_object() => self.window_table(path, v),
             (_, Some(v)) => {
-                let window = v.as_str().and_then(Window::parse);
-                if window.is_none() {
-                    let hint = v.as_str().map(window_hint).unwrap_or_default();
-                    self.error(
-                        path,
-                        Some(v),
-                        format!("is not a window{hint}; accepted: {WINDOW_WORDS}"),
-                    );
+                let Some(text) = v.as_str() else {
+                    let why = format!("is not a window; accepted: {ACCEPTED}");
+                    self.error(path, Some(v), why);
+                    return None;
+                };
+                match window_words::read(text) {
+                    Ok(window) => {
+                        if let Some(note) = window_words::note(text, window) {
+                            self.note(path, Some(v), note);
+                        }
+                        Some(window)
+                    }
+                    Err(why) => {
+                        self.error(path, Some(v), format!("{why}; accepted: {ACCEPTED}"));
+                        None
+                    }
                 }
-                window
             }
         }
     }
-}
-
-/// Why a window text is close to a word but not one: the wrong case or spaces around it, or
-/// a plural unit with no number.
-fn window_hint(text: &str) -> String {
-    let lower = text.trim().to_ascii_lowercase();
-    if lower != text && Window::parse(&lower).is_some() {
-        return format!(" (did you mean \"{lower}\"? window words are lower case)");
-    }
-    if matches!(lower.as_str(), "seconds" | "minutes" | "hours") {
-        return format!(" (it needs a number: \"10 {lower}\")");
-    }
-    String::new()
 }

@@ -12,7 +12,8 @@ use crate::guard::domain::rule::Metric;
 pub enum UnknownModels {
     /// Admit it under the per-person ceilings (user total, platform) only.
     Allow,
-    /// Refuse it.
+    /// Refuse it (the default): another name of a declared model resolves to it, so only a
+    /// model the policy never names is refused.
     Refuse,
 }
 
@@ -63,6 +64,9 @@ pub struct Settings {
     /// `settings.enabled = false`: the quota service installs no stored quota (the file's
     /// own limits and rules still apply).
     pub quotas_enabled: bool,
+    /// `settings.prices_file`: a price table read with the policy (`price_book`), for the
+    /// models whose `prices` the policy does not give.
+    pub prices_file: Option<String>,
 }
 
 impl Default for Settings {
@@ -71,13 +75,14 @@ impl Default for Settings {
             min_output_tokens: 256,
             margin: 0.05,
             default_max_output_tokens: 8192,
-            unknown_models: UnknownModels::Allow,
+            unknown_models: UnknownModels::Refuse,
             fail_open: Vec::new(),
             fenced_metrics: vec![Metric::Cost],
             store_checks: StoreChecks::Report,
             anonymous: Anonymous::Unlimited,
             shadow: false,
             quotas_enabled: true,
+            prices_file: None,
         }
     }
 }
@@ -94,6 +99,7 @@ const SETTINGS_KEYS: &[&str] = &[
     "anonymous",
     "mode",
     "enabled",
+    "prices_file",
 ];
 
 impl Parser {
@@ -143,11 +149,12 @@ impl Parser {
             settings.anonymous = self.anonymous(v);
         }
         if let Some(v) = fields.get("mode") {
-            match v.as_str() {
-                Some("enforce") => settings.shadow = false,
-                Some("shadow") => settings.shadow = true,
-                _ => self.error("settings.mode", Some(v), "accepted: enforce, shadow"),
+            if let Some(i) = self.word("settings.mode", v, &["enforce", "shadow"], "mode") {
+                settings.shadow = i == 1;
             }
+        }
+        if let Some(v) = fields.get("prices_file") {
+            settings.prices_file = self.string("settings.prices_file", v);
         }
         if let Some(v) = fields.get("enabled") {
             match v.as_bool() {
@@ -159,49 +166,28 @@ impl Parser {
     }
 
     fn unknown_models(&mut self, value: &Value) -> UnknownModels {
-        match value.as_str() {
-            Some("allow") => UnknownModels::Allow,
-            Some("refuse") => UnknownModels::Refuse,
-            _ => {
-                self.error(
-                    "settings.unknown_models",
-                    Some(value),
-                    "accepted: allow, refuse",
-                );
-                UnknownModels::Allow
-            }
+        let path = "settings.unknown_models";
+        match self.word(path, value, &["allow", "refuse"], "choice") {
+            Some(0) => UnknownModels::Allow,
+            _ => UnknownModels::Refuse,
         }
     }
 
     fn store_checks(&mut self, value: &Value) -> StoreChecks {
-        match value.as_str() {
-            Some("report") => StoreChecks::Report,
-            Some("enforce") => StoreChecks::Enforce,
-            _ => {
-                self.error(
-                    "settings.store_checks",
-                    Some(value),
-                    "accepted: report, enforce",
-                );
-                StoreChecks::Report
-            }
+        let path = "settings.store_checks";
+        match self.word(path, value, &["report", "enforce"], "choice") {
+            Some(1) => StoreChecks::Enforce,
+            _ => StoreChecks::Report,
         }
     }
 
     /// A list of metric names at `field`.
     fn metrics(&mut self, field: &str, value: &Value) -> Vec<Metric> {
         let mut metrics = Vec::new();
+        let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
         for (i, item) in self.list(field, value).iter().enumerate() {
-            match item.as_str().and_then(Metric::parse) {
-                Some(m) => metrics.push(m),
-                None => {
-                    let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
-                    self.error(
-                        &format!("{field}[{i}]"),
-                        Some(item),
-                        format!("is not a metric; accepted: {}", words.join(", ")),
-                    );
-                }
+            if let Some(m) = self.word(&format!("{field}[{i}]"), item, &words, "metric") {
+                metrics.push(Metric::ALL[m]);
             }
         }
         metrics

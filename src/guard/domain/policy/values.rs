@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, FieldError};
+use crate::guard::domain::suggest::{hint, nearest_within};
 
 /// The largest amount a rule may have: 2^53, so that every counter stays exact where a store
 /// computes in doubles (Redis Lua).
@@ -18,6 +19,9 @@ pub const MAX_AMOUNT: u64 = 1 << 53;
 pub(super) struct Parser {
     errors: Vec<FieldError>,
     warnings: Vec<FieldError>,
+    notes: Vec<FieldError>,
+    /// The names of the models read so far, for the rules that name a model.
+    pub(super) model_names: super::names::Names,
 }
 
 /// A field path: `limits.team[2].shared[0]`.
@@ -65,6 +69,8 @@ impl Parser {
         Parser {
             errors: Vec::new(),
             warnings: Vec::new(),
+            notes: Vec::new(),
+            model_names: Default::default(),
         }
     }
 
@@ -85,6 +91,21 @@ impl Parser {
             value.map(shown).unwrap_or_default(),
             message,
         ));
+    }
+
+    /// Records what a reader may take another way than the policy does (`"1d"` is a sliding
+    /// 24 hours, not the calendar day); not a warning: `check --strict` passes it.
+    pub(super) fn note(&mut self, path: &str, value: Option<&Value>, message: impl Into<String>) {
+        self.notes.push(FieldError::new(
+            path,
+            value.map(shown).unwrap_or_default(),
+            message,
+        ));
+    }
+
+    /// The notes recorded so far.
+    pub(super) fn take_notes(&mut self) -> Vec<FieldError> {
+        std::mem::take(&mut self.notes)
     }
 
     pub(super) fn error(&mut self, path: &str, value: Option<&Value>, message: impl Into<String>) {
@@ -118,13 +139,44 @@ impl Parser {
     pub(super) fn check_keys(&mut self, path: &str, map: &Map<String, Value>, accepted: &[&str]) {
         for key in map.keys() {
             if !accepted.contains(&key.as_str()) {
+                let hint = hint(key, accepted);
                 self.error(
                     &key_path(path, key),
                     None,
-                    format!("unknown key; accepted: {}", accepted.join(", ")),
+                    format!("unknown key{hint}; accepted: {}", accepted.join(", ")),
                 );
             }
         }
+    }
+
+    /// A word of a closed vocabulary, as its index in `accepted`; anything else is an error
+    /// naming it a `what`, with the nearest accepted word when one is close, and the list.
+    pub(super) fn word(
+        &mut self,
+        path: &str,
+        value: &Value,
+        accepted: &[&str],
+        what: &str,
+    ) -> Option<usize> {
+        let text = value.as_str();
+        if let Some(i) = text.and_then(|t| accepted.iter().position(|a| *a == t)) {
+            return Some(i);
+        }
+        let hint = text.map(|t| hint(t, accepted)).unwrap_or_default();
+        let article = if what.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        self.error(
+            path,
+            Some(value),
+            format!(
+                "is not {article} {what}{hint}; accepted: {}",
+                accepted.join(", ")
+            ),
+        );
+        None
     }
 
     pub(super) fn list<'v>(&mut self, path: &str, value: &'v Value) -> &'v [Value] {
@@ -256,10 +308,15 @@ impl Parser {
         } else {
             format!("defined {what}s: {}", names.join(", "))
         };
+        // Ids near each other are often other things (gpt-4, gpt-5): only another letter
+        // case or spaces around get a suggestion.
+        let hint = nearest_within(&id, &names, 0)
+            .map(|n| format!(" (did you mean \"{n}\"?)"))
+            .unwrap_or_default();
         self.error(
             path,
             Some(value),
-            format!("is not a {what} of the policy; {accepted}"),
+            format!("is not a {what} of the policy{hint}; {accepted}"),
         );
         None
     }

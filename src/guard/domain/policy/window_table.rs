@@ -7,8 +7,8 @@ use super::values::{key_path, Parser};
 use crate::guard::domain::calendar::{Anchored, CalendarUnit};
 use crate::guard::domain::window::Window;
 
-const ROLLING_UNITS: &str = "seconds, minutes, hours, days";
-const CALENDAR_UNITS: &str = "day, week, month, year";
+const ROLLING_UNITS: [&str; 5] = ["seconds", "minutes", "hours", "days", "weeks"];
+const CALENDAR_UNITS: [&str; 4] = ["day", "week", "month", "year"];
 const KEYS: [&str; 6] = [
     "kind",
     "count",
@@ -23,18 +23,10 @@ impl Parser {
     pub(super) fn window_table(&mut self, path: &str, value: &Value) -> Option<Window> {
         let fields = self.table(path, value, &KEYS)?;
         let kind_path = key_path(path, "kind");
-        match self.required(path, fields, "kind").map(|k| (k, k.as_str())) {
-            Some((_, Some("rolling"))) => self.rolling(path, fields),
-            Some((_, Some("calendar"))) => self.anchored(path, fields),
-            Some((k, _)) => {
-                self.error(
-                    &kind_path,
-                    Some(k),
-                    "is not a window kind; accepted: rolling, calendar",
-                );
-                None
-            }
-            None => None,
+        let kind = self.required(path, fields, "kind")?;
+        match self.word(&kind_path, kind, &["rolling", "calendar"], "window kind")? {
+            0 => self.rolling(path, fields),
+            _ => self.anchored(path, fields),
         }
     }
 
@@ -60,21 +52,8 @@ impl Parser {
         let count = self.count(path, fields);
         let unit_path = key_path(path, "unit");
         let unit = self.required(path, fields, "unit").and_then(|v| {
-            let seconds = match v.as_str() {
-                Some("seconds") => Some(1u32),
-                Some("minutes") => Some(60),
-                Some("hours") => Some(3600),
-                Some("days") => Some(86_400),
-                _ => None,
-            };
-            if seconds.is_none() {
-                self.error(
-                    &unit_path,
-                    Some(v),
-                    format!("is not a rolling unit; accepted: {ROLLING_UNITS}"),
-                );
-            }
-            seconds
+            self.word(&unit_path, v, &ROLLING_UNITS, "rolling unit")
+                .map(|i| [1u32, 60, 3600, 86_400, 604_800][i])
         });
         let seconds = count?.checked_mul(unit?);
         if seconds.is_none() {
@@ -91,15 +70,8 @@ impl Parser {
         let count = self.count(path, fields);
         let unit_path = key_path(path, "unit");
         let unit = self.required(path, fields, "unit").and_then(|v| {
-            let unit = v.as_str().and_then(CalendarUnit::parse);
-            if unit.is_none() {
-                self.error(
-                    &unit_path,
-                    Some(v),
-                    format!("is not a calendar unit; accepted: {CALENDAR_UNITS}"),
-                );
-            }
-            unit
+            self.word(&unit_path, v, &CALENDAR_UNITS, "calendar unit")
+                .and_then(|i| CalendarUnit::parse(CALENDAR_UNITS[i]))
         });
         let zone = match fields.get("anchor_zone") {
             None => Some(chrono_tz::Tz::UTC),
