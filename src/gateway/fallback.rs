@@ -297,12 +297,15 @@ impl Attempt<'_> {
         let ask_usage = checked.stream && endpoint.asks_stream_usage() && !asked;
         let send = outgoing(bytes, request, &call, ask_usage);
         let client = app.client();
+        let bounds = app.guard.policy().gateway.bounds;
         let forward = Forward {
             client: &client,
             metrics: &app.metrics,
             endpoint,
             upstream: served.upstream,
             timeout: checked.timeout,
+            max_event: bounds.max_event_bytes as usize,
+            max_answer: bounds.max_answer_bytes as usize,
         };
         // The headers' view is read while the provider works.
         // A `degrade` rule admitted (and `outgoing` sends) its `degrade_to` model instead.

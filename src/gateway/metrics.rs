@@ -15,7 +15,7 @@ use crate::guard::engine::metrics::{render, Histogram, MetricFamily};
 type Labelled = Mutex<BTreeMap<&'static str, BTreeMap<Vec<(String, String)>, u64>>>;
 
 /// The gateway's counters' names and help, in the order they are rendered.
-const FAMILIES: [(&str, &str); 3] = [
+const FAMILIES: [(&str, &str); 4] = [
     (
         "usage_guard_gateway_requests",
         "Model calls answered by the gateway, by endpoint and HTTP status",
@@ -27,6 +27,11 @@ const FAMILIES: [(&str, &str); 3] = [
     (
         "usage_guard_gateway_upstream_responses",
         "Upstream answers, by provider and HTTP status (or timeout, unreachable)",
+    ),
+    (
+        "usage_guard_gateway_connections_refused",
+        "Connections past gateway.max_connections: closed at once, or served the health \
+         checks only",
     ),
 ];
 
