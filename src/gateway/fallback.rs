@@ -15,7 +15,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::fallback_hops::{exhausted, Hops};
-use super::forward::{head, Forward};
+use super::forward::{head, read_bounded, Forward};
 use super::headers::{rate_limit, restriction, tightest};
 use super::health::{credential, header_pairs, outcome};
 use super::proxy::{attributes, bad, bill_info, check, outgoing, refusal_response, App, Checked};
@@ -373,8 +373,9 @@ impl Attempt<'_> {
         let status = upstream.status().as_u16();
         let pairs = header_pairs(upstream.headers());
         let mut response = head(&upstream);
-        let body = tokio::time::timeout(self.checked.timeout, upstream.bytes()).await;
-        let body = body.ok().and_then(Result::ok).unwrap_or_default();
+        let most = self.app.guard.policy().gateway.bounds.max_answer_bytes as usize;
+        let body = read_bounded(upstream, most, self.checked.timeout).await;
+        let body = body.unwrap_or_default();
         let outcome = outcome(status, &body);
         let health = self.app.guard.health();
         health.record(provider, cred, outcome, &pairs).await;

@@ -40,7 +40,7 @@ pub(crate) struct Forward<'a> {
 }
 
 /// Why an answer read whole was not.
-enum Unread {
+pub(crate) enum Unread {
     /// Larger than `gateway.max_answer_bytes`.
     TooLarge,
     /// The upstream broke off (or stopped sending for the upstream timeout).
@@ -50,7 +50,7 @@ enum Unread {
 
 /// The upstream's body, read whole as long as it is at most `limit` bytes and comes within
 /// `timeout`; the rest is never buffered.
-async fn read_bounded(
+pub(crate) async fn read_bounded(
     upstream: reqwest::Response,
     limit: usize,
     timeout: Duration,
