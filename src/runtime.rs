@@ -64,6 +64,20 @@ pub(crate) fn blocking<R>(wait: impl FnOnce() -> R) -> R {
     }
 }
 
+/// Runs `work`, CPU-bound (counting a long text), on the blocking pool of the tokio runtime
+/// this task runs on, so that runtime's event loop serves its other tasks meanwhile; with
+/// no runtime (a synchronous caller) it runs here. A panic in `work` is resumed here.
+pub(crate) async fn offload<R: Send + 'static>(work: impl FnOnce() -> R + Send + 'static) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => match runtime.spawn_blocking(work).await {
+            Ok(done) => done,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => panic!("the runtime shut down before a blocking task ran"),
+        },
+        Err(_) => work(),
+    }
+}
+
 /// Runs a future to completion on this thread. Futures that are ready at once (every
 /// in-memory store operation) return from one poll with a no-op waker, skipping the
 /// executor's thread parking; others are driven by `futures::executor::block_on`. The thread

@@ -4,8 +4,8 @@ usage-guard serve --policy policy.toml --store redis://cache:6379/0 --ledger sql
     --listen 127.0.0.1:8080
 
 The policy's `[providers.*]` say where each provider's calls go and `[gateway.keys.*]` which
-API keys may call (see docs/gateway.md). Ctrl-C or SIGTERM stops accepting calls, lets the
-running ones finish (up to `gateway.drain_seconds`), bills them and exits 0.
+API keys may call (see docs/gateway.md). Ctrl-C or SIGTERM stops taking calls (new ones get
+503), lets the running ones finish (up to `gateway.drain_seconds`), bills them and exits 0.
 """
 
 from __future__ import annotations

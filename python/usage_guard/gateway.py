@@ -45,7 +45,7 @@ def serve(
     dashboard_only: bool = False,
 ) -> None:
     """Serves `guard` on `listen` until Ctrl-C (KeyboardInterrupt) or SIGTERM, then stops
-    accepting calls, lets running ones finish (up to the policy's `gateway.drain_seconds`),
+    taking calls (new ones get 503), lets running ones finish (up to `gateway.drain_seconds`),
     bills them, flushes the ledger and returns. The GIL is released while it waits.
     `on_ready(gateway)` is called once it listens. `dashboard_only`: only the dashboard, the
     admin API and the health checks (docs/dashboard.md)."""

@@ -4,7 +4,7 @@
 use serde_json::{json, Map, Value};
 
 use super::api::Api;
-use super::fields::{read_count, set};
+use super::fields::{field_error, read_count, set};
 use super::fit_checks::{
     check_ceiling, check_left, check_window, context_refusal, limits, min_opt, refused, Limits,
     Prompt,
@@ -84,14 +84,20 @@ impl FitResult {
 
 /// The caller's output maximum in `request` for `api` (`None` when it sets none, and always
 /// for embeddings; legacy completions without `max_tokens` get the API's own default, 16).
-/// A value that is not a non-negative integer is an error naming the field, and so are two
-/// output maximum fields that disagree (chat's `max_tokens` and `max_completion_tokens`).
+/// A value that is not a positive integer is an error naming the field (Ollama's negative
+/// `num_predict` means no maximum), and so are two output maximum fields that disagree
+/// (chat's `max_tokens` and `max_completion_tokens`).
 pub fn requested_max_output(request: &Value, api: Api) -> Result<Option<u64>> {
     let Some(path) = output_path(request, api) else {
         return Ok(None);
     };
     other_output_path(request, api)?;
     let asked = read_count(request, &path, negative_output_is_unlimited(api))?;
+    if asked == Some(0) {
+        // A call that may write nothing is the caller's mistake, not a limit's.
+        let field = format!("request.{}", path.join("."));
+        return Err(field_error(&field, &Value::from(0), "must be at least 1"));
+    }
     Ok(match api {
         Api::OpenAiCompletions => asked.or(Some(COMPLETIONS_DEFAULT_MAX_TOKENS)),
         _ => asked,

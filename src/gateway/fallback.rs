@@ -293,6 +293,7 @@ impl Attempt<'_> {
         let ask_usage = checked.stream && endpoint.asks_stream_usage() && !asked;
         let send = outgoing(request, &call, ask_usage);
         let client = app.client();
+        let bounds = app.guard.policy().gateway.bounds;
         let forward = Forward {
             client: &client,
             metrics: &app.metrics,
@@ -300,6 +301,8 @@ impl Attempt<'_> {
             upstream: served.upstream,
             timeout: checked.timeout,
             first_byte: checked.first_byte,
+            max_event: bounds.max_event_bytes as usize,
+            max_answer: bounds.max_answer_bytes as usize,
         };
         let passed = to_upstream(self.headers, &checked.key);
         // The headers' view is read while the provider works.

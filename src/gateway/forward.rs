@@ -16,9 +16,9 @@ use super::headers::from_upstream;
 use super::health::{credential, header_pairs, outcome};
 use super::metrics::Metrics;
 use super::relay::{Call, Relay};
-use super::shape::{set_headers, Endpoint, Problem};
+use super::shape::{set_headers, stream_error, Endpoint, Problem};
 use super::upstream;
-use crate::ceiling::{answer_text, reported_usage};
+use crate::ceiling::{answer_text, reported_usage, ReportedUsage};
 use crate::guard::domain::health::Outcome;
 use crate::guard::domain::policy::Upstream;
 use crate::guard::engine::health::ProviderHealth;
@@ -55,6 +55,45 @@ pub(crate) struct Forward<'a> {
     /// The longest a streamed call's answer may take to start
     /// (`gateway.upstream_first_byte_seconds`, at most `timeout`).
     pub(crate) first_byte: Duration,
+    /// `gateway.max_event_bytes` and `gateway.max_answer_bytes`.
+    pub(crate) max_event: usize,
+    pub(crate) max_answer: usize,
+}
+
+/// Why an answer read whole was not.
+pub(crate) enum Unread {
+    /// Larger than `gateway.max_answer_bytes`.
+    TooLarge,
+    /// The upstream broke off (or stopped sending for the upstream timeout).
+    Broke,
+    Timeout,
+}
+
+/// The upstream's body, read whole as long as it is at most `limit` bytes and comes within
+/// `timeout`; the rest is never buffered.
+pub(crate) async fn read_bounded(
+    upstream: reqwest::Response,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, Unread> {
+    if upstream.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(Unread::TooLarge);
+    }
+    let read = async {
+        let mut body = Vec::new();
+        let mut chunks = upstream.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|_| Unread::Broke)?;
+            if body.len() + chunk.len() > limit {
+                return Err(Unread::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(body))
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or(Err(Unread::Timeout))
 }
 
 impl Forward<'_> {
@@ -152,8 +191,8 @@ impl Forward<'_> {
         let status = upstream.status().as_u16();
         let pairs = header_pairs(upstream.headers());
         let mut response = head(&upstream);
-        let body = tokio::time::timeout(self.timeout, upstream.bytes()).await;
-        let body = body.ok().and_then(Result::ok).unwrap_or_default();
+        let body = read_bounded(upstream, self.max_answer, self.timeout).await;
+        let body = body.unwrap_or_default();
         let outcome = outcome(status, &body);
         health
             .record(provider, &cred, caller, outcome, &pairs)
@@ -206,9 +245,9 @@ impl Forward<'_> {
         self.plain(upstream, call, response).await
     }
 
-    /// A plain answer: read whole, billed from its reported usage, passed on as it came. A
-    /// count missing or unreadable is billed as counted: the prompt as admission counted it,
-    /// the output from the answer's text.
+    /// A plain answer: read whole (up to `gateway.max_answer_bytes`), billed from its
+    /// reported usage, passed on as it came. A count missing or unreadable is billed as
+    /// counted: the prompt as admission counted it, the output from the answer's text.
     async fn plain(
         &self,
         upstream: reqwest::Response,
@@ -216,8 +255,8 @@ impl Forward<'_> {
         mut response: Response<Body>,
     ) -> Response<Body> {
         let word = self.upstream.provider.word();
-        match tokio::time::timeout(self.timeout, upstream.bytes()).await {
-            Ok(Ok(bytes)) => {
+        let failed = match read_bounded(upstream, self.max_answer, self.timeout).await {
+            Ok(bytes) => {
                 let api = self.endpoint.api;
                 let answer = serde_json::from_slice::<Value>(&bytes).ok();
                 let reported = answer.as_ref().and_then(|v| reported_usage(v, api));
@@ -235,44 +274,75 @@ impl Forward<'_> {
                 let usage = call.usage(reported, &delivered);
                 call.bill(usage, "complete").await;
                 *response.body_mut() = Body::from(bytes);
-                response
+                return response;
             }
-            failed => {
-                let problem = if failed.is_err() {
-                    self.timed_out("body");
-                    Problem::Timeout
-                } else {
-                    Problem::BadGateway
+            Err(failed) => failed,
+        };
+        let (problem, ended, message) = match failed {
+            Unread::TooLarge => {
+                // The provider wrote it: billed as the output maximum it was sent with.
+                let output = call.ticket().fitted().and_then(|f| f.max_output_tokens);
+                let reported = ReportedUsage {
+                    output_tokens: output.unwrap_or(0),
+                    ..ReportedUsage::default()
                 };
-                let usage = call.usage(None, "");
-                call.bill(usage, "upstream_broke").await;
-                problem.response(
-                    self.endpoint.shape,
-                    &format!("The {word} upstream broke off its answer"),
-                )
+                let usage = call.usage(Some(reported), "");
+                call.bill(usage, "answer_too_large").await;
+                let message = format!(
+                    "The {word} upstream's answer is larger than {} bytes \
+                     (gateway.max_answer_bytes)",
+                    self.max_answer
+                );
+                log::warn!("gateway: {message}");
+                return Problem::AnswerTooLarge.response(self.endpoint.shape, &message);
             }
-        }
+            Unread::Timeout => {
+                self.timed_out("body");
+                (Problem::Timeout, "upstream_broke", "did not finish")
+            }
+            Unread::Broke => (Problem::BadGateway, "upstream_broke", "broke off"),
+        };
+        let usage = call.usage(None, "");
+        call.bill(usage, ended).await;
+        let message = format!("The {word} upstream {message} its answer");
+        problem.response(self.endpoint.shape, &message)
     }
 
-    /// The streamed answer relayed as it arrives, billed when it ends.
+    /// The streamed answer relayed as it arrives, billed when it ends. A stream the
+    /// upstream breaks off, or whose event outgrows `gateway.max_event_bytes`, ends with an
+    /// error event in the endpoint's shape (what came before it passed on whole).
     fn relay(&self, upstream: reqwest::Response, call: Call, strip_usage: bool) -> Body {
-        let relay = Relay::new(call, self.endpoint.api, self.endpoint.framing, strip_usage);
+        let endpoint = self.endpoint;
+        let relay = Relay::new(
+            call,
+            endpoint.api,
+            endpoint.framing,
+            strip_usage,
+            self.max_event,
+        );
         let source = upstream.bytes_stream().boxed();
-        let timeout = self.timeout;
+        let (timeout, max_event) = (self.timeout, self.max_event);
+        let word = self.upstream.provider.word();
         let events = futures::stream::unfold(
             (source, relay, false),
             move |(mut source, mut relay, done)| async move {
                 if done {
                     return None;
                 }
-                loop {
+                let (out, ended, message) = loop {
                     match tokio::time::timeout(timeout, source.next()).await {
-                        Ok(Some(Ok(chunk))) => {
-                            let out = relay.feed(&chunk);
-                            if !out.is_empty() {
-                                return Some((Ok(out), (source, relay, false)));
+                        Ok(Some(Ok(chunk))) => match relay.feed(&chunk) {
+                            (out, Ok(())) if out.is_empty() => continue,
+                            (out, Ok(())) => return Some((Ok(out), (source, relay, false))),
+                            (out, Err(_)) => {
+                                let message = format!(
+                                    "The {word} upstream sent an event larger than \
+                                     {max_event} bytes (gateway.max_event_bytes): the answer \
+                                     ends here"
+                                );
+                                break (out, "event_too_large", message);
                             }
-                        }
+                        },
                         Ok(None) => {
                             let rest = relay.rest();
                             relay.finish("complete").await;
@@ -281,16 +351,25 @@ impl Forward<'_> {
                             }
                             return Some((Ok(rest), (source, relay, true)));
                         }
-                        _ => {
-                            relay.finish("upstream_broke").await;
-                            // An error aborts the connection at once: let the server flush
-                            // what was already passed on first (it does when we wait).
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                            let error = std::io::Error::other("the upstream broke off its answer");
-                            return Some((Err(error), (source, relay, true)));
+                        Ok(Some(Err(_))) => {
+                            let message = format!("The {word} upstream broke off its answer");
+                            break (Bytes::new(), "upstream_broke", message);
+                        }
+                        Err(_) => {
+                            let message = format!(
+                                "The {word} upstream sent nothing for {} s: the answer ends \
+                                 here",
+                                timeout.as_secs()
+                            );
+                            break (Bytes::new(), "upstream_broke", message);
                         }
                     }
-                }
+                };
+                log::warn!("gateway: {message}");
+                relay.finish(ended).await;
+                let error = stream_error(endpoint.shape, ended, &message);
+                let out = Bytes::from([&out[..], &error[..]].concat());
+                Some((Ok::<_, std::io::Error>(out), (source, relay, true)))
             },
         );
         Body::from_stream(events)

@@ -15,7 +15,7 @@ use crate::guard::engine::metrics::{render, Histogram, MetricFamily};
 type Labelled = Mutex<BTreeMap<&'static str, BTreeMap<Vec<(String, String)>, u64>>>;
 
 /// The gateway's counters' names and help, in the order they are rendered.
-const FAMILIES: [(&str, &str); 4] = [
+const FAMILIES: [(&str, &str); 5] = [
     (
         "usage_guard_gateway_requests",
         "Model calls answered by the gateway, by endpoint and HTTP status",
@@ -32,6 +32,11 @@ const FAMILIES: [(&str, &str); 4] = [
         "usage_guard_gateway_upstream_timeouts",
         "Calls the upstream timed out on after it had them, billed the prompt and what was \
          delivered, by provider and stage (first_byte, total, body)",
+    ),
+    (
+        "usage_guard_gateway_connections_refused",
+        "Connections past gateway.max_connections: closed at once, or served the health \
+         checks only",
     ),
 ];
 

@@ -4,20 +4,24 @@
 //! only the fitted keys changed, streamed back as it arrives, and billed from the usage the
 //! provider reports (or what was delivered, when a stream ends early).
 //!
-//! Files import one way: body, shape, keys, metrics, upstream ← headers ← relay ← proxy ←
-//! admin ← health ← forward, fallback_hops ← fallback ← dashboard_api ← dashboard ← threads ←
-//! server.
+//! Files import one way: body, shape, keys, metrics, upstream, conn ← headers ← relay ←
+//! forward ← proxy ← admin ← health, fallback_hops ← fallback ← dashboard_api ← dashboard ←
+//! threads, descriptors ← listen ← server.
 
 mod admin;
 mod body;
+mod conn;
 mod dashboard;
 mod dashboard_api;
+mod descriptors;
 mod fallback;
 mod fallback_hops;
 mod forward;
+mod framing;
 mod headers;
 mod health;
 mod keys;
+mod listen;
 mod metrics;
 mod proxy;
 mod relay;

@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, Response, StatusCode};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use super::conn::is_body_timeout;
 use super::headers::{rate_limit, refused};
 use super::keys;
 use super::metrics::Metrics;
@@ -62,6 +63,9 @@ pub(crate) fn bad(endpoint: Endpoint, message: &str) -> Response<Body> {
     Problem::BadRequest.response(endpoint.shape, message)
 }
 
+/// What a call whose body came too slowly is told.
+const BODY_LATE: &str = "The request body did not arrive in time (gateway.body_timeout_seconds)";
+
 /// The request's body as a JSON object (no key twice: `body::parse`) with its model and
 /// whether it streams.
 async fn read_request(
@@ -83,9 +87,13 @@ async fn read_request(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let bytes = axum::body::to_bytes(body, limit as usize)
-        .await
-        .map_err(|_| too_large())?;
+    let bytes =
+        axum::body::to_bytes(body, limit as usize)
+            .await
+            .map_err(|e| match is_body_timeout(e.into_inner().as_ref()) {
+                true => Problem::RequestTimeout.response(endpoint.shape, BODY_LATE),
+                false => too_large(),
+            })?;
     let request: Value = match super::body::parse(&bytes) {
         Ok(v @ Value::Object(_)) => v,
         Ok(_) => return Err(bad(endpoint, "The request body must be a JSON object")),

@@ -5,9 +5,13 @@
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::framing::{Framer, TooLarge};
 use super::shape::Framing;
 use crate::ceiling::{reported_usage, Api, Encoding, ReportedUsage};
 use crate::guard::engine::ticket::{BillInfo, Ticket, Usage};
+
+/// Texts longer than this are counted off the serving thread.
+pub(crate) const OFFLOAD_BYTES: usize = 64 * 1024;
 
 /// An admitted call: its ticket, settled once by `bill` or `release`. Dropped unsettled
 /// (the caller gave up before the provider answered), its ticket releases itself.
@@ -32,8 +36,8 @@ impl Call {
         }
     }
 
-    /// Bills `usage`; `ended` (`complete`, `client_disconnected`, `upstream_broke`) goes into
-    /// the ledger row's metadata.
+    /// Bills `usage`; `ended` (`complete`, `client_disconnected`, `upstream_broke`,
+    /// `event_too_large`, `answer_too_large`) goes into the ledger row's metadata.
     pub(crate) async fn bill(self, usage: Usage, ended: &str) {
         let mut info = self.info.clone();
         if let Some(Value::Object(m)) = info.metadata.as_mut() {
@@ -49,20 +53,38 @@ impl Call {
         self.ticket.release().await;
     }
 
-    /// The tokens of `text` in the encoding the prompt was counted with.
-    fn count(&self, text: &str) -> u64 {
-        let encoding = self
-            .ticket
+    /// The encoding the prompt was counted with.
+    fn encoding(&self) -> Encoding {
+        self.ticket
             .prompt()
             .map(|p| p.encoding)
-            .unwrap_or(Encoding::O200kBase);
-        encoding.count(text)
+            .unwrap_or(Encoding::O200kBase)
     }
 
     /// What to bill: the provider's report where it has one; else (no report, or a count
     /// `reported_usage` read as unknown: 0) the prompt as counted at admission and the
     /// delivered text counted (a stream that ended early, a plain answer without usage).
     pub(crate) fn usage(&self, reported: Option<ReportedUsage>, delivered: &str) -> Usage {
+        self.usage_of(reported, self.encoding().count(delivered))
+    }
+
+    /// [`Call::usage`], a `delivered` text longer than [`OFFLOAD_BYTES`] counted on the
+    /// runtime's blocking pool (the serving thread goes on serving meanwhile).
+    pub(crate) async fn usage_counted(
+        &self,
+        reported: Option<ReportedUsage>,
+        delivered: String,
+    ) -> Usage {
+        if delivered.len() <= OFFLOAD_BYTES {
+            return self.usage(reported, &delivered);
+        }
+        let encoding = self.encoding();
+        let counted = crate::runtime::offload(move || encoding.count(&delivered)).await;
+        self.usage_of(reported, counted)
+    }
+
+    /// What to bill, the delivered text being `delivered` tokens.
+    fn usage_of(&self, reported: Option<ReportedUsage>, delivered: u64) -> Usage {
         let r = reported.unwrap_or_default();
         let prompt = self.ticket.prompt().map(|p| p.tokens).unwrap_or(0);
         let input = if r.input_tokens > 0 {
@@ -70,7 +92,7 @@ impl Call {
         } else {
             prompt
         };
-        let output = r.output_tokens.max(self.count(delivered));
+        let output = r.output_tokens.max(delivered);
         Usage {
             input_tokens: input,
             output_tokens: output,
@@ -86,15 +108,20 @@ impl Call {
 /// partial one until it completes), keeps the usage reported and the text delivered, and
 /// bills the call when the stream ends, breaks, or is dropped (the client went away).
 pub(crate) struct Relay {
+    framer: Framer,
+    reading: Reading,
+    call: Option<Call>,
+}
+
+/// What the events read so far say.
+struct Reading {
     api: Api,
     framing: Framing,
-    buffer: Vec<u8>,
     /// Drop the usage-only chunk the gateway asked for (`include_usage`) on the caller's
     /// behalf: the caller did not ask for it.
     strip_usage: bool,
     reported: Option<ReportedUsage>,
     delivered: String,
-    call: Option<Call>,
 }
 
 fn merge(a: Option<ReportedUsage>, b: ReportedUsage) -> ReportedUsage {
@@ -104,24 +131,6 @@ fn merge(a: Option<ReportedUsage>, b: ReportedUsage) -> ReportedUsage {
         output_tokens: a.output_tokens.max(b.output_tokens),
         cached_input_tokens: a.cached_input_tokens.max(b.cached_input_tokens),
         reasoning_tokens: a.reasoning_tokens.max(b.reasoning_tokens),
-    }
-}
-
-/// The end of the first complete event in `buffer`, and where the next begins.
-fn event_end(buffer: &[u8], framing: Framing) -> Option<usize> {
-    match framing {
-        Framing::Ndjson => buffer.iter().position(|&b| b == b'\n').map(|i| i + 1),
-        Framing::Sse => {
-            let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-            let crlf = buffer
-                .windows(4)
-                .position(|w| w == b"\r\n\r\n")
-                .map(|i| i + 4);
-            match (lf, crlf) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        }
     }
 }
 
@@ -205,36 +214,70 @@ fn delta_text(event: &Value, api: Api, out: &mut String) {
 }
 
 impl Relay {
-    pub(crate) fn new(call: Call, api: Api, framing: Framing, strip_usage: bool) -> Self {
+    /// A relay of `call`'s stream whose events may be `max_event` bytes at most.
+    pub(crate) fn new(
+        call: Call,
+        api: Api,
+        framing: Framing,
+        strip_usage: bool,
+        max_event: usize,
+    ) -> Self {
         Relay {
-            api,
-            framing,
-            buffer: Vec::new(),
-            strip_usage,
-            reported: None,
-            delivered: String::new(),
+            framer: Framer::new(framing, max_event),
+            reading: Reading {
+                api,
+                framing,
+                strip_usage,
+                reported: None,
+                delivered: String::new(),
+            },
             call: Some(call),
         }
     }
 
-    /// Takes a chunk from the provider; returns the complete events to pass on.
-    pub(crate) fn feed(&mut self, chunk: &[u8]) -> Bytes {
-        let mut buffer = std::mem::take(&mut self.buffer);
-        buffer.extend_from_slice(chunk);
-        let mut out = Vec::with_capacity(buffer.len());
-        let mut start = 0;
-        while let Some(len) = event_end(&buffer[start..], self.framing) {
-            let event = &buffer[start..start + len];
-            if self.inspect(event) {
-                out.extend_from_slice(event);
+    /// Takes a chunk from the provider; returns the complete events to pass on, and
+    /// `Err(TooLarge)` (beside the events before it) once an event outgrows the bound.
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> (Bytes, Result<(), TooLarge>) {
+        self.framer.push(chunk);
+        let mut out = Vec::new();
+        loop {
+            match self.framer.next_event() {
+                Ok(Some(event)) => {
+                    if self.reading.inspect(event) {
+                        out.extend_from_slice(event);
+                    }
+                }
+                Ok(None) => return (Bytes::from(out), Ok(())),
+                Err(e) => return (Bytes::from(out), Err(e)),
             }
-            start += len;
         }
-        buffer.drain(..start);
-        self.buffer = buffer;
-        Bytes::from(out)
     }
 
+    /// Whatever is left in the buffer (a last event without its blank line).
+    pub(crate) fn rest(&mut self) -> Bytes {
+        let rest = self.framer.take_rest();
+        if !rest.is_empty() {
+            self.reading.inspect(&rest);
+        }
+        Bytes::from(rest)
+    }
+
+    /// Bills the call: `ended` says how the stream ended. The call stays in the relay while
+    /// a long delivered text is counted: a relay dropped meanwhile (its client gone) still
+    /// bills it.
+    pub(crate) async fn finish(&mut self, ended: &str) {
+        let Some(call) = self.call.as_ref() else {
+            return;
+        };
+        let delivered = self.reading.delivered.clone();
+        let usage = call.usage_counted(self.reading.reported, delivered).await;
+        if let Some(call) = self.call.take() {
+            call.bill(usage, ended).await;
+        }
+    }
+}
+
+impl Reading {
     /// Reads one event; false when it is not passed on.
     fn inspect(&mut self, event: &[u8]) -> bool {
         let Some(value) = payload(event, self.framing) else {
@@ -253,33 +296,27 @@ impl Relay {
         delta_text(&value, self.api, &mut self.delivered);
         true
     }
-
-    /// Whatever is left in the buffer (a last event without its blank line).
-    pub(crate) fn rest(&mut self) -> Bytes {
-        let rest = std::mem::take(&mut self.buffer);
-        if !rest.is_empty() {
-            self.inspect(&rest);
-        }
-        Bytes::from(rest)
-    }
-
-    /// Bills the call: `ended` says how the stream ended.
-    pub(crate) async fn finish(&mut self, ended: &str) {
-        if let Some(call) = self.call.take() {
-            let usage = call.usage(self.reported, &self.delivered);
-            call.bill(usage, ended).await;
-        }
-    }
 }
 
 /// A stream dropped before it ended (the client went away): bills what was delivered.
 impl Drop for Relay {
     fn drop(&mut self) {
-        if let Some(call) = self.call.take() {
-            let usage = call.usage(self.reported, &self.delivered);
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        let reported = self.reading.reported;
+        let delivered = std::mem::take(&mut self.reading.delivered);
+        if delivered.len() <= OFFLOAD_BYTES {
+            let usage = call.usage(reported, &delivered);
             crate::runtime::run_or_spawn(async move {
                 call.bill(usage, "client_disconnected").await;
             });
+            return;
         }
+        // A long text is counted on the shared runtime's blocking pool, not here.
+        crate::runtime::shared().spawn(async move {
+            let usage = call.usage_counted(reported, delivered).await;
+            call.bill(usage, "client_disconnected").await;
+        });
     }
 }

@@ -1,7 +1,7 @@
-//! The server: routes, start, and a graceful stop (stop accepting, let running calls and
-//! streams finish up to `gateway.drain_seconds`, bill what they delivered, flush the ledger).
+//! The server: routes, start, and a graceful stop (new calls answered 503 while running calls
+//! and streams finish, up to `gateway.drain_seconds`; bill what they delivered, flush the
+//! ledger).
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -9,17 +9,19 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
+use axum::http::Uri;
 use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::Router;
 use serde_json::{json, Value};
 
 use super::admin;
 use super::dashboard;
+use super::descriptors;
 use super::fallback::model_call;
 use super::health;
 use super::keys;
+use super::listen::{self, Listening};
 use super::metrics::Metrics;
 use super::proxy::App;
 use super::shape::{json_response, Endpoint, Problem};
@@ -81,10 +83,7 @@ fn routes(app: Arc<App>, dashboard_only: bool) -> Router {
         router = router.route("/v1/models", get(models));
     }
     router
-        .route(
-            "/healthz",
-            get(|| async { json_response(StatusCode::OK, &json!({"status": "ok"})) }),
-        )
+        .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
         .route("/admin/control/effective", get(admin::effective))
@@ -102,6 +101,29 @@ fn routes(app: Arc<App>, dashboard_only: bool) -> Router {
             axum::routing::put(admin::put_key).delete(admin::delete_key),
         )
         .with_state(app)
+}
+
+/// The routes of a connection accepted past `gateway.max_connections`: the health checks
+/// answer; every other path is 503 in its endpoint's shape (OpenAI's elsewhere).
+fn health_routes(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(ready))
+        .fallback(|uri: Uri| async move {
+            let shape = Endpoint::ALL
+                .iter()
+                .find(|e| e.path == uri.path())
+                .map_or(HttpShape::OpenAi, |e| e.shape);
+            let message = "The gateway is at its connection limit (gateway.max_connections); \
+                           retry shortly";
+            Problem::Busy.response(shape, message)
+        })
+        .with_state(app)
+}
+
+/// `GET /healthz`: 200 while the process runs.
+async fn healthz() -> Response<Body> {
+    json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
 
 impl Gateway {
@@ -122,6 +144,9 @@ impl Gateway {
         let address = listener
             .local_addr()
             .map_err(|e| Error::invalid("listen", &options.listen, e.to_string()))?;
+        let descriptors = descriptors::raise_limit();
+        let configured = guard.policy().gateway.bounds.max_connections;
+        let cap = descriptors::connection_cap(configured, descriptors)?;
         let app = Arc::new(App {
             upstreams: guard.policy().providers.clone(),
             guard,
@@ -133,6 +158,12 @@ impl Gateway {
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let stopped = Arc::new(Stopped::default());
         let router = routes(app.clone(), options.dashboard_only);
+        let listening = Arc::new(Listening::new(
+            router,
+            health_routes(app.clone()),
+            app.clone(),
+            cap as usize,
+        ));
         let threads = app.guard.policy().gateway.threads.map_or_else(
             || std::thread::available_parallelism().map_or(1, |n| n.get()),
             |n| n as usize,
@@ -143,14 +174,20 @@ impl Gateway {
         };
         let serving = app.clone();
         threads::spawn(listener, threads, finish, move |listener| {
-            serve(listener, router.clone(), serving.clone(), stopping.clone())
+            serve(
+                listener,
+                listening.clone(),
+                serving.clone(),
+                stopping.clone(),
+            )
         })
         .map_err(|e| Error::invalid("listen", &options.listen, e.to_string()))?;
         if options.dashboard_only {
             log::info!("usage-guard dashboard on http://{address}/dashboard");
         } else {
             log::info!(
-                "usage-guard gateway listening on http://{address} ({} keys, upstreams: {})",
+                "usage-guard gateway listening on http://{address} ({} keys, at most {cap} \
+                 connections, upstreams: {})",
                 app.guard.policy().gateway.keys.len(),
                 app.guard
                     .policy()
@@ -179,7 +216,8 @@ impl Gateway {
         self.app.metrics.render(&self.app.guard) + &health::metrics_text(&self.app.guard)
     }
 
-    /// Stops accepting calls and lets running ones finish (up to `gateway.drain_seconds`);
+    /// Stops taking calls (new ones are answered 503 in their provider's shape, the port
+    /// kept open) and lets running ones finish (up to `gateway.drain_seconds`);
     /// returns at once. [`Gateway::wait`] tells when it has stopped.
     pub fn shutdown(&self) {
         self.app.draining.store(true, Ordering::Relaxed);
@@ -223,39 +261,11 @@ fn check_admin_token(guard: &Guard) -> Result<()> {
 /// Serves on one thread until a stop is asked, then drains (up to `gateway.drain_seconds`).
 async fn serve(
     listener: tokio::net::TcpListener,
-    router: Router,
+    listening: Arc<Listening>,
     server_app: Arc<App>,
-    mut stopping: tokio::sync::watch::Receiver<bool>,
+    stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut signal = stopping.clone();
-    // Streams are many small writes: without TCP_NODELAY each waits on the client's
-    // delayed ACK (~40 ms).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let serve = axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            let _ = signal.wait_for(|s| *s).await;
-        })
-        .into_future();
-    tokio::pin!(serve);
-    let stop_asked = async move {
-        let _ = stopping.wait_for(|s| *s).await;
-    };
-    // Both wake on the same stop: either may be picked first.
-    let served = tokio::select! {
-        _ = &mut serve => true,
-        _ = stop_asked => false,
-    };
-    server_app.draining.store(true, Ordering::Relaxed);
-    let drain = server_app.guard.policy().gateway.drain_seconds;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(drain);
-    if !served && tokio::time::timeout_at(deadline, &mut serve).await.is_err() {
-        log::warn!(
-            "gateway: calls still running after {drain} s of draining are cut off \
-             (and billed for what they delivered)"
-        );
-    }
+    let deadline = listen::serve(listener, listening, stopping).await;
     // Calls whose client went away still run while their provider works: they are billed
     // when it answers (this thread's runtime must live until then).
     while server_app.calls.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {

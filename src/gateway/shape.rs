@@ -2,6 +2,7 @@
 
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, Response, StatusCode};
+use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::ceiling::{Api, HttpShape};
@@ -116,14 +117,20 @@ pub(crate) enum Problem {
     Unauthorized,
     /// 403: the key may not call this model.
     Forbidden,
+    /// 408: the body did not arrive in time.
+    RequestTimeout,
     /// 413: the body is larger than the gateway takes.
     TooLarge,
     /// 502: the provider could not be reached, or no upstream is configured for it.
     BadGateway,
     /// 502: the provider refused the operator's credential (its 401 or 403).
     CredentialsRejected,
+    /// 502: the provider's answer is larger than the gateway reads whole.
+    AnswerTooLarge,
     /// 503: the gateway is shutting down.
     Unavailable,
+    /// 503: the gateway is at its connection limit.
+    Busy,
     /// 504: the provider did not answer in time.
     Timeout,
 }
@@ -134,9 +141,12 @@ impl Problem {
             Problem::BadRequest => StatusCode::BAD_REQUEST,
             Problem::Unauthorized => StatusCode::UNAUTHORIZED,
             Problem::Forbidden => StatusCode::FORBIDDEN,
+            Problem::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Problem::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Problem::BadGateway | Problem::CredentialsRejected => StatusCode::BAD_GATEWAY,
-            Problem::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::BadGateway | Problem::CredentialsRejected | Problem::AnswerTooLarge => {
+                StatusCode::BAD_GATEWAY
+            }
+            Problem::Unavailable | Problem::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Problem::Timeout => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -160,6 +170,11 @@ impl Problem {
                 "model_not_allowed",
                 "permission_error",
             ),
+            Problem::RequestTimeout => (
+                "invalid_request_error",
+                "request_timeout",
+                "invalid_request_error",
+            ),
             Problem::TooLarge => (
                 "invalid_request_error",
                 "request_too_large",
@@ -169,7 +184,9 @@ impl Problem {
             Problem::CredentialsRejected => {
                 ("api_error", "provider_credentials_rejected", "api_error")
             }
+            Problem::AnswerTooLarge => ("api_error", "answer_too_large", "api_error"),
             Problem::Unavailable => ("api_error", "shutting_down", "overloaded_error"),
+            Problem::Busy => ("api_error", "too_many_connections", "overloaded_error"),
             Problem::Timeout => ("api_error", "upstream_timeout", "timeout_error"),
         }
     }
@@ -186,8 +203,34 @@ impl Problem {
             }),
             HttpShape::Ollama => json!({ "error": message }),
         };
-        json_response(self.status(), &body)
+        let mut response = json_response(self.status(), &body);
+        if matches!(self, Problem::Unavailable | Problem::Busy) {
+            // Another instance (or this one, restarted or less busy) takes it in a moment.
+            let retry = HeaderValue::from_static("1");
+            response.headers_mut().insert(header::RETRY_AFTER, retry);
+        }
+        response
     }
+}
+
+/// The event that ends a stream early (`code`: why), in `shape`'s stream: an OpenAI
+/// `data: {"error": ...}` event, Anthropic's `event: error`, an Ollama `{"error": ...}` line.
+/// The SDKs raise it as an error of the stream.
+pub(crate) fn stream_error(shape: HttpShape, code: &str, message: &str) -> Bytes {
+    let text = match shape {
+        HttpShape::OpenAi => {
+            let error =
+                json!({"message": message, "type": "api_error", "param": null, "code": code});
+            format!("data: {}\n\n", json!({ "error": error }))
+        }
+        HttpShape::Anthropic => {
+            let error =
+                json!({"type": "error", "error": {"type": "api_error", "message": message}});
+            format!("event: error\ndata: {error}\n\n")
+        }
+        HttpShape::Ollama => format!("{}\n", json!({ "error": message })),
+    };
+    Bytes::from(text)
 }
 
 /// A JSON answer.

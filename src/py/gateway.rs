@@ -60,8 +60,9 @@ impl PyGateway {
         self.inner.metrics_text()
     }
 
-    /// Stops accepting calls; running ones finish (up to `gateway.drain_seconds`), are
-    /// billed, and the ledger is flushed. Returns at once: `wait()` for the end.
+    /// Stops taking calls (new ones get 503); running ones finish (up to
+    /// `gateway.drain_seconds`), are billed, and the ledger is flushed. Returns at once:
+    /// `wait()` for the end.
     fn shutdown(&self) {
         self.inner.shutdown();
     }

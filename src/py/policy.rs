@@ -131,6 +131,17 @@ impl PyPolicy {
         }
     }
 
+    /// The `[gateway]` bounds in force, by key (`None`: derived when the gateway starts, or
+    /// one serving thread per core): what docs/security.md's table of limits lists.
+    #[getter]
+    fn gateway_limits<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (name, value) in self.inner.gateway.limits() {
+            d.set_item(name, value)?;
+        }
+        Ok(d)
+    }
+
     /// `settings.enabled`: false turns the quota service's stored quotas off.
     #[getter]
     fn quotas_enabled(&self) -> bool {

@@ -235,7 +235,8 @@ fn count(v: &Value, what: &str) -> Option<u64> {
 impl Refusal {
     /// The refusal as an HTTP answer in a provider's error shape. A usage limit says when to
     /// come back (`retry-after` for a rate limit) or that retrying will not help
-    /// (`x-should-retry: false`); a request the limits can never admit answers 400 or 404.
+    /// (`x-should-retry: false`); limits that cannot be checked (503) say to retry in a
+    /// second; a request the limits can never admit answers 400 or 404.
     pub fn to_http(&self, provider: HttpShape) -> HttpRefusal {
         let kind = RefusalKind::of(self);
         let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
@@ -252,6 +253,11 @@ impl Refusal {
                 // clients not to retry.
                 None => headers.push(("x-should-retry".to_string(), "false".to_string())),
             }
+        }
+        if kind == RefusalKind::Unavailable {
+            // The store may answer again in a moment: a client (or its SDK) retries soon.
+            let seconds = self.retry_after_seconds.unwrap_or(1).max(1);
+            headers.push(("retry-after".to_string(), seconds.to_string()));
         }
         let body = match provider {
             HttpShape::OpenAi => openai::refusal_body(self, kind),

@@ -54,7 +54,7 @@ impl Guard {
             self.shared
                 .resolve_at(user, &request.model, attributes, admitted_at)?;
         let settings = &policy.settings;
-        let (request, prompt) = counted(request, &path)?;
+        let (request, prompt) = counted(request, &path).await?;
         // Context first, for everyone: a prompt the model cannot take is a 400 that no usage
         // limit (and no waiting) changes.
         check_context(&request, &path).map_err(|e| self.count_refusal(e))?;
@@ -203,28 +203,74 @@ pub(crate) fn demand(path: &Path, request: &AdmitRequest, settings: &Settings) -
     }
 }
 
+/// Prompts whose text is longer than this are counted off the caller's event loop.
+const OFFLOAD_TEXT_BYTES: usize = 64 * 1024;
+
 /// Fills in the prompt count and output maximum from the provider request, when given; the
-/// count (made once, with the policy's model spec) is kept for the fit and the ticket.
-fn counted(mut request: AdmitRequest, path: &Path) -> Result<(AdmitRequest, Option<PromptCount>)> {
-    let Some((body, api)) = request.request.as_ref() else {
+/// count (made once, with the policy's model spec) is kept for the fit and the ticket. A
+/// long prompt is counted on the runtime's blocking pool (`runtime::offload`): a gateway's
+/// serving thread, or the shared runtime of `admit_async`, serves other calls meanwhile.
+async fn counted(
+    mut request: AdmitRequest,
+    path: &Arc<Path>,
+) -> Result<(AdmitRequest, Option<PromptCount>)> {
+    let Some((body, api)) = request.request.take() else {
         return Ok((request, None));
     };
     let mut prompt = None;
-    if request.prompt_tokens.is_none() {
-        let spec = path.model_spec.as_deref();
-        let count = ceiling::count_request(body, *api, Some(&path.model), spec)?;
+    let body = if request.prompt_tokens.is_some() {
+        body
+    } else {
+        let count = move |body: &serde_json::Value, path: &Path| {
+            let spec = path.model_spec.as_deref();
+            ceiling::count_request(body, api, Some(&path.model), spec)
+        };
+        let (body, count) = if text_longer_than(&body, OFFLOAD_TEXT_BYTES) {
+            let path = path.clone();
+            crate::runtime::offload(move || {
+                let counted = count(&body, &path);
+                (body, counted)
+            })
+            .await
+        } else {
+            let counted = count(&body, path);
+            (body, counted)
+        };
+        let count = count?;
         request.prompt_tokens = Some(count.tokens);
         request.prompt_is_estimate = !count.exact;
         prompt = Some(count);
-    }
+        body
+    };
     if request.max_output_tokens.is_none() {
         request.max_output_tokens = if api.is_embeddings() {
             Some(0)
         } else {
-            ceiling::requested_max_output(body, *api)?
+            ceiling::requested_max_output(&body, api)?
         };
     }
+    request.request = Some((body, api));
     Ok((request, prompt))
+}
+
+/// Whether the strings in `value` (keys and values) are longer than `limit` bytes together.
+fn text_longer_than(value: &serde_json::Value, limit: usize) -> bool {
+    fn walk(value: &serde_json::Value, left: &mut usize) -> bool {
+        match value {
+            serde_json::Value::String(s) => {
+                *left = left.saturating_sub(s.len());
+                *left == 0
+            }
+            serde_json::Value::Array(items) => items.iter().any(|v| walk(v, left)),
+            serde_json::Value::Object(map) => map.iter().any(|(k, v)| {
+                *left = left.saturating_sub(k.len());
+                *left == 0 || walk(v, left)
+            }),
+            _ => false,
+        }
+    }
+    let mut left = limit + 1;
+    walk(value, &mut left)
 }
 
 /// Refuses a prompt over the model's context window or input limit (the policy's model

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::gateway_bounds::GatewayBounds;
+use super::gateway_bounds::BOUND_KEYS;
 use super::models::Provider;
 use super::values::{key_path, kind, Parser};
 
@@ -62,6 +64,8 @@ pub struct GatewaySettings {
     pub threads: Option<u64>,
     /// The environment variable holding the admin API's token; no admin API without it.
     pub admin_token_env: Option<String>,
+    /// Connections, header, body and idle time, event and answer sizes.
+    pub bounds: GatewayBounds,
 }
 
 impl Default for GatewaySettings {
@@ -75,6 +79,7 @@ impl Default for GatewaySettings {
             drain_seconds: 30,
             threads: None,
             admin_token_env: None,
+            bounds: GatewayBounds::default(),
         }
     }
 }
@@ -83,6 +88,27 @@ impl GatewaySettings {
     /// The key whose SHA-256 digest is `digest` (lowercase hex).
     pub fn key(&self, digest: &str) -> Option<&GatewayKey> {
         self.by_digest.get(digest).map(|&i| &self.keys[i])
+    }
+
+    /// Every bound of the section by its key, as in force (`None`: derived when the gateway
+    /// starts, or one per core for `threads`): what docs/security.md's table lists.
+    pub fn limits(&self) -> Vec<(&'static str, Option<u64>)> {
+        let b = &self.bounds;
+        vec![
+            ("max_connections", b.max_connections),
+            ("header_timeout_seconds", Some(b.header_timeout_seconds)),
+            ("body_timeout_seconds", Some(b.body_timeout_seconds)),
+            ("idle_timeout_seconds", Some(b.idle_timeout_seconds)),
+            ("max_body_bytes", Some(self.max_body_bytes)),
+            ("max_event_bytes", Some(b.max_event_bytes)),
+            ("max_answer_bytes", Some(b.max_answer_bytes)),
+            (
+                "upstream_timeout_seconds",
+                Some(self.upstream_timeout_seconds),
+            ),
+            ("drain_seconds", Some(self.drain_seconds)),
+            ("threads", self.threads),
+        ]
     }
 }
 
@@ -189,9 +215,11 @@ impl Parser {
         models: &HashSet<String>,
     ) -> GatewaySettings {
         let mut settings = GatewaySettings::default();
-        let Some(fields) = self.table("gateway", value, &GATEWAY_KEYS) else {
+        let accepted: Vec<&str> = GATEWAY_KEYS.iter().chain(&BOUND_KEYS).copied().collect();
+        let Some(fields) = self.table("gateway", value, &accepted) else {
             return settings;
         };
+        settings.bounds = self.gateway_bounds(fields);
         for (name, min) in [
             ("max_body_bytes", 1),
             ("upstream_timeout_seconds", 1),

@@ -2,6 +2,7 @@
 //! document is reported at once, each naming the field's path, the value and what is accepted.
 
 mod gateway;
+mod gateway_bounds;
 mod gateway_keys;
 mod generic_rules;
 mod json;
