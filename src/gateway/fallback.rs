@@ -24,6 +24,7 @@ use crate::error::Error;
 use crate::guard::domain::health::Outcome;
 use crate::guard::domain::policy::{Policy, Upstream};
 use crate::guard::domain::refusal::Refusal;
+use crate::guard::domain::view::UsageView;
 use crate::guard::engine::admission::AdmitRequest;
 
 /// Serves one model call at `endpoint`, and counts its answer.
@@ -279,6 +280,21 @@ impl Attempt<'_> {
             .map(|f| f.max_output_tokens)
     }
 
+    /// The gateway's rate-limit headers for the caller's tightest rules, and
+    /// `X-Usage-Restriction` when the fit lowered the output maximum to `lowered`.
+    fn limit_headers(
+        &self,
+        view: &UsageView,
+        lowered: Option<Option<u64>>,
+    ) -> Vec<(String, String)> {
+        let now = self.app.guard.clock().now_ms();
+        let mut headers = rate_limit(&tightest(view), self.endpoint.shape, now);
+        if let Some(max) = lowered {
+            headers.push(("x-usage-restriction".into(), restriction(view, max)));
+        }
+        headers
+    }
+
     /// Sends the admitted call; `Err` with the failed answer when the provider failed in a
     /// way the next candidate may cure and one follows (the ticket is released).
     async fn send(
@@ -317,11 +333,7 @@ impl Attempt<'_> {
             extra.push(("x-degraded".into(), format!("{from} -> {admitted}")));
         }
         if let Ok(view) = &view {
-            let now = app.guard.clock().now_ms();
-            extra.extend(rate_limit(&tightest(view), endpoint.shape, now));
-            if let Some(max) = lowered {
-                extra.push(("x-usage-restriction".into(), restriction(view, max)));
-            }
+            extra.extend(self.limit_headers(view, lowered));
         }
         let provider = served.upstream.provider.word();
         let cred = credential(served.upstream);

@@ -7,12 +7,12 @@
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::{HeaderName, HeaderValue, Response, StatusCode};
+use axum::http::{HeaderValue, Response};
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
 
-use super::headers::from_upstream;
+use super::headers::head;
 use super::health::{credential, header_pairs, outcome};
 use super::metrics::Metrics;
 use super::relay::{Call, Relay};
@@ -374,25 +374,6 @@ impl Forward<'_> {
         );
         Body::from_stream(events)
     }
-}
-
-/// The provider's status and the headers of its answer a caller may see
-/// (`headers::from_upstream`), for the answer.
-pub(crate) fn head(upstream: &reqwest::Response) -> Response<Body> {
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() =
-        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    for (name, value) in upstream.headers() {
-        if from_upstream(name.as_str()) {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(name.as_str().as_bytes()),
-                HeaderValue::from_bytes(value.as_bytes()),
-            ) {
-                response.headers_mut().append(n, v);
-            }
-        }
-    }
-    response
 }
 
 /// The error code (else type) of a provider's error body, for a log line (never its message,

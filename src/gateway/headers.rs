@@ -8,7 +8,8 @@
 //! `X-Usage-Restriction` for a fitted call. Each kind of rate-limit header reports the
 //! tightest rule of its metric (requests, tokens); a metric no rule counts gets no header.
 
-use axum::http::{HeaderMap, HeaderValue};
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use crate::ceiling::HttpShape;
 use crate::guard::domain::clock::{iso8601, Millis};
@@ -197,4 +198,23 @@ pub(crate) fn restriction(view: &UsageView, max_output_tokens: Option<u64>) -> S
         parts.push(format!("max_output_tokens={m}"));
     }
     parts.join("; ")
+}
+
+/// The provider's status and the headers of its answer a caller may see
+/// ([`from_upstream`]), for the answer.
+pub(crate) fn head(upstream: &reqwest::Response) -> Response<Body> {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() =
+        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    for (name, value) in upstream.headers() {
+        if from_upstream(name.as_str()) {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_str().as_bytes()),
+                HeaderValue::from_bytes(value.as_bytes()),
+            ) {
+                response.headers_mut().append(n, v);
+            }
+        }
+    }
+    response
 }
