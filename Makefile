@@ -7,6 +7,9 @@ help: ## Show this help
 demo: ## Install the package and run the simulated day on the in-memory store
 	$(PY) -m pip install . && usage-guard demo
 
+check: ## The edit loop: layer and size checks, fmt, clippy, the extension, ruff, stubtest, mypy
+	bash scripts/check.sh
+
 test: ## Run every test: fmt, clippy, cargo test, build, ruff, stubtest, pytest, wheels
 	bash scripts/test.sh
 
@@ -35,5 +38,5 @@ fmt: ## Format Rust and Python sources
 	cargo fmt --all
 	.venv/bin/ruff format python tests_py benches examples
 
-.PHONY: help demo test dev bench fmt
+.PHONY: help demo check test dev bench fmt
 .PHONY: wheel test-wheels

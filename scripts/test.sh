@@ -26,16 +26,7 @@ fi
 PY="$VENV/bin/python"
 "$PY" -m pip install -q --disable-pip-version-check -r requirements-test.txt
 
-step "layers (scripts/check_layers.py)"
-python3 scripts/check_layers.py
-python3 scripts/check_sizes.py
-
-step "cargo fmt --check"
-cargo fmt --all -- --check
-
-step "cargo clippy"
-cargo clippy --all-targets --all-features --quiet -- -D warnings
-cargo clippy --all-targets --no-default-features --quiet -- -D warnings
+VENV="$VENV" bash scripts/check.sh
 
 step "cargo test"
 cargo test --quiet
@@ -44,19 +35,6 @@ step "cargo test --no-default-features (the core without adapters)"
 # The core's own tests; the ceiling's ran above and do not depend on the adapters.
 cargo test --quiet --no-default-features --lib --test guard_decisions --test guard_concurrency \
   --test windows --test policy --test refusal_http
-
-step "build the extension (maturin develop)"
-VIRTUAL_ENV="$(cd "$VENV" && pwd)" "$VENV/bin/maturin" develop --quiet 2>&1 | tail -n 2
-
-step "ruff"
-"$VENV/bin/ruff" check python tests_py benches examples
-"$VENV/bin/ruff" format --check python tests_py benches examples
-
-step "stubtest"
-"$PY" -m mypy.stubtest usage_guard._core --ignore-missing-stub --allowlist .stubtest-allowlist
-
-step "mypy --strict (settings in pyproject.toml)"
-"$PY" -m mypy --strict python/usage_guard examples
 
 step "pytest"
 "$PY" -m pytest -q -p no:cacheprovider tests_py
