@@ -198,7 +198,7 @@ def test_a_long_context_tier_bills_the_whole_call_past_its_edge(clock: ug.Manual
     assert cost_used(guard, "alice", "long") == 260_000 + 500_003 + 15_000
     # The hold of a long prompt is at the long rates too.
     ticket = guard.admit("alice", "long", prompt_tokens=300_000, max_tokens=1_000)
-    assert ticket.reserved["cost"] == 750_000 + 15_000
+    assert ticket.reserved["cost_micros"] == 750_000 + 15_000
     ticket.release()
 
 
