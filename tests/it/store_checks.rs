@@ -3,7 +3,7 @@
 //! requests arrive.
 #![cfg(feature = "redis")]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! times and on however many guards it is read, give the rest back at the end.
 #![cfg(feature = "sqlite")]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! row), and the quota tables' connection (`QuotaDb`) on SQLite.
 #![cfg(feature = "sqlite")]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

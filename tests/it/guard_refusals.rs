@@ -1,7 +1,7 @@
 //! Every refusal is the right one: the context window comes first for everyone, and a
 //! sliding rule that does not fit says when enough will be free, or that it never will.
 
-mod common;
+use crate::common;
 
 use common::*;
 use usage_guard::{AdmitRequest, HttpShape, Reason, Refusal, Usage};

@@ -4,7 +4,7 @@
 //! the reservation's outcome.
 #![cfg(feature = "redis")]
 
-mod common;
+use crate::common;
 
 use common::redis_server::RedisServer;
 use futures::executor::block_on;

@@ -1,7 +1,7 @@
 //! Fitting: router ceilings, the context-window pre-check under the policy and the registry,
 //! embeddings, whether an answer was capped, and several answers sharing what is left.
 
-mod ceiling_support;
+use crate::ceiling_support;
 
 use ceiling_support::*;
 use serde_json::{json, Value};

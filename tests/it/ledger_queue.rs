@@ -4,7 +4,7 @@
 //! are dropped and counted, after a bounded wait).
 #![cfg(all(feature = "sqlite", feature = "postgres"))]
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

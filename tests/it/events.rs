@@ -1,7 +1,7 @@
 //! Events (issue 13.4): `Guard::events` streams beside `on_event`, and generic rules on
 //! calls with no user and on batches with attributes. The audit log: `audit_log.rs`.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

@@ -3,7 +3,7 @@
 //! PostgreSQL against a server the test starts (or the machine's).
 #![cfg(all(feature = "sqlite", feature = "postgres"))]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! fails, and answers the fresh values either way.
 #![cfg(feature = "redis")]
 
-mod common;
+use crate::common;
 
 use common::redis_server::RedisServer;
 use futures::executor::block_on;

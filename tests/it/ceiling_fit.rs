@@ -2,7 +2,7 @@
 //! lowered or turned off, refused, cost-bound, estimate with margin, router intersection and
 //! the context-window pre-check under both policies.
 
-mod ceiling_support;
+use crate::ceiling_support;
 
 use ceiling_support::*;
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 //! runs once per database.
 #![cfg(feature = "sqlite")]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Admission decisions on the in-memory store, driven by a manual clock.
 
-mod common;
+use crate::common;
 
 use common::*;
 use usage_guard::{LimitType, Metric, Reason, SourceKind, Usage};

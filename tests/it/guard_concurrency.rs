@@ -1,7 +1,7 @@
 //! Concurrency: many threads on one small budget never overspend, a lost race is retried,
 //! and a ticket settled from two threads at once settles once.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};

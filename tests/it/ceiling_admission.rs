@@ -1,7 +1,7 @@
 //! Admission fits the request it counted: once, with the policy's model spec (its own
 //! `context_window`, `encoding` and `counting`), and the ticket carries that count and fit.
 
-mod common;
+use crate::common;
 
 use std::sync::Mutex;
 

@@ -3,8 +3,8 @@
 use futures::executor::block_on;
 use usage_guard::{QueueJoin, QueueSpot};
 
-use crate::store_cases_core::T0;
-use crate::{fixture, Kind};
+use super::store_cases_core::T0;
+use super::{fixture, Kind};
 
 fn spot(queue: &str, max_len: u64) -> QueueSpot {
     QueueSpot {

@@ -3,7 +3,7 @@
 //! two guards fill once; a ledger that cannot be read is tried again after a minute.
 #![cfg(feature = "sqlite")]
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Barrier};
 

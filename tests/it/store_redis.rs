@@ -2,21 +2,17 @@
 //! 3-master Redis Cluster, so the three provably agree.
 #![cfg(feature = "redis")]
 
-mod common;
-#[path = "common/store_cases.rs"]
+use crate::common;
 mod store_cases_core;
-#[path = "common/store_cases_fill.rs"]
 mod store_cases_fill;
-#[path = "common/store_cases_parts.rs"]
 mod store_cases_parts;
-#[path = "common/store_cases_queue.rs"]
 mod store_cases_queue;
 
 mod store_cases {
-    pub use crate::store_cases_core::*;
-    pub use crate::store_cases_fill::*;
-    pub use crate::store_cases_parts::*;
-    pub use crate::store_cases_queue::*;
+    pub use super::store_cases_core::*;
+    pub use super::store_cases_fill::*;
+    pub use super::store_cases_parts::*;
+    pub use super::store_cases_queue::*;
 }
 
 use std::sync::Arc;
@@ -75,13 +71,13 @@ pub fn fixture(kind: Kind, case: &str) -> Fixture {
 macro_rules! suite {
     ($($case:ident),* $(,)?) => {
         mod memory {
-            $(#[test] fn $case() { crate::store_cases::$case(crate::Kind::Memory) })*
+            $(#[test] fn $case() { crate::store_redis::store_cases::$case(crate::store_redis::Kind::Memory) })*
         }
         mod redis {
-            $(#[test] fn $case() { crate::store_cases::$case(crate::Kind::Redis) })*
+            $(#[test] fn $case() { crate::store_redis::store_cases::$case(crate::store_redis::Kind::Redis) })*
         }
         mod cluster {
-            $(#[test] fn $case() { crate::store_cases::$case(crate::Kind::Cluster) })*
+            $(#[test] fn $case() { crate::store_redis::store_cases::$case(crate::store_redis::Kind::Cluster) })*
         }
     };
 }

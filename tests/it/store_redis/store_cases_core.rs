@@ -14,7 +14,7 @@ use usage_guard::{
 use usage_guard::{CounterId, Scope};
 use usage_guard::{Metric, Millis, Window};
 
-use crate::{fixture, Kind};
+use super::{fixture, Kind};
 
 /// 2026-01-01T00:00:30Z.
 pub const T0: Millis = 1_767_225_630_000;

@@ -1,7 +1,7 @@
 //! Generic rules (`[[rules]]`): parsing and its errors, matching on each attribute, fan-out
 //! by `count_by`, tightest-wins and stacking, warn, block, soft thresholds and shadow mode.
 
-mod common;
+use crate::common;
 
 use common::events::NOW;
 use common::{at, reached, setup, GPT5};

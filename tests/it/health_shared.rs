@@ -3,7 +3,6 @@
 //! or a cooldown one starts is seen by the other once it reads the notes again (within
 //! 500 ms of guard time). On the memory store and on a real redis-server.
 
-mod common;
 
 use std::sync::Arc;
 
@@ -93,7 +92,7 @@ fn memory_guards_share_health() {
 
 #[cfg(feature = "redis")]
 mod redis {
-    use super::common::redis_server::RedisServer;
+    use crate::common::redis_server::RedisServer;
     use super::*;
     use usage_guard::RedisStore;
 

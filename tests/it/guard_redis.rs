@@ -2,7 +2,7 @@
 //! sharing one budget, sliding windows, and what happens while Redis is down.
 #![cfg(feature = "redis")]
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

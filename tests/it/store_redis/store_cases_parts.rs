@@ -4,9 +4,9 @@
 use futures::executor::block_on;
 use usage_guard::{expiry_minute, PartSettle, PartsSettle, ReserveOutcome, SettleOutcome};
 
-use crate::fixture;
-use crate::store_cases_core::{add, day, hold, item, rd, read, tid, T0};
-use crate::Kind;
+use super::fixture;
+use super::store_cases_core::{add, day, hold, item, rd, read, tid, T0};
+use super::Kind;
 
 const BATCH_MS: i64 = 25 * 3_600_000;
 

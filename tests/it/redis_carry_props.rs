@@ -17,7 +17,7 @@
 //! real second that the test takes can expire a key the manual clock still keeps.
 #![cfg(feature = "redis")]
 
-mod common;
+use crate::common;
 
 use common::redis_server::RedisServer;
 use futures::executor::block_on;

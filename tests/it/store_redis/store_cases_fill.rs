@@ -4,9 +4,9 @@
 use futures::executor::block_on;
 use usage_guard::{expiry_minute, ReserveOutcome};
 
-use crate::fixture;
-use crate::store_cases_core::{add, adds_only, day, item, rd, read, tid, HOLD_MS, T0};
-use crate::Kind;
+use super::fixture;
+use super::store_cases_core::{add, adds_only, day, item, rd, read, tid, HOLD_MS, T0};
+use super::Kind;
 
 pub fn large_amounts_stay_exact(kind: Kind) {
     let fx = fixture(kind, "large");

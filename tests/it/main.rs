@@ -1,0 +1,33 @@
+//! The integration tests, one binary (one link instead of one per file). Each module is one
+//! area; modules that need an adapter (Redis, SQLite, PostgreSQL) say so with their own `cfg`.
+
+mod ceiling_support;
+mod common;
+
+mod audit_log;
+mod ceiling_admission;
+mod ceiling_count;
+mod ceiling_fit;
+mod ceiling_fit_limits;
+mod ceiling_props;
+mod ceiling_providers;
+mod events;
+mod generic_rules;
+mod guard_concurrency;
+mod guard_decisions;
+mod guard_redis;
+mod guard_refusals;
+mod health_shared;
+mod ledger_batch;
+mod ledger_fill;
+mod ledger_queue;
+mod ledger_rows;
+mod policy;
+mod quota;
+mod redis_carry;
+mod redis_carry_props;
+mod redis_known;
+mod refusal_http;
+mod store_checks;
+mod store_redis;
+mod windows;
