@@ -13,6 +13,7 @@ A block that needs more says so in an HTML comment right before it:
                                        URL (`--listen` on a free port, `/var/lib/usage-guard/` in
                                        the scratch directory), then stopped with SIGTERM
     <!-- snippet: assert -->           the block's last expression must be true
+    <!-- snippet: free-port N -->      the port number N in the block becomes a free port
     <!-- snippet: file NAME -->        (any block) written to NAME in the scratch directory;
                                        `<!-- check-sample: NAME -->` means the same
     <!-- snippet: run-by TEST -->      run, with its own assertions, by tests_py/TEST
@@ -29,6 +30,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -42,7 +44,8 @@ from test_ledger_postgres import pg_url  # noqa: F401  (the fixture, for `postgr
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 RUNNABLE = {"python", "sh", "bash", "console"}
-WORDS = {"redis", "postgres", "openai", "anthropic", "server", "assert", "file", "run-by", "skip"}
+WORDS = {"redis", "postgres", "openai", "anthropic", "server", "assert", "free-port", "file"}
+WORDS |= {"run-by", "skip"}
 # Blocks that cannot run in a test (installing from the network, the whole suite): kept few.
 MAX_SKIPS = 3
 
@@ -87,7 +90,7 @@ def blocks(doc: str) -> list[Block]:
                 if word in ("skip", "run-by"):
                     block.args[word] = " ".join(words)
                     words = []
-                elif word == "file":
+                elif word in ("file", "free-port"):
                     block.args[word] = words.pop(0)
         found.append(block)
     return found
@@ -126,6 +129,11 @@ class Doc:
             self.mp.setenv("OPENAI_API_KEY", "sk-snippet")
             self.mp.setenv("ANTHROPIC_BASE_URL", fake.url)
             self.mp.setenv("ANTHROPIC_API_KEY", "sk-ant-snippet")
+        if "free-port" in block.words:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = str(s.getsockname()[1])
+            code = re.sub(rf"\b{block.args['free-port']}\b", port, code)
         if "server" in block.words:
             code = LISTEN.sub(r"\g<1>127.0.0.1:0", code)
             code = code.replace("/var/lib/usage-guard/", f"{self.dir}/")
