@@ -219,12 +219,12 @@ def test_error_shape_literal_is_exactly_what_to_http_accepts(guard: ug.Guard) ->
         (
             lambda g: ug.ManualClock("yesterday"),
             ValueError,
-            r'start: is not an ISO 8601 instant; accepted: .* \(got "yesterday"\)',
+            r'start: is not a date or an ISO 8601 instant; accepted: .* \(got "yesterday"\)',
         ),
         (
             lambda g: ug.ManualClock(3),
             TypeError,
-            r"start: must be an ISO 8601 string or a datetime \(got <class 'int'>\)",
+            r"start: must be an ISO 8601 string, a datetime or a date \(got <class 'int'>\)",
         ),
         (
             lambda g: ug.ManualClock().advance(float("inf")),

@@ -1,4 +1,4 @@
-"""Carried settles under cancellation (docs/redis.md, "Settles ride with the next
+"""Carried settles under cancellation (docs/redis-internals.md, "Settles ride with the next
 reservation"): asyncio tasks bill in the background while other tasks' admissions, each of
 which may carry the queued bills in its own script, are cancelled mid-flight. Every bill
 counts exactly once, `close()` waits for the bills a cancelled admission took, and no hold

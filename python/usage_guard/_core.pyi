@@ -27,7 +27,7 @@ from .types import (
 
 __version__: str
 
-_Instant = Union[str, datetime.datetime]
+_Instant = Union[str, datetime.datetime, datetime.date]
 
 def _refusal_from_state(state: str) -> Refusal: ...
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .types import EffectiveLimit, QuotaUsage, Unit
 
 LOG = logging.getLogger("usage_guard.quota")
-Instant = Union[str, dt.datetime, None]
+Instant = Union[str, dt.datetime, dt.date, None]
 # The assignments in force: (subject type, id, limits).
 InForce = list[tuple[str, str, dict[str, dict[str, Any]]]]
 
@@ -101,11 +101,14 @@ def instant_ms(when: Instant) -> int:
         except ValueError:
             raise ValueError(
                 f"effective_from: {when!r} is not an instant; accepted: ISO 8601 such as "
-                "'2026-12-01T00:00:00Z', a datetime, or None (now)"
+                "'2026-12-01T00:00:00Z', a date such as '2026-12-01' (midnight UTC), a "
+                "datetime, a date, or None (now)"
             ) from None
+    if isinstance(when, dt.date) and not isinstance(when, dt.datetime):
+        when = dt.datetime(when.year, when.month, when.day)  # a date: midnight UTC
     if not isinstance(when, dt.datetime):
         raise ValueError(
-            f"effective_from: {when!r} is not an instant; accepted: str, datetime, None"
+            f"effective_from: {when!r} is not an instant; accepted: str, datetime, date, None"
         )
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)

@@ -100,7 +100,11 @@ pub(crate) async fn effective(
 fn usage_query(q: &HashMap<String, String>) -> Result<UsageQuery, String> {
     let instant = |name: &str| -> Result<Option<i64>, String> {
         q.get(name)
-            .map(|t| parse_iso8601(t).ok_or(format!("{name}: {t:?} is not an ISO 8601 instant")))
+            .map(|t| {
+                parse_iso8601(t).ok_or(format!(
+                    "{name}: {t:?} is not a date or an ISO 8601 instant"
+                ))
+            })
             .transpose()
     };
     let mut group_by = Vec::new();

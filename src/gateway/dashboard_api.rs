@@ -51,7 +51,11 @@ fn series_ask(q: &HashMap<String, String>, now: Millis) -> Result<SeriesAsk, Str
     };
     let instant = |name: &str| -> Result<Option<Millis>, String> {
         q.get(name)
-            .map(|t| parse_iso8601(t).ok_or(format!("{name}: {t:?} is not an ISO 8601 instant")))
+            .map(|t| {
+                parse_iso8601(t).ok_or(format!(
+                    "{name}: {t:?} is not a date or an ISO 8601 instant"
+                ))
+            })
             .transpose()
     };
     // Whole buckets: the one holding `now` is the last.

@@ -16,7 +16,8 @@ pub struct PyManualClock {
     pub inner: Arc<ManualClock>,
 }
 
-/// An instant from an ISO 8601 string or a `datetime` (naive datetimes are UTC).
+/// An instant from an ISO 8601 string, a `datetime` (naive datetimes are UTC) or a `date`
+/// (midnight UTC): wherever an instant is asked, a date is one.
 pub(crate) fn instant(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Millis> {
     if let Ok(text) = value.cast::<PyString>() {
         let text: String = text.extract()?;
@@ -25,10 +26,18 @@ pub(crate) fn instant(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Millis> 
             Error::invalid(
                 name,
                 format!("{text:?}"),
-                "is not an ISO 8601 instant; accepted: e.g. \"2026-11-30T14:20:00Z\" or a datetime",
+                "is not a date or an ISO 8601 instant; accepted: e.g. \"2026-11-30\" (midnight \
+                 UTC), \"2026-11-30T14:20:00Z\", a datetime or a date",
             )
             .into()
         });
+    }
+    if !value.hasattr("timestamp")? && value.hasattr("toordinal")? {
+        // A `datetime.date` (a datetime has `timestamp` and is read below): its ISO form.
+        let text: String = value.call_method0("isoformat")?.extract()?;
+        if let Some(ms) = parse_iso8601(&text) {
+            return Ok(ms);
+        }
     }
     if value.hasattr("timestamp")? && value.hasattr("tzinfo")? {
         let py = value.py();
@@ -46,7 +55,7 @@ pub(crate) fn instant(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Millis> 
     Err(Error::wrong_type(
         name,
         value.get_type(),
-        "must be an ISO 8601 string or a datetime",
+        "must be an ISO 8601 string, a datetime or a date",
     )
     .into())
 }

@@ -1,7 +1,7 @@
-//! `reserve_known_carrying` on a real redis-server (docs/redis.md, "Settles ride with the next
-//! reservation"): queued settles and the next reservation in one script. Each settle lands
-//! once by id, before the reservation (which counts what they gave back and added), whatever
-//! the reservation's outcome.
+//! `reserve_known_carrying` on a real redis-server (docs/redis-internals.md,
+//! "Settles ride with the next reservation"): queued settles and the next reservation in one
+//! script. Each settle lands once by id, before the reservation (which counts what they gave back
+//! and added), whatever the reservation's outcome.
 #![cfg(feature = "redis")]
 
 use crate::common;

@@ -1,4 +1,4 @@
-//! `reserve_known` on a real redis-server (docs/redis.md, "One round trip to admit"): the
+//! `reserve_known` on a real redis-server (docs/redis-internals.md, "One round trip to admit"): the
 //! script checks what a decision from known values rested on, places nothing when a condition
 //! fails, and answers the fresh values either way.
 #![cfg(feature = "redis")]

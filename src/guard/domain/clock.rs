@@ -66,10 +66,61 @@ pub fn iso8601(ms: Millis) -> String {
     }
 }
 
-/// Parses an ISO 8601 / RFC 3339 instant (`2026-11-30T14:20:00Z`, offsets allowed) into
-/// milliseconds since the epoch.
+/// Parses an instant into milliseconds since the epoch: an RFC 3339 instant
+/// (`2026-11-30T14:20:00Z`, offsets allowed), a date (`2026-11-30`: midnight UTC, as the
+/// CLI's `--since` reads it), or a date and time without an offset (`2026-11-30T14:20`,
+/// `2026-11-30 14:20:00`: UTC). Anything else is `None`.
 pub fn parse_iso8601(text: &str) -> Option<Millis> {
-    chrono::DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|t| t.timestamp_millis())
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Some(t.timestamp_millis());
+    }
+    if let Ok(day) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Some(
+            day.and_time(chrono::NaiveTime::MIN)
+                .and_utc()
+                .timestamp_millis(),
+        );
+    }
+    [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|format| chrono::NaiveDateTime::parse_from_str(text, format).ok())
+    .map(|t| t.and_utc().timestamp_millis())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{iso8601, parse_iso8601};
+
+    #[test]
+    fn a_date_is_midnight_utc_and_an_instant_without_offset_is_utc() {
+        let midnight = parse_iso8601("2026-11-01T00:00:00Z").unwrap();
+        assert_eq!(parse_iso8601("2026-11-01"), Some(midnight));
+        assert_eq!(parse_iso8601("2026-11-01T00:00"), Some(midnight));
+        assert_eq!(parse_iso8601("2026-11-01 00:00:00"), Some(midnight));
+        assert_eq!(parse_iso8601("2026-11-01T01:00:00+01:00"), Some(midnight));
+        assert_eq!(
+            parse_iso8601("2026-11-01T10:30:00.250"),
+            Some(midnight + 37_800_250)
+        );
+        assert_eq!(iso8601(midnight), "2026-11-01T00:00:00Z");
+    }
+
+    #[test]
+    fn what_is_neither_a_date_nor_an_instant_is_refused() {
+        for text in [
+            "",
+            "yesterday",
+            "2026-13-01",
+            "2026-11-31",
+            "01/11/2026",
+            "2026-11-01Z",
+        ] {
+            assert_eq!(parse_iso8601(text), None, "{text:?}");
+        }
+    }
 }

@@ -1,9 +1,9 @@
 //! The last known values of counters, from this guard's reads and reserve answers, with the
 //! time they were read: admission on a store across a network decides from them while they
-//! are at most `KNOWN_FRESH_MS` old and reserves at once (docs/redis.md, "One round trip to
-//! admit"). Correctness never rests on them: the store checks every condition the decision
-//! rested on, and a refusal or a lowered ceiling is only ever decided from values read in the
-//! same admission.
+//! are at most `KNOWN_FRESH_MS` old and reserves at once (docs/redis-internals.md, "One
+//! round trip to admit"). Correctness never rests on them: the store checks every condition the
+//! decision rested on, and a refusal or a lowered ceiling is only ever decided from values read in
+//! the same admission.
 
 use std::collections::HashMap;
 

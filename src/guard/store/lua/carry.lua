@@ -1,12 +1,13 @@
--- carry: queued settles carried by the next reservation, in one step (docs/redis.md, "Settles
--- ride with the next reservation"). Prepended: common.lua, fence.lua, then settle.lua and
+-- carry: queued settles carried by the next reservation, in one step (docs/redis-internals.md,
+-- "Settles ride with the next reservation"). Prepended: common.lua, fence.lua, then settle.lua and
 -- reserve_known.lua each wrapped as a function of its own KEYS and ARGV (settle_one,
 -- reserve_one). KEYS = the reservation's keys, then each settle's. ARGV = the number of
 -- settles s, the reservation's key and argument counts, per settle its key and argument
 -- counts; then the reservation's arguments, then each settle's. The fence's flags cover the
 -- reservation's keys ('0' for the settles' keys): its checks see the reservation alone.
 -- The fence is checked first (unless the ticket has a record), then the settles (each as
--- settle.lua: once per id), then the reservation, which so counts them. Answers {one answer per settle (0 settled, 1 already), then reserve_known's answer}.
+-- settle.lua: once per id), then the reservation, which so counts them. Answers {one answer per
+-- settle (0 settled, 1 already), then reserve_known's answer}.
 local function slice(t, from, count)
   local out = {}
   for i = 1, count do

@@ -1,9 +1,9 @@
 -- reserve_known: a reservation decided from known (possibly cached) counter values, checked
--- here against what the decision rested on, in one step (docs/redis.md, "One round trip to
--- admit"). KEYS = the ticket's record; per counter read: its bucket, its holds; per previous
--- bucket read (sliding windows): the bucket. ARGV = now, minute, counters read (n), previous
--- buckets read (p), then per previous bucket: its counter (1-based); items (m), then per item:
--- its counter, hold, limit ('' = none), carried, its counter's previous bucket (0 = none),
+-- here against what the decision rested on, in one step (docs/redis-internals.md, "One
+-- round trip to admit"). KEYS = the ticket's record; per counter read: its bucket, its holds; per
+-- previous bucket read (sliding windows): the bucket. ARGV = now, minute, counters read (n),
+-- previous buckets read (p), then per previous bucket: its counter (1-based); items (m), then per
+-- item: its counter, hold, limit ('' = none), carried, its counter's previous bucket (0 = none),
 -- the use the decision assumed there; skipped sources (s), then per source: rules (r), then
 -- per rule: its counter, amount, carried.
 -- Answers {code, used, held (per counter), used (per previous bucket)}: code -1 reserved (the
