@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::fill::sum_filter;
+use super::fitted::AdmittedRequest;
 use super::guard::Guard;
 use super::shared::{read_keys, slot_reads, Shared};
 use super::stats::bump;
-use super::fitted::AdmittedRequest;
 use super::ticket::{ReservedParts, Ticket, TicketParts};
 use crate::error::Result;
 use crate::guard::domain::clock::Millis;
@@ -85,7 +85,8 @@ impl Guard {
         let filters: Vec<Option<SumFilter>> = keys
             .iter()
             .map(|k| {
-                let asked = k.id.metric == Metric::Cost && !settings.fail_open.contains(&k.id.metric);
+                let asked =
+                    k.id.metric == Metric::Cost && !settings.fail_open.contains(&k.id.metric);
                 (asked && answerable(k.id.scope)).then(|| sum_filter(k))
             })
             .collect();

@@ -44,8 +44,14 @@ impl Policy {
     fn all_rule_specs(&self) -> Vec<(&RuleSpec, bool)> {
         let mut all: Vec<(&RuleSpec, bool)> = Vec::new();
         let limits = self.direct.iter().flat_map(|d| &d.rules);
-        let team = self.team.iter().flat_map(|t| t.shared.iter().chain(&t.each_member));
-        let public = self.public.iter().flat_map(|p| p.shared.iter().chain(&p.each_person));
+        let team = self
+            .team
+            .iter()
+            .flat_map(|t| t.shared.iter().chain(&t.each_member));
+        let public = self
+            .public
+            .iter()
+            .flat_map(|p| p.shared.iter().chain(&p.each_person));
         let subjects = self.team_total.iter().chain(&self.model_total);
         let subjects = subjects.chain(&self.user_total).flat_map(|s| &s.rules);
         let plain = limits.chain(team).chain(public).chain(subjects);
