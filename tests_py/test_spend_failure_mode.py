@@ -7,6 +7,7 @@ real PostgreSQL ledger."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import threading
 import time
@@ -87,6 +88,33 @@ def test_allow_answers_cost_caps_from_the_ledger_while_redis_is_down(
         except ug.UsageLimitsUnavailable:
             clock.advance(5)  # the recovery's hold-again wait
         assert time.monotonic() < deadline
+
+
+async def test_asyncio_admissions_read_the_ledger_and_can_overspend_together(
+    redis_server: RedisServer,
+    pg_url: Any,  # noqa: F811
+    clock: ug.ManualClock,
+) -> None:
+    """What the docs say `allow` costs: reads reserve nothing, so 4 calls admitted at once
+    with $0.10 left each see $0.90 billed and all run; the next one, after their bills,
+    sees $1.30 and is refused."""
+    guard, ledger = guard_on(redis_server, pg_url(), clock, policy(spend_failure_mode="allow"))
+    for _ in range(9):
+        bill(admit(guard))
+    guard.close()
+    redis_server.kill()
+    calls = [guard.admit_async("alice", "m", prompt_tokens=50, max_tokens=50) for _ in range(4)]
+    tickets = await asyncio.gather(*calls, return_exceptions=True)
+    admitted = [t for t in tickets if isinstance(t, ug.Ticket)]
+    assert len(admitted) >= 1, tickets  # at most 4 read at once: all may pass together
+    for ticket in admitted:
+        bill(ticket)
+    with pytest.raises(ug.UsageLimitError) as refused:
+        await guard.admit_async("alice", "m", prompt_tokens=50, max_tokens=50)
+    assert refused.value.reason == "USAGE_LIMIT_REACHED"
+    ledger.flush()
+    billed = sum(g["cost_micros"] for g in ledger.query(group_by=["user"]))
+    assert billed == (9 + len(admitted)) * CALL_COST
 
 
 def test_deny_is_the_default(
