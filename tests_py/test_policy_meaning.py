@@ -295,10 +295,15 @@ def test_cli_check_prints_warnings_and_strict_fails_on_them(tmp_path: Path) -> N
     done = run_cli("check", str(path))
     assert done.returncode == 0, done.stderr
     head = f"{path}: valid (1 model: gpt-5; 1 team: research), 2 warnings"
-    assert done.stdout.splitlines() == [head, models, *expected]
+    restart = (
+        "restart: if the counter store loses its counters (Redis restarted empty): tokens per "
+        "day refilled from the guard's ledger; without a ledger they start over from 0 (up to "
+        "one more full allowance; settings.fenced_metrics refuses them instead)"
+    )
+    assert done.stdout.splitlines() == [head, models, restart, *expected]
     done = run_cli("check", "--strict", str(path))
     assert done.returncode == 1
-    assert done.stdout.splitlines() == [f"{head} (--strict: failing)", models, *expected]
+    assert done.stdout.splitlines() == [f"{head} (--strict: failing)", models, restart, *expected]
     # No warnings: --strict passes; errors fail either way.
     clean = tmp_path / "clean.json"
     clean.write_text(json.dumps(doc({}, settings={"anonymous": "refuse"})))

@@ -103,6 +103,7 @@ def check(path: str, strict: bool = False) -> int:
         summary += f", {_count(len(warnings), 'warning')}{failing}"
     print(summary)
     print(model_names_line(policy))
+    print(f"restart: {policy.restart_cost}")
     for note in policy.notes:
         print(f"note: {format_error(note)}")
     for warning in warnings:

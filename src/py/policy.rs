@@ -98,6 +98,14 @@ impl PyPolicy {
         Ok(list)
     }
 
+    /// What losing the counter store's counters (Redis restarted empty) costs this policy's
+    /// rules, in one sentence: refused until recovered, refilled from a ledger, or started
+    /// over from 0. `usage-guard check` prints it.
+    #[getter]
+    fn restart_cost(&self) -> String {
+        self.inner.restart_cost()
+    }
+
     /// Each model's names as `{"id", "aliases", "prices"}`, in the document's order: the
     /// names a call resolves to it by (besides its snapshots, letter case and `:latest`), and
     /// where its price comes from (`"policy"`, `"file"`, `"table"`, or None: no price).

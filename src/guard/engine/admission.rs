@@ -93,6 +93,14 @@ impl Guard {
                     false,
                 ))
             }
+            Err(error) if self.ledger_answers(&path, settings) => {
+                bump(&self.shared.stats.store_errors);
+                log_store_error(self.shared.store.as_ref(), "admit", &error);
+                let plan = self.decide_from_ledger(&path, &demand, settings).await?;
+                let fitted = fit(&plan.ceiling).map_err(|e| self.count_refusal(e))?;
+                bump(&self.shared.stats.admitted);
+                Ok(self.unheld_ticket(id.clone(), &path, &plan, admitted_at, fitted))
+            }
             Err(error) => {
                 self.store_failed(&path, settings, &error)?;
                 let ceiling = unlimited_ceiling(&demand, settings);

@@ -13,15 +13,13 @@ use crate::lock::Mutex;
 use super::stats::{bump, log_store_error};
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
-use crate::guard::domain::rule::{Metric, Scope};
-use crate::guard::domain::window::Window;
+use crate::guard::domain::policy::refilled;
+use crate::guard::domain::rule::{CounterId, Scope};
 use crate::guard::ledger::{Ledger, SumFilter};
 use crate::guard::store::{CounterKey, CounterStore};
 
 /// How long a fill waits after the ledger could not be read.
 pub(crate) const FILL_RETRY_MS: i64 = 60_000;
-/// Sliding windows at least this long are filled.
-pub(crate) const FILL_MIN_SLIDING_SECONDS: u32 = 3_600;
 const KNOWN_MAX: usize = 100_000;
 
 /// What a process remembers of fills: keys known filled, keys waiting to retry, one lock
@@ -89,14 +87,10 @@ impl FillState {
     }
 }
 
-/// Whether a counter of this window and metric is filled from the ledger.
-pub(crate) fn is_filled_window(window: Window, metric: Metric) -> bool {
-    metric != Metric::Concurrency
-        && match window {
-            Window::Calendar(_) | Window::Anchored(_) => true,
-            Window::Sliding { seconds } => seconds >= FILL_MIN_SLIDING_SECONDS,
-            Window::WhileRunning => false,
-        }
+/// Whether the ledger refills a counter of this kind after a loss: a limit's counter (not a
+/// generic rule's: the ledger does not record a call's attributes) of a filled window.
+pub(crate) fn is_refilled(id: &CounterId) -> bool {
+    id.scope != Scope::Rule && refilled(id.window, id.metric)
 }
 
 /// The ledger rows a counter's bucket counts.
@@ -149,7 +143,7 @@ pub(crate) async fn fill_keys(
     };
     let candidates: Vec<CounterKey> = keys
         .iter()
-        .filter(|k| k.id.scope != Scope::Rule && is_filled_window(k.id.window, k.id.metric))
+        .filter(|k| is_refilled(&k.id))
         // A calendar window's previous bucket is read only for its live holds.
         .filter(|k| k.id.window.is_sliding() || k.bucket == k.id.window.bucket_start(now))
         .filter(|k| !state.is_known(k) && !state.waiting(k, now))

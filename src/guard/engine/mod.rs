@@ -22,6 +22,7 @@ mod halts;
 pub(crate) mod health;
 mod hold_again;
 mod known;
+mod ledger_fallback;
 pub(crate) mod metrics;
 mod open_calls;
 mod optimistic;

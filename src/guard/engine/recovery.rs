@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::fill::is_refilled;
 use super::guard::Guard;
 use super::hold_again::HOLD_AGAIN_MS;
 use super::stats::bump;
@@ -40,14 +41,20 @@ fn new_generation(now: Millis) -> String {
 }
 
 impl Guard {
-    /// The fence of a reserve: the generation this guard trusts, and which items count a
-    /// fenced metric.
+    /// The fence of a reserve: the generation this guard trusts, and which items are
+    /// fenced: those of a metric in `settings.fenced_metrics`, and, when the guard has a
+    /// ledger, every counter the ledger refills (`fill::is_refilled`): a loss of those is
+    /// recovered from the ledger, so it never reads as unspent either.
     pub(crate) fn fence_for(&self, items: &[ReserveItem], settings: &Settings) -> Fence {
+        let refills = self.ledger().is_some();
         Fence {
             generation: self.shared.epoch.generation(),
             fenced: items
                 .iter()
-                .map(|i| settings.fenced_metrics.contains(&i.key.id.metric))
+                .map(|i| {
+                    settings.fenced_metrics.contains(&i.key.id.metric)
+                        || (refills && is_refilled(&i.key.id))
+                })
                 .collect(),
         }
     }

@@ -39,6 +39,14 @@ pub struct Stats {
     /// Open calls whose holds this guard placed again under a new store epoch (after the
     /// store lost them: `hold_again.rs`).
     pub calls_held_again: AtomicU64,
+    /// Calls decided from the ledger while the counter store did not answer
+    /// (`settings.spend_failure_mode = "allow"`), admitted or refused.
+    pub ledger_answered: AtomicU64,
+    /// Cost counters such a call skipped: keyed by what the ledger cannot answer (a model's
+    /// total or shared public use, a generic rule's attributes).
+    pub budget_unanswerable: AtomicU64,
+    /// Ledger reads of such calls in progress (a gauge, not in `snapshot`).
+    pub ledger_reads: AtomicU64,
 }
 
 impl Stats {
@@ -62,6 +70,8 @@ impl Stats {
             ("given_up", read(&self.given_up)),
             ("settles_carried", read(&self.settles_carried)),
             ("calls_held_again", read(&self.calls_held_again)),
+            ("ledger_answered", read(&self.ledger_answered)),
+            ("budget_unanswerable", read(&self.budget_unanswerable)),
         ]
     }
 }

@@ -359,6 +359,16 @@ pub(crate) struct ReservedParts {
 }
 
 impl ReservedParts {
+    /// The parts of a call decided without the store (`ledger_fallback.rs`): billed to the
+    /// plan's source and added to its counters, holding nothing.
+    pub(crate) fn unheld(path: &Path, plan: &Plan) -> Self {
+        ReservedParts {
+            holds: Vec::new(),
+            expiry_minute: 0,
+            ..Self::of(path, Some((plan, 0)))
+        }
+    }
+
     /// The parts of `reserved` (a plan and its expiry minute); none held when admitted
     /// without counting, billed to the path's default source.
     pub(crate) fn of(path: &Path, reserved: Option<(&Plan, i64)>) -> Self {

@@ -12,6 +12,7 @@ pub(crate) mod names;
 mod parse;
 mod price_book;
 mod pricing;
+mod restart;
 mod rules;
 mod scopes;
 mod settings;
@@ -37,7 +38,8 @@ pub(crate) use limits::{DirectLimit, PublicLimit, SubjectLimit, TeamLimit};
 pub(crate) use models::{Counting, ModelSpec, Provider};
 pub(crate) use price_book::PriceBook;
 pub use pricing::{LongContext, PriceOrigin, Prices, Pricing};
-pub(crate) use settings::{Anonymous, Settings, StoreChecks, UnknownModels};
+pub(crate) use restart::refilled;
+pub(crate) use settings::{Anonymous, Settings, SpendFailureMode, StoreChecks, UnknownModels};
 pub(crate) use teams::TeamSpec;
 pub use values::MAX_AMOUNT;
 

@@ -26,6 +26,17 @@ pub enum StoreChecks {
     Enforce,
 }
 
+/// What a cost rule does while the counter store does not answer
+/// (`settings.spend_failure_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpendFailureMode {
+    /// Refuse the call as unavailable (503); the default.
+    Deny,
+    /// Answer the cost rules the ledger can answer from bounded reads of what it recorded
+    /// (reserving nothing); skip the others.
+    Allow,
+}
+
 /// What a call with no user (`user=None`) may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Anonymous {
@@ -50,6 +61,11 @@ pub struct Settings {
     /// Metrics whose rules let calls through uncounted when the counter store is down
     /// (every other rule refuses them as unavailable).
     pub fail_open: Vec<Metric>,
+    /// What cost rules do while the counter store does not answer.
+    pub spend_failure_mode: SpendFailureMode,
+    /// Under `SpendFailureMode::Allow`, how many admissions of one guard may read the ledger
+    /// at once; one more is refused as unavailable.
+    pub ledger_fallback_max_concurrent: u64,
     // -- the epoch fence (docs/redis.md) --
     /// Metrics whose rules the epoch fence guards: refused with `budget_recovering` when the
     /// store lost (or may have lost) their counters. Always holds `cost`.
@@ -77,6 +93,8 @@ impl Default for Settings {
             default_max_output_tokens: 8192,
             unknown_models: UnknownModels::Refuse,
             fail_open: Vec::new(),
+            spend_failure_mode: SpendFailureMode::Deny,
+            ledger_fallback_max_concurrent: 4,
             fenced_metrics: vec![Metric::Cost],
             store_checks: StoreChecks::Report,
             anonymous: Anonymous::Unlimited,
@@ -93,6 +111,8 @@ const SETTINGS_KEYS: &[&str] = &[
     "default_max_output_tokens",
     "unknown_models",
     "fail_open",
+    "spend_failure_mode",
+    "ledger_fallback_max_concurrent",
     // the epoch fence
     "fenced_metrics",
     "store_checks",
@@ -134,6 +154,19 @@ impl Parser {
         }
         if let Some(v) = fields.get("fail_open") {
             settings.fail_open = self.metrics("settings.fail_open", v);
+        }
+        if let Some(v) = fields.get("spend_failure_mode") {
+            let path = "settings.spend_failure_mode";
+            if let Some(i) = self.word(path, v, &["deny", "allow"], "choice") {
+                settings.spend_failure_mode = [SpendFailureMode::Deny, SpendFailureMode::Allow][i];
+            }
+        }
+        if let Some(v) = fields.get("ledger_fallback_max_concurrent") {
+            let path = "settings.ledger_fallback_max_concurrent";
+            match v.as_u64().filter(|n| (1..=1024).contains(n)) {
+                Some(n) => settings.ledger_fallback_max_concurrent = n,
+                None => self.error(path, Some(v), "must be a whole number from 1 to 1024"),
+            }
         }
         // -- the epoch fence --
         if let Some(v) = fields.get("fenced_metrics") {
