@@ -20,11 +20,16 @@ from typing import Any, Optional
 
 @contextmanager
 def serve(
-    document: dict[str, Any], tmp_path: Path, *, descriptors: Optional[int] = None
+    document: dict[str, Any],
+    tmp_path: Path,
+    *,
+    descriptors: Optional[int] = None,
+    args: tuple[str, ...] = (),
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """Runs `usage-guard serve` on `document` (written as JSON) on a free port; yields the
-    process and its `http://host:port`. `descriptors`: the child's soft RLIMIT_NOFILE (its
-    hard limit stays the parent's). Killed afterwards if still running."""
+    """Runs `usage-guard serve` on `document` (written as JSON) on a free port, with more
+    command-line `args` (`("--store", url)`); yields the process and its `http://host:port`.
+    `descriptors`: the child's soft RLIMIT_NOFILE (its hard limit stays the parent's).
+    Killed afterwards if still running."""
     path = tmp_path / "policy.json"
     path.write_text(json.dumps(document))
 
@@ -35,7 +40,7 @@ def serve(
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "usage_guard.cli", "serve", "--policy", str(path)]
-        + ["--listen", "127.0.0.1:0"],
+        + ["--listen", "127.0.0.1:0", *args],
         cwd=tmp_path,
         env={**os.environ},
         stdout=subprocess.PIPE,

@@ -2,11 +2,16 @@
 alike (one reading of provider usage, in the core): reasoning above the output, counts over
 2^53, negative or non-integer counts are held to what can be billed (logged) and billed, never
 a bill refused and the ticket released; a plain answer with missing, malformed or negative
-usage is billed the prompt as counted plus its output text counted; a call the upstream timed
+usage is billed the prompt as counted plus its output text counted (an answer that is not
+readable JSON, the prompt and the output maximum it was sent with); a call the upstream timed
 out on after receiving it (504) is billed the prompt and counted in a metric."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +22,7 @@ import pytest
 import usage_guard as ug
 from fake_provider import WORD, FakeProvider, Recorded
 from provider_support import policy, prompt_tokens, reserved, used
+from raw_upstream import RawUpstream
 from usage_guard.openai import GuardedOpenAI
 
 ALICE = "sk-alice-billed"
@@ -175,3 +181,41 @@ def test_a_call_the_upstream_timed_out_on_is_billed_its_prompt_and_counted(fake,
     assert reserved(guard, "alice", "gpt-4o") == 0
     line = 'usage_guard_gateway_upstream_timeouts_total{provider="openai",stage="total"} 1'
     assert line in gateway.metrics()
+
+
+@pytest.mark.parametrize("encoding", ["gzip", None], ids=["compressed", "not-json"])
+def test_an_answer_that_cannot_be_read_is_billed_as_sent(encoding):
+    """A 200 whose body the gateway cannot read (compressed, or not JSON at all) was still
+    served: billed the prompt and the output maximum it was sent with, never the prompt
+    alone."""
+    text = json.dumps(chat_answer({"prompt_tokens": 21, "completion_tokens": OUT})).encode()
+    body = gzip.compress(text) if encoding else b"<html>" + text
+    extra = f"Content-Encoding: {encoding}\r\n" if encoding else ""
+
+    def answer(conn: socket.socket, request: Any, stop: threading.Event) -> None:
+        conn.sendall(
+            f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+
+    with RawUpstream(answer) as upstream:
+        doc = metered(policy(users=("alice",)))
+        doc["providers"] = {"openai": {"base_url": upstream.url}}
+        doc["gateway"] = {"keys": {"alice": {"key": ALICE, "principal": "alice"}}}
+        guard = ug.Guard(ug.Policy.from_dict(doc))
+        gateway = ug.Gateway(guard, "127.0.0.1:0")
+        try:
+            r = httpx.post(
+                f"{gateway.url}/v1/chat/completions",
+                json=CHAT,
+                headers={"authorization": f"Bearer {ALICE}"},
+                timeout=30,
+            )
+            assert r.status_code == 200
+            assert upstream.bodies[0]["max_tokens"] == 50
+            assert billed_tokens(guard) == (prompt(), 50)
+            assert reserved(guard, "alice", "gpt-4o") == 0
+        finally:
+            gateway.shutdown()
+            assert gateway.wait(10)

@@ -42,8 +42,8 @@ def start(fake: FakeProvider) -> Iterator[Callable[[], tuple[ug.Guard, ug.Gatewa
 
 def test_the_drain_answers_new_calls_503_in_shape_with_retry_after(fake, tmp_path):
     """`usage-guard serve`, SIGTERM while a stream runs: the listener stays open, new calls
-    get 503 `shutting_down` with Retry-After in the OpenAI and Anthropic shapes, the stream
-    runs to its end, and the process exits 0 once it has."""
+    get 503 `shutting_down` with Retry-After in the OpenAI, Anthropic and Ollama shapes, the
+    stream runs to its end, and the process exits 0 once it has."""
     fake.output_tokens, fake.chunk_delay = 30, 0.05
     with serve(gateway_policy(fake), tmp_path) as (proc, url):
         got: list[str] = []
@@ -72,6 +72,14 @@ def test_the_drain_answers_new_calls_503_in_shape_with_retry_after(fake, tmp_pat
         assert a.value.status_code == 503
         assert a.value.response.json()["error"]["type"] == "overloaded_error"
         assert a.value.response.headers["retry-after"] == "1"
+        local = httpx.post(
+            f"{url}/api/chat",
+            json={"model": "llama3.2", "messages": MESSAGES},
+            headers={"authorization": f"Bearer {ALICE}"},
+            timeout=10,
+        )
+        assert local.status_code == 503 and local.headers["retry-after"] == "1"
+        assert local.json() == {"error": "The gateway is shutting down"}  # Ollama's shape
         reader.join(10)
         assert len(got) == 30
         assert proc.wait(timeout=30) == 0
@@ -126,6 +134,42 @@ def test_a_redis_down_503_says_when_to_retry(fake, redis_server):
     finally:
         gateway.shutdown()
         assert gateway.wait(10)
+
+
+REDIS_DOWN = [
+    ("/v1/chat/completions", {"model": "gpt-4o", "messages": MESSAGES, "stream": True}),
+    ("/v1/messages", {"model": "claude-haiku-4-5", "max_tokens": 5, "messages": MESSAGES}),
+    ("/api/chat", {"model": "llama3.2", "messages": MESSAGES}),
+    ("/v1/embeddings", {"model": "text-embedding-3-small", "input": "hi"}),
+]
+
+
+def test_a_redis_down_503_says_when_to_retry_in_every_shape_through_serve(
+    fake, redis_server, tmp_path
+):
+    """`usage-guard serve --store redis://...`, its Redis stopped: a stream, an Anthropic, an
+    Ollama and an embeddings call are each 503 in their shape with `Retry-After`, and the
+    process keeps serving /healthz."""
+    args = ("--store", redis_server.url)
+    with serve(gateway_policy(fake), tmp_path, args=args) as (proc, url):
+        headers = {"authorization": f"Bearer {ALICE}"}
+        chat = {"model": "gpt-4o", "messages": MESSAGES, "max_tokens": 5}
+        first = httpx.post(f"{url}/v1/chat/completions", json=chat, headers=headers, timeout=30)
+        assert first.status_code == 200
+        redis_server.stop()
+        answers = {}
+        for path, body in REDIS_DOWN:
+            r = httpx.post(f"{url}{path}", json=body, headers=headers, timeout=30)
+            assert r.status_code == 503, (path, r.text)
+            assert r.headers["retry-after"] == "1", path
+            assert "x-should-retry" not in r.headers, path
+            answers[path] = r.json()
+        assert answers["/v1/chat/completions"]["error"]["code"] == "usage_limits_unavailable"
+        assert answers["/v1/messages"]["error"]["type"] == "api_error"
+        assert answers["/api/chat"] == {"error": "Usage limits cannot be checked right now"}
+        assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+        assert proc.poll() is None
+        assert len(fake.requests) == 1
 
 
 def test_the_bearer_scheme_in_any_case_and_no_key_without_it(fake, start):

@@ -8,6 +8,7 @@ import re
 import resource
 from pathlib import Path
 
+import pytest
 import usage_guard as ug
 from serve_support import serve
 
@@ -15,17 +16,23 @@ DOC = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_tex
 MARK = "<!-- limits table:"
 
 
-def table() -> dict[str, str]:
-    """setting → its default cell, from the table after the mark."""
-    rows = DOC[DOC.index(MARK) :].split("\n\n")[1].splitlines()
-    assert rows[0].startswith("| setting | default |"), rows[0]
+def rows() -> dict[str, list[str]]:
+    """setting → its cells after the name (default, range, what it bounds), from the table
+    after the mark."""
+    lines = DOC[DOC.index(MARK) :].split("\n\n")[1].splitlines()
+    assert lines[0].startswith("| setting | default | range |"), lines[0]
     out = {}
-    for row in rows[2:]:
+    for row in lines[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")]
         name = re.fullmatch(r"`(\w+)`", cells[0])
         assert name, row
-        out[name.group(1)] = cells[1]
+        out[name.group(1)] = cells[1:]
     return out
+
+
+def table() -> dict[str, str]:
+    """setting → its default cell."""
+    return {name: cells[0] for name, cells in rows().items()}
 
 
 def default_of(cell: str) -> int | None:
@@ -40,6 +47,28 @@ def test_every_limit_is_in_the_table_with_its_default():
     assert set(documented) == set(reported)
     for name, cell in documented.items():
         assert default_of(cell) == reported[name], (name, cell)
+
+
+def bound(text: str) -> int:
+    """`3600` → 3600, `2^53` → 2**53."""
+    base, _, power = text.partition("^")
+    return int(base) ** int(power) if power else int(base)
+
+
+def test_each_documented_range_is_the_one_the_policy_accepts():
+    """Both ends of each range are accepted, one past either end is refused with an error
+    naming the key and that range."""
+    for name, cells in rows().items():
+        m = re.fullmatch(r"(\S+)–(\S+)", cells[1])
+        assert m, (name, cells[1])
+        low, high = bound(m.group(1)), bound(m.group(2))
+        for value in (low, high):
+            assert ug.Policy.from_dict({"gateway": {name: value}}).gateway_limits[name] == value
+        for value in [high + 1] + ([low - 1] if low > 0 else []):
+            with pytest.raises(ug.PolicyError) as refused:
+                ug.Policy.from_dict({"gateway": {name: value}})
+            said = f"gateway.{name}: must be a whole number from {low} to {high}"
+            assert said in str(refused.value), (name, value)
 
 
 def test_each_documented_setting_is_read_from_the_policy():

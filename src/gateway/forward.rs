@@ -17,7 +17,7 @@ use super::health::{credential, header_pairs, outcome};
 use super::metrics::Metrics;
 use super::relay::{Call, Relay};
 use super::shape::{set_headers, stream_error, Endpoint, Problem};
-use super::upstream;
+use super::upstream::{self, read_bounded, Unread};
 use crate::ceiling::{answer_text, reported_usage, ReportedUsage};
 use crate::guard::domain::health::Outcome;
 use crate::guard::domain::policy::Upstream;
@@ -60,40 +60,14 @@ pub(crate) struct Forward<'a> {
     pub(crate) max_answer: usize,
 }
 
-/// Why an answer read whole was not.
-pub(crate) enum Unread {
-    /// Larger than `gateway.max_answer_bytes`.
-    TooLarge,
-    /// The upstream broke off (or stopped sending for the upstream timeout).
-    Broke,
-    Timeout,
-}
-
-/// The upstream's body, read whole as long as it is at most `limit` bytes and comes within
-/// `timeout`; the rest is never buffered.
-pub(crate) async fn read_bounded(
-    upstream: reqwest::Response,
-    limit: usize,
-    timeout: Duration,
-) -> Result<Bytes, Unread> {
-    if upstream.content_length().is_some_and(|n| n > limit as u64) {
-        return Err(Unread::TooLarge);
+/// What a call whose answer cannot be read is billed as (the provider wrote it): the output
+/// maximum it was sent with; the input is left to the prompt as admission counted it.
+fn as_sent(call: &Call) -> ReportedUsage {
+    let output = call.ticket().fitted().and_then(|f| f.max_output_tokens);
+    ReportedUsage {
+        output_tokens: output.unwrap_or(0),
+        ..ReportedUsage::default()
     }
-    let read = async {
-        let mut body = Vec::new();
-        let mut chunks = upstream.bytes_stream();
-        while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|_| Unread::Broke)?;
-            if body.len() + chunk.len() > limit {
-                return Err(Unread::TooLarge);
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(Bytes::from(body))
-    };
-    tokio::time::timeout(timeout, read)
-        .await
-        .unwrap_or(Err(Unread::Timeout))
 }
 
 impl Forward<'_> {
@@ -257,22 +231,7 @@ impl Forward<'_> {
         let word = self.upstream.provider.word();
         let failed = match read_bounded(upstream, self.max_answer, self.timeout).await {
             Ok(bytes) => {
-                let api = self.endpoint.api;
-                let answer = serde_json::from_slice::<Value>(&bytes).ok();
-                let reported = answer.as_ref().and_then(|v| reported_usage(v, api));
-                let counted = !api.is_embeddings() && reported.is_none_or(|r| r.output_tokens == 0);
-                if reported.is_none() {
-                    log::warn!(
-                        "gateway: the {word} answer reported no usage; billing the prompt as \
-                         counted and its output text counted"
-                    );
-                }
-                let delivered = match (&answer, counted) {
-                    (Some(v), true) => answer_text(v, api),
-                    _ => String::new(),
-                };
-                let usage = call.usage(reported, &delivered);
-                call.bill(usage, "complete").await;
+                self.bill_answer(&bytes, call).await;
                 *response.body_mut() = Body::from(bytes);
                 return response;
             }
@@ -280,13 +239,7 @@ impl Forward<'_> {
         };
         let (problem, ended, message) = match failed {
             Unread::TooLarge => {
-                // The provider wrote it: billed as the output maximum it was sent with.
-                let output = call.ticket().fitted().and_then(|f| f.max_output_tokens);
-                let reported = ReportedUsage {
-                    output_tokens: output.unwrap_or(0),
-                    ..ReportedUsage::default()
-                };
-                let usage = call.usage(Some(reported), "");
+                let usage = call.usage(Some(as_sent(&call)), "");
                 call.bill(usage, "answer_too_large").await;
                 let message = format!(
                     "The {word} upstream's answer is larger than {} bytes \
@@ -306,6 +259,40 @@ impl Forward<'_> {
         call.bill(usage, ended).await;
         let message = format!("The {word} upstream {message} its answer");
         problem.response(self.endpoint.shape, &message)
+    }
+
+    /// Bills a plain answer read whole: its reported usage; a count missing or unreadable
+    /// as counted (the prompt as admission counted it, the output from the answer's text,
+    /// off the serving thread when long); an answer that is not JSON at all (compressed,
+    /// another format), whose text cannot be read, as the prompt and the output maximum it
+    /// was sent with: the provider served it.
+    async fn bill_answer(&self, bytes: &[u8], call: Call) {
+        let (api, word) = (self.endpoint.api, self.upstream.provider.word());
+        let answer = serde_json::from_slice::<Value>(bytes).ok();
+        let reported = match &answer {
+            Some(v) => reported_usage(v, api),
+            None if !api.is_embeddings() => {
+                log::warn!(
+                    "gateway: the {word} answer is not readable JSON; billing the prompt as \
+                     counted and the output maximum it was sent with"
+                );
+                Some(as_sent(&call))
+            }
+            None => None,
+        };
+        let counted = !api.is_embeddings() && reported.is_none_or(|r| r.output_tokens == 0);
+        if reported.is_none() {
+            log::warn!(
+                "gateway: the {word} answer reported no usage; billing the prompt as \
+                 counted and its output text counted"
+            );
+        }
+        let delivered = match (&answer, counted) {
+            (Some(v), true) => answer_text(v, api),
+            _ => String::new(),
+        };
+        let usage = call.usage_counted(reported, delivered).await;
+        call.bill(usage, "complete").await;
     }
 
     /// The streamed answer relayed as it arrives, billed when it ends. A stream the

@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use axum::http::HeaderValue;
+use bytes::Bytes;
+use futures::StreamExt;
 
 use crate::error::{Error, FieldError, Result};
 use crate::guard::domain::policy::{Policy, Provider, Upstream};
@@ -117,4 +119,40 @@ pub(crate) fn moved(started: &[Upstream], new: &[Upstream]) -> Vec<FieldError> {
         out.push(FieldError::new(path, "", format!("is missing: {WHY}")));
     }
     out
+}
+
+/// Why an answer read whole was not.
+pub(crate) enum Unread {
+    /// Larger than `gateway.max_answer_bytes`.
+    TooLarge,
+    /// The upstream broke off (or stopped sending for the upstream timeout).
+    Broke,
+    Timeout,
+}
+
+/// The upstream's body, read whole as long as it is at most `limit` bytes and comes within
+/// `timeout`; the rest is never buffered.
+pub(crate) async fn read_bounded(
+    upstream: reqwest::Response,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, Unread> {
+    if upstream.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(Unread::TooLarge);
+    }
+    let read = async {
+        let mut body = Vec::new();
+        let mut chunks = upstream.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|_| Unread::Broke)?;
+            if body.len() + chunk.len() > limit {
+                return Err(Unread::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(body))
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or(Err(Unread::Timeout))
 }

@@ -106,6 +106,10 @@ impl GatewaySettings {
                 "upstream_timeout_seconds",
                 Some(self.upstream_timeout_seconds),
             ),
+            (
+                "upstream_first_byte_seconds",
+                Some(self.upstream_first_byte_seconds),
+            ),
             ("drain_seconds", Some(self.drain_seconds)),
             ("threads", self.threads),
         ]
