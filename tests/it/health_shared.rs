@@ -3,7 +3,6 @@
 //! or a cooldown one starts is seen by the other once it reads the notes again (within
 //! 500 ms of guard time). On the memory store and on a real redis-server.
 
-
 use std::sync::Arc;
 
 use futures::executor::block_on;
@@ -92,8 +91,8 @@ fn memory_guards_share_health() {
 
 #[cfg(feature = "redis")]
 mod redis {
-    use crate::common::redis_server::RedisServer;
     use super::*;
+    use crate::common::redis_server::RedisServer;
     use usage_guard::RedisStore;
 
     #[test]
