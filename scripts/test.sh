@@ -40,6 +40,11 @@ cargo clippy --all-targets --no-default-features --quiet -- -D warnings
 step "cargo test"
 cargo test --quiet
 
+step "cargo test --features gateway --lib gateway:: (the gateway's unit tests and fuzz targets)"
+# Plain `cargo test` builds the library without the gateway; its own tests (framing, bodies,
+# keys, and the fuzz targets over arbitrary bytes, bounded by UG_FUZZ_CASES) need the feature.
+cargo test --quiet --features gateway --lib gateway::
+
 step "cargo test --no-default-features (the core without adapters)"
 # The core's own tests; the ceiling's ran above and do not depend on the adapters.
 cargo test --quiet --no-default-features --lib --test guard_decisions --test guard_concurrency \

@@ -43,6 +43,31 @@ pub(crate) fn does_not_fit(
     refusal(Reason::DoesNotFit, rule, resets_at, message, now)
 }
 
+/// How long a client waits before trying again a call refused by holds of calls in
+/// progress: their end is not known, and most calls end within seconds.
+pub(crate) const HELD_RETRY_SECONDS: u64 = 5;
+
+/// The refusal for a rule whose room the holds of calls in progress take, not use: the room
+/// comes back as they end, so it is retryable (no reset time: it is not known when).
+pub(crate) fn held_by_calls(
+    path: &Path,
+    rule: &PathRule,
+    state: &RuleState,
+    _now: Millis,
+) -> Refusal {
+    let message = message::held(path, rule, &rule.team_name, state.held, state.used);
+    Refusal {
+        reason: Reason::HeldByCalls,
+        limit_type: Some(rule.limit_type),
+        metric: Some(rule.rule.metric),
+        amount: Some(rule.rule.amount),
+        window: Some(rule.rule.window),
+        resets_at: None,
+        retry_after_seconds: Some(HELD_RETRY_SECONDS),
+        message,
+    }
+}
+
 fn refusal(
     reason: Reason,
     rule: &PathRule,

@@ -37,7 +37,7 @@ pub(crate) use limits::{DirectLimit, PublicLimit, SubjectLimit, TeamLimit};
 pub(crate) use models::{Counting, ModelSpec, Provider};
 pub(crate) use price_book::PriceBook;
 pub use pricing::{LongContext, PriceOrigin, Prices, Pricing};
-pub(crate) use settings::{Anonymous, Settings, StoreChecks, UnknownModels};
+pub(crate) use settings::{Anonymous, Settings, StoreChecks, UncappedOutput, UnknownModels};
 pub(crate) use teams::TeamSpec;
 pub use values::MAX_AMOUNT;
 
