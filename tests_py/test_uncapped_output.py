@@ -13,6 +13,7 @@ HTTP to the gateway (or through the wrappers) in front of the fake provider.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,6 +86,7 @@ def test_a_call_without_max_tokens_leaves_room_for_the_next_by_default(fake, sta
     assert second["max_completion_tokens"] == left // 2
     for _ in stream:
         pass
+    settled(guard)
     assert used(guard, "dave", "gpt-4o") == 2 * (21 + 12)
 
 
@@ -95,6 +97,14 @@ def test_the_output_is_clamped_to_a_number_of_tokens(fake, start):
     # a caller's own maximum is the caller's: the setting never applies to it
     oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=3000)
     assert fake.bodies("/v1/chat/completions")[1]["max_tokens"] == 3000
+
+
+def settled(guard: ug.Guard) -> None:
+    """Waits (briefly) for a stream's bill, which lands just after its last chunk."""
+    deadline = time.monotonic() + 5
+    while reserved(guard, "dave", "gpt-4o") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert reserved(guard, "dave", "gpt-4o") == 0
 
 
 def held_message(text: str) -> None:
@@ -134,12 +144,13 @@ def test_an_sdk_retries_a_refusal_by_holds_and_gets_through(fake, start):
     )
     drain.join()
     assert reply.choices[0].message.content
+    settled(guard)
     assert used(guard, "dave", "gpt-4o") == 2 * (21 + 12)
 
 
 def hold_the_day(guard: ug.Guard, model: str) -> ug.Ticket:
     """A call in progress on `model` holding all but 100 tokens of the day."""
-    return guard.admit("dave", model, prompt_tokens=100, max_tokens=DAY - 200)
+    return guard.admit("dave", model, prompt_tokens=DAY - 400, max_tokens=300)
 
 
 def test_a_refusal_by_holds_in_the_anthropic_shape(fake, start):
@@ -191,7 +202,7 @@ def test_the_wrapper_raises_usage_limit_held_and_a_used_day_stays_not_retryable(
     _, headers, _ = caught.value.to_http("openai")
     assert headers["x-should-retry"] == "true"
     # the day really used: the refusal is the old one, and not retryable
-    ticket.bill(100, DAY - 200)
+    ticket.bill(DAY - 400, 300)
     with pytest.raises(ug.UsageLimitError) as used_up:
         client.chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=500)
     assert not isinstance(used_up.value, ug.UsageLimitHeld)

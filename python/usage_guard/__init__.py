@@ -40,8 +40,8 @@ from .errors import (
     PolicyError,
     ProviderUnavailable,
     UsageLimitDoesNotFit,
-    UsageLimitHeld,
     UsageLimitError,
+    UsageLimitHeld,
     UsageLimitsUnavailable,
 )
 from .gateway import Gateway, serve
@@ -124,8 +124,8 @@ __all__ = [
     "SqliteLedger",
     "Ticket",
     "UsageLimitDoesNotFit",
-    "UsageLimitHeld",
     "UsageLimitError",
+    "UsageLimitHeld",
     "UsageLimitsUnavailable",
     "__version__",
     "count_prompt",

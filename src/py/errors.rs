@@ -217,7 +217,28 @@ impl From<Error> for PyErr {
     }
 }
 
+/// Panics with `message` inside the entry points' guard: the last guard's own check, that a
+/// panic reaches Python as `InternalError`, never as a `BaseException`. A diagnostic.
+#[pyfunction]
+fn _panic(message: String) -> PyResult<()> {
+    caught("_panic", || panic!("{message}"))
+}
+
+/// `_panic` in a coroutine, polled on the runtime: the future resolves with `InternalError`.
+#[pyfunction]
+fn _panic_async(py: Python<'_>, message: String) -> PyResult<Bound<'_, PyAny>> {
+    let first_poll = super::asyncio::FirstPoll::OnRuntime;
+    super::asyncio::future_into_py(py, first_poll, async move {
+        if !message.is_empty() {
+            panic!("{message}");
+        }
+        Ok(())
+    })
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_panic, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_async, m)?)?;
     m.add("LedgerError", m.py().get_type::<LedgerError>())?;
     m.add("InternalError", m.py().get_type::<InternalError>())?;
     m.add_function(wrap_pyfunction!(_refusal_from_state, m)?)?;
