@@ -17,7 +17,7 @@ use super::window::Window;
 use std::sync::Arc;
 
 pub(crate) use halts::halt_to_place;
-pub(crate) use refuse::{does_not_fit, reached};
+pub(crate) use refuse::{caused_by_holds, does_not_fit, held_by_calls, reached};
 use steps::{held_prompt, least_left, usage_ceiling, Holds, Snapshot};
 pub use warnings::RuleWarning;
 

@@ -1,7 +1,7 @@
 //! The steps of a decision: refuse on an exhausted ceiling, pick the billed source, fit the
 //! output in what is left, and lay out the holds to reserve. Pure functions of the snapshot.
 
-use super::refuse::held_by_calls;
+use super::refuse::{caused_by_holds, held_by_calls};
 use super::{
     does_not_fit, reached, room_at, rule_left, rule_state, Demand, RuleState, SlotRead,
     UsageCeiling,
@@ -168,21 +168,11 @@ impl Snapshot<'_> {
             .unwrap_or_else(|| reached(self.path, rule, state, self.now))
     }
 
-    /// The refusal of a token or cost rule whose room is taken by the holds of calls in
-    /// progress, not by use: without those holds the call would fit. Holds are worst cases
-    /// (a call usually ends far below its output maximum), so the room comes back as they
-    /// end: the refusal says so and is retryable.
+    /// The refusal of a rule whose room the holds of calls in progress take, not use
+    /// (`caused_by_holds`): it says so and is retryable.
     fn held_refusal(&self, rule: &PathRule, state: &RuleState) -> Option<Refusal> {
-        let metric = rule.rule.metric;
-        let worst_case = matches!(
-            metric,
-            Metric::Tokens | Metric::InputTokens | Metric::OutputTokens | Metric::Cost
-        );
-        let by_use = state.counted.saturating_sub(state.held);
-        let fits_without_holds =
-            by_use.saturating_add(self.needs[metric as usize]) <= rule.rule.amount;
-        (worst_case && state.held > 0 && fits_without_holds)
-            .then(|| held_by_calls(self.path, rule, state, self.now))
+        let need = self.needs[rule.rule.metric as usize];
+        caused_by_holds(rule, state, need).then(|| held_by_calls(self.path, rule, state, self.now))
     }
 
     /// The refusal for the rule that sets what is left of `metric`: with when what the call
