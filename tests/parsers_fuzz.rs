@@ -3,7 +3,8 @@
 //! and arbitrary JSON give an answer or an error naming the field, never a panic, and sums
 //! over caller-given sizes saturate instead of wrapping.
 //!
-//! Run with the test command, bounded: `UG_FUZZ_CASES` cases per target (256 by default).
+//! Run with the test command, bounded: `UG_FUZZ_CASES` cases per target (1,024 by default,
+//! under a second).
 //! A failing case proptest finds is kept in `proptest-regressions/parsers_fuzz.txt` and
 //! replayed first on every run; the cases found so far are also plain tests below.
 
@@ -13,7 +14,7 @@ use proptest::test_runner::FileFailurePersistence;
 use serde_json::{json, Value};
 use usage_guard::{
     answer_text, count_request, fit, reported_usage, requested_max_output, Api, Error, FitOptions,
-    UsageCeiling,
+    Policy, UsageCeiling,
 };
 
 const APIS: [Api; 9] = [
@@ -32,7 +33,7 @@ fn config() -> ProptestConfig {
     let cases = std::env::var("UG_FUZZ_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
-        .unwrap_or(256);
+        .unwrap_or(1024);
     ProptestConfig {
         cases,
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
@@ -81,64 +82,117 @@ fn with_image(api: Api, data: &str) -> Value {
     }
 }
 
-/// Arbitrary JSON whose keys are often the ones the parsers read, so their paths are taken.
+/// The keys the request and response parsers read.
+const CALL_KEYS: &[&str] = &[
+    "model",
+    "messages",
+    "content",
+    "role",
+    "type",
+    "text",
+    "image_url",
+    "url",
+    "source",
+    "data",
+    "media_type",
+    "contents",
+    "parts",
+    "inlineData",
+    "inline_data",
+    "mimeType",
+    "input",
+    "prompt",
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "n",
+    "generationConfig",
+    "maxOutputTokens",
+    "candidateCount",
+    "options",
+    "num_predict",
+    "thinking",
+    "budget_tokens",
+    "tools",
+    "tool_calls",
+    "function",
+    "system",
+    "images",
+    "usage",
+    "choices",
+    "message",
+    "delta",
+    "usageMetadata",
+    "candidates",
+    "output",
+    "prompt_tokens",
+    "completion_tokens",
+    "input_tokens",
+    "output_tokens",
+    "eval_count",
+    "prompt_eval_count",
+    "finish_reason",
+    "stop_reason",
+    "detail",
+    "name",
+    "parameters",
+];
+
+/// The keys a policy document has.
+const POLICY_KEYS: &[&str] = &[
+    "models",
+    "teams",
+    "limits",
+    "settings",
+    "rules",
+    "scopes",
+    "providers",
+    "gateway",
+    "direct",
+    "team",
+    "public",
+    "team_total",
+    "model_total",
+    "user_total",
+    "platform",
+    "user",
+    "model",
+    "metric",
+    "amount",
+    "window",
+    "display_name",
+    "provider",
+    "prices",
+    "input",
+    "output",
+    "max_output_tokens",
+    "context_window",
+    "members",
+    "each_person",
+    "shared",
+    "uncapped_output",
+    "margin",
+    "min_output_tokens",
+    "anonymous",
+    "name",
+    "applies_when",
+    "count_by",
+    "action",
+    "aliases",
+    "long_context",
+    "above_input_tokens",
+    "keys",
+    "principal",
+];
+
+/// Arbitrary JSON whose keys are often the ones a parser reads, so its paths are taken.
 fn json_value() -> impl Strategy<Value = Value> {
+    json_with(CALL_KEYS)
+}
+
+fn json_with(keys: &'static [&'static str]) -> impl Strategy<Value = Value> {
     let key = prop_oneof![
-        prop::sample::select(vec![
-            "model",
-            "messages",
-            "content",
-            "role",
-            "type",
-            "text",
-            "image_url",
-            "url",
-            "source",
-            "data",
-            "media_type",
-            "contents",
-            "parts",
-            "inlineData",
-            "inline_data",
-            "mimeType",
-            "input",
-            "prompt",
-            "max_tokens",
-            "max_completion_tokens",
-            "max_output_tokens",
-            "n",
-            "generationConfig",
-            "maxOutputTokens",
-            "candidateCount",
-            "options",
-            "num_predict",
-            "thinking",
-            "budget_tokens",
-            "tools",
-            "tool_calls",
-            "function",
-            "system",
-            "images",
-            "usage",
-            "choices",
-            "message",
-            "delta",
-            "usageMetadata",
-            "candidates",
-            "output",
-            "prompt_tokens",
-            "completion_tokens",
-            "input_tokens",
-            "output_tokens",
-            "eval_count",
-            "prompt_eval_count",
-            "finish_reason",
-            "stop_reason",
-            "detail",
-            "name",
-            "parameters",
-        ])
-        .prop_map(String::from),
+        prop::sample::select(keys.to_vec()).prop_map(String::from),
         ".{0,8}",
     ];
     let leaf = prop_oneof![
@@ -212,6 +266,15 @@ proptest! {
         }
         if let Err(e) = fit(&request, &roomy(), api, Some("gpt-4o"), None, &FitOptions::default()) {
             prop_assert!(clear(&e), "fit: {e}");
+        }
+    }
+
+    #[test]
+    fn any_policy_document_is_read_or_refused_naming_its_fields(doc in json_with(POLICY_KEYS)) {
+        match Policy::from_value(&doc) {
+            Ok(_) => {}
+            Err(Error::Policy(fields)) => prop_assert!(!fields.is_empty()),
+            Err(e) => prop_assert!(clear(&e), "{e}"),
         }
     }
 

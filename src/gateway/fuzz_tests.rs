@@ -17,7 +17,7 @@ fn config() -> ProptestConfig {
     let cases = std::env::var("UG_FUZZ_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
-        .unwrap_or(256);
+        .unwrap_or(1024);
     ProptestConfig {
         cases,
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
