@@ -53,7 +53,8 @@ class UsageLimitError(Exception):
 
     @property
     def reason(self) -> str:
-        """`USAGE_LIMIT_REACHED`, `USAGE_LIMIT_DOES_NOT_FIT`, `USAGE_LIMITS_UNAVAILABLE` or
+        """`USAGE_LIMIT_REACHED`, `USAGE_LIMIT_DOES_NOT_FIT`, `USAGE_LIMIT_HELD`,
+        `USAGE_LIMITS_UNAVAILABLE` or
         `USAGE_LIMITS_RECOVERING` (and the context-window / model codes of the subclasses)."""
         return self.refusal.reason if self.refusal is not None else "USAGE_LIMIT_REACHED"
 
@@ -86,7 +87,8 @@ class UsageLimitError(Exception):
 
     @property
     def retry_after(self) -> Optional[int]:
-        """Whole seconds until `resets_at`, from the moment of the refusal."""
+        """Whole seconds until `resets_at`, from the moment of the refusal; for
+        `UsageLimitHeld`, how long to wait before trying again (5)."""
         return self.refusal.retry_after if self.refusal is not None else None
 
     @property
