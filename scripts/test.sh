@@ -31,6 +31,11 @@ VENV="$VENV" bash scripts/check.sh
 step "cargo test"
 cargo test --quiet
 
+step "cargo test --features gateway --lib gateway:: (the gateway's unit tests and fuzz targets)"
+# Plain `cargo test` builds the library without the gateway; its own tests (framing, bodies,
+# keys, and the fuzz targets over arbitrary bytes, bounded by UG_FUZZ_CASES) need the feature.
+cargo test --quiet --features gateway --lib gateway::
+
 step "cargo test --no-default-features (the core without adapters)"
 # The integration binary builds without the adapters (their modules are cfg'd out); the
 # core's own tests run again, the ceiling's ran above and do not depend on the adapters.

@@ -77,11 +77,12 @@ def held_again(guard: ug.Guard, calls: int) -> None:
 
 
 def full_after_the_wait(guard: ug.Guard, clock: ug.ManualClock) -> None:
-    """Past the hold-again wait, `guard` finds the day's budget used or held: refused."""
+    """Past the hold-again wait, `guard` finds the day's budget used or held: refused, as held
+    by the calls in progress (without their holds it would fit)."""
     clock.advance(HOLD_AGAIN_SECONDS)
     with pytest.raises(ug.UsageLimitError) as refused:
         guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
-    assert refused.value.reason == "USAGE_LIMIT_REACHED"
+    assert refused.value.reason == "USAGE_LIMIT_HELD"
 
 
 def bill_all(tickets: list[ug.Ticket]) -> None:
@@ -220,7 +221,7 @@ def test_calls_open_across_a_restart_do_not_overspend_after_the_refill(
     ledger, guard, open_calls = billed_with_ledger(redis_server, clock, tmp_path, 8, 2)
     with pytest.raises(ug.UsageLimitError) as refused:
         guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
-    assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.8 refilled, 0.2 held again
+    assert refused.value.reason == "USAGE_LIMIT_HELD"  # 0.8 refilled, 0.2 held again
     bill_all(open_calls)
     assert used(guard) == DAY_COST  # each hold given back once, each bill counted once
     guard.close()
@@ -234,7 +235,7 @@ def test_a_call_held_again_and_then_released_frees_its_room(
     _, guard, (open_call,) = billed_with_ledger(redis_server, clock, tmp_path, 9, 1)
     with pytest.raises(ug.UsageLimitError) as refused:
         guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
-    assert refused.value.reason == "USAGE_LIMIT_REACHED"  # 0.9 refilled, 0.1 held again
+    assert refused.value.reason == "USAGE_LIMIT_HELD"  # 0.9 refilled, 0.1 held again
     assert open_call.release()
     recovered(guard, clock)
     call(guard)  # its hold was given back: room for one call

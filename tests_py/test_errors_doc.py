@@ -110,6 +110,15 @@ def ceiling_does_not_fit(clock: ug.ManualClock) -> ug.UsageLimitError:
     return refusal(lambda: ug.fit(request, ceiling))
 
 
+def held(clock: ug.ManualClock) -> ug.UsageLimitError:
+    # A call in progress holds 900 of the day's 1,000 tokens; nothing is used yet.
+    g = guard(rules({"metric": "tokens", "amount": 1000, "window": "day"}), clock)
+    running = g.admit("alice", "gpt-5", prompt_tokens=100, max_tokens=800)
+    e = refusal(lambda: g.admit("alice", "gpt-5", prompt_tokens=1, max_tokens=200))
+    running.release()
+    return e
+
+
 def unavailable(clock: ug.ManualClock) -> ug.UsageLimitError:
     store = ug.RedisStore("redis://127.0.0.1:1")
     g = guard(rules({"metric": "tokens", "amount": 1000, "window": "day"}), clock, store)
@@ -152,6 +161,7 @@ KINDS: dict[str, Callable[[ug.ManualClock], ug.UsageLimitError]] = {
     "calendar-does-not-fit": calendar_does_not_fit,
     "never-fits": never_fits,
     "ceiling-does-not-fit": ceiling_does_not_fit,
+    "held": held,
     "unavailable": unavailable,
     "recovering": recovering,
     "context-window": context_window,
@@ -232,7 +242,7 @@ def test_each_row_is_what_the_code_answers(row: list[str]) -> None:
 
 def test_every_exception_is_documented_with_its_base() -> None:
     rows = {code(r[0]): r for r in table("## Exceptions")}
-    names = set(errors.__all__) | {"LedgerError"}
+    names = set(errors.__all__) | {"LedgerError", "InternalError"}
     assert set(rows) == names
     for name, row in rows.items():
         cls = getattr(ug, name)

@@ -116,14 +116,20 @@ def test_fitted_and_shared_among_prompts_and_n(fake, start):
     fitted = room(400, request, "openai.completions", MODEL)
     assert fake.bodies("/v1/completions")[0]["max_tokens"] == fitted < 400
     assert "max_output_tokens=" in raw.headers["x-usage-restriction"]
-    # two prompts × n=2: four answers share what is reserved (as chat's `n`: the caller's
-    # maximum is what the call may produce in all, here less than what is left)
+    # two prompts × n=2: four answers, each may write the caller's maximum; 4 × 1,000 does
+    # not fit in what is left, so what is left is shared among them (as chat's `n`)
     fake.reset()
     many = {"model": MODEL, "prompt": ["one", "two"], "n": 2, "max_tokens": 1000}
     guard, gateway = start(tokens_a_day=2000)
     reply = oai(gateway).completions.create(**many)
-    assert room(2000, many, "openai.completions", MODEL) > 1000
-    assert fake.bodies("/v1/completions")[0]["max_tokens"] == 1000 // 4
+    left = room(2000, many, "openai.completions", MODEL)
+    assert 1000 < left < 4 * 1000
+    assert fake.bodies("/v1/completions")[0]["max_tokens"] == left // 4
+    # with room for all four, the caller's maximum is sent as given
+    fake.reset()
+    few = {**many, "max_tokens": 100}
+    oai(gateway).completions.create(**few)
+    assert fake.bodies("/v1/completions")[0]["max_tokens"] == 100
     assert len(reply.choices) == 4
 
 

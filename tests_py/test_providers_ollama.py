@@ -39,7 +39,8 @@ def test_refused_call_never_reaches_the_server(fake, make_guard):
 
 
 def test_fitted_generate_sets_num_predict_and_is_capped(fake, make_guard):
-    guard = make_guard(policy(tokens_a_day=400))
+    # A call without an output maximum may take all that is left (not the default half).
+    guard = make_guard({**policy(tokens_a_day=400), "settings": {"uncapped_output": "model"}})
     fake.output_tokens = 10_000
     client = GuardedOllama(ollama.Client(host=fake.url), guard, user="alice")
     reply = client.generate(MODEL, "Say hello.", options={"temperature": 0.2})

@@ -15,6 +15,7 @@ from ._core import (
     EventStream,
     FitResult,
     Guard,
+    InternalError,
     LedgerError,
     ManualClock,
     MemoryStore,
@@ -40,6 +41,7 @@ from .errors import (
     ProviderUnavailable,
     UsageLimitDoesNotFit,
     UsageLimitError,
+    UsageLimitHeld,
     UsageLimitsUnavailable,
 )
 from .gateway import Gateway, serve
@@ -110,6 +112,7 @@ __all__ = [
     "EventStream",
     "Gateway",
     "Guard",
+    "InternalError",
     "LedgerError",
     "ManualClock",
     "MemoryStore",
@@ -122,6 +125,7 @@ __all__ = [
     "Ticket",
     "UsageLimitDoesNotFit",
     "UsageLimitError",
+    "UsageLimitHeld",
     "UsageLimitsUnavailable",
     "__version__",
     "count_prompt",

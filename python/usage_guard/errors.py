@@ -15,6 +15,7 @@ __all__ = [
     "ProviderUnavailable",
     "UsageLimitDoesNotFit",
     "UsageLimitError",
+    "UsageLimitHeld",
     "UsageLimitsUnavailable",
 ]
 
@@ -33,7 +34,8 @@ class PolicyError(ValueError):
 class UsageLimitError(Exception):
     """A call was refused because a usage limit has nothing left for it.
 
-    Subclasses: `UsageLimitDoesNotFit` (something is left, not enough for this call) and
+    Subclasses: `UsageLimitDoesNotFit` (something is left, not enough for this call),
+    `UsageLimitHeld` (calls in progress hold the room; retry in a moment) and
     `UsageLimitsUnavailable` (the counters cannot be checked right now).
     """
 
@@ -51,7 +53,8 @@ class UsageLimitError(Exception):
 
     @property
     def reason(self) -> str:
-        """`USAGE_LIMIT_REACHED`, `USAGE_LIMIT_DOES_NOT_FIT`, `USAGE_LIMITS_UNAVAILABLE` or
+        """`USAGE_LIMIT_REACHED`, `USAGE_LIMIT_DOES_NOT_FIT`, `USAGE_LIMIT_HELD`,
+        `USAGE_LIMITS_UNAVAILABLE` or
         `USAGE_LIMITS_RECOVERING` (and the context-window / model codes of the subclasses)."""
         return self.refusal.reason if self.refusal is not None else "USAGE_LIMIT_REACHED"
 
@@ -84,7 +87,8 @@ class UsageLimitError(Exception):
 
     @property
     def retry_after(self) -> Optional[int]:
-        """Whole seconds until `resets_at`, from the moment of the refusal."""
+        """Whole seconds until `resets_at`, from the moment of the refusal; for
+        `UsageLimitHeld`, how long to wait before trying again (5)."""
         return self.refusal.retry_after if self.refusal is not None else None
 
     @property
@@ -100,6 +104,12 @@ class UsageLimitError(Exception):
 
 class UsageLimitDoesNotFit(UsageLimitError):
     """Something is left, but not enough for this call (USAGE_LIMIT_DOES_NOT_FIT)."""
+
+
+class UsageLimitHeld(UsageLimitError):
+    """The room is held by calls in progress, not used (USAGE_LIMIT_HELD, HTTP 429
+    `usage_limit_held` with `x-should-retry: true`): without their holds this call would fit,
+    and the room comes back as they end. Try again after `retry_after` seconds."""
 
 
 class UsageLimitsUnavailable(UsageLimitError):

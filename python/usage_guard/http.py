@@ -77,7 +77,9 @@ def refusal(
     """`(status, headers, body)` of a refusal in `provider`'s error shape (openai, anthropic,
     ollama): `error.to_http(provider)`. A rate-limit refusal whose Retry-After is over a
     minute also says `x-should-retry: false`, so SDK clients hand it straight back instead
-    of sleeping through it (the Anthropic SDK would, however long it is)."""
+    of sleeping through it (the Anthropic SDK would, however long it is). A refusal by the
+    holds of calls in progress (`UsageLimitHeld`) says `retry-after: 5` and
+    `x-should-retry: true`: the room comes back as those calls end."""
     if not isinstance(error, UsageLimitError):
         raise TypeError(
             f"error: must be a UsageLimitError (or a subclass), not {type(error).__name__}"

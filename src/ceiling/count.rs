@@ -16,14 +16,15 @@ pub(crate) struct Counter {
 
 impl Counter {
     pub(crate) fn text(&mut self, text: &str) {
-        self.tokens += self.encoding.count(text);
+        self.tokens = self.tokens.saturating_add(self.encoding.count(text));
     }
+    /// Sums saturate: an image header is the caller's bytes and may claim any size.
     pub(crate) fn add(&mut self, n: u64) {
-        self.tokens += n;
+        self.tokens = self.tokens.saturating_add(n);
     }
     /// Adds an estimate and marks the count as one.
     pub(crate) fn estimate(&mut self, n: u64) {
-        self.tokens += n;
+        self.tokens = self.tokens.saturating_add(n);
         self.exact = false;
     }
     /// Counts any JSON value's text (strings as themselves, the rest as compact JSON) as an
@@ -42,7 +43,7 @@ impl Counter {
     pub(crate) fn message(&mut self, site: Site, message: &Value, count: impl FnOnce(&mut Self)) {
         let key = message_cache::key(site, self.encoding, self.model.as_deref(), message);
         if let Some(entry) = key.and_then(message_cache::get) {
-            self.tokens += entry.tokens;
+            self.tokens = self.tokens.saturating_add(entry.tokens);
             self.exact &= entry.exact;
             return;
         }

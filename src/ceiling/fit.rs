@@ -135,7 +135,9 @@ fn output_maximum(
         .or(options.default_max_output_tokens)
         .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
     let answers = choices(request, api)?;
-    let per_answer = ceiling.max_output_tokens / answers;
+    // The ceiling's output maximum is per answer (admission reserved it `answers` times):
+    // only what is left is shared among the answers.
+    let per_answer = ceiling.max_output_tokens;
     let desired = min_opt(natural, Some(per_answer)).unwrap_or(per_answer);
     let token_room = ceiling.tokens.map(|t| t - p.eff);
     let cost_room = match (ceiling.cost_micros, ceiling.rates, p.cost) {

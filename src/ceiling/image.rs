@@ -15,9 +15,11 @@ pub(crate) fn data_dimensions(data: &str) -> Option<(u64, u64)> {
         .filter(|c| !c.is_whitespace() && *c != '=')
         .take(64 * 1024)
         .collect();
+    // Cut as bytes: the text is the caller's and may hold a multi-byte character anywhere
+    // (it then fails to decode: no size).
     let usable = head.len() / 4 * 4;
     let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
-        .decode(&head[..usable])
+        .decode(&head.as_bytes()[..usable])
         .ok()?;
     bytes_dimensions(&bytes)
 }
@@ -28,7 +30,7 @@ pub(crate) fn data_len(data: &str) -> u64 {
         .strip_prefix("data:")
         .and_then(|r| r.split_once(',').map(|x| x.1))
         .unwrap_or(data);
-    (b64.len() as u64) * 3 / 4
+    (b64.len() as u64).saturating_mul(3) / 4
 }
 
 fn be16(b: &[u8], i: usize) -> Option<u64> {
@@ -56,7 +58,7 @@ fn bytes_dimensions(b: &[u8]) -> Option<(u64, u64)> {
                 Some(((bits & 0x3fff) + 1, ((bits >> 14) & 0x3fff) + 1))
             }
             b"VP8X" => {
-                let w = u32::from_le_bytes([b[24], b[25], b[26], 0]) as u64 + 1;
+                let w = u32::from_le_bytes([*b.get(24)?, *b.get(25)?, *b.get(26)?, 0]) as u64 + 1;
                 let h = u32::from_le_bytes([*b.get(27)?, *b.get(28)?, *b.get(29)?, 0]) as u64 + 1;
                 Some((w, h))
             }
@@ -76,11 +78,12 @@ fn bytes_dimensions(b: &[u8]) -> Option<(u64, u64)> {
                 continue;
             }
             let len = be16(b, i + 2)? as usize;
+            // A caller's bytes: every index is checked, every sum saturates.
             let is_sof = matches!(marker, 0xc0..=0xcf) && !matches!(marker, 0xc4 | 0xc8 | 0xcc);
             if is_sof {
                 return Some((be16(b, i + 7)?, be16(b, i + 5)?));
             }
-            i += 2 + len;
+            i = i.saturating_add(2).saturating_add(len);
         }
     }
     None
@@ -111,12 +114,12 @@ pub(crate) fn openai_tile_tokens(
         h *= s;
     }
     let tiles = ((w / 512.0).ceil() as u64) * ((h / 512.0).ceil() as u64);
-    base + tile * tiles
+    base.saturating_add(tile.saturating_mul(tiles))
 }
 
 /// The most an image of unknown size can cost under OpenAI's rule (768×2048: 8 tiles).
 pub(crate) fn openai_tile_worst(base: u64, tile: u64) -> u64 {
-    base + 8 * tile
+    base.saturating_add(tile.saturating_mul(8))
 }
 
 /// The base and tile tokens of an OpenAI model, and whether the rule is documented as exact
@@ -161,7 +164,10 @@ pub(crate) fn anthropic_image_tokens(dims: Option<(u64, u64)>) -> u64 {
 pub(crate) fn gemini_image_tokens(dims: Option<(u64, u64)>) -> u64 {
     match dims {
         Some((w, h)) if w <= 384 && h <= 384 => 258,
-        Some((w, h)) => 258 * w.div_ceil(768).max(1) * h.div_ceil(768).max(1),
+        // Header sizes are the caller's: a fake PNG may claim 4-billion-pixel sides.
+        Some((w, h)) => 258u64
+            .saturating_mul(w.div_ceil(768).max(1))
+            .saturating_mul(h.div_ceil(768).max(1)),
         None => 258 * 4,
     }
 }

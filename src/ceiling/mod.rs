@@ -29,6 +29,7 @@ pub use fit::{fit, requested_max_output, FitOptions, FitResult};
 pub(crate) use fit_checks::check_context;
 pub use models::{known_model, tokenizer_for, KnownModel, ThinkingRange, Tokenizer};
 pub use prompt::{count_request, count_request_for_group, prompt_counts, PromptCount};
+pub(crate) use providers::choices as answers;
 pub use providers::{
     answer_text, reported_usage, stopped_at_max, usage_paths, HttpRefusal, HttpShape, ReportedUsage,
 };

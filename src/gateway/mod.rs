@@ -18,6 +18,8 @@ mod fallback;
 mod fallback_hops;
 mod forward;
 mod framing;
+#[cfg(test)]
+mod fuzz_tests;
 mod headers;
 mod health;
 mod keys;

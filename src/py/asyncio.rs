@@ -16,6 +16,26 @@ use pyo3::{intern, IntoPyObjectExt};
 
 static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
+/// A coroutine's work with a panic in any poll turned into `InternalError`: the future
+/// always resolves, and never with PyO3's `PanicException` (a `BaseException`).
+struct Caught<F>(std::pin::Pin<Box<F>>);
+
+impl<F: Future<Output = PyResult<T>>, T> Future for Caught<F> {
+    type Output = PyResult<T>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))).unwrap_or_else(
+            |panic| {
+                Poll::Ready(Err(super::errors::internal_error(
+                    "a coroutine",
+                    panic.as_ref(),
+                )))
+            },
+        )
+    }
+}
+
 /// Whether the work may be polled on the caller's thread (the event loop's) before it is
 /// handed to the runtime: only when nothing in it can block a thread (no ledger write or
 /// read: those wait on a queue or a database).
@@ -117,7 +137,7 @@ where
     let event_loop = get_loop.call0(py)?.into_bound(py);
     let future = event_loop.call_method0(intern!(py, "create_future"))?;
     let runtime = crate::runtime::shared();
-    let mut work = Box::pin(work);
+    let mut work = Box::pin(Caught(Box::pin(work)));
     if first_poll == FirstPoll::Inline {
         let polled = py.detach(|| {
             let _context = runtime.enter();

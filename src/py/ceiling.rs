@@ -163,43 +163,45 @@ fn count_prompt<'py>(
     model: Option<&Bound<'py, PyAny>>,
     policy: Option<&Bound<'py, PyPolicy>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let api = provider.0;
-    let request = py_to_json(request, "request")?;
-    let models: Vec<String> = match model.filter(|m| !m.is_none()) {
-        None => request
-            .get("model")
-            .and_then(Value::as_str)
-            .map(String::from)
-            .into_iter()
-            .collect(),
-        Some(m) => match m.extract::<String>() {
-            Ok(one) => vec![one],
-            Err(_) => m.extract::<Vec<String>>().map_err(|_| {
-                let given = m.repr().map(|r| r.to_string()).unwrap_or_default();
-                Error::wrong_type("model", given, "must be a model id or a list of model ids")
-            })?,
-        },
-    };
-    let specs: Vec<Option<Arc<ModelSpec>>> =
-        models.iter().map(|m| spec_for(policy, Some(m))).collect();
-    let count = py.detach(|| {
-        if models.len() <= 1 {
-            let m = models.first().map(String::as_str);
-            ceiling::count_request(&request, api, m, specs.first().and_then(|s| s.as_deref()))
-        } else {
-            let group: Vec<(&str, Option<&ModelSpec>)> = models
-                .iter()
-                .zip(&specs)
-                .map(|(m, s)| (m.as_str(), s.as_deref()))
-                .collect();
-            ceiling::count_request_for_group(&request, api, &group)
-        }
-    })?;
-    let d = PyDict::new(py);
-    d.set_item("tokens", count.tokens)?;
-    d.set_item("exact", count.exact)?;
-    d.set_item("encoding", count.encoding.word())?;
-    Ok(d)
+    super::errors::caught("count_prompt", || {
+        let api = provider.0;
+        let request = py_to_json(request, "request")?;
+        let models: Vec<String> = match model.filter(|m| !m.is_none()) {
+            None => request
+                .get("model")
+                .and_then(Value::as_str)
+                .map(String::from)
+                .into_iter()
+                .collect(),
+            Some(m) => match m.extract::<String>() {
+                Ok(one) => vec![one],
+                Err(_) => m.extract::<Vec<String>>().map_err(|_| {
+                    let given = m.repr().map(|r| r.to_string()).unwrap_or_default();
+                    Error::wrong_type("model", given, "must be a model id or a list of model ids")
+                })?,
+            },
+        };
+        let specs: Vec<Option<Arc<ModelSpec>>> =
+            models.iter().map(|m| spec_for(policy, Some(m))).collect();
+        let count = py.detach(|| {
+            if models.len() <= 1 {
+                let m = models.first().map(String::as_str);
+                ceiling::count_request(&request, api, m, specs.first().and_then(|s| s.as_deref()))
+            } else {
+                let group: Vec<(&str, Option<&ModelSpec>)> = models
+                    .iter()
+                    .zip(&specs)
+                    .map(|(m, s)| (m.as_str(), s.as_deref()))
+                    .collect();
+                ceiling::count_request_for_group(&request, api, &group)
+            }
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("tokens", count.tokens)?;
+        d.set_item("exact", count.exact)?;
+        d.set_item("encoding", count.encoding.word())?;
+        Ok(d)
+    })
 }
 
 /// A call fitted into a usage ceiling.
@@ -286,31 +288,34 @@ fn fit(
     policy: Option<&Bound<'_, PyPolicy>>,
     require_full_output: bool,
 ) -> PyResult<PyFitResult> {
-    let api = provider.0;
-    let ceiling = ceiling_from_py(ceiling)?;
-    let request = py_to_json(request, "request")?;
-    let model = model.or_else(|| {
-        request
-            .get("model")
-            .and_then(Value::as_str)
-            .map(String::from)
-    });
-    let spec = spec_for(policy, model.as_deref());
-    let options = FitOptions {
-        require_full_output,
-        default_max_output_tokens: policy.map(|p| p.get().inner.settings.default_max_output_tokens),
-    };
-    let inner = py.detach(|| {
-        ceiling::fit(
-            &request,
-            &ceiling,
-            api,
-            model.as_deref(),
-            spec.as_deref(),
-            &options,
-        )
-    })?;
-    Ok(PyFitResult { inner, api })
+    super::errors::caught("fit", || {
+        let api = provider.0;
+        let ceiling = ceiling_from_py(ceiling)?;
+        let request = py_to_json(request, "request")?;
+        let model = model.or_else(|| {
+            request
+                .get("model")
+                .and_then(Value::as_str)
+                .map(String::from)
+        });
+        let spec = spec_for(policy, model.as_deref());
+        let options = FitOptions {
+            require_full_output,
+            default_max_output_tokens: policy
+                .map(|p| p.get().inner.settings.default_max_output_tokens),
+        };
+        let inner = py.detach(|| {
+            ceiling::fit(
+                &request,
+                &ceiling,
+                api,
+                model.as_deref(),
+                spec.as_deref(),
+                &options,
+            )
+        })?;
+        Ok(PyFitResult { inner, api })
+    })
 }
 
 /// Whether `response` stopped at an output maximum the ceiling set in `fit_result`.
@@ -321,10 +326,12 @@ fn usage_capped(
     fit_result: &Bound<'_, PyFitResult>,
     provider: Option<Provider>,
 ) -> PyResult<bool> {
-    let fitted = fit_result.get();
-    let api = provider.map_or(fitted.api, |p| p.0);
-    let response = py_to_json(response, "response")?;
-    Ok(ceiling::usage_capped(&response, &fitted.inner, api))
+    super::errors::caught("usage_capped", || {
+        let fitted = fit_result.get();
+        let api = provider.map_or(fitted.api, |p| p.0);
+        let response = py_to_json(response, "response")?;
+        Ok(ceiling::usage_capped(&response, &fitted.inner, api))
+    })
 }
 
 /// The lesser of two ceiling dicts (a router's and the routed model's).

@@ -21,6 +21,36 @@ create_exception!(
     "The usage ledger could not be opened, written or read."
 );
 
+create_exception!(
+    usage_guard._core,
+    InternalError,
+    PyRuntimeError,
+    "A bug in usage_guard's core (a panic) stopped the operation; nothing was half-applied \
+     that the operation's own guarantees do not cover. Please report it with the message."
+);
+
+/// Runs the body of a Python entry point, turning a panic into `InternalError` (a
+/// `RuntimeError`), never PyO3's `PanicException`, a `BaseException` that escapes
+/// `except Exception`. Every parser of caller bytes is total (a `ValueError` naming the
+/// field): this is the last guard. Costs nothing until a panic (an unwinding landing pad).
+pub(crate) fn caught<T>(what: &str, work: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+        .unwrap_or_else(|panic| Err(internal_error(what, panic.as_ref())))
+}
+
+/// The `InternalError` of a panic in `what`, with the panic's message.
+pub(crate) fn internal_error(what: &str, panic: &(dyn std::any::Any + Send)) -> PyErr {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_string());
+    log::error!("usage_guard: internal error in {what}: {message}");
+    InternalError::new_err(format!(
+        "usage_guard internal error in {what}: {message} (a bug: please report it)"
+    ))
+}
+
 /// Why a call was refused, as carried by `UsageLimitError.refusal`.
 #[pyclass(name = "Refusal", module = "usage_guard._core", frozen)]
 pub struct PyRefusal {
@@ -29,7 +59,8 @@ pub struct PyRefusal {
 
 #[pymethods]
 impl PyRefusal {
-    /// `USAGE_LIMIT_REACHED`, `USAGE_LIMIT_DOES_NOT_FIT` or `USAGE_LIMITS_UNAVAILABLE`.
+    /// `USAGE_LIMIT_REACHED`, `USAGE_LIMIT_DOES_NOT_FIT`, `USAGE_LIMIT_HELD`,
+    /// `USAGE_LIMITS_UNAVAILABLE`, ...
     #[getter]
     fn reason(&self) -> &'static str {
         self.inner.reason.code()
@@ -126,6 +157,7 @@ fn _refusal_from_state(state: &str) -> PyResult<PyRefusal> {
 
 static USAGE_LIMIT_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static DOES_NOT_FIT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static HELD: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNAVAILABLE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static CONTEXT_WINDOW: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static POLICY_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -137,6 +169,7 @@ fn refusal_error(py: Python<'_>, refusal: Refusal) -> PyResult<PyErr> {
     let class = match refusal.reason {
         Reason::LimitReached => USAGE_LIMIT_ERROR.import(py, ERRORS_MODULE, "UsageLimitError")?,
         Reason::DoesNotFit => DOES_NOT_FIT.import(py, ERRORS_MODULE, "UsageLimitDoesNotFit")?,
+        Reason::HeldByCalls => HELD.import(py, ERRORS_MODULE, "UsageLimitHeld")?,
         Reason::Unavailable | Reason::Recovering => {
             UNAVAILABLE.import(py, ERRORS_MODULE, "UsageLimitsUnavailable")?
         }
@@ -184,8 +217,30 @@ impl From<Error> for PyErr {
     }
 }
 
+/// Panics with `message` inside the entry points' guard: the last guard's own check, that a
+/// panic reaches Python as `InternalError`, never as a `BaseException`. A diagnostic.
+#[pyfunction]
+fn _panic(message: String) -> PyResult<()> {
+    caught("_panic", || panic!("{message}"))
+}
+
+/// `_panic` in a coroutine, polled on the runtime: the future resolves with `InternalError`.
+#[pyfunction]
+fn _panic_async(py: Python<'_>, message: String) -> PyResult<Bound<'_, PyAny>> {
+    let first_poll = super::asyncio::FirstPoll::OnRuntime;
+    super::asyncio::future_into_py(py, first_poll, async move {
+        if !message.is_empty() {
+            panic!("{message}");
+        }
+        Ok(())
+    })
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_panic, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_async, m)?)?;
     m.add("LedgerError", m.py().get_type::<LedgerError>())?;
+    m.add("InternalError", m.py().get_type::<InternalError>())?;
     m.add_function(wrap_pyfunction!(_refusal_from_state, m)?)?;
     m.add_class::<PyRefusal>()
 }

@@ -103,11 +103,13 @@ impl PyGuard {
         provider: Option<Provider>,
         attributes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyTicket> {
-        let sizes = (prompt_tokens, max_tokens);
-        let req = admit_request(user, model, request, sizes, provider, attributes)?;
-        let guard = self.inner.clone();
-        let ticket = py.detach(move || guard.admit_blocking(req))?;
-        Ok(PyTicket { inner: ticket })
+        super::errors::caught("Guard.admit", || {
+            let sizes = (prompt_tokens, max_tokens);
+            let req = admit_request(user, model, request, sizes, provider, attributes)?;
+            let guard = self.inner.clone();
+            let ticket = py.detach(move || guard.admit_blocking(req))?;
+            Ok(PyTicket { inner: ticket })
+        })
     }
 
     /// `admit` as a coroutine.

@@ -90,8 +90,10 @@ impl PyTicket {
     /// Whether `response` (a provider answer or final stream event: an SDK object or a
     /// dict) stopped at the output maximum the ceiling set.
     fn capped(&self, response: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let json = py_to_json(response, "response")?;
-        Ok(self.inner.capped(&json))
+        super::errors::caught("Ticket.capped", || {
+            let json = py_to_json(response, "response")?;
+            Ok(self.inner.capped(&json))
+        })
     }
 
     /// Whether the ticket was billed or released.
@@ -126,18 +128,20 @@ impl PyTicket {
         metadata: Option<&Bound<'py, PyAny>>,
         wait: bool,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let usage = usage_from_py(
-            input_tokens,
-            output_tokens,
-            cached_input_tokens,
-            reasoning_tokens,
-            cost_micros,
-            compute_ms,
-        )?;
-        let info: BillInfo = bill_info(request_id, metadata)?;
-        let ticket = self.inner.clone();
-        let billed = py.detach(move || ticket.bill_with_options_blocking(usage, info, wait))?;
-        billed_to_py(py, billed)
+        super::errors::caught("Ticket.bill", || {
+            let usage = usage_from_py(
+                input_tokens,
+                output_tokens,
+                cached_input_tokens,
+                reasoning_tokens,
+                cost_micros,
+                compute_ms,
+            )?;
+            let info: BillInfo = bill_info(request_id, metadata)?;
+            let ticket = self.inner.clone();
+            let billed = py.detach(move || ticket.bill_with_options_blocking(usage, info, wait))?;
+            billed_to_py(py, billed)
+        })
     }
 
     /// `bill` as a coroutine.

@@ -47,28 +47,30 @@ fn reported_usage<'py>(
     response: &Bound<'py, PyAny>,
     provider: Provider,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let mut carried = Map::new();
-    for path in usage_paths(provider.0) {
-        let mut at = Some(response.clone());
-        for key in path.iter() {
-            at = match at {
-                Some(obj) => child(&obj, key)?,
-                None => break,
-            };
+    super::errors::caught("reported_usage", || {
+        let mut carried = Map::new();
+        for path in usage_paths(provider.0) {
+            let mut at = Some(response.clone());
+            for key in path.iter() {
+                at = match at {
+                    Some(obj) => child(&obj, key)?,
+                    None => break,
+                };
+            }
+            if let Some(found) = at {
+                put(&mut carried, path, py_to_json(&found, "response")?);
+            }
         }
-        if let Some(found) = at {
-            put(&mut carried, path, py_to_json(&found, "response")?);
-        }
-    }
-    let Some(u) = read_usage(&Value::Object(carried), provider.0) else {
-        return Ok(None);
-    };
-    let out = PyDict::new(py);
-    out.set_item("input_tokens", u.input_tokens)?;
-    out.set_item("output_tokens", u.output_tokens)?;
-    out.set_item("cached_input_tokens", u.cached_input_tokens)?;
-    out.set_item("reasoning_tokens", u.reasoning_tokens)?;
-    Ok(Some(out))
+        let Some(u) = read_usage(&Value::Object(carried), provider.0) else {
+            return Ok(None);
+        };
+        let out = PyDict::new(py);
+        out.set_item("input_tokens", u.input_tokens)?;
+        out.set_item("output_tokens", u.output_tokens)?;
+        out.set_item("cached_input_tokens", u.cached_input_tokens)?;
+        out.set_item("reasoning_tokens", u.reasoning_tokens)?;
+        Ok(Some(out))
+    })
 }
 
 /// The output text (answers, thinking, tool call arguments) of `response`, a plain answer of
@@ -76,8 +78,10 @@ fn reported_usage<'py>(
 /// unreadable. Empty for embeddings.
 #[pyfunction]
 fn answer_text(response: &Bound<'_, PyAny>, provider: Provider) -> PyResult<String> {
-    let value = py_to_json(response, "response")?;
-    Ok(read_text(&value, provider.0))
+    super::errors::caught("answer_text", || {
+        let value = py_to_json(response, "response")?;
+        Ok(read_text(&value, provider.0))
+    })
 }
 
 /// Adds `reported_usage` and `answer_text` to `_core`.

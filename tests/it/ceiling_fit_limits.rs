@@ -283,33 +283,50 @@ fn several_answers_share_what_is_left() {
     );
 }
 
+/// Issue 31 item 6: a ceiling's output maximum is per answer (admission reserved it `n`
+/// times); only what is left is shared among the answers.
 #[test]
-fn an_output_maximum_is_shared_among_the_answers_asked_for() {
+fn n_answers_share_only_what_is_left_and_a_call_that_fits_is_sent_unchanged() {
     use usage_guard::{fit, Api, FitOptions};
-    let ceiling = usage_guard::UsageCeiling {
-        tokens: None,
+    let ceiling = |tokens: Option<u64>, max_out: u64| usage_guard::UsageCeiling {
+        tokens,
         cost_micros: None,
         rates: None,
-        max_output_tokens: 1000,
-        min_output_tokens: 1,
+        max_output_tokens: max_out,
+        min_output_tokens: 256,
         margin: 0.05,
     };
-    let request = serde_json::json!({
-        "model": "gpt-4o", "max_tokens": 1000, "n": 4,
-        "messages": [{"role": "user", "content": "hi"}],
-    });
-    let fitted = fit(
-        &request,
-        &ceiling,
-        Api::OpenAiChat,
-        Some("gpt-4o"),
-        None,
-        &FitOptions::default(),
-    )
-    .unwrap();
+    let request = |n: u64, max: u64| {
+        serde_json::json!({
+            "model": "gpt-4o", "max_tokens": max, "n": n,
+            "messages": [{"role": "user", "content": "hi"}],
+        })
+    };
+    let fitted = |r: &serde_json::Value, c: &usage_guard::UsageCeiling| {
+        fit(
+            r,
+            c,
+            Api::OpenAiChat,
+            Some("gpt-4o"),
+            None,
+            &FitOptions::default(),
+        )
+    };
+    // n = 10, max_tokens = 50, room to spare: sent as given.
+    let r = fitted(&request(10, 50), &ceiling(Some(100_000), 50)).unwrap();
+    assert_eq!(r.max_output_tokens, Some(50));
+    assert!(r.changes().is_empty(), "{:?}", r.changes());
+    assert!(!r.output_capped);
+    // n = 10, max_tokens = 5, no limits: admitted as given (was "room for 0 output tokens").
+    let r = fitted(&request(10, 5), &ceiling(None, 5)).unwrap();
+    assert_eq!(r.max_output_tokens, Some(5));
+    assert!(r.changes().is_empty());
+    // Less left than 4 × 1,000: what is left (after the prompt) is shared by the 4 answers.
+    let prompt = r.prompt_tokens;
+    let r = fitted(&request(4, 1000), &ceiling(Some(prompt + 1200), 1000)).unwrap();
     assert_eq!(
-        fitted.max_output_tokens,
-        Some(250),
-        "4 answers × 250 ≤ the 1,000 reserved"
+        r.max_output_tokens,
+        Some(300),
+        "4 answers × 300 ≤ the 1,200 left"
     );
 }

@@ -63,9 +63,28 @@ fn the_reservation_is_the_lesser_of_estimate_and_what_is_left() {
     assert_eq!(second.ceiling().tokens, Some(8_000));
     assert_eq!(second.ceiling().max_output_tokens, 7_000);
     // Too little left for the prompt plus the minimum output: does not fit, nothing held.
+    // Nothing is used yet: the two calls in progress hold it all.
     let r = refusal(s.guard.admit_blocking(call("alice", "gpt-5", 1, 50_000)));
-    assert_eq!(r.reason, Reason::LimitReached);
+    assert_eq!(r.reason, Reason::HeldByCalls, "{}", r.message);
     first.release_blocking();
+    let r = refusal(
+        s.guard
+            .admit_blocking(call("alice", "gpt-5", 91_900, 50_000)),
+    );
+    // 92,000 are left, the second call in progress holds 8,000: it would fit without it.
+    assert_eq!(r.reason, Reason::HeldByCalls, "{}", r.message);
+    assert!(
+        r.message
+            .starts_with("You have 8,000 tokens held by calls in progress (0 tokens used)"),
+        "{}",
+        r.message
+    );
+    second.release_blocking();
+    s.guard
+        .admit_blocking(call("alice", "gpt-5", 1_000, 98_000))
+        .unwrap()
+        .bill_blocking(usage(8_000, 0))
+        .unwrap();
     let r = refusal(
         s.guard
             .admit_blocking(call("alice", "gpt-5", 91_900, 50_000)),
@@ -86,8 +105,9 @@ fn no_caller_maximum_falls_back_to_the_model_then_the_default() {
     let mut req = call("alice", "gpt-5", 100, 0);
     req.max_output_tokens = None;
     let t = s.guard.admit_blocking(req.clone()).unwrap();
-    // The model allows 128,000, but only 99,900 fit after the prompt.
-    assert_eq!(t.ceiling().max_output_tokens, 99_900);
+    // The model allows 128,000 and 99,900 fit after the prompt: a call without a maximum
+    // holds `settings.uncapped_output` of it, half by default.
+    assert_eq!(t.ceiling().max_output_tokens, 49_950);
     t.release_blocking();
     req.model = "bare".into();
     let t = s.guard.admit_blocking(req).unwrap();
@@ -426,11 +446,10 @@ fn holds_expire_after_fifteen_minutes() {
         .guard
         .admit_blocking(call("alice", "gpt-5", 50_000, 50_000))
         .unwrap();
-    assert!(
-        reached(s.guard.admit_blocking(call("alice", "gpt-5", 1, 1)))
-            .limit_type
-            .is_some()
-    );
+    // Nothing is used: the call in progress holds the room, so the refusal says so.
+    assert!(held(s.guard.admit_blocking(call("alice", "gpt-5", 1, 1)))
+        .limit_type
+        .is_some());
     s.clock.advance(16 * 60_000);
     let t = s
         .guard
@@ -578,7 +597,7 @@ fn holds_from_the_previous_bucket_still_count_in_the_next() {
         .admit_blocking(call("alice", "gpt-5", 50_000, 50_000))
         .unwrap();
     s.clock.set(at("2026-12-01T00:00:01Z"));
-    let r = reached(s.guard.admit_blocking(call("alice", "gpt-5", 1, 1)));
+    let r = held(s.guard.admit_blocking(call("alice", "gpt-5", 1, 1)));
     assert_eq!(r.limit_type, Some(LimitType::Direct));
     late.bill_blocking(usage(60_000, 40_000)).unwrap();
     reached(s.guard.admit_blocking(call("alice", "gpt-5", 1, 1)));
@@ -590,7 +609,7 @@ fn holds_from_the_previous_bucket_still_count_in_the_next() {
         .admit_blocking(call("alice", "gpt-5", 500, 500))
         .unwrap();
     s.clock.set(at("2026-11-30T12:01:30Z"));
-    reached(s.guard.admit_blocking(call("alice", "gpt-5", 1, 1)));
+    held(s.guard.admit_blocking(call("alice", "gpt-5", 1, 1)));
     a.bill_blocking(usage(500, 500)).unwrap();
     let view = futures::executor::block_on(s.guard.usage(Some("alice"), "gpt-5")).unwrap();
     assert_eq!((view.rules[0].used, view.rules[0].left), (1000, 0));

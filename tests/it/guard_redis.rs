@@ -80,8 +80,9 @@ fn two_guards_share_one_budget_on_redis() {
     // b sees a's hold of 600: only 400 is left.
     let t2 = b.admit_blocking(ask("alice", 500)).unwrap();
     assert_eq!(t2.ceiling().tokens, Some(400));
+    // Nothing used yet: the two calls in progress hold it all, and the refusal says so.
     let r = refusal(a.admit_blocking(ask("alice", 10)));
-    assert_eq!(r.reason, Reason::LimitReached);
+    assert_eq!(r.reason, Reason::HeldByCalls);
     t1.bill_blocking(used(100, 200)).unwrap().unwrap();
     t2.release_blocking();
     let view = futures::executor::block_on(b.usage(Some("alice"), "gpt-5")).unwrap();

@@ -10,7 +10,7 @@ mod openai;
 mod refusal;
 mod text;
 
-use crate::guard::domain::refusal::Refusal;
+use crate::guard::domain::refusal::{Reason, Refusal};
 pub use refusal::{HttpRefusal, HttpShape};
 use refusal::{RefusalKind, MAX_CLIENT_RETRY_WAIT_SECONDS};
 pub use text::answer_text;
@@ -235,12 +235,19 @@ fn count(v: &Value, what: &str) -> Option<u64> {
 impl Refusal {
     /// The refusal as an HTTP answer in a provider's error shape. A usage limit says when to
     /// come back (`retry-after` for a rate limit) or that retrying will not help
-    /// (`x-should-retry: false`); limits that cannot be checked (503) say to retry in a
+    /// (`x-should-retry: false`); room held by calls in progress says to retry after a
+    /// moment (`retry-after`, `x-should-retry: true`); limits that cannot be checked (503) say to retry in a
     /// second; a request the limits can never admit answers 400 or 404.
     pub fn to_http(&self, provider: HttpShape) -> HttpRefusal {
         let kind = RefusalKind::of(self);
         let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
-        if kind == RefusalKind::Limit {
+        if self.reason == Reason::HeldByCalls {
+            // Calls in progress hold the room and give most of it back as they end: SDK
+            // clients wait a moment and retry.
+            let seconds = self.retry_after_seconds.unwrap_or(1).max(1);
+            headers.push(("retry-after".to_string(), seconds.to_string()));
+            headers.push(("x-should-retry".to_string(), "true".to_string()));
+        } else if kind == RefusalKind::Limit {
             match self.retry_after_seconds.filter(|_| self.is_rate_limit()) {
                 Some(seconds) => {
                     headers.push(("retry-after".to_string(), seconds.max(1).to_string()));

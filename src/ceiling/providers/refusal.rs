@@ -56,7 +56,7 @@ impl RefusalKind {
             Reason::Unavailable | Reason::Recovering => RefusalKind::Unavailable,
             Reason::ContextWindowExceeded => RefusalKind::ContextWindow,
             Reason::ModelNotFound => RefusalKind::ModelNotFound,
-            Reason::LimitReached | Reason::DoesNotFit => RefusalKind::Limit,
+            Reason::LimitReached | Reason::DoesNotFit | Reason::HeldByCalls => RefusalKind::Limit,
         }
     }
 

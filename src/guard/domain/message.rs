@@ -100,3 +100,20 @@ pub(crate) fn does_not_fit(path: &Path, rule: &PathRule, team_name: &str, left: 
         p.place
     )
 }
+
+/// "You have 19,992 tokens held by calls in progress (8 tokens used) of your 20,000 tokens a
+/// day of public use on GPT-5; this call fits once they end: try again in a moment."
+pub(crate) fn held(path: &Path, rule: &PathRule, team_name: &str, held: u64, used: u64) -> String {
+    let p = parts(path, rule, team_name);
+    let r = &rule.rule;
+    format!(
+        "{} {} held by calls in progress ({} used) of {} {}{}; this call fits once they \
+         end: try again in a moment.",
+        p.who,
+        r.metric.amount_phrase(held.min(r.amount)),
+        r.metric.amount_phrase(used),
+        p.whose,
+        measure(r.metric, r.amount, r.window),
+        p.place
+    )
+}

@@ -11,6 +11,10 @@ pub enum Reason {
     LimitReached,
     /// Something is left, but not enough for this call.
     DoesNotFit,
+    /// The room is taken by the holds of calls in progress, not by use: without them the
+    /// call would fit. Retryable: the room comes back as they end (usually far below what
+    /// they hold).
+    HeldByCalls,
     /// The counters could not be read or written.
     Unavailable,
     /// The prompt (or a required output) does not fit in the model's context window or
@@ -30,6 +34,7 @@ impl Reason {
         match self {
             Reason::LimitReached => "USAGE_LIMIT_REACHED",
             Reason::DoesNotFit => "USAGE_LIMIT_DOES_NOT_FIT",
+            Reason::HeldByCalls => "USAGE_LIMIT_HELD",
             Reason::Unavailable => "USAGE_LIMITS_UNAVAILABLE",
             Reason::ContextWindowExceeded => "CONTEXT_WINDOW_EXCEEDED",
             Reason::ModelNotFound => "MODEL_NOT_FOUND",
@@ -56,7 +61,8 @@ pub struct Refusal {
     pub window: Option<Window>,
     /// When the refusing rule next has room (`None` if unknown or never).
     pub resets_at: Option<Millis>,
-    /// Whole seconds from the refusal until `resets_at` (rounded up).
+    /// Whole seconds from the refusal until `resets_at` (rounded up); for a refusal held by
+    /// calls in progress, how long to wait before trying again.
     pub retry_after_seconds: Option<u64>,
     pub message: String,
 }
@@ -116,7 +122,8 @@ impl Refusal {
 
     /// The error code of the HTTP answer: `rate_limit_exceeded` for minute/hour rules that
     /// free up at a known time (`retry_after_seconds`), `usage_limit_reached` for
-    /// day-or-longer rules and for calls a rule never admits, `usage_limits_unavailable`,
+    /// day-or-longer rules and for calls a rule never admits, `usage_limit_held` for room
+    /// taken by calls in progress, `usage_limits_unavailable`,
     /// `budget_recovering`, `context_length_exceeded`, `model_not_found`.
     pub fn http_code(&self) -> &'static str {
         match self.reason {
@@ -124,6 +131,7 @@ impl Refusal {
             Reason::Recovering => "budget_recovering",
             Reason::ContextWindowExceeded => "context_length_exceeded",
             Reason::ModelNotFound => "model_not_found",
+            Reason::HeldByCalls => "usage_limit_held",
             _ if self.is_rate_limit() && self.retry_after_seconds.is_some() => {
                 "rate_limit_exceeded"
             }

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{Demand, Plan, UsageCeiling};
 use crate::guard::domain::path::Path;
-use crate::guard::domain::policy::{Settings, MAX_AMOUNT};
+use crate::guard::domain::policy::{Settings, UncappedOutput, MAX_AMOUNT};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::store::StoreError;
 
@@ -193,21 +193,34 @@ fn check_names(request: &AdmitRequest) -> Result<()> {
     Ok(())
 }
 
-/// What a call may use at most: its prompt and its output maximum (the caller's, capped by
-/// the model's; else the model's; else the policy's default), clamped so amounts stay exact
-/// in every store (Redis computes in doubles) and never overflow.
+/// What a call may use at most: its prompt and, for each answer it asks for, its output
+/// maximum (the caller's, capped by the model's; else what `settings.uncapped_output`
+/// reserves: the model's, else the policy's default, or the setting's number), clamped so
+/// amounts stay exact in every store (Redis computes in doubles) and never overflow.
 pub(crate) fn demand(path: &Path, request: &AdmitRequest, settings: &Settings) -> Demand {
     let model_max = path.model_spec.as_ref().and_then(|m| m.max_output_tokens);
+    let uncapped = request.max_output_tokens.is_none();
     let max_output_tokens = match (request.max_output_tokens, model_max) {
         (Some(caller), Some(model)) => caller.min(model),
         (Some(caller), None) => caller,
-        (None, Some(model)) => model,
-        (None, None) => settings.default_max_output_tokens,
+        (None, model) => match settings.uncapped_output {
+            UncappedOutput::Tokens(n) => model.map_or(n, |m| m.min(n)),
+            UncappedOutput::Model | UncappedOutput::Share(_) => {
+                model.unwrap_or(settings.default_max_output_tokens)
+            }
+        },
+    };
+    // An invalid `n` is refused by the fit, naming the field; here it counts as one answer.
+    let answers = match &request.request {
+        Some((body, api)) => ceiling::answers(body, *api).unwrap_or(1),
+        None => 1,
     };
     Demand {
         prompt_tokens: request.prompt_tokens.unwrap_or(0).min(MAX_AMOUNT),
         prompt_is_estimate: request.prompt_is_estimate,
         max_output_tokens: max_output_tokens.min(MAX_AMOUNT),
+        answers: answers.clamp(1, MAX_AMOUNT),
+        uncapped,
     }
 }
 

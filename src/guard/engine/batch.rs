@@ -206,6 +206,9 @@ fn batch_demand(
         prompt_tokens: prompt,
         prompt_is_estimate: false,
         max_output_tokens: max_out,
+        answers: 1,
+        // A batch sums its requests' maxima: it holds them in full.
+        uncapped: false,
     }
 }
 

@@ -132,6 +132,9 @@ impl Guard {
             .expect("a conflicting item has a checked rule");
         let state = decide::rule_state(rule, reads, now);
         let need = plan.items[item].hold;
+        if decide::caused_by_holds(rule, &state, need) {
+            return self.refuse(decide::held_by_calls(path, rule, &state, now));
+        }
         let resets_at = decide::room_at(rule, reads, need, now);
         self.refuse(decide::does_not_fit(
             path, rule, state.left, need, resets_at, now,

@@ -82,6 +82,20 @@ pub fn reached(result: Result<usage_guard::Ticket, Error>) -> Refusal {
     r
 }
 
+/// A refusal because calls in progress hold the room, not because it is used.
+#[allow(dead_code)]
+pub fn held(result: Result<usage_guard::Ticket, Error>) -> Refusal {
+    let r = refusal(result);
+    assert_eq!(r.reason, Reason::HeldByCalls, "{}", r.message);
+    assert!(
+        r.message.contains("held by calls in progress"),
+        "{}",
+        r.message
+    );
+    assert!(r.retry_after_seconds.is_some());
+    r
+}
+
 pub const GPT5: &str = r#"
 [models.gpt-5]
 display_name = "GPT-5"

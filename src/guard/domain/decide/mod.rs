@@ -17,7 +17,7 @@ use super::window::Window;
 use std::sync::Arc;
 
 pub(crate) use halts::halt_to_place;
-pub(crate) use refuse::{does_not_fit, reached};
+pub(crate) use refuse::{caused_by_holds, does_not_fit, held_by_calls, reached};
 use steps::{held_prompt, least_left, usage_ceiling, Holds, Snapshot};
 pub use warnings::RuleWarning;
 
@@ -47,9 +47,15 @@ pub(crate) struct Demand {
     pub prompt_tokens: u64,
     /// Whether the prompt count is an estimate (then `margin` is kept free).
     pub prompt_is_estimate: bool,
-    /// The output maximum in force: the caller's, else the model's, else the default,
-    /// never above the model's.
+    /// The output maximum in force for each answer: the caller's, else what
+    /// `settings.uncapped_output` reserves, never above the model's.
     pub max_output_tokens: u64,
+    /// The answers the call asks for (`n`, `candidateCount`; at least 1): each may write
+    /// `max_output_tokens`, so the call holds that many times it.
+    pub answers: u64,
+    /// True when the caller set no output maximum: `settings.uncapped_output` then says how
+    /// much of what is left the call may hold.
+    pub uncapped: bool,
 }
 
 /// A rule's state at an instant.
@@ -135,7 +141,8 @@ pub struct UsageCeiling {
     pub cost_micros: Option<u64>,
     /// The model's prices, when `cost_micros` is set.
     pub rates: Option<Prices>,
-    /// The output maximum the call is reserved for.
+    /// The output maximum the call is reserved for, per answer (a call asking for `n`
+    /// answers holds `n` times it).
     pub max_output_tokens: u64,
     pub min_output_tokens: u64,
     pub margin: f64,
@@ -199,7 +206,19 @@ pub(crate) fn decide(
     if let Some(refusal) = halts::halted(path, reads, now) {
         return Decision::Refuse(refusal);
     }
-    let snapshot = Snapshot { path, reads, now };
+    let prompt = held_prompt(demand, settings);
+    let prices = path
+        .model_spec
+        .as_ref()
+        .map(|m| m.prices.rates(prompt))
+        .unwrap_or_default();
+    let needs = steps::needs(demand, settings, prompt, &prices);
+    let snapshot = Snapshot {
+        path,
+        reads,
+        now,
+        needs,
+    };
     // Every ceiling with nothing left refuses; then the first source with room is billed.
     if let Some(refusal) = snapshot.exhausted_ceiling() {
         return Decision::Refuse(refusal);
@@ -209,17 +228,11 @@ pub(crate) fn decide(
         Err(refusal) => return Decision::Refuse(refusal),
     };
     let least = least_left(path.checked_rules(billed), reads, now);
-    let prompt = held_prompt(demand, settings);
-    let prices = path
-        .model_spec
-        .as_ref()
-        .map(|m| m.prices.rates(prompt))
-        .unwrap_or_default();
     let max_out = match snapshot.output_room(&least, demand, settings, prompt, &prices) {
         Ok(max_out) => max_out,
         Err(refusal) => return Decision::Refuse(refusal),
     };
-    let holds = Holds::new(prompt, max_out, &prices);
+    let holds = Holds::new(prompt, max_out, demand.answers, &prices);
     let added_slots = path.added_slots(billed);
     let (items, item_slots) = snapshot.reserve_items(billed, &added_slots, &holds);
     let source = billed

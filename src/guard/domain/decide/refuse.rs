@@ -43,6 +43,44 @@ pub(crate) fn does_not_fit(
     refusal(Reason::DoesNotFit, rule, resets_at, message, now)
 }
 
+/// How long a client waits before trying again a call refused by holds of calls in
+/// progress: their end is not known, and most calls end within seconds.
+pub(crate) const HELD_RETRY_SECONDS: u64 = 5;
+
+/// Whether the holds of calls in progress, not use, leave no room in a token or cost `rule`
+/// for a call that needs `need` of it: without those holds it would fit. Holds are worst
+/// cases (a call usually ends far below its output maximum), so the room comes back as they
+/// end. Requests and concurrency are not: a call in progress uses what it holds.
+pub(crate) fn caused_by_holds(rule: &PathRule, state: &RuleState, need: u64) -> bool {
+    let worst_case = matches!(
+        rule.rule.metric,
+        Metric::Tokens | Metric::InputTokens | Metric::OutputTokens | Metric::Cost
+    );
+    let by_use = state.counted.saturating_sub(state.held);
+    worst_case && state.held > 0 && by_use.saturating_add(need) <= rule.rule.amount
+}
+
+/// The refusal for a rule whose room the holds of calls in progress take, not use: the room
+/// comes back as they end, so it is retryable (no reset time: it is not known when).
+pub(crate) fn held_by_calls(
+    path: &Path,
+    rule: &PathRule,
+    state: &RuleState,
+    _now: Millis,
+) -> Refusal {
+    let message = message::held(path, rule, &rule.team_name, state.held, state.used);
+    Refusal {
+        reason: Reason::HeldByCalls,
+        limit_type: Some(rule.limit_type),
+        metric: Some(rule.rule.metric),
+        amount: Some(rule.rule.amount),
+        window: Some(rule.rule.window),
+        resets_at: None,
+        retry_after_seconds: Some(HELD_RETRY_SECONDS),
+        message,
+    }
+}
+
 fn refusal(
     reason: Reason,
     rule: &PathRule,

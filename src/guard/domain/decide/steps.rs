@@ -1,6 +1,7 @@
 //! The steps of a decision: refuse on an exhausted ceiling, pick the billed source, fit the
 //! output in what is left, and lay out the holds to reserve. Pure functions of the snapshot.
 
+use super::refuse::{caused_by_holds, held_by_calls};
 use super::{
     does_not_fit, reached, room_at, rule_left, rule_state, Demand, RuleState, SlotRead,
     UsageCeiling,
@@ -62,23 +63,29 @@ pub(super) fn held_prompt(demand: &Demand, settings: &Settings) -> u64 {
 /// What the call holds on counters of each metric.
 pub(super) struct Holds {
     prompt: u64,
+    /// Per answer.
     max_out: u64,
+    /// Every answer's: `max_out` × answers.
+    out: u64,
     tokens: u64,
     cost: u64,
 }
 
 impl Holds {
-    pub(super) fn new(prompt: u64, max_out: u64, prices: &Prices) -> Self {
+    /// `max_out` is per answer: `answers` of them are held.
+    pub(super) fn new(prompt: u64, max_out: u64, answers: u64, prices: &Prices) -> Self {
+        let out = max_out.saturating_mul(answers.max(1));
         // The prompt and the output each rounded up, as the fit takes them apart: the cost
-        // held then pays for the whole output maximum (`cost_output_room` of it ≥ max_out),
+        // held then pays for the whole output maximum (`cost_output_room` of it ≥ out),
         // so a roomy cost rule never lowers the output by a rounding.
         let cost = prices
             .dearest_cost_micros(prompt, 0)
-            .saturating_add(prices.dearest_cost_micros(0, max_out));
+            .saturating_add(prices.dearest_cost_micros(0, out));
         Holds {
             prompt,
             max_out,
-            tokens: prompt.saturating_add(max_out),
+            out,
+            tokens: prompt.saturating_add(out),
             cost,
         }
     }
@@ -87,7 +94,7 @@ impl Holds {
         match metric {
             Metric::Tokens => self.tokens,
             Metric::InputTokens => self.prompt,
-            Metric::OutputTokens => self.max_out,
+            Metric::OutputTokens => self.out,
             Metric::Cost => self.cost,
             Metric::Requests | Metric::Concurrency => 1,
             Metric::ComputeMs => 0,
@@ -95,18 +102,44 @@ impl Holds {
     }
 }
 
-/// The snapshot one decision reads: the path, its counters and the instant.
+/// What a call needs of each metric to run with its least output (indexed by
+/// `Metric as usize`): what a refusal waits for, and what tells a refusal caused by calls in
+/// progress from one caused by use.
+pub(super) type Needs = [u64; 7];
+
+/// The least output the call can run with (the smaller of `min_output_tokens` and the
+/// caller's maximum), for every answer, on each metric.
+pub(super) fn needs(demand: &Demand, settings: &Settings, prompt: u64, prices: &Prices) -> Needs {
+    let out_need = settings.min_output_tokens.min(demand.max_output_tokens);
+    let out = out_need.saturating_mul(demand.answers.max(1));
+    let mut needs = [0; 7];
+    for metric in Metric::ALL {
+        needs[metric as usize] = match metric {
+            Metric::InputTokens => prompt,
+            Metric::OutputTokens => out,
+            Metric::Cost => Holds::new(prompt, out_need, demand.answers, prices).cost,
+            Metric::Tokens => prompt.saturating_add(out),
+            Metric::Requests | Metric::Concurrency => 1,
+            Metric::ComputeMs => 0,
+        };
+    }
+    needs
+}
+
+/// The snapshot one decision reads: the path, its counters, the instant and what the call
+/// needs.
 pub(super) struct Snapshot<'a> {
     pub(super) path: &'a Path,
     pub(super) reads: &'a [SlotRead],
     pub(super) now: Millis,
+    pub(super) needs: Needs,
 }
 
 impl Snapshot<'_> {
     /// The refusal of the ceiling that frees up last, when any ceiling has nothing left.
     pub(super) fn exhausted_ceiling(&self) -> Option<Refusal> {
         let (rule, state) = latest_exhausted(self.path.ceilings.iter(), self.reads, self.now)?;
-        Some(reached(self.path, rule, &state, self.now))
+        Some(self.reached(rule, &state))
     }
 
     /// The first source with room (`None`: no source has a limit, bill the default). A team
@@ -119,7 +152,7 @@ impl Snapshot<'_> {
             else {
                 return Ok(Some(i));
             };
-            let refusal = reached(self.path, rule, &state, self.now);
+            let refusal = self.reached(rule, &state);
             if source.source.kind != SourceKind::Team {
                 return Err(refusal);
             }
@@ -128,16 +161,37 @@ impl Snapshot<'_> {
         team_refusal.map_or(Ok(None), Err)
     }
 
-    /// The refusal for the rule that sets what is left of `metric`, for a call that needs
-    /// `need` of it: with when that much is free, or that it never will be.
-    fn not_fit(&self, least: &Least, metric: Metric, need: u64) -> Refusal {
+    /// A rule with nothing left: refused as held by calls in progress when their holds, not
+    /// use, leave no room.
+    fn reached(&self, rule: &PathRule, state: &RuleState) -> Refusal {
+        self.held_refusal(rule, state)
+            .unwrap_or_else(|| reached(self.path, rule, state, self.now))
+    }
+
+    /// The refusal of a rule whose room the holds of calls in progress take, not use
+    /// (`caused_by_holds`): it says so and is retryable.
+    fn held_refusal(&self, rule: &PathRule, state: &RuleState) -> Option<Refusal> {
+        let need = self.needs[rule.rule.metric as usize];
+        caused_by_holds(rule, state, need).then(|| held_by_calls(self.path, rule, state, self.now))
+    }
+
+    /// The refusal for the rule that sets what is left of `metric`: with when what the call
+    /// needs is free, or that it never will be.
+    fn not_fit(&self, least: &Least, metric: Metric) -> Refusal {
         let (left, rule) = least[metric as usize].expect("a rule of that metric");
+        let state = rule_state(rule, self.reads, self.now);
+        if let Some(refusal) = self.held_refusal(rule, &state) {
+            return refusal;
+        }
+        let need = self.needs[metric as usize];
         let resets_at = room_at(rule, self.reads, need, self.now);
         does_not_fit(self.path, rule, left, need, resets_at, self.now)
     }
 
-    /// The output maximum that fits what is left of every metric, or the refusal for the
-    /// first metric the prompt does not fit in, or that leaves too little output.
+    /// The output maximum per answer that fits what is left of every metric (each answer
+    /// may write it), or the refusal for the first metric the prompt does not fit in, or
+    /// that leaves too little output. A call without an output maximum holds at most what
+    /// `settings.uncapped_output` allows of what is left.
     pub(super) fn output_room(
         &self,
         least: &Least,
@@ -146,18 +200,14 @@ impl Snapshot<'_> {
         prompt: u64,
         prices: &Prices,
     ) -> Result<u64, Refusal> {
-        // The least output the call can run with: the smaller of min_output_tokens and what
-        // the caller asked for. What each metric needs for it is what a refusal waits for.
         let out_need = settings.min_output_tokens.min(demand.max_output_tokens);
-        let need = |metric: Metric| match metric {
-            Metric::InputTokens => prompt,
-            Metric::OutputTokens => out_need,
-            Metric::Cost => Holds::new(prompt, out_need, prices).cost,
-            _ => prompt.saturating_add(out_need),
-        };
+        let answers = demand.answers.max(1);
         let mut max_out = demand.max_output_tokens;
         let mut bound_by: Option<Metric> = None;
+        let mut least_room: Option<u64> = None;
         let mut lower = |max_out: &mut u64, room: u64, metric: Metric| {
+            let room = room / answers;
+            least_room = Some(least_room.map_or(room, |l| l.min(room)));
             if room < *max_out {
                 *max_out = room;
                 bound_by = Some(metric);
@@ -165,7 +215,7 @@ impl Snapshot<'_> {
         };
         if let Some(l) = left_of(least, Metric::InputTokens) {
             if prompt > l {
-                return Err(self.not_fit(least, Metric::InputTokens, need(Metric::InputTokens)));
+                return Err(self.not_fit(least, Metric::InputTokens));
             }
         }
         if let Some(l) = left_of(least, Metric::OutputTokens) {
@@ -173,14 +223,14 @@ impl Snapshot<'_> {
         }
         if let Some(l) = left_of(least, Metric::Tokens) {
             if prompt > l {
-                return Err(self.not_fit(least, Metric::Tokens, need(Metric::Tokens)));
+                return Err(self.not_fit(least, Metric::Tokens));
             }
             lower(&mut max_out, l - prompt, Metric::Tokens);
         }
         if let Some(l) = left_of(least, Metric::Cost) {
             let prompt_cost = prices.dearest_cost_micros(prompt, 0);
             if prompt_cost > l {
-                return Err(self.not_fit(least, Metric::Cost, need(Metric::Cost)));
+                return Err(self.not_fit(least, Metric::Cost));
             }
             if let Some(room) = cost_output_room(l, prompt_cost, prices) {
                 lower(&mut max_out, room, Metric::Cost);
@@ -188,8 +238,12 @@ impl Snapshot<'_> {
         }
         if let Some(metric) = bound_by {
             if max_out < out_need {
-                return Err(self.not_fit(least, metric, need(metric)));
+                return Err(self.not_fit(least, metric));
             }
+        }
+        if let (true, Some(room)) = (demand.uncapped, least_room) {
+            // Never below what the call needs to run: the share limits, it never refuses.
+            max_out = max_out.min(settings.uncapped_output.of_room(room).max(out_need));
         }
         Ok(max_out)
     }

@@ -39,7 +39,9 @@ pub(crate) use models::{Counting, ModelSpec, Provider};
 pub(crate) use price_book::PriceBook;
 pub use pricing::{LongContext, PriceOrigin, Prices, Pricing};
 pub(crate) use restart::refilled;
-pub(crate) use settings::{Anonymous, Settings, SpendFailureMode, StoreChecks, UnknownModels};
+pub(crate) use settings::{
+    Anonymous, Settings, SpendFailureMode, StoreChecks, UncappedOutput, UnknownModels,
+};
 pub(crate) use teams::TeamSpec;
 pub use values::MAX_AMOUNT;
 

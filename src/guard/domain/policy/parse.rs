@@ -20,6 +20,16 @@ use crate::error::Error;
 pub(super) fn parse(doc: &Value, base_dir: Option<&Path>) -> Result<Policy, Error> {
     let mut p = Parser::new();
     let policy = p.policy(doc, base_dir);
+    let given = doc.pointer("/settings/uncapped_output");
+    if given.is_some() && (doc.get("limits").is_some() || doc.get("rules").is_some()) {
+        // Where a limit can refuse, what a call without max_tokens holds decides whether the
+        // next call finds room ("model" is the trap: one call holds a whole budget).
+        p.note(
+            "settings.uncapped_output",
+            given,
+            policy.settings.uncapped_output.describe(),
+        );
+    }
     let notes = p.take_notes();
     let (mut policy, warnings) = p.finish(policy)?;
     policy.warnings = warnings;

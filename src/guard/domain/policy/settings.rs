@@ -48,6 +48,53 @@ pub enum Anonymous {
     As(Arc<str>),
 }
 
+/// What a call without an output maximum reserves (`settings.uncapped_output`); its output
+/// is clamped to what it reserved either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UncappedOutput {
+    /// `"model"`: the model's maximum (else `default_max_output_tokens`), up to all that is
+    /// left.
+    Model,
+    /// A number of tokens (never above the model's maximum).
+    Tokens(u64),
+    /// `"50%"`: this percentage (1 to 100) of what is left after the prompt (never above the
+    /// model's maximum, never below `min_output_tokens`).
+    Share(u8),
+}
+
+impl UncappedOutput {
+    /// The default: half of what is left. One call without an output maximum never holds a
+    /// whole budget, so a second call still finds room (docs/policy.md says why).
+    pub const DEFAULT: UncappedOutput = UncappedOutput::Share(50);
+
+    /// What a call without an output maximum may hold of `room` (the output room left per
+    /// answer); `Model` and `Tokens` take all of it (their bound is the demand's).
+    pub fn of_room(self, room: u64) -> u64 {
+        match self {
+            UncappedOutput::Share(pct) => ((room as u128 * pct as u128) / 100) as u64,
+            UncappedOutput::Model | UncappedOutput::Tokens(_) => room,
+        }
+    }
+
+    /// The setting's meaning in words, for `usage-guard check`.
+    pub fn describe(self) -> String {
+        match self {
+            UncappedOutput::Model => "a call without max_tokens reserves the model's whole \
+                output maximum, up to all that is left: one such call can hold a whole budget \
+                until it ends"
+                .to_string(),
+            UncappedOutput::Tokens(n) => format!(
+                "a call without max_tokens reserves {n} output tokens (at most the model's \
+                 maximum) and is cut there"
+            ),
+            UncappedOutput::Share(pct) => format!(
+                "a call without max_tokens reserves {pct}% of what is left after its prompt \
+                 (at most the model's maximum) and is cut there"
+            ),
+        }
+    }
+}
+
 /// Settings that shape admission and the usage ceiling.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -57,6 +104,8 @@ pub struct Settings {
     pub margin: f64,
     /// The output assumed when neither the caller nor the model gives a maximum.
     pub default_max_output_tokens: u64,
+    /// What a call without an output maximum reserves.
+    pub uncapped_output: UncappedOutput,
     pub unknown_models: UnknownModels,
     /// Metrics whose rules let calls through uncounted when the counter store is down
     /// (every other rule refuses them as unavailable).
@@ -91,6 +140,7 @@ impl Default for Settings {
             min_output_tokens: 256,
             margin: 0.05,
             default_max_output_tokens: 8192,
+            uncapped_output: UncappedOutput::DEFAULT,
             unknown_models: UnknownModels::Refuse,
             fail_open: Vec::new(),
             spend_failure_mode: SpendFailureMode::Deny,
@@ -109,6 +159,7 @@ const SETTINGS_KEYS: &[&str] = &[
     "min_output_tokens",
     "margin",
     "default_max_output_tokens",
+    "uncapped_output",
     "unknown_models",
     "fail_open",
     "spend_failure_mode",
@@ -138,6 +189,9 @@ impl Parser {
             settings.default_max_output_tokens = self
                 .whole("settings.default_max_output_tokens", v, 1)
                 .unwrap_or(8192);
+        }
+        if let Some(v) = fields.get("uncapped_output") {
+            settings.uncapped_output = self.uncapped_output(v);
         }
         if let Some(v) = fields.get("margin") {
             match v.as_f64().filter(|m| (0.0..1.0).contains(m)) {
@@ -196,6 +250,27 @@ impl Parser {
             }
         }
         settings
+    }
+
+    fn uncapped_output(&mut self, value: &Value) -> UncappedOutput {
+        let accepted = "accepted: \"model\" (the model's maximum), a number of tokens from 1, \
+                        or a share of what is left from \"1%\" to \"100%\"";
+        if let Some(n) = value.as_u64().filter(|&n| n >= 1) {
+            return UncappedOutput::Tokens(n);
+        }
+        if let Some(word) = value.as_str() {
+            if word == "model" {
+                return UncappedOutput::Model;
+            }
+            let pct = word
+                .strip_suffix('%')
+                .and_then(|p| p.trim().parse::<u8>().ok());
+            if let Some(pct) = pct.filter(|p| (1..=100).contains(p)) {
+                return UncappedOutput::Share(pct);
+            }
+        }
+        self.error("settings.uncapped_output", Some(value), accepted);
+        UncappedOutput::DEFAULT
     }
 
     fn unknown_models(&mut self, value: &Value) -> UnknownModels {
