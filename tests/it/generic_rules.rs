@@ -538,8 +538,9 @@ throttle_max_wait = 2
         waited >= std::time::Duration::from_millis(1900),
         "{waited:?}"
     );
+    // Well under two waits: the sleep's wake-up may come late on a loaded machine.
     assert!(
-        waited < std::time::Duration::from_millis(2500),
+        waited < std::time::Duration::from_millis(3900),
         "{waited:?}"
     );
     // Room further away than the bound: refused at once, no wait.
