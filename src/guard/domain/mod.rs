@@ -13,6 +13,7 @@ pub(crate) mod health;
 pub(crate) mod message;
 pub(crate) mod path;
 pub(crate) mod policy;
+pub(crate) mod ratelimit;
 pub(crate) mod refusal;
 pub(crate) mod room;
 pub(crate) mod rule;
