@@ -9,6 +9,7 @@ from typing import Any
 import openai
 import pytest
 import usage_guard as ug
+from doc_blocks import run_by
 from fake_provider import FakeProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -121,3 +122,17 @@ def test_instrument_refuses_what_is_not_a_guard(make_guard: Any, otel: Any) -> N
     guard = instrument(make_guard(policy()), meter_provider=otel[0], tracer_provider=otel[1])
     with pytest.raises(TypeError, match="already instrumented"):
         instrument(guard)  # type: ignore[arg-type]
+
+
+def test_the_docs_snippet_runs_as_written(
+    fake: FakeProvider, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{fake.url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    (block,) = run_by("docs/opentelemetry.md", "test_otel.py")
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "docs/opentelemetry.md", "exec"), namespace)
+    assert (
+        capsys.readouterr().out == "['handle request', 'usage_guard.admit', 'usage_guard.bill']\n"
+    )
+    assert "gen_ai.client.token.usage" in points(namespace["reader"])

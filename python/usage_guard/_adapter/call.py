@@ -123,6 +123,9 @@ class Api:
     positional: tuple[str, ...] = ()  # names of positional arguments, in order
     lazy_stream: bool = False  # the request is sent at the first chunk (Ollama generators)
     embeddings: bool = False
+    # The answer a plain call's usage is read from and attached to, from what the SDK
+    # method returned (a raw response's parsed answer); absent: the returned object itself.
+    answer: Optional[Callable[[Any], Any]] = None
     streaming: bool = False  # the method always streams (Gemini's generate_content_stream)
     # Sends the keys admission fitted (`ticket.fitted`) in the call's keyword arguments;
     # absent: they replace the caller's (Gemini sets two fields inside the caller's config).
@@ -145,6 +148,8 @@ class Call:
         # A per-call `user=None` means the client's user, never "no user": dropping every
         # limit is the policy's choice (settings.anonymous), not a keyword's.
         call_user: Optional[str] = kwargs.pop("user", None)
+        if _not_given(call_user):  # a framework passing the SDK's `omit` (Pydantic AI)
+            call_user = None
         self.user: Optional[str] = owner._guard_user if call_user is None else call_user
         # The call's attributes for the policy's generic rules (credential, session, ...).
         self.attributes: Optional[dict[str, str]] = kwargs.pop("usage_attributes", None)
