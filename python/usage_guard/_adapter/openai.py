@@ -166,10 +166,12 @@ class _GuardedOpenAIClient(GuardedClient):
         super().__init__(client, guard, user, fallbacks, credential)
         chat = client.chat.completions
         # Structured-output `parse` takes and answers the same shapes as `create`.
-        guarded_chat = {"create": self._guarded(CHAT, chat.create)}
+        guarded_chat: dict[str, Any] = {"create": self._guarded(CHAT, chat.create)}
         if hasattr(chat, "parse"):
             guarded_chat["parse"] = self._guarded(CHAT, chat.parse)
-        guarded_responses = {"create": self._guarded(RESPONSES, client.responses.create)}
+        guarded_responses: dict[str, Any] = {
+            "create": self._guarded(RESPONSES, client.responses.create)
+        }
         if hasattr(client.responses, "parse"):
             guarded_responses["parse"] = self._guarded(RESPONSES, client.responses.parse)
         guarded_chat["with_raw_response"] = Proxy(
