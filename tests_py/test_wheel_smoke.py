@@ -107,6 +107,7 @@ def test_redis_store(clock: ug.ManualClock) -> None:
     [
         ("usage_guard.genai", "google.genai", "genai"),
         ("usage_guard.otel", "opentelemetry", "otel"),
+        ("usage_guard.litellm", "litellm", "litellm"),
     ],
 )
 def test_an_optional_module_without_its_package_names_the_extra(
