@@ -99,3 +99,16 @@ def test_the_docs_snippet_runs_as_written() -> None:
     exec(compile(block, "docs/providers.md", "exec"), namespace)
     fields = parsed(namespace["headers"]["RateLimit-Policy"])
     assert fields["tokens"][1]["qu"] == "tokens"
+
+
+def test_an_anchored_window_is_reported_without_w_not_refused() -> None:
+    doc = policy(users=("alice",))
+    paris = {"kind": "calendar", "unit": "day", "anchor_zone": "Europe/Paris"}
+    rule = {"metric": "tokens", "amount": 50, "window": paris}
+    doc["limits"]["direct"][0]["rules"] = [rule]
+    guard = ug.Guard(ug.Policy.from_dict(doc), clock=ug.ManualClock(NOW))
+    view = guard.usage("alice", "gpt-4o")
+    assert " from " in view["rules"][0]["window"]
+    out = http.headers(usage=view, now=NOW)
+    assert parsed(out["RateLimit-Policy"])["tokens"][1] == {"q": 50, "qu": "tokens"}
+    assert parsed(out["RateLimit"])["tokens"][1]["r"] == 50

@@ -64,7 +64,7 @@ pub(crate) fn from_upstream(name: &str) -> bool {
 pub(crate) fn tightest(view: &UsageView) -> Vec<Reported> {
     ratelimit::tightest(view.rules.iter().chain(&view.ceilings).map(|r| Reported {
         metric: r.metric,
-        window: r.window,
+        window: Some(r.window),
         limit: r.amount,
         remaining: r.left,
         resets_at: r.resets_at,
@@ -77,7 +77,7 @@ pub(crate) fn refused(refusal: &Refusal) -> Vec<Reported> {
         (Some(metric), Some(window), Some(limit)) if ratelimit::REPORTED.contains(&metric) => {
             vec![Reported {
                 metric,
-                window,
+                window: Some(window),
                 limit,
                 remaining: 0,
                 resets_at: refusal.resets_at,

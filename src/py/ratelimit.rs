@@ -42,14 +42,17 @@ fn reported(rule: &Bound<'_, PyAny>, at: &str) -> PyResult<Option<Reported>> {
         return Ok(None);
     }
     let text: String = item(rule, at, "window")?.extract()?;
-    let window = Window::parse(&text).or((text == "running").then_some(Window::WhileRunning));
-    let window = window.ok_or_else(|| {
-        Error::invalid(
-            &format!("{at}.window"),
-            format!("{text:?}"),
-            "is not a window",
-        )
-    })?;
+    // An anchored window's words ("day from 09:00 Europe/Paris") do not carry its length:
+    // reported without `w`, never refused (the view is the guard's own).
+    let window = match Window::parse(&text) {
+        Some(w) => Some(w),
+        None if text == "running" => Some(Window::WhileRunning),
+        None if text.contains(" from ") => None,
+        None => {
+            let what = "is not a window (a usage view rule's window)";
+            return Err(Error::invalid(&format!("{at}.window"), format!("{text:?}"), what).into());
+        }
+    };
     let limit = whole_in(
         &format!("{at}.amount"),
         &item(rule, at, "amount")?,

@@ -19,7 +19,9 @@ pub(crate) const REPORTED: [Metric; 3] = [Metric::Requests, Metric::Tokens, Metr
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Reported {
     pub(crate) metric: Metric,
-    pub(crate) window: Window,
+    /// `None` when only the window's words are known and they do not say its length (an
+    /// anchored window in a usage view): the policy is written without `w`.
+    pub(crate) window: Option<Window>,
     pub(crate) limit: u64,
     pub(crate) remaining: u64,
     pub(crate) resets_at: Option<Millis>,
@@ -81,8 +83,11 @@ pub(crate) fn fields(rules: &[Reported], now: Millis) -> Vec<(String, String)> {
         let Some((name, unit)) = policy(r.metric) else {
             continue;
         };
-        let w = window_seconds(r.window, now);
-        policies.push(format!("\"{name}\";q={};qu=\"{unit}\";w={w}", r.limit));
+        let mut policy = format!("\"{name}\";q={};qu=\"{unit}\"", r.limit);
+        if let Some(window) = r.window {
+            policy.push_str(&format!(";w={}", window_seconds(window, now)));
+        }
+        policies.push(policy);
         let mut item = format!("\"{name}\";r={}", r.remaining);
         if let Some(t) = r.reset_seconds(now) {
             item.push_str(&format!(";t={t}"));
@@ -106,7 +111,7 @@ mod tests {
     fn rule(metric: Metric, window: Window, limit: u64, remaining: u64) -> Reported {
         Reported {
             metric,
-            window,
+            window: Some(window),
             limit,
             remaining,
             resets_at: Some(10_500),
