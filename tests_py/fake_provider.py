@@ -2,7 +2,9 @@
 
 Endpoints: OpenAI `/v1/chat/completions`, `/v1/completions` (legacy: `prompt`, `max_tokens`
 16 when absent), `/v1/responses`, `/v1/embeddings`; Anthropic
-`/v1/messages`; Ollama `/api/chat`, `/api/generate`, `/api/embed`. Each answers plain or
+`/v1/messages`; Ollama `/api/chat`, `/api/generate`, `/api/embed`; Gemini
+`/v1beta/models/{model}:generateContent`, `:streamGenerateContent`, `:countTokens`
+(`fake_gemini`). Each answers plain or
 streaming (SSE for OpenAI and Anthropic, NDJSON for Ollama) with realistic bodies and usage.
 
 Knobs (attributes, change them between calls):
@@ -33,6 +35,8 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional
+
+import fake_gemini
 
 # Each chunk is one token in o200k_base and cl100k_base.
 WORD = " hello"
@@ -171,7 +175,7 @@ class FakeProvider:
             "/api/generate": self._ollama_generate,
             "/api/embed": self._ollama_embed,
         }
-        route = routes.get(path)
+        route = routes.get(path) or fake_gemini.route(self, path)
         if route is None:
             _send_json(h, 404, {"error": f"no route {path}"})
             return

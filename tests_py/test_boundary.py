@@ -171,8 +171,8 @@ def test_error_shape_literal_is_exactly_what_to_http_accepts(guard: ug.Guard) ->
         assert status == 429
     assert not running.settled
     with pytest.raises(ValueError) as bad:
-        refused.value.to_http("gemini")  # type: ignore[arg-type]
-    assert str(bad.value).startswith("provider:") and '"gemini"' in str(bad.value)
+        refused.value.to_http("bedrock")  # type: ignore[arg-type]
+    assert str(bad.value).startswith("provider:") and '"bedrock"' in str(bad.value)
     assert accepted_words(str(bad.value)) == set(get_args(types.ErrorShape))
 
 

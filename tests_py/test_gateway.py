@@ -115,7 +115,7 @@ def test_refused_before_the_provider_in_openai_shape(fake, start):
     assert headers["x-should-retry"] == "false"
     assert headers["x-ratelimit-limit-tokens"] == "10"
     assert headers["x-ratelimit-remaining-tokens"] == "0"
-    assert headers["ratelimit-policy"] == '"tokens";q=10;w=86400'
+    assert headers["ratelimit-policy"] == '"tokens";q=10;qu="tokens";w=86400'
     assert reserved(guard, "alice", "gpt-4o") == 0
 
 

@@ -169,8 +169,8 @@ def test_to_http_shapes(make_guard: MakeGuard, clock: ug.ManualClock) -> None:
         assert ("x-should-retry" in headers) == (hour.retry_after > 60)
     assert hour.to_http("openai")[2]["error"]["code"] == "rate_limit_exceeded"
     assert hour.to_http("anthropic")[2]["error"]["code"] == "rate_limit_exceeded"
-    with pytest.raises(ValueError, match="accepted: openai, anthropic, ollama"):
-        hour.to_http("gemini")
+    with pytest.raises(ValueError, match="accepted: openai, anthropic, ollama, gemini"):
+        hour.to_http("bedrock")
 
 
 def test_ceilings_refuse_even_when_the_source_has_room(make_guard: MakeGuard) -> None:

@@ -247,6 +247,19 @@ def test_stream_abandoned_during_text_bills_thinking_and_text_received(fake, mak
 def test_everything_else_passes_through(fake, make_guard):
     raw = sdk(fake)
     client = GuardedAnthropic(raw, make_guard(policy()), user="alice")
-    assert client.models is raw.models and client.beta is raw.beta
+    assert client.models is raw.models
+    # beta.messages.create is guarded (Pydantic AI calls it); the rest of beta passes through.
+    assert client.beta.files is raw.beta.files
+    assert client.beta.messages.batches is raw.beta.messages.batches
     assert client.messages.batches is raw.messages.batches
     assert client.messages.count_tokens == raw.messages.count_tokens
+
+
+def test_beta_messages_create_is_guarded(fake, make_guard):
+    guard = make_guard(policy(tokens_a_day=400))
+    fake.output_tokens = 10_000
+    client = GuardedAnthropic(sdk(fake), guard, user="alice")
+    reply = client.beta.messages.create(model=MODEL, max_tokens=64_000, messages=MESSAGES)
+    sent = fake.bodies("/v1/messages")[0]["max_tokens"]
+    assert 0 < sent < 400 and reply.usage_limits["capped"] is True
+    assert used(guard, "alice", MODEL) == 21 + sent

@@ -178,14 +178,21 @@ def test_headers(make_guard):
     assert http.headers(ticket) == {"x-ratelimit-remaining-tokens": str(ticket.ceiling["tokens"])}
     ticket.bill(100, 50)
     view = guard.usage("alice", "gpt-4o")
-    h = http.headers(ticket, view)
-    assert h == {"x-ratelimit-remaining-requests": "9", "x-ratelimit-remaining-tokens": "850"}
+    h = http.headers(ticket, view, now="2026-11-30T08:30:00Z")
+    assert h == {
+        "x-ratelimit-remaining-requests": "9",
+        "x-ratelimit-remaining-tokens": "850",
+        "RateLimit-Policy": '"requests";q=10;qu="requests";w=3600, '
+        '"tokens";q=1000;qu="tokens";w=86400, "cost";q=1000000000;qu="micro_usd";w=2592000',
+        "RateLimit": f'"requests";r=9, "tokens";r=850;t={15 * 3600 + 1800}, '
+        f'"cost";r={view["rules"][1]["left"]};t={15 * 3600 + 1800}',
+    }
 
     class Reply:
         usage_limits: Any = view
 
-    assert http.headers(Reply()) == h
-    assert http.headers(view) == h
+    assert http.headers(Reply(), now="2026-11-30T08:30:00Z") == h
+    assert http.headers(view, now="2026-11-30T08:30:00Z") == h
 
 
 def test_prompt_over_the_context_window_is_refused_before_the_server(fake, make_guard):

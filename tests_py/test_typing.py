@@ -159,7 +159,7 @@ def test_the_typed_example_runs_with_every_sdk(fake: FakeProvider, make_guard: A
     assert asyncio.run(typed.ollama_stream_async(async_local, "llama3.2")) == WORD * 12
 
 
-@pytest.mark.parametrize("name", ["openai", "anthropic", "ollama"])
+@pytest.mark.parametrize("name", ["openai", "anthropic", "ollama", "genai"])
 def test_every_name_of_a_stub_exists_at_run_time(name: str) -> None:
     stub = ast.parse((ROOT / "python" / "usage_guard" / f"{name}.pyi").read_text("utf-8"))
     module = importlib.import_module(f"usage_guard.{name}")

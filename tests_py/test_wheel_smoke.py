@@ -29,7 +29,7 @@ def test_import_the_compiled_core() -> None:
     package = Path(ug.__file__).resolve().parent
     assert ug.__version__ == metadata.version("usage-guard")
     assert (package / "py.typed").is_file()
-    stubs = ("_core.pyi", "_answers.pyi", "openai.pyi", "anthropic.pyi", "ollama.pyi")
+    stubs = ("_core.pyi", "_answers.pyi", "openai.pyi", "anthropic.pyi", "ollama.pyi", "genai.pyi")
     assert [s for s in stubs if not (package / s).is_file()] == []
     assert ug.count_tokens("hello world", "o200k_base") == 2
     if UNDER_WHEEL_SCRIPT:
@@ -100,3 +100,25 @@ def test_redis_store(clock: ug.ManualClock) -> None:
         assert b.usage("alice", "gpt-5")["rules"][0]["used"] == 150
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    ("module", "package", "extra"),
+    [
+        ("usage_guard.genai", "google.genai", "genai"),
+        ("usage_guard.otel", "opentelemetry", "otel"),
+        ("usage_guard.litellm", "litellm", "litellm"),
+    ],
+)
+def test_an_optional_module_without_its_package_names_the_extra(
+    module: str, package: str, extra: str
+) -> None:
+    # A fresh interpreter where the optional package cannot be imported (installed or not).
+    code = (
+        f"import sys; sys.modules[{package!r}] = None\n"
+        f"try:\n    import {module}\n"
+        "except ImportError as e:\n    print(e)\nelse:\n    print('imported')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"pip install 'usage-guard[{extra}]'" in done.stdout, done.stdout

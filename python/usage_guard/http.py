@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from . import _core
 from .errors import UsageLimitError
 from .types import ErrorShape
 
 __all__ = ["headers", "refusal", "PROVIDERS"]
 
 # The error shapes `to_http` answers in.
-PROVIDERS: tuple[ErrorShape, ...] = ("openai", "anthropic", "ollama")
+PROVIDERS: tuple[ErrorShape, ...] = ("openai", "anthropic", "ollama", "gemini")
 
 _TOKEN_METRICS = ("tokens",)
 
@@ -41,8 +42,9 @@ def _least_left(view: dict[str, Any], metrics: tuple[str, ...]) -> Optional[int]
     return min(lefts) if lefts else None
 
 
-def headers(ticket: Any = None, usage: Any = None) -> dict[str, str]:
-    """`x-ratelimit-remaining-requests` / `x-ratelimit-remaining-tokens` for a successful answer.
+def headers(ticket: Any = None, usage: Any = None, *, now: Any = None) -> dict[str, str]:
+    """`x-ratelimit-remaining-requests` / `x-ratelimit-remaining-tokens`, and the IETF
+    `RateLimit-Policy` / `RateLimit` fields, for a successful answer.
 
     `ticket` is a `Ticket` (its ceiling's `tokens` is what was left at admission), and/or
     `usage` is the usage view (`guard.usage(...)`, or a guarded response carrying
@@ -50,6 +52,13 @@ def headers(ticket: Any = None, usage: Any = None) -> dict[str, str]:
     header is left out when no rule limits that measure. A ticket may itself be a usage view or
     a guarded response. A ticket a `degrade` rule admitted on another model (or a guarded
     response carrying `usage_degraded`) adds `X-Degraded: <asked for> -> <sent>`.
+
+    The IETF fields come from a usage view only (a ticket's ceiling has no window): one item
+    per policy (`"requests"`, `"tokens"`, `"cost"`, the tightest rule of each), each naming
+    its unit in `qu` (`"tokens"`; cost in `"micro_usd"`), written by the same core function
+    as the gateway's. `t` (seconds to reset) is counted from `now` (an ISO 8601 instant or a
+    datetime; the system clock when absent: pass the guard's clock time under a
+    `ManualClock`).
     """
     view = _view_of(usage) if usage is not None else None
     if view is None and ticket is not None:
@@ -64,6 +73,10 @@ def headers(ticket: Any = None, usage: Any = None) -> dict[str, str]:
         out["x-ratelimit-remaining-requests"] = str(max(0, requests))
     if tokens is not None:
         out["x-ratelimit-remaining-tokens"] = str(max(0, tokens))
+    if view:
+        rules = list(view.get("rules") or []) + list(view.get("ceilings") or [])
+        for name, value in _core.ratelimit_fields(rules, now):
+            out["RateLimit-Policy" if name == "ratelimit-policy" else "RateLimit"] = value
     # A `degrade` rule answered with another model: say which one was asked for.
     degraded = getattr(ticket, "degraded_from", None) or getattr(ticket, "usage_degraded", None)
     if isinstance(degraded, str):
@@ -75,7 +88,7 @@ def refusal(
     error: UsageLimitError, provider: ErrorShape = "openai"
 ) -> tuple[int, dict[str, str], Any]:
     """`(status, headers, body)` of a refusal in `provider`'s error shape (openai, anthropic,
-    ollama): `error.to_http(provider)`. A rate-limit refusal whose Retry-After is over a
+    ollama, gemini): `error.to_http(provider)`. A rate-limit refusal whose Retry-After is over a
     minute also says `x-should-retry: false`, so SDK clients hand it straight back instead
     of sleeping through it (the Anthropic SDK would, however long it is). A refusal by the
     holds of calls in progress (`UsageLimitHeld`) says `retry-after: 5` and

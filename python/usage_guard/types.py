@@ -66,7 +66,7 @@ Provider = Literal[
 ]
 
 # The provider error shapes a refusal renders in (`to_http(provider)`).
-ErrorShape = Literal["openai", "anthropic", "ollama"]
+ErrorShape = Literal["openai", "anthropic", "ollama", "gemini"]
 
 SourceType = Literal["direct", "team", "public"]
 

@@ -5,6 +5,9 @@ use serde_json::Value;
 use super::message_cache::{self, Entry, Site};
 use super::tokenizer::Encoding;
 
+/// Framing tokens assumed per message where the provider does not document its template.
+pub(super) const MESSAGE_FRAMING: u64 = 3;
+
 /// Accumulates a count; anything not counted exactly marks the whole count an estimate.
 pub(crate) struct Counter {
     pub encoding: Encoding,

@@ -18,6 +18,7 @@ mod message_cache;
 mod models;
 mod openai;
 mod prompt;
+mod prompt_gemini;
 mod providers;
 mod thinking;
 mod tokenizer;
@@ -30,6 +31,8 @@ pub(crate) use fit_checks::check_context;
 pub use models::{known_model, tokenizer_for, KnownModel, ThinkingRange, Tokenizer};
 pub use prompt::{count_request, count_request_for_group, prompt_counts, PromptCount};
 pub(crate) use providers::choices as answers;
+#[cfg(feature = "gateway")]
+pub(crate) use providers::gemini_error_body;
 pub use providers::{
     answer_text, reported_usage, stopped_at_max, usage_paths, HttpRefusal, HttpShape, ReportedUsage,
 };

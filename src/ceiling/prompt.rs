@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::Value;
 
 use super::api::Api;
-use super::count::Counter;
+use super::count::{Counter, MESSAGE_FRAMING};
 use super::fields::field_error;
-use super::image::{anthropic_image_tokens, data_dimensions, data_len, gemini_image_tokens};
+use super::image::{anthropic_image_tokens, data_dimensions, data_len};
 use super::message_cache::Site;
 use super::models::tokenizer_for;
 use super::openai;
+use super::prompt_gemini;
 use super::tokenizer::Encoding;
 use crate::error::{Error, Result};
 use crate::guard::domain::policy::ModelSpec;
@@ -73,7 +74,7 @@ pub fn count_request(
         Api::OpenAiResponses => openai::responses(&mut c, request)?,
         Api::OpenAiEmbeddings => embeddings(&mut c, request, "input")?,
         Api::Anthropic => anthropic(&mut c, request)?,
-        Api::Gemini => gemini(&mut c, request)?,
+        Api::Gemini => prompt_gemini::count(&mut c, request)?,
         Api::OllamaChat => ollama_chat(&mut c, request)?,
         Api::OllamaGenerate => ollama_generate(&mut c, request)?,
         Api::OllamaEmbed => {
@@ -160,9 +161,6 @@ fn completions(c: &mut Counter, request: &Value) -> Result<()> {
     Ok(())
 }
 
-/// Framing tokens assumed per message where the provider does not document its template.
-const MESSAGE_FRAMING: u64 = 3;
-
 fn messages<'a>(request: &'a Value, field: &str) -> Result<&'a [Value]> {
     match request.get(field) {
         Some(Value::Array(items)) => Ok(items),
@@ -245,77 +243,6 @@ fn anthropic_blocks(c: &mut Counter, blocks: &[Value]) {
                 _ => {}
             },
             _ => c.json(b),
-        }
-    }
-}
-
-/// Gemini `generateContent`: `systemInstruction`, `contents`, `tools` (camelCase or
-/// snake_case). An estimate unless the policy says otherwise.
-fn gemini(c: &mut Counter, request: &Value) -> Result<()> {
-    let get = |a: &str, b: &str| request.get(a).or_else(|| request.get(b));
-    if let Some(sys) = get("systemInstruction", "system_instruction") {
-        gemini_content(c, sys);
-    }
-    match get("contents", "contents") {
-        Some(Value::Array(items)) => {
-            for item in items {
-                c.message(Site::Gemini, item, |c| {
-                    c.add(MESSAGE_FRAMING);
-                    gemini_content(c, item);
-                });
-            }
-        }
-        Some(Value::String(s)) => c.text(s),
-        Some(v) => {
-            return Err(field_error(
-                "request.contents",
-                v,
-                "must be a list of contents",
-            ))
-        }
-        None => {
-            return Err(Error::invalid(
-                "request.contents",
-                "",
-                "is required; a list of {role, parts}",
-            ))
-        }
-    }
-    if let Some(tools) = get("tools", "tools") {
-        c.json(tools);
-    }
-    c.exact = false;
-    Ok(())
-}
-
-fn gemini_content(c: &mut Counter, content: &Value) {
-    let parts = match content {
-        Value::String(s) => return c.text(s),
-        Value::Object(_) => content.get("parts"),
-        _ => return c.json(content),
-    };
-    let Some(Value::Array(parts)) = parts else {
-        return;
-    };
-    for p in parts {
-        if let Some(Value::String(t)) = p.get("text") {
-            c.text(t);
-        } else if let Some(d) = p.get("inlineData").or_else(|| p.get("inline_data")) {
-            let mime = d
-                .get("mimeType")
-                .or_else(|| d.get("mime_type"))
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let data = d.get("data").and_then(Value::as_str).unwrap_or("");
-            if mime.starts_with("image/") {
-                c.estimate(gemini_image_tokens(data_dimensions(data)));
-            } else {
-                c.estimate(data_len(data) / 4);
-            }
-        } else if p.get("fileData").or_else(|| p.get("file_data")).is_some() {
-            c.estimate(gemini_image_tokens(None));
-        } else {
-            c.json(p);
         }
     }
 }

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::proxy::App;
 use super::shape::{json_response, set_headers, Endpoint};
-use crate::ceiling::HttpShape;
+use crate::ceiling::{gemini_error_body, HttpShape};
 use crate::guard::domain::refusal::Refusal;
 
 /// What the ladder has met so far.
@@ -107,6 +107,7 @@ fn shaped(
             "type": "error", "error": {"type": anthropic, "message": message}
         }),
         HttpShape::Ollama => json!({ "error": message, "code": code }),
+        HttpShape::Gemini => gemini_error_body(status.as_u16(), message, Some(code)),
     };
     json_response(status, &body)
 }

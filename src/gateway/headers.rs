@@ -4,9 +4,10 @@
 //! encoding, the request id, when to retry): nothing of the operator's account (cookies,
 //! organization, project, the account's rate limits) leaks out. The rate-limit headers a
 //! caller sees are the gateway's own: OpenAI's `x-ratelimit-*`, Anthropic's
-//! `anthropic-ratelimit-*`, the IETF `RateLimit-Policy` / `RateLimit` fields, and
-//! `X-Usage-Restriction` for a fitted call. Each kind of rate-limit header reports the
-//! tightest rule of its metric (requests, tokens); a metric no rule counts gets no header.
+//! `anthropic-ratelimit-*`, the IETF `RateLimit-Policy` / `RateLimit` fields (written by
+//! `domain::ratelimit`, with their `qu` units), and `X-Usage-Restriction` for a fitted call.
+//! Each kind of rate-limit header reports the tightest rule of its metric (requests, tokens;
+//! cost in the IETF fields only); a metric no rule counts gets no header.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
@@ -14,10 +15,10 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use crate::ceiling::HttpShape;
 use crate::guard::domain::clock::{iso8601, Millis};
 use crate::guard::domain::policy::{GatewayKey, ACCOUNT_HEADERS};
+use crate::guard::domain::ratelimit::{self, Reported};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::Metric;
 use crate::guard::domain::view::UsageView;
-use crate::guard::domain::window::Window;
 
 /// The caller's headers every call passes on: the API version its SDK speaks.
 const TO_UPSTREAM: [&str; 1] = ["anthropic-version"];
@@ -59,46 +60,24 @@ pub(crate) fn from_upstream(name: &str) -> bool {
     FROM_UPSTREAM.contains(&name)
 }
 
-/// One rule as the headers report it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Reported {
-    pub(crate) metric: Metric,
-    pub(crate) window: Window,
-    pub(crate) limit: u64,
-    pub(crate) remaining: u64,
-    pub(crate) resets_at: Option<Millis>,
-}
-
-/// The tightest requests rule and the tightest tokens rule of a usage view.
+/// The tightest requests, tokens and cost rule of a usage view.
 pub(crate) fn tightest(view: &UsageView) -> Vec<Reported> {
-    let mut out = Vec::new();
-    for metric in [Metric::Requests, Metric::Tokens] {
-        let best = view
-            .rules
-            .iter()
-            .chain(&view.ceilings)
-            .filter(|r| r.metric == metric)
-            .min_by_key(|r| r.left);
-        if let Some(r) = best {
-            out.push(Reported {
-                metric,
-                window: r.window,
-                limit: r.amount,
-                remaining: r.left,
-                resets_at: r.resets_at,
-            });
-        }
-    }
-    out
+    ratelimit::tightest(view.rules.iter().chain(&view.ceilings).map(|r| Reported {
+        metric: r.metric,
+        window: Some(r.window),
+        limit: r.amount,
+        remaining: r.left,
+        resets_at: r.resets_at,
+    }))
 }
 
 /// The rule a refusal names, as the headers report it (nothing left).
 pub(crate) fn refused(refusal: &Refusal) -> Vec<Reported> {
     match (refusal.metric, refusal.window, refusal.amount) {
-        (Some(metric @ (Metric::Requests | Metric::Tokens)), Some(window), Some(limit)) => {
+        (Some(metric), Some(window), Some(limit)) if ratelimit::REPORTED.contains(&metric) => {
             vec![Reported {
                 metric,
-                window,
+                window: Some(window),
                 limit,
                 remaining: 0,
                 resets_at: refusal.resets_at,
@@ -125,25 +104,21 @@ pub(crate) fn rate_limit(
     now: Millis,
 ) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    let mut policies = Vec::new();
-    let mut limits = Vec::new();
     for r in rules {
-        let word = if r.metric == Metric::Requests {
-            "requests"
-        } else {
-            "tokens"
+        // The vendors' own headers know requests and tokens; cost is in the IETF fields only.
+        let word = match r.metric {
+            Metric::Requests => "requests",
+            Metric::Tokens => "tokens",
+            _ => continue,
         };
-        let reset = r
-            .resets_at
-            .map(|at| ((at - now).max(0) as u64).div_ceil(1000));
         match shape {
-            HttpShape::OpenAi | HttpShape::Ollama => {
+            HttpShape::OpenAi | HttpShape::Ollama | HttpShape::Gemini => {
                 out.push((format!("x-ratelimit-limit-{word}"), r.limit.to_string()));
                 out.push((
                     format!("x-ratelimit-remaining-{word}"),
                     r.remaining.to_string(),
                 ));
-                if let Some(s) = reset {
+                if let Some(s) = r.reset_seconds(now) {
                     out.push((format!("x-ratelimit-reset-{word}"), duration(s)));
                 }
             }
@@ -161,25 +136,8 @@ pub(crate) fn rate_limit(
                 }
             }
         }
-        let start = r.window.bucket_start(now);
-        let window_seconds = match r.window {
-            Window::Sliding { seconds } => u64::from(seconds),
-            Window::Calendar(_) | Window::Anchored(_) => {
-                ((r.window.bucket_end(start) - start) / 1000) as u64
-            }
-            Window::WhileRunning => 0,
-        };
-        policies.push(format!("\"{word}\";q={};w={window_seconds}", r.limit));
-        let mut item = format!("\"{word}\";r={}", r.remaining);
-        if let Some(s) = reset {
-            item.push_str(&format!(";t={s}"));
-        }
-        limits.push(item);
     }
-    if !policies.is_empty() {
-        out.push(("ratelimit-policy".to_string(), policies.join(", ")));
-        out.push(("ratelimit".to_string(), limits.join(", ")));
-    }
+    out.extend(ratelimit::fields(rules, now));
     out
 }
 

@@ -5,7 +5,7 @@ use axum::http::{header, HeaderName, HeaderValue, Response, StatusCode};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::ceiling::{Api, HttpShape};
+use crate::ceiling::{gemini_error_body, Api, HttpShape};
 use crate::guard::domain::policy::Provider;
 
 /// How a streamed answer is framed.
@@ -202,6 +202,7 @@ impl Problem {
                 "type": "error", "error": {"type": anthropic, "message": message}
             }),
             HttpShape::Ollama => json!({ "error": message }),
+            HttpShape::Gemini => gemini_error_body(self.status().as_u16(), message, Some(code)),
         };
         let mut response = json_response(self.status(), &body);
         if matches!(self, Problem::Unavailable | Problem::Busy) {
@@ -229,6 +230,7 @@ pub(crate) fn stream_error(shape: HttpShape, code: &str, message: &str) -> Bytes
             format!("event: error\ndata: {error}\n\n")
         }
         HttpShape::Ollama => format!("{}\n", json!({ "error": message })),
+        HttpShape::Gemini => format!("data: {}\n\n", gemini_error_body(500, message, Some(code))),
     };
     Bytes::from(text)
 }

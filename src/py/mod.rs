@@ -22,6 +22,7 @@ mod provider;
 mod pystr;
 mod quota;
 mod quota_db;
+mod ratelimit;
 mod redis_store;
 mod store;
 mod thread_state;
@@ -48,5 +49,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     gateway::register(m)?;
     health::register(m)?;
     quota::register(m)?;
+    ratelimit::register(m)?;
     Ok(())
 }

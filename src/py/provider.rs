@@ -14,7 +14,7 @@ use crate::error::Error;
 const ARGUMENT: &str = "provider";
 
 /// The words `ErrorShape` accepts, in order.
-const SHAPE_WORDS: [&str; 3] = ["openai", "anthropic", "ollama"];
+const SHAPE_WORDS: [&str; 4] = ["openai", "anthropic", "ollama", "gemini"];
 
 fn word(obj: Borrowed<'_, '_, PyAny>, accepted: &str) -> Result<String, Error> {
     if !obj.is_instance_of::<PyString>() {
@@ -55,7 +55,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Provider {
 }
 
 /// A `provider=` argument naming the error shape a refusal is rendered in: `openai`,
-/// `anthropic` or `ollama`.
+/// `anthropic`, `ollama` or `gemini`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ErrorShape(pub HttpShape);
 

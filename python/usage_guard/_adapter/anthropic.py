@@ -173,7 +173,8 @@ class _StreamManager:
 
 
 class _GuardedAnthropicClient(GuardedClient):
-    """What the sync and async guarded Anthropic clients share: the guarded messages."""
+    """What the sync and async guarded Anthropic clients share: the guarded messages
+    (`messages.create` and `.stream`, `beta.messages.create`)."""
 
     def __init__(
         self,
@@ -192,6 +193,11 @@ class _GuardedAnthropicClient(GuardedClient):
         stream.__doc__ = messages.stream.__doc__
         self.messages = Proxy(
             messages, create=self._guarded(MESSAGES, messages.create), stream=stream
+        )
+        # The beta messages API (Pydantic AI calls it) takes and answers the same shapes.
+        beta = client.beta.messages
+        self.beta = Proxy(
+            client.beta, messages=Proxy(beta, create=self._guarded(MESSAGES, beta.create))
         )
 
 

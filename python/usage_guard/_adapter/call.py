@@ -106,14 +106,6 @@ class StreamState:
     finish_reason: Optional[str] = None  # why it stopped, for `ticket.capped`
 
 
-def _no_chunk(chunk: Any) -> bool:
-    return False
-
-
-def _no_reasons(response: Any) -> list[str]:
-    return []
-
-
 @dataclass
 class Api:
     """How one provider SDK method is guarded: its provider word, and its SDK plumbing (usage
@@ -121,16 +113,23 @@ class Api:
 
     word: str  # the core's provider word: "openai", "openai.responses", ...
     # Why a plain response stopped, one reason per answer, read off the SDK object as is.
-    finish_reasons: Callable[[Any], list[str]] = _no_reasons
+    finish_reasons: Callable[[Any], list[str]] = lambda response: []
     observe: Optional[Callable[[StreamState, Any], None]] = None  # one stream chunk
     # Asks for usage in the stream; True when the caller had not, so that chunks carrying only
     # usage (`extra_chunk`) are kept from the caller, who did not expect them.
     stream_setup: Optional[Callable[[dict[str, Any]], bool]] = None
-    extra_chunk: Callable[[Any], bool] = _no_chunk
+    extra_chunk: Callable[[Any], bool] = lambda chunk: False
     reasoning_text: Optional[Callable[[Any], str]] = None  # thinking text, when not reported
     positional: tuple[str, ...] = ()  # names of positional arguments, in order
     lazy_stream: bool = False  # the request is sent at the first chunk (Ollama generators)
     embeddings: bool = False
+    # The answer a plain call's usage is read from and attached to, from what the SDK
+    # method returned (a raw response's parsed answer); absent: the returned object itself.
+    answer: Optional[Callable[[Any], Any]] = None
+    streaming: bool = False  # the method always streams (Gemini's generate_content_stream)
+    # Sends the keys admission fitted (`ticket.fitted`) in the call's keyword arguments;
+    # absent: they replace the caller's (Gemini sets two fields inside the caller's config).
+    apply_fitted: Optional[Callable[[dict[str, Any], dict[str, Any]], None]] = None
 
 
 class Call:
@@ -149,6 +148,8 @@ class Call:
         # A per-call `user=None` means the client's user, never "no user": dropping every
         # limit is the policy's choice (settings.anonymous), not a keyword's.
         call_user: Optional[str] = kwargs.pop("user", None)
+        if _not_given(call_user):  # a framework passing the SDK's `omit` (Pydantic AI)
+            call_user = None
         self.user: Optional[str] = owner._guard_user if call_user is None else call_user
         # The call's attributes for the policy's generic rules (credential, session, ...).
         self.attributes: Optional[dict[str, str]] = kwargs.pop("usage_attributes", None)
@@ -156,7 +157,7 @@ class Call:
         self.api = api
         self.kwargs = kwargs
         self.model = str(kwargs.get("model") or "")
-        self.stream = bool(kwargs.get("stream")) and not api.embeddings
+        self.stream = (api.streaming or bool(kwargs.get("stream"))) and not api.embeddings
         self.request = {
             k: jsonable(v) for k, v in kwargs.items() if k not in _SDK_OPTIONS and not _not_given(v)
         }
@@ -183,7 +184,10 @@ class Call:
     def admitted(self, ticket: Any) -> None:
         """Takes the ticket: sends the keys admission fitted instead of the caller's."""
         self.ticket = ticket
-        self.kwargs.update(ticket.fitted)
+        if self.api.apply_fitted is not None:
+            self.api.apply_fitted(self.kwargs, ticket.fitted)
+        else:
+            self.kwargs.update(ticket.fitted)
         if self.stream and self.api.stream_setup is not None:
             self.hide_extra_chunks = self.api.stream_setup(self.kwargs)
         self.started = time.monotonic()

@@ -55,7 +55,8 @@ def run_sync(
 def finish_sync(call: Call, result: Any) -> Any:
     if call.stream:
         return GuardedStream(call, result)
-    settle_sync(call, call.response_usage(result), result, call.response_capped(result))
+    answer = result if call.api.answer is None else call.api.answer(result)
+    settle_sync(call, call.response_usage(answer), answer, call.response_capped(answer))
     return result
 
 
@@ -193,7 +194,8 @@ async def run_async(
 async def finish_async(call: Call, result: Any) -> Any:
     if call.stream:
         return AsyncGuardedStream(call, result)
-    await settle_async(call, call.response_usage(result), result, call.response_capped(result))
+    answer = result if call.api.answer is None else call.api.answer(result)
+    await settle_async(call, call.response_usage(answer), answer, call.response_capped(answer))
     return result
 
 

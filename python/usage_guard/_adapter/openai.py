@@ -126,6 +126,32 @@ EMBEDDINGS = Api(
 )
 
 
+def _parsed(raw: Any) -> Any:
+    """The answer of a raw response (`with_raw_response.create`): parsed once, and cached by
+    the SDK, so the caller's own `parse()` gets the same object, with the guard's attributes."""
+    return raw.parse()
+
+
+# `with_raw_response.create` (LangChain's ChatOpenAI calls it): billed from the parsed answer.
+CHAT_RAW = Api(word=CHAT.word, finish_reasons=_chat_reasons, answer=_parsed)
+RESPONSES_RAW = Api(word=RESPONSES.word, finish_reasons=_responses_reasons, answer=_parsed)
+
+
+def _raw(guarded: Callable[..., Any]) -> Callable[..., Any]:
+    """A guarded `with_raw_response.create` for plain calls. A raw stream is refused rather
+    than sent unmetered: its chunks are read by the caller, never by the guard."""
+
+    def create(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("stream"):
+            raise TypeError(
+                "stream: with_raw_response.create(stream=True) is not guarded; call "
+                "create(stream=True) on the guarded client (its stream is metered)"
+            )
+        return guarded(*args, **kwargs)
+
+    return create
+
+
 class _GuardedOpenAIClient(GuardedClient):
     """What the sync and async guarded OpenAI clients share: the guarded resources."""
 
@@ -140,12 +166,22 @@ class _GuardedOpenAIClient(GuardedClient):
         super().__init__(client, guard, user, fallbacks, credential)
         chat = client.chat.completions
         # Structured-output `parse` takes and answers the same shapes as `create`.
-        guarded_chat = {"create": self._guarded(CHAT, chat.create)}
+        guarded_chat: dict[str, Any] = {"create": self._guarded(CHAT, chat.create)}
         if hasattr(chat, "parse"):
             guarded_chat["parse"] = self._guarded(CHAT, chat.parse)
-        guarded_responses = {"create": self._guarded(RESPONSES, client.responses.create)}
+        guarded_responses: dict[str, Any] = {
+            "create": self._guarded(RESPONSES, client.responses.create)
+        }
         if hasattr(client.responses, "parse"):
             guarded_responses["parse"] = self._guarded(RESPONSES, client.responses.parse)
+        guarded_chat["with_raw_response"] = Proxy(
+            chat.with_raw_response,
+            create=_raw(self._guarded(CHAT_RAW, chat.with_raw_response.create)),
+        )
+        guarded_responses["with_raw_response"] = Proxy(
+            client.responses.with_raw_response,
+            create=_raw(self._guarded(RESPONSES_RAW, client.responses.with_raw_response.create)),
+        )
         completions = Proxy(chat, **guarded_chat)
         responses = Proxy(client.responses, **guarded_responses)
         self.chat = Proxy(client.chat, completions=completions)

@@ -2,11 +2,13 @@
 //! snake_case (`generation_config`, the SDK's `config`), `candidates[].finishReason`, and
 //! `usageMetadata` with thoughts billed as output.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
+use super::refusal::RefusalKind;
 use super::{n, ReportedUsage};
 use crate::ceiling::fields::read_count;
 use crate::error::Result;
+use crate::guard::domain::refusal::Refusal;
 
 /// The config object and its spelling (true: camelCase).
 const CONTAINERS: [(&str, bool); 3] = [
@@ -85,4 +87,50 @@ pub(super) fn usage(response: &Value) -> Option<ReportedUsage> {
         cached_input_tokens: f("/cachedContentTokenCount", "/cached_content_token_count"),
         reasoning_tokens: thoughts,
     })
+}
+
+/// Google's error shape, `{"error": {"code", "message", "status", "details"}}`: the gRPC
+/// status word of an HTTP status (`RESOURCE_EXHAUSTED` for 429, `UNAVAILABLE` 503,
+/// `INVALID_ARGUMENT` 400, `NOT_FOUND` 404), and `details` with an `ErrorInfo` whose
+/// `reason` is `code` (the guard's error code) when one is given.
+pub(crate) fn error_body(status: u16, message: &str, code: Option<&str>) -> Value {
+    let word = match status {
+        429 => "RESOURCE_EXHAUSTED",
+        503 => "UNAVAILABLE",
+        400 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        413 => "INVALID_ARGUMENT",
+        504 => "DEADLINE_EXCEEDED",
+        500..=599 => "INTERNAL",
+        _ => "UNKNOWN",
+    };
+    let mut error = json!({ "code": status, "message": message, "status": word });
+    if let Some(code) = code {
+        error["details"] = json!([{
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": code,
+            "domain": "usage-guard",
+        }]);
+    }
+    json!({ "error": error })
+}
+
+/// A refusal in Gemini's shape ([`error_body`]); a rate limit also says when to come back
+/// in a `RetryInfo` (`retryDelay`, as Gemini's own 429 does).
+pub(super) fn refusal_body(refusal: &Refusal, kind: RefusalKind) -> Value {
+    let mut body = error_body(kind.status(), &refusal.message, Some(refusal.http_code()));
+    let retry = refusal
+        .retry_after_seconds
+        .filter(|_| refusal.is_rate_limit());
+    if let (RefusalKind::Limit, Some(seconds)) = (kind, retry) {
+        if let Some(details) = body["error"]["details"].as_array_mut() {
+            details.push(json!({
+                "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                "retryDelay": format!("{}s", seconds.max(1)),
+            }));
+        }
+    }
+    body
 }

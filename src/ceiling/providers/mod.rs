@@ -11,6 +11,8 @@ mod refusal;
 mod text;
 
 use crate::guard::domain::refusal::{Reason, Refusal};
+#[cfg(feature = "gateway")]
+pub(crate) use gemini::error_body as gemini_error_body;
 pub use refusal::{HttpRefusal, HttpShape};
 use refusal::{RefusalKind, MAX_CLIENT_RETRY_WAIT_SECONDS};
 pub use text::answer_text;
@@ -270,6 +272,7 @@ impl Refusal {
             HttpShape::OpenAi => openai::refusal_body(self, kind),
             HttpShape::Anthropic => anthropic::refusal_body(self, kind),
             HttpShape::Ollama => ollama::refusal_body(self),
+            HttpShape::Gemini => gemini::refusal_body(self, kind),
         };
         HttpRefusal {
             status: kind.status(),

@@ -15,15 +15,18 @@ pub enum HttpShape {
     OpenAi,
     Anthropic,
     Ollama,
+    /// Google's `{"error": {"code", "message", "status"}}` (`RESOURCE_EXHAUSTED` 429, ...).
+    Gemini,
 }
 
 impl HttpShape {
-    /// Parses `openai`, `anthropic` or `ollama`.
+    /// Parses `openai`, `anthropic`, `ollama` or `gemini`.
     pub fn parse(word: &str) -> Option<HttpShape> {
         match word {
             "openai" => Some(HttpShape::OpenAi),
             "anthropic" => Some(HttpShape::Anthropic),
             "ollama" => Some(HttpShape::Ollama),
+            "gemini" => Some(HttpShape::Gemini),
             _ => None,
         }
     }

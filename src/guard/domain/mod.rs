@@ -13,6 +13,9 @@ pub(crate) mod health;
 pub(crate) mod message;
 pub(crate) mod path;
 pub(crate) mod policy;
+// The rate-limit headers: written by the gateway and by `usage_guard.http.headers`.
+#[cfg(any(feature = "gateway", feature = "python"))]
+pub(crate) mod ratelimit;
 pub(crate) mod refusal;
 pub(crate) mod room;
 pub(crate) mod rule;

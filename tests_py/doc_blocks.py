@@ -1,0 +1,17 @@
+"""The Python blocks of a doc that a test runs itself (`<!-- snippet: run-by TEST -->`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = re.compile(
+    r"<!-- snippet: run-by (?P<test>\S+) -->\s*\n```python\n(?P<code>.*?)^```", re.S | re.M
+)
+
+
+def run_by(doc: str, test: str) -> list[str]:
+    """The Python blocks of `doc` (a path from the repository's root) marked as run by `test`."""
+    text = (ROOT / doc).read_text()
+    return [m["code"] for m in BLOCK.finditer(text) if m["test"] == test]
