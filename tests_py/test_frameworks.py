@@ -42,6 +42,7 @@ def sent_max(fake: FakeProvider, key: str) -> int:
 
 
 def test_pydantic_ai_openai_provider(fake: FakeProvider, make_guard: Any) -> None:
+    pytest.importorskip("pydantic_ai")
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
@@ -61,6 +62,7 @@ def test_pydantic_ai_openai_provider(fake: FakeProvider, make_guard: Any) -> Non
 
 
 def test_pydantic_ai_anthropic_provider(fake: FakeProvider, make_guard: Any) -> None:
+    pytest.importorskip("pydantic_ai")
     from pydantic_ai import Agent
     from pydantic_ai.models.anthropic import AnthropicModel
     from pydantic_ai.providers.anthropic import AnthropicProvider
@@ -86,6 +88,7 @@ def test_pydantic_ai_anthropic_provider(fake: FakeProvider, make_guard: Any) -> 
 
 @pytest.mark.parametrize("responses", [False, True], ids=["chat_completions", "responses"])
 def test_openai_agents_sdk(fake: FakeProvider, make_guard: Any, responses: bool) -> None:
+    pytest.importorskip("agents")
     from agents import (
         Agent,
         OpenAIChatCompletionsModel,
@@ -118,6 +121,7 @@ def test_openai_agents_sdk(fake: FakeProvider, make_guard: Any, responses: bool)
 
 
 def test_langchain_chat_openai(fake: FakeProvider, make_guard: Any) -> None:
+    pytest.importorskip("langchain_openai")
     from langchain_openai import ChatOpenAI
 
     guard = make_guard(policy(tokens_a_day=400))
@@ -171,6 +175,7 @@ def test_the_docs_snippet_runs_as_written(
 
 
 async def test_langchain_chat_openai_async(fake: FakeProvider, make_guard: Any) -> None:
+    pytest.importorskip("langchain_openai")
     from langchain_openai import ChatOpenAI
 
     guard = make_guard(policy(tokens_a_day=400))

@@ -11,6 +11,8 @@ import pytest
 import usage_guard as ug
 from doc_blocks import run_by
 from fake_provider import FakeProvider
+pytest.importorskip("opentelemetry.sdk")  # Python 3.10 and later
+
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider

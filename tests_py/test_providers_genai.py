@@ -13,12 +13,13 @@ import pytest
 import usage_guard as ug
 from doc_blocks import run_by
 from fake_provider import WORD, FakeProvider
-from google import genai
-from google.genai import errors as genai_errors
-from google.genai import types
 from provider_support import prompt_tokens, reserved, used
 from usage_guard import http
 from usage_guard.genai import GuardedGenAI
+
+genai = pytest.importorskip("google.genai")  # Python 3.11 and later
+genai_errors = genai.errors
+types = genai.types
 
 FLASH, LITE, PRO = "gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-2.5-pro"
 
