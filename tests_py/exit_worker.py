@@ -35,7 +35,9 @@ POLICY = {
         ]
     },
 }
-store = ug.MemoryStore() if URL == "memory" else ug.RedisStore(URL, prefix=PREFIX, timeout=TIMEOUT_S)
+store = (
+    ug.MemoryStore() if URL == "memory" else ug.RedisStore(URL, prefix=PREFIX, timeout=TIMEOUT_S)
+)
 guard = ug.Guard(ug.Policy.from_dict(POLICY), store=store, ledger=ug.SqliteLedger(LEDGER))
 
 

@@ -72,7 +72,9 @@ def _start(
 def _counted(url: str, prefix: str, ledger: str) -> tuple[int, int, int]:
     """Calls counted in Redis (tokens used / 10), tokens still held, and ledger rows (two a
     call)."""
-    guard = ug.Guard(ug.Policy.from_dict(POLICY), store=ug.RedisStore(url, prefix=prefix, timeout=5))
+    guard = ug.Guard(
+        ug.Policy.from_dict(POLICY), store=ug.RedisStore(url, prefix=prefix, timeout=5)
+    )
     rule = guard.usage("alice", "m")["rules"][0]
     rows = ug.SqliteLedger(ledger).query(user="alice")
     return rule["used"] // 10, rule["reserved"], sum(r["requests"] for r in rows)
@@ -147,9 +149,7 @@ def test_the_children_of_multiprocessing_flush(
 
 @pytest.mark.skipif(importlib.util.find_spec("billiard") is None, reason="needs billiard")
 @pytest.mark.parametrize("path", ["billiard", "billiard-maxtasks", "billiard-terminated"])
-def test_the_workers_of_billiards_pool_flush(
-    path: str, redis: RedisServer, tmp_path: Path
-) -> None:
+def test_the_workers_of_billiards_pool_flush(path: str, redis: RedisServer, tmp_path: Path) -> None:
     assert _run(path, redis, tmp_path) == (1 + CHILDREN, 0, 2 * (1 + CHILDREN))
 
 

@@ -9,6 +9,7 @@ ticket.bill(input_tokens=1100, output_tokens=800)
 
 from typing import TYPE_CHECKING, Any
 
+from . import _exits
 from ._core import (
     BatchTicket,
     EventStream,
@@ -39,7 +40,6 @@ from .errors import (
     UsageLimitError,
     UsageLimitsUnavailable,
 )
-from . import _exits
 from .gateway import Gateway, serve
 
 if TYPE_CHECKING:

@@ -45,7 +45,12 @@ def flush_at_exit(how: str) -> None:
     left (with no handler configured, Python's last-resort handler prints it on stderr)."""
     left = _flush_settles(EXIT_BUDGET_S)
     if left:
-        _error("at %s: %d queued or retried bills were not settled within %.0f s", how, left, EXIT_BUDGET_S)
+        _error(
+            "at %s: %d queued or retried bills were not settled within %.0f s",
+            how,
+            left,
+            EXIT_BUDGET_S,
+        )
     for error in _flush_ledgers():
         _error("at %s: %s", how, error)
 
