@@ -18,11 +18,11 @@ import usage_guard as ug
 
 PATH, URL, PREFIX, LEDGER = sys.argv[1:5]
 CHILDREN = 4
-# billiard's pool workers sleep 1 s before they exit: a longer stall, and a store timeout
-# longer than the stall (so the admissions waiting it out are answered).
+# billiard's pool workers sleep 1 s before they exit: a longer stall there. The store's
+# timeout outlasts a chain of stalls (an admission waits out the stalls of the calls ahead).
 BILLIARD = PATH.startswith("billiard")
-STALL_S = 2.5 if BILLIARD else 0.4
-TIMEOUT_S = 4.0 if BILLIARD else 1.0
+STALL_S = 4.0 if BILLIARD else 0.4
+TIMEOUT_S = 6.0
 POLICY = {
     "models": {"m": {"display_name": "M", "max_output_tokens": 100}},
     "limits": {
@@ -50,8 +50,9 @@ def stall() -> None:
         # Only the latest stall resumes Redis: an earlier one's end must not cut it short.
         token = f"{os.getpid()}-{time.monotonic_ns()}"
         os.kill(int(pid), signal.SIGSTOP)
-        with open("stall.token", "w") as f:
+        with open(f"stall.{token}", "w") as f:
             f.write(token)
+        os.replace(f"stall.{token}", "stall.token")  # whole: a resume never reads half of one
         resume = f'sleep {STALL_S}; [ "$(cat stall.token)" = {token} ] && kill -CONT {pid}'
         subprocess.Popen(["sh", "-c", resume])
 

@@ -69,11 +69,13 @@ def _start(
     return worker, prefix, ledger
 
 
-def _counted(url: str, prefix: str, ledger: str) -> tuple[int, int, int]:
+def _counted(redis: RedisServer, prefix: str, ledger: str) -> tuple[int, int, int]:
     """Calls counted in Redis (tokens used / 10), tokens still held, and ledger rows (two a
-    call)."""
+    call), once the worker has ended. A stall the worker left ends on its own (ending it
+    early would let a process still exiting send what it should have flushed)."""
+    url = redis.url
     guard = ug.Guard(
-        ug.Policy.from_dict(POLICY), store=ug.RedisStore(url, prefix=prefix, timeout=5)
+        ug.Policy.from_dict(POLICY), store=ug.RedisStore(url, prefix=prefix, timeout=8)
     )
     rule = guard.usage("alice", "m")["rules"][0]
     rows = ug.SqliteLedger(ledger).query(user="alice")
@@ -83,7 +85,7 @@ def _counted(url: str, prefix: str, ledger: str) -> tuple[int, int, int]:
 def _run(path: str, redis: RedisServer, tmp: Path, code: int = 0) -> tuple[int, int, int]:
     worker, prefix, ledger = _start(path, redis, tmp)
     assert worker.wait(60) == code
-    return _counted(redis.url, prefix, ledger)
+    return _counted(redis, prefix, ledger)
 
 
 def test_a_normal_exit_flushes(redis: RedisServer, tmp_path: Path) -> None:
@@ -102,7 +104,7 @@ def test_sigterm_under_the_default_handler_flushes_then_ends_by_sigterm(
     assert worker.stdout.readline().strip() == "billed"
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == -signal.SIGTERM, "the process still ends by SIGTERM"
-    assert _counted(redis.url, prefix, ledger) == (2, 0, 4)
+    assert _counted(redis, prefix, ledger) == (2, 0, 4)
 
 
 @pytest.mark.parametrize("before", ["mine", "signal.SIG_IGN"])
