@@ -7,9 +7,9 @@ ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000)
 ticket.bill(input_tokens=1100, output_tokens=800)
 """
 
-import atexit
 from typing import TYPE_CHECKING, Any
 
+from . import _exits
 from ._core import (
     BatchTicket,
     EventStream,
@@ -26,8 +26,6 @@ from ._core import (
     SqliteLedger,
     Ticket,
     __version__,
-    _flush_ledgers,
-    _flush_settles,
     count_prompt,
     count_tokens,
     fit,
@@ -73,31 +71,10 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-def _flush_ledgers_at_exit() -> None:
-    """Writes every ledger row billed so far; logs what could not be written (with no
-    handler configured, Python's last-resort handler prints it on stderr)."""
-    for error in _flush_ledgers():
-        import logging
-
-        logging.getLogger("usage_guard").error("at exit: %s", error)
-
-
-def _flush_settles_at_exit() -> None:
-    """Sends the bills queued for the background (Redis), and lets the retries of bills the
-    store did not answer run, waiting at most 5 s in all."""
-    left = _flush_settles(5.0)
-    if left:
-        import logging
-
-        logging.getLogger("usage_guard").error(
-            "at exit: %d queued or retried bills were not settled within 5 s", left
-        )
-
-
-# A clean interpreter exit settles every queued bill, then writes every ledger row billed so
-# far (atexit runs the last registered first).
-atexit.register(_flush_ledgers_at_exit)
-atexit.register(_flush_settles_at_exit)
+# Every way the process ends flushes the queued bills, then the ledger rows: normal exit,
+# `sys.exit`, SIGTERM under the default handler, the children of multiprocessing and billiard
+# (`_exits`); `os._exit` and SIGKILL cannot be hooked (`bill(..., wait=True)` there).
+_exits.install()
 
 __all__ = [
     "ContextWindowExceeded",

@@ -194,6 +194,9 @@ impl Guard {
 /// background (call it before the process exits; the Python package does at interpreter
 /// exit); returns how many were still queued when the wait ended.
 pub fn flush_all_blocking(limit: std::time::Duration) -> u64 {
+    if super::queue::idle() {
+        return 0;
+    }
     let _runtime = crate::runtime::shared().enter();
     crate::runtime::block_on(super::queue::flush_all(limit))
 }

@@ -228,6 +228,22 @@ impl Drop for Flushing<'_> {
     }
 }
 
+/// Whether no queue of this process has a settle queued, in flight or retried (then an exit
+/// has nothing to wait for, and needs no runtime: a forked child that never billed).
+pub(crate) fn idle() -> bool {
+    let queues: Vec<Arc<QueueState>> = QUEUES
+        .get()
+        .lock()
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    queues.iter().all(|state| {
+        let here = state.here();
+        here.done.load(Ordering::Acquire) >= here.queued.load(Ordering::Acquire)
+            && here.retrying.load(Ordering::Acquire) == 0
+    })
+}
+
 /// Waits (at most `limit` in all) for every queue of the process, retries of bills the store
 /// did not answer included; returns how many settles were still queued or retried when the
 /// wait ended.

@@ -7,42 +7,35 @@ use super::audit::{self, AuditParam, AuditQuery, AuditRow, MIGRATIONS, MIGRATION
 #[cfg(feature = "sqlite")]
 /// SQLite: runs the audit migrations not yet applied (an immediate transaction each: a
 /// second process waits for the first, then sees its migration applied). A database whose
-/// migrations all ran is only read (opening it never waits for another writer).
-pub(crate) fn sqlite_migrate(conn: &mut rusqlite::Connection) -> Result<(), String> {
+/// migrations all ran is only read (opening it never waits for another writer). A busy
+/// database is the caller's to try again (the ledger's open does).
+pub(crate) fn sqlite_migrate(conn: &mut rusqlite::Connection) -> rusqlite::Result<()> {
     use rusqlite::TransactionBehavior;
-    let text = |e: rusqlite::Error| format!("audit log migration: {e}");
-    conn.execute_batch(MIGRATIONS_TABLE).map_err(text)?;
+    conn.execute_batch(MIGRATIONS_TABLE)?;
     for m in MIGRATIONS {
-        let done: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM usage_guard_migrations WHERE name = ?1",
-                [m.name],
-                |r| r.get(0),
-            )
-            .map_err(text)?;
+        let done: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM usage_guard_migrations WHERE name = ?1",
+            [m.name],
+            |r| r.get(0),
+        )?;
         if done > 0 {
             continue;
         }
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(text)?;
-        let applied: i64 = tx
-            .query_row(
-                "SELECT COUNT(*) FROM usage_guard_migrations WHERE name = ?1",
-                [m.name],
-                |r| r.get(0),
-            )
-            .map_err(text)?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let applied: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM usage_guard_migrations WHERE name = ?1",
+            [m.name],
+            |r| r.get(0),
+        )?;
         if applied == 0 {
-            tx.execute_batch(m.sql).map_err(text)?;
+            tx.execute_batch(m.sql)?;
             tx.execute(
                 "INSERT INTO usage_guard_migrations (name, applied_at_ms) VALUES (?1, ?2) \
                  ON CONFLICT (name) DO NOTHING",
                 rusqlite::params![m.name, audit::wall_ms()],
-            )
-            .map_err(text)?;
+            )?;
         }
-        tx.commit().map_err(text)?;
+        tx.commit()?;
     }
     Ok(())
 }

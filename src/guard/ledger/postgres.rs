@@ -4,13 +4,16 @@
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement};
 
-use super::audit_db;
 use super::sql::{self, ColumnParam, Dialect, Param};
 use super::writer::{Backend, Writer};
+use super::{audit, audit_db};
 use super::{
     AuditQuery, AuditRow, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery,
 };
 use crate::guard::domain::rule::Metric;
+
+/// The advisory lock key that serializes creating the tables ("ug_ledgr").
+const SCHEMA_LOCK: i64 = 0x7567_5f6c_6564_6772;
 
 struct PostgresBackend {
     url: String,
@@ -79,20 +82,25 @@ impl PostgresBackend {
                 redact(url)
             )
         })?;
+        // One transaction under an advisory lock: processes opening a new database at the
+        // same instant create the tables one after the other (two concurrent `CREATE TABLE IF
+        // NOT EXISTS` collide on PostgreSQL's catalog: a unique violation, not a wait).
         // The promise is about this process dying, not the server: a commit need not wait
         // for the server's WAL flush (the server still never corrupts). Sent with the schema:
-        // one round trip, one commit.
-        let setup = if durable {
-            sql::SCHEMA.to_string()
-        } else {
-            format!("{}SET synchronous_commit = off;", sql::SCHEMA)
-        };
-        // Two processes creating the table at once can collide; the second try sees it.
-        if client.batch_execute(&setup).is_err() {
-            client
-                .batch_execute(&setup)
-                .map_err(|e| format!("cannot create the ledger table: {e}"))?;
-        }
+        // one round trip.
+        let setup = format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {}; {}; COMMIT;{}",
+            sql::SCHEMA.trim_end().trim_end_matches(';'),
+            audit::MIGRATIONS_TABLE,
+            if durable {
+                ""
+            } else {
+                " SET synchronous_commit = off;"
+            }
+        );
+        client
+            .batch_execute(&setup)
+            .map_err(|e| format!("cannot create the ledger table: {e}"))?;
         audit_db::pg_migrate(&mut client)?;
         Ok(client)
     }

@@ -1,5 +1,7 @@
 //! The SQLite ledger: the embedded default, in a file or in memory.
 
+use std::time::{Duration, Instant};
+
 use rusqlite::types::{ToSqlOutput, Value};
 use rusqlite::{params_from_iter, Connection, ToSql};
 
@@ -31,32 +33,66 @@ fn text(e: rusqlite::Error) -> String {
     e.to_string()
 }
 
+/// How long a first open waits out the other processes opening (creating, migrating) the
+/// same file at the same instant.
+const OPEN_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether an error is another connection holding the file for a moment: SQLite answers
+/// some of these at once, without calling the busy handler (switching the file to WAL, a
+/// `CREATE TABLE` whose snapshot another process's `CREATE` made stale), so the open tries
+/// again.
+fn busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 impl SqliteBackend {
+    /// Opens `path`, creating and migrating the tables, trying again while another process
+    /// opening the same file at the same instant holds it (at most `OPEN_WAIT`).
     fn open(path: &str, durable: bool) -> Result<Self, String> {
+        let deadline = Instant::now() + OPEN_WAIT;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match Self::try_open(path, durable) {
+                Err((e, _)) if busy(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Err((e, doing)) => return Err(format!("{doing} the SQLite ledger {path:?}: {e}")),
+                Ok(backend) => return Ok(backend),
+            }
+        }
+    }
+
+    /// One try at `open`; an error says what was being done.
+    fn try_open(path: &str, durable: bool) -> Result<Self, (rusqlite::Error, &'static str)> {
         let mut conn = if path == ":memory:" {
             Connection::open_in_memory()
         } else {
             Connection::open(path)
         }
-        .map_err(|e| format!("cannot open the SQLite ledger {path:?}: {e}"))?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(text)?;
+        .map_err(|e| (e, "cannot open"))?;
+        let setting = |e| (e, "cannot set up");
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(setting)?;
         if path != ":memory:" {
             // WAL lets readers in other processes work while this one writes.
             let _: String = conn
                 .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-                .map_err(text)?;
+                .map_err(setting)?;
             // In WAL mode, NORMAL skips the fsync of each commit (the WAL is synced at
             // checkpoints): a committed row survives the process being killed (it is in the
             // OS's cache), only a power loss or OS crash can lose the last commits. Durable
             // ledgers sync every commit (FULL).
             let sync = if durable { "FULL" } else { "NORMAL" };
             conn.execute_batch(&format!("PRAGMA synchronous={sync}"))
-                .map_err(text)?;
+                .map_err(setting)?;
         }
         conn.execute_batch(sql::SCHEMA)
-            .map_err(|e| format!("cannot create the ledger table in {path:?}: {e}"))?;
-        audit_db::sqlite_migrate(&mut conn)?;
+            .map_err(|e| (e, "cannot create the ledger table in"))?;
+        audit_db::sqlite_migrate(&mut conn).map_err(|e| (e, "cannot migrate the audit log of"))?;
         Ok(SqliteBackend { conn })
     }
 }

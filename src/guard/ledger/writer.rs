@@ -211,8 +211,14 @@ impl Writer {
         queue.record(row, self.durable);
     }
 
-    /// Waits for every row queued so far to be written.
+    /// Waits for every row queued so far to be written. A forked child that never used the
+    /// ledger has none of its own: no thread (nor connection) is started for it (the flush
+    /// at exit of every child of a pool reaches every ledger).
     pub(crate) fn flush(&self) -> Result<(), LedgerError> {
+        let unused = !self.live.get().lock().started && !self.closed.load(Ordering::Acquire);
+        if unused {
+            return Ok(());
+        }
         self.ask(Msg::Flush)
     }
 

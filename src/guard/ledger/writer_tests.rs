@@ -59,3 +59,23 @@ fn a_child_never_waits_on_the_writer_a_parent_thread_held() {
     assert_eq!(WRITTEN.load(Ordering::SeqCst), before + 1);
     writer.close().expect("closes");
 }
+
+/// The flush at exit of a forked child that never used the ledger (every child of a pool
+/// flushes every ledger) starts no writer thread and opens no connection.
+#[test]
+fn a_flush_in_a_child_that_never_used_the_ledger_starts_nothing() {
+    let opened = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = opened.clone();
+    let writer = Writer::start("test", false, move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok(Counting)
+    })
+    .expect("starts");
+    let code = crate::fork::in_child(Duration::from_secs(20), || {
+        let flushed = writer.flush().is_ok();
+        let started = writer.live.get().lock().started;
+        i32::from(!(flushed && !started && opened.load(Ordering::SeqCst) == 1))
+    });
+    assert_eq!(code, Some(0), "the child's flush started a writer");
+    writer.close().expect("closes");
+}
