@@ -37,7 +37,7 @@ pub use self::quota_db::{QuotaDb, QuotaDbAt, SqlValue};
 pub use self::sqlite::SqliteLedger;
 
 use crate::guard::domain::clock::Millis;
-pub(crate) use crate::guard::domain::recorded::{RowCondition, RowField};
+pub use crate::guard::domain::recorded::{RowCondition, RowField};
 use crate::guard::domain::rule::Metric;
 
 /// One billed call.
