@@ -5,8 +5,8 @@
 //! platform limit — per person here — and public use per person) or by the attributes a
 //! generic rule reads (credential, scope, ...: each row records them) takes its bucket's sum
 //! from the ledger, and the call is decided on those sums as on the store's counters. A
-//! counter the ledger cannot answer (a model's total, a model's shared public use: keyed by
-//! what the ledger does not record) is skipped and counted (`budget_unanswerable`).
+//! counter not answered so (a model's total, a model's shared public use) is skipped and
+//! counted (`budget_unanswerable`).
 //!
 //! The reads reserve nothing: calls admitted at once during an outage can together pass a cap
 //! (each one sees only what was billed before it). At most `ledger_fallback_max_concurrent`
@@ -49,9 +49,9 @@ impl Drop for Permit {
     }
 }
 
-/// Whether the ledger can answer a counter of this scope: it records each call's user, team,
-/// model and the attributes generic rules read, and whether it was billed to public use, but
-/// not which calls a model answered or which were its public use by anyone.
+/// Whether the ledger answers a counter of this scope here: a person's, a team's, or a
+/// generic rule's (each row records the attributes generic rules read); not a model's total
+/// or its shared public use.
 fn answerable(scope: Scope) -> bool {
     !matches!(scope, Scope::ModelTotal | Scope::PublicShared)
 }
