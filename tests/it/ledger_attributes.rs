@@ -140,3 +140,32 @@ fn an_old_sqlite_ledger_gets_the_column_on_open() {
     let again = SqliteLedger::open(path.to_str().unwrap()).unwrap();
     assert_eq!(requests(&again, vec![]), 1);
 }
+
+#[test]
+fn an_old_postgres_ledger_gets_the_column_on_connect() {
+    let Some(pg) = Pg::start() else {
+        panic!("no PostgreSQL: initdb/pg_ctl not found and nothing on 127.0.0.1:5432");
+    };
+    let url = pg.fresh_url();
+    let mut old = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    old.batch_execute(
+        "CREATE TABLE usage_ledger (ticket_id TEXT PRIMARY KEY, at_ms BIGINT NOT NULL,
+         day TEXT NOT NULL, user_id TEXT, teams TEXT NOT NULL, source_type TEXT NOT NULL,
+         source_id TEXT NOT NULL, team_id TEXT, model TEXT NOT NULL,
+         input_tokens BIGINT NOT NULL, cached_input_tokens BIGINT NOT NULL,
+         output_tokens BIGINT NOT NULL, reasoning_tokens BIGINT NOT NULL,
+         cost_micros BIGINT NOT NULL, compute_ms BIGINT NOT NULL, request_id TEXT,
+         metadata TEXT);
+         INSERT INTO usage_ledger VALUES ('old', 1796032800000, '2026-11-30', 'alice', '[]',
+         'direct', 'alice', NULL, 'gpt-5', 10, 0, 0, 0, 0, 0, NULL, NULL);",
+    )
+    .unwrap();
+    let ledger = PostgresLedger::connect(&url).unwrap();
+    ledger.record(row("1", "alice", Some(json!({"credential": "k1"}))));
+    ledger.flush().unwrap();
+    assert_eq!(requests(&ledger, vec![]), 2);
+    let k1 = vec![cond(RowField::Key("credential"), &["k1"], false)];
+    assert_eq!(requests(&ledger, k1), 1); // the old row has none
+    let unless = vec![cond(RowField::Key("credential"), &["k1"], true)];
+    assert_eq!(requests(&ledger, unless), 1);
+}
