@@ -137,3 +137,69 @@ pub(crate) fn rule_conditions(
     }
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::domain::policy::Policy;
+
+    fn policy() -> Policy {
+        Policy::from_value(&serde_json::json!({
+            "models": {"m": {"provider": "openai", "prices": {"input": 1.0, "output": 1.0}}},
+            "scopes": {"acme": {}, "eng": {"parent": "acme"}},
+            "rules": [{
+                "name": "r", "amount": "tokens", "budget": 10, "window": "day",
+                "applies_when": {"scope": "acme"}, "applies_unless": {"credential": "ci"},
+                "count_by": ["team", "principal"],
+            }],
+        }))
+        .unwrap()
+    }
+
+    fn call(policy: &Policy) -> CallAttributes {
+        let extra: Vec<(String, String)> = [("scope", "eng"), ("team", "b"), ("team", "a")]
+            .into_iter()
+            .chain([("session", "s1"), ("credential", "k1")])
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        CallAttributes::of(Some("alice"), "m", None, &extra, &policy.scopes).unwrap()
+    }
+
+    #[test]
+    fn a_row_records_what_the_rules_read() {
+        let policy = policy();
+        let kept = only_used(&call(&policy), policy.rule_index.used);
+        let json = row_json(&kept).unwrap();
+        // session is read by no rule; principal is the row's user_id column.
+        let expected = serde_json::json!({
+            "scope": "eng", "credential": "k1", "team": "a",
+            "scopes": ["eng", "acme"], "teams": ["b", "a"],
+        });
+        assert_eq!(json, expected);
+        assert_eq!(row_json(&CallAttributes::default()), None);
+    }
+
+    #[test]
+    fn a_rule_counts_rows_by_its_match_and_its_counter_values() {
+        let policy = policy();
+        let call = call(&policy);
+        let conditions = rule_conditions(&policy.rules[0], &call).unwrap();
+        let cond = |field, values: &[&str], negate| RowCondition {
+            field,
+            values: values.iter().map(|v| v.to_string()).collect(),
+            negate,
+        };
+        assert_eq!(
+            conditions,
+            vec![
+                cond(RowField::AnyOf("scopes"), &["acme"], false),
+                cond(RowField::Key("credential"), &["ci"], true),
+                cond(RowField::Key("team"), &["a"], false),
+                cond(RowField::User, &["alice"], false),
+            ]
+        );
+        // A call without a count_by value has no counter.
+        let anonymous = CallAttributes::of(None, "m", None, &[], &policy.scopes).unwrap();
+        assert_eq!(rule_conditions(&policy.rules[0], &anonymous), None);
+    }
+}
