@@ -144,13 +144,20 @@ fn rule_conditions_on(path: &Path, id: &CounterId) -> Option<Vec<RowCondition>> 
     rule_conditions(rule, &path.attributes)
 }
 
-/// Fills every key that needs it (no ledger: nothing to do). Never fails: a store or
+/// Whether counter `id` of `path` has the filter it needs: a generic rule's counter has one
+/// when the path binds a rule to it (every counter of a path that a rule counts).
+pub(crate) fn rule_bound(path: &Path, id: &CounterId) -> bool {
+    id.scope != Scope::Rule || rule_conditions_on(path, id).is_some()
+}
+
+/// Fills every key of `path` that needs it (no ledger: nothing to do). Never fails: a store or
 /// ledger error leaves the counter as it is.
 pub(crate) async fn fill_keys(
     store: &dyn CounterStore,
     ledger: Option<&Arc<dyn Ledger>>,
     state: &FillState,
-    (path, keys): (&Path, &[CounterKey]),
+    path: &Path,
+    keys: &[CounterKey],
     now: Millis,
 ) {
     let Some(ledger) = ledger else {

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::fill::sum_filter;
+use super::fill::{rule_bound, sum_filter};
 use super::fitted::AdmittedRequest;
 use super::guard::Guard;
 use super::shared::{read_keys, slot_reads, Shared};
@@ -97,7 +97,9 @@ impl Guard {
         let skipped = path
             .counters
             .iter()
-            .filter(|id| id.metric == Metric::Cost && !answerable(id.scope))
+            .filter(|id| {
+                id.metric == Metric::Cost && !(answerable(id.scope) && rule_bound(path, id))
+            })
             .count();
         for _ in 0..skipped {
             bump(&self.shared.stats.budget_unanswerable);

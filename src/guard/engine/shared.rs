@@ -286,7 +286,8 @@ impl Shared {
             self.store.as_ref(),
             self.ledger.get(),
             &self.fill,
-            (path, keys),
+            path,
+            keys,
             now,
         )
         .await;
