@@ -63,8 +63,8 @@ pub use guard::ledger::PostgresLedger;
 #[cfg(feature = "sqlite")]
 pub use guard::ledger::SqliteLedger;
 pub use guard::ledger::{
-    AuditQuery, AuditRow, GroupBy, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup,
-    UsageQuery,
+    AuditQuery, AuditRow, GroupBy, Ledger, LedgerError, LedgerRow, RowCondition, RowField,
+    SumFilter, UsageGroup, UsageQuery,
 };
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use guard::ledger::{QuotaDb, QuotaDbAt, SqlValue};

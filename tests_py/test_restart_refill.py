@@ -124,3 +124,132 @@ def test_short_sliding_windows_are_not_fenced_with_a_ledger(
     admit_after_the_restart(guard, clock, prompt_tokens=450, max_tokens=450).release()
     assert guard.stats()["recovering"] == 0
     assert "10 minutes" in tokens_policy("10m").restart_cost
+
+
+def rule_policy(rule: dict[str, Any]) -> ug.Policy:
+    """One generic rule on model m: 1,000 tokens a day, as `rule` counts them."""
+    base = {"name": "per key", "amount": "tokens", "budget": 1000, "window": "day"}
+    return ug.Policy.from_dict(
+        {"models": {"m": MODEL}, "scopes": SCOPES, "rules": [{**base, **rule}]}
+    )
+
+
+SCOPES = {"acme": {}, "eng": {"parent": "acme"}, "other": {}}
+
+
+def rule_call(guard: ug.Guard, attributes: dict[str, str], tokens: int = 450) -> ug.Ticket:
+    return guard.admit("alice", "m", prompt_tokens=tokens, max_tokens=tokens, attributes=attributes)
+
+
+def admitted_rule_call(
+    guard: ug.Guard, clock: ug.ManualClock, attributes: dict[str, str]
+) -> ug.Ticket:
+    """A 900-token call with `attributes`, admitted once the recovery's wait is over."""
+    for _ in range(200):
+        try:
+            return rule_call(guard, attributes)
+        except ug.UsageLimitsUnavailable as e:
+            assert e.reason == "USAGE_LIMITS_RECOVERING"
+            clock.advance(HOLD_AGAIN_SECONDS + 1)
+    raise AssertionError("never answered after the restart")
+
+
+def refused_rule_call(guard: ug.Guard, clock: ug.ManualClock, attributes: dict[str, str]) -> str:
+    """The reason a 900-token call with `attributes` is refused once the store answers."""
+    for _ in range(200):
+        try:
+            rule_call(guard, attributes).release()
+        except ug.UsageLimitsUnavailable as e:
+            assert e.reason == "USAGE_LIMITS_RECOVERING"
+            clock.advance(HOLD_AGAIN_SECONDS + 1)
+            continue
+        except ug.UsageLimitError as e:
+            return e.reason
+        raise AssertionError("admitted: the rule's day started over")
+    raise AssertionError("never answered after the restart")
+
+
+@pytest.mark.parametrize(
+    ("rule", "counted", "other"),
+    [
+        # One counter per credential: k1's day is kept, k2's own is untouched.
+        ({"count_by": ["credential"]}, {"credential": "k1"}, {"credential": "k2"}),
+        # One counter for acme's subtree: a call of its child scope eng counts in it.
+        ({"applies_when": {"scope": "acme"}}, {"scope": "eng"}, {"scope": "other"}),
+    ],
+)
+def test_a_generic_rule_keeps_its_day_after_a_restart(
+    redis_server: RedisServer,
+    clock: ug.ManualClock,
+    tmp_path: Path,
+    rule: dict[str, Any],
+    counted: dict[str, str],
+    other: dict[str, str],
+) -> None:
+    """900 of a generic rule's 1,000 tokens billed; Redis restarts empty; another 900 is
+    refused (before: the rule's counter started over and it was admitted), while a call the
+    rule does not count with those (another credential, a scope outside acme) still fits."""
+    policy = rule_policy(rule)
+    assert "tokens per day refilled from the guard's ledger" in policy.restart_cost
+    ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
+    store = ug.RedisStore(redis_server.url, "rules")
+    guard = ug.Guard(policy, store=store, clock=clock, ledger=ledger)
+    rule_call(guard, counted).bill(input_tokens=450, output_tokens=450, wait=True)
+    ledger.flush()
+    redis_server.restart()
+    assert refused_rule_call(guard, clock, counted) == "USAGE_LIMIT_DOES_NOT_FIT"
+    ticket = admitted_rule_call(guard, clock, other)
+    ticket.bill(input_tokens=450, output_tokens=450, wait=True)
+    # The restart is also answered for a guard made after it.
+    later = ug.Guard(
+        policy, store=ug.RedisStore(redis_server.url, "rules"), clock=clock, ledger=ledger
+    )
+    assert refused_rule_call(later, clock, counted) == "USAGE_LIMIT_DOES_NOT_FIT"
+    assert billed_tokens(ledger) == 1800
+
+
+OLD_SCHEMA = """
+CREATE TABLE usage_ledger (
+    ticket_id TEXT PRIMARY KEY, at_ms BIGINT NOT NULL, day TEXT NOT NULL, user_id TEXT,
+    teams TEXT NOT NULL, source_type TEXT NOT NULL, source_id TEXT NOT NULL, team_id TEXT,
+    model TEXT NOT NULL, input_tokens BIGINT NOT NULL, cached_input_tokens BIGINT NOT NULL,
+    output_tokens BIGINT NOT NULL, reasoning_tokens BIGINT NOT NULL,
+    cost_micros BIGINT NOT NULL, compute_ms BIGINT NOT NULL, request_id TEXT, metadata TEXT
+);
+"""
+
+
+def test_an_old_ledger_is_migrated_and_its_rows_match_no_attribute(
+    clock: ug.ManualClock, tmp_path: Path
+) -> None:
+    """A ledger file written before rows recorded attributes gets the column on open; its
+    old row (900 tokens of alice's, no attributes) counts in no credential's counter, and
+    the rows written since refill one."""
+    import sqlite3
+
+    path = str(tmp_path / "old.db")
+    with sqlite3.connect(path) as db:
+        db.executescript(OLD_SCHEMA)
+        day_ms = clock.now_ms()
+        db.execute(
+            "INSERT INTO usage_ledger VALUES "
+            "('old', ?, '', 'alice', '[]', 'direct', 'alice', NULL, 'm', 450, 0, 450, 0, 0, 0,"
+            " NULL, NULL)",
+            (day_ms,),
+        )
+    ledger = ug.SqliteLedger(path)
+    policy = rule_policy({"count_by": ["credential"]})
+    guard = ug.Guard(policy, clock=clock, ledger=ledger)  # memory store: filled on first read
+    rule_call(guard, {"credential": "k1"}).bill(input_tokens=450, output_tokens=450, wait=True)
+    ledger.flush()
+    with sqlite3.connect(path) as db:
+        rows = dict(db.execute("SELECT ticket_id, attributes FROM usage_ledger").fetchall())
+    assert rows.pop("old") is None
+    assert list(rows.values()) == ['{"credential":"k1"}']
+    assert billed_tokens(ledger) == 1800
+    # A new guard fills k1's day from the row that recorded it: 900 used, 900 more refused.
+    fresh = ug.Guard(policy, clock=clock, ledger=ledger)
+    with pytest.raises(ug.UsageLimitError):
+        rule_call(fresh, {"credential": "k1"})
+    ledger.close()
+    assert ug.SqliteLedger(path).query(group_by=["user"])[0]["requests"] == 2  # reopened

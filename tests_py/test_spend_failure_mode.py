@@ -148,6 +148,55 @@ def test_unanswerable_caps_are_skipped_and_counted(
     assert "usage_guard_budget_unanswerable_total 1" in guard.metrics_text()
 
 
+@pytest.mark.parametrize(
+    ("rule", "counted", "other"),
+    [
+        ({"count_by": ["credential"]}, {"credential": "k1"}, {"credential": "k2"}),
+        ({"applies_when": {"scope": "acme"}}, {"scope": "eng"}, {"scope": "other"}),
+    ],
+)
+def test_allow_answers_generic_cost_rules_from_the_ledger(
+    redis_server: RedisServer,
+    pg_url: Any,  # noqa: F811
+    clock: ug.ManualClock,
+    rule: dict[str, Any],
+    counted: dict[str, str],
+    other: dict[str, str],
+) -> None:
+    """A $1.00 a day generic rule keyed by credential (or acme's scope subtree) is answered
+    from the rows' recorded attributes while Redis is down (before: skipped as unanswerable,
+    every call admitted); a credential (scope) it does not count is not refused by it."""
+    generic = {"name": "key day", "amount": "cost", "budget": 1.0, "window": "day", **rule}
+    scopes = {"acme": {}, "eng": {"parent": "acme"}, "other": {}}
+    pol = ug.Policy.from_dict(
+        {
+            "models": {"m": MODEL},
+            "scopes": scopes,
+            "settings": {"spend_failure_mode": "allow"},
+            "rules": [generic],
+        }
+    )
+    guard, ledger = guard_on(redis_server, pg_url(), clock, pol)
+
+    def call(attributes: dict[str, str]) -> ug.Ticket:
+        return guard.admit("alice", "m", prompt_tokens=50, max_tokens=50, attributes=attributes)
+
+    for _ in range(8):
+        bill(call(counted))
+    guard.close()
+    redis_server.kill()
+    bill(call(counted))  # $0.80 billed in the ledger: one more fits
+    bill(call(counted))
+    with pytest.raises(ug.UsageLimitError) as refused:
+        call(counted)  # $1.00 in the ledger: nothing left
+    assert refused.value.reason == "USAGE_LIMIT_REACHED"
+    stats = guard.stats()
+    assert stats["ledger_answered"] == 3 and stats["budget_unanswerable"] == 0
+    bill(call(other))
+    ledger.flush()
+    assert sum(g["cost_micros"] for g in ledger.query(group_by=["user"])) == 11 * CALL_COST
+
+
 def lock_the_ledger(url: str, seconds: float) -> subprocess.Popen[bytes]:
     """Holds an exclusive lock on the ledger's table for `seconds` from another session, so
     every read of it waits."""

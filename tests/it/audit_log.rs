@@ -86,7 +86,7 @@ fn sqlite_keeps_one_audit_row_per_event_and_migrates_once() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(applied, vec!["audit_log/1".to_string()]);
+    assert_eq!(applied, vec!["audit_log/1", "usage_ledger/attributes"]);
 }
 
 #[cfg(feature = "postgres")]

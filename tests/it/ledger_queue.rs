@@ -31,6 +31,7 @@ fn row(id: &str) -> LedgerRow {
         compute_ms: 1,
         request_id: None,
         metadata: None,
+        attributes: None,
     }
 }
 

@@ -160,6 +160,7 @@ fn row(id: &str) -> LedgerRow {
         compute_ms: 0,
         request_id: None,
         metadata: None,
+        attributes: None,
     }
 }
 

@@ -18,6 +18,7 @@ mod guard_decisions;
 mod guard_redis;
 mod guard_refusals;
 mod health_shared;
+mod ledger_attributes;
 mod ledger_batch;
 mod ledger_fill;
 mod ledger_queue;

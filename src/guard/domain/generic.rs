@@ -246,11 +246,11 @@ pub(crate) fn halt_subject(subject: &str, session: &str) -> String {
 /// from `attributes=`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallAttributes {
-    values: [Option<Arc<str>>; 13],
+    pub(crate) values: [Option<Arc<str>>; 13],
     /// The call's scope and its ancestors in the policy's tenancy tree.
-    scopes: Vec<Arc<str>>,
+    pub(crate) scopes: Vec<Arc<str>>,
     /// Every `team` given (`count_by` reads the least, alphabetically).
-    teams: Vec<Arc<str>>,
+    pub(crate) teams: Vec<Arc<str>>,
 }
 
 impl CallAttributes {

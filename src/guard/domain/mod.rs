@@ -16,6 +16,7 @@ pub(crate) mod policy;
 // The rate-limit headers: written by the gateway and by `usage_guard.http.headers`.
 #[cfg(any(feature = "gateway", feature = "python"))]
 pub(crate) mod ratelimit;
+pub(crate) mod recorded;
 pub(crate) mod refusal;
 pub(crate) mod room;
 pub(crate) mod rule;

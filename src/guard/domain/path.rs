@@ -70,6 +70,9 @@ pub struct Path {
     pub counters: Vec<Arc<CounterId>>,
     /// Billed when no source has a limit defined.
     pub default_source: SourceRef,
+    /// The call's attributes a generic rule reads (the path cache's key): what its ledger
+    /// rows record, and what a generic rule's counter is refilled by.
+    pub attributes: CallAttributes,
 }
 
 impl Path {
@@ -368,6 +371,7 @@ pub(crate) fn resolve(
         halts: b.halts,
         counters: b.counters,
         default_source,
+        attributes: super::recorded::only_used(&call, policy.rule_index.used),
     };
     priced_if_costed(path)
 }

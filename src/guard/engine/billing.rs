@@ -130,6 +130,7 @@ pub(crate) fn ledger_row(
         compute_ms: billed.compute_ms,
         request_id: info.request_id,
         metadata: info.metadata,
+        attributes: crate::guard::domain::recorded::row_json(&path.attributes),
     }
 }
 

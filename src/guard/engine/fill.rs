@@ -3,7 +3,8 @@
 //! bucket (the larger of that and its own count) and is marked filled in the store, so no
 //! other guard fills it again. One fill runs at a time per counter in a process; when the
 //! ledger cannot be read the call goes on with what the counter holds, and the fill is tried
-//! again a minute later (guard clock). Shorter windows start at 0.
+//! again a minute later (guard clock). Shorter windows start at 0. A generic rule's counter
+//! sums the rows whose recorded attributes the rule counts (`domain::recorded`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -13,7 +14,9 @@ use crate::lock::Mutex;
 use super::stats::{bump, log_store_error};
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
+use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::refilled;
+use crate::guard::domain::recorded::{rule_conditions, RowCondition};
 use crate::guard::domain::rule::{CounterId, Scope};
 use crate::guard::ledger::{Ledger, SumFilter};
 use crate::guard::store::{CounterKey, CounterStore};
@@ -87,14 +90,15 @@ impl FillState {
     }
 }
 
-/// Whether the ledger refills a counter of this kind after a loss: a limit's counter (not a
-/// generic rule's: the ledger does not record a call's attributes) of a filled window.
+/// Whether the ledger refills a counter of this kind after a loss: one of a filled window
+/// (a generic rule's too: its ledger rows record the attributes it reads).
 pub(crate) fn is_refilled(id: &CounterId) -> bool {
-    id.scope != Scope::Rule && refilled(id.window, id.metric)
+    refilled(id.window, id.metric)
 }
 
-/// The ledger rows a counter's bucket counts.
-pub(crate) fn sum_filter(key: &CounterKey) -> SumFilter {
+/// The ledger rows a counter's bucket counts on `path` (`None`: a generic rule's counter
+/// the path binds no rule to, which nothing can answer).
+pub(crate) fn sum_filter(key: &CounterKey, path: &Path) -> Option<SumFilter> {
     let id = &key.id;
     let text = |v: &Option<Arc<str>>| v.as_deref().map(str::to_string);
     let mut f = SumFilter {
@@ -123,18 +127,36 @@ pub(crate) fn sum_filter(key: &CounterKey) -> SumFilter {
         Scope::TeamTotal => f.team = text(&id.team),
         Scope::ModelTotal => f.model = text(&id.model),
         Scope::PersonAllModels => f.user = text(&id.user),
-        // The ledger does not record a call's attributes: a rule's counter is never filled.
-        Scope::Rule => f.until = f.since,
+        Scope::Rule => f.attributes = rule_conditions_on(path, id)?,
     }
-    f
+    Some(f)
 }
 
-/// Fills every key that needs it (no ledger: nothing to do). Never fails: a store or
+/// The row conditions of the generic rule `path` binds to counter `id` (rules alike share a
+/// counter: the first one's).
+fn rule_conditions_on(path: &Path, id: &CounterId) -> Option<Vec<RowCondition>> {
+    let rule = path
+        .ceilings
+        .iter()
+        .chain(&path.watched)
+        .filter(|r| *path.counters[r.slot] == *id)
+        .find_map(|r| r.generic.as_ref())?;
+    rule_conditions(rule, &path.attributes)
+}
+
+/// Whether counter `id` of `path` has the filter it needs: a generic rule's counter has one
+/// when the path binds a rule to it (every counter of a path that a rule counts).
+pub(crate) fn rule_bound(path: &Path, id: &CounterId) -> bool {
+    id.scope != Scope::Rule || rule_conditions_on(path, id).is_some()
+}
+
+/// Fills every key of `path` that needs it (no ledger: nothing to do). Never fails: a store or
 /// ledger error leaves the counter as it is.
 pub(crate) async fn fill_keys(
     store: &dyn CounterStore,
     ledger: Option<&Arc<dyn Ledger>>,
     state: &FillState,
+    path: &Path,
     keys: &[CounterKey],
     now: Millis,
 ) {
@@ -165,8 +187,11 @@ pub(crate) async fn fill_keys(
         if state.is_known(&key) || state.waiting(&key, now) {
             continue;
         }
+        let Some(filter) = sum_filter(&key, path) else {
+            continue;
+        };
         // The database's wait, announced to tokio on a worker (`runtime::blocking`).
-        let sum = || ledger.sum(&sum_filter(&key), key.id.metric);
+        let sum = || ledger.sum(&filter, key.id.metric);
         let used = match crate::runtime::blocking(sum) {
             Ok(used) => used,
             Err(e) => {

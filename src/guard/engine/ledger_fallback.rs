@@ -2,10 +2,11 @@
 //! counter store is down"). While the counter store does not answer, a call whose only rules
 //! that could refuse it are cost rules is decided from the ledger instead of being refused:
 //! each cost counter keyed by a person or a team (direct, team, team total, user total, the
-//! platform limit — per person here — and public use per person) takes its bucket's sum from
-//! the ledger, and the call is decided on those sums as on the store's counters. A counter the
-//! ledger cannot answer (a model's total, a model's shared public use, a generic rule: keyed
-//! by what the ledger does not record) is skipped and counted (`budget_unanswerable`).
+//! platform limit — per person here — and public use per person) or by the attributes a
+//! generic rule reads (credential, scope, ...: each row records them) takes its bucket's sum
+//! from the ledger, and the call is decided on those sums as on the store's counters. A
+//! counter not answered so (a model's total, a model's shared public use) is skipped and
+//! counted (`budget_unanswerable`).
 //!
 //! The reads reserve nothing: calls admitted at once during an outage can together pass a cap
 //! (each one sees only what was billed before it). At most `ledger_fallback_max_concurrent`
@@ -18,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::fill::sum_filter;
+use super::fill::{rule_bound, sum_filter};
 use super::fitted::AdmittedRequest;
 use super::guard::Guard;
 use super::shared::{read_keys, slot_reads, Shared};
@@ -48,10 +49,11 @@ impl Drop for Permit {
     }
 }
 
-/// Whether the ledger can answer a counter of this scope: it records each call's user, team
-/// and model, and whether it was billed to public use, but not the call's attributes.
+/// Whether the ledger answers a counter of this scope here: a person's, a team's, or a
+/// generic rule's (each row records the attributes generic rules read); not a model's total
+/// or its shared public use.
 fn answerable(scope: Scope) -> bool {
-    !matches!(scope, Scope::ModelTotal | Scope::PublicShared | Scope::Rule)
+    !matches!(scope, Scope::ModelTotal | Scope::PublicShared)
 }
 
 impl Guard {
@@ -87,13 +89,17 @@ impl Guard {
             .map(|k| {
                 let asked =
                     k.id.metric == Metric::Cost && !settings.fail_open.contains(&k.id.metric);
-                (asked && answerable(k.id.scope)).then(|| sum_filter(k))
+                (asked && answerable(k.id.scope))
+                    .then(|| sum_filter(k, path))
+                    .flatten()
             })
             .collect();
         let skipped = path
             .counters
             .iter()
-            .filter(|id| id.metric == Metric::Cost && !answerable(id.scope))
+            .filter(|id| {
+                id.metric == Metric::Cost && !(answerable(id.scope) && rule_bound(path, id))
+            })
             .count();
         for _ in 0..skipped {
             bump(&self.shared.stats.budget_unanswerable);

@@ -214,7 +214,7 @@ impl Guard {
         force_read: bool,
     ) -> std::result::Result<Values, StoreError> {
         let (keys, previous_at) = read_keys(path, now);
-        self.shared.fill(&keys, now).await;
+        self.shared.fill(path, &keys, now).await;
         let mut values = Values {
             keys,
             previous_at,

@@ -274,18 +274,19 @@ impl Shared {
         now: Millis,
     ) -> std::result::Result<Vec<SlotRead>, StoreError> {
         let (keys, previous_at) = read_keys(path, now);
-        self.fill(&keys, now).await;
+        self.fill(path, &keys, now).await;
         let reads = self.store.read(keys, now).await?;
         store_answered(self.store.as_ref());
         Ok(slot_reads(&reads, &previous_at))
     }
 
-    /// Fills the keys that need it from the ledger (the first time they are read).
-    pub(crate) async fn fill(&self, keys: &[CounterKey], now: Millis) {
+    /// Fills the keys of `path` that need it from the ledger (the first time they are read).
+    pub(crate) async fn fill(&self, path: &Path, keys: &[CounterKey], now: Millis) {
         fill_keys(
             self.store.as_ref(),
             self.ledger.get(),
             &self.fill,
+            path,
             keys,
             now,
         )

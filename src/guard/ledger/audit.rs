@@ -101,10 +101,11 @@ pub(crate) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS usage_guar
     applied_at_ms BIGINT NOT NULL
 )";
 
-/// The audit log's migrations, in order.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    name: "audit_log/1",
-    sql: "
+/// The ledger's migrations (the audit log's table, the usage table's changes), in order.
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "audit_log/1",
+        sql: "
 CREATE TABLE IF NOT EXISTS audit_log (
     event_id TEXT PRIMARY KEY,
     at_ms BIGINT NOT NULL,
@@ -118,7 +119,18 @@ CREATE TABLE IF NOT EXISTS audit_log (
 );
 CREATE INDEX IF NOT EXISTS audit_log_at ON audit_log (at_ms);
 ",
-}];
+    },
+    // Each usage row's call attributes (`recorded::row_json`), which generic rules' counters
+    // are refilled by; older rows keep NULL (they match no attribute condition). The index
+    // serves those sums, which name no user, team or model.
+    Migration {
+        name: "usage_ledger/attributes",
+        sql: "
+ALTER TABLE usage_ledger ADD COLUMN attributes TEXT;
+CREATE INDEX IF NOT EXISTS usage_ledger_at ON usage_ledger (at_ms);
+",
+    },
+];
 
 /// The placeholder `n` of a dialect: `?n` (SQLite) or `$n` (PostgreSQL).
 pub(crate) fn placeholder(postgres: bool, n: usize) -> String {

@@ -5,7 +5,7 @@
 use super::audit::{self, AuditParam, AuditQuery, AuditRow, MIGRATIONS, MIGRATIONS_TABLE};
 
 #[cfg(feature = "sqlite")]
-/// SQLite: runs the audit migrations not yet applied (an immediate transaction each: a
+/// SQLite: runs the ledger migrations not yet applied (an immediate transaction each: a
 /// second process waits for the first, then sees its migration applied). A database whose
 /// migrations all ran is only read (opening it never waits for another writer). A busy
 /// database is the caller's to try again (the ledger's open does).
@@ -107,13 +107,13 @@ pub(crate) fn sqlite_read(
 }
 
 #[cfg(feature = "postgres")]
-/// PostgreSQL: runs the audit migrations not yet applied, each in a transaction that locks
+/// PostgreSQL: runs the ledger migrations not yet applied, each in a transaction that locks
 /// `usage_guard_migrations` (concurrent processes take turns). Tried twice: two processes
 /// creating the migrations table at once can collide.
 pub(crate) fn pg_migrate(client: &mut postgres::Client) -> Result<(), String> {
     match pg_migrate_once(client) {
         Ok(()) => Ok(()),
-        Err(_) => pg_migrate_once(client).map_err(|e| format!("audit log migration: {e}")),
+        Err(_) => pg_migrate_once(client).map_err(|e| format!("ledger migration: {e}")),
     }
 }
 

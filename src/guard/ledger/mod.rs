@@ -37,6 +37,7 @@ pub use self::quota_db::{QuotaDb, QuotaDbAt, SqlValue};
 pub use self::sqlite::SqliteLedger;
 
 use crate::guard::domain::clock::Millis;
+pub use crate::guard::domain::recorded::{RowCondition, RowField};
 use crate::guard::domain::rule::Metric;
 
 /// One billed call.
@@ -62,6 +63,8 @@ pub struct LedgerRow {
     pub request_id: Option<String>,
     /// Free JSON the caller attached.
     pub metadata: Option<serde_json::Value>,
+    /// The call's attributes a generic rule reads (`recorded::row_json`), if any.
+    pub attributes: Option<serde_json::Value>,
 }
 
 impl LedgerRow {
@@ -83,6 +86,8 @@ pub struct SumFilter {
     pub model: Option<String>,
     pub since: Millis,
     pub until: Millis,
+    /// Conditions on the user, model and recorded attributes (a generic rule's counter).
+    pub attributes: Vec<RowCondition>,
 }
 
 /// What to group usage by.

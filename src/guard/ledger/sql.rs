@@ -1,7 +1,7 @@
 //! The SQL both backends share: the table, the idempotent insert, the sums and the grouped
 //! query. Only placeholders differ between SQLite (`?N`) and PostgreSQL (`$N`).
 
-use super::{GroupBy, LedgerRow, SumFilter, UsageQuery};
+use super::{GroupBy, LedgerRow, RowCondition, RowField, SumFilter, UsageQuery};
 use crate::guard::domain::rule::Metric;
 
 /// Which database the SQL is for.
@@ -54,7 +54,7 @@ CREATE INDEX IF NOT EXISTS usage_ledger_model_at ON usage_ledger (model, at_ms);
 CREATE INDEX IF NOT EXISTS usage_ledger_team_at ON usage_ledger (team_id, at_ms);
 ";
 
-const COLUMNS: [&str; 17] = [
+const COLUMNS: [&str; 18] = [
     "ticket_id",
     "at_ms",
     "day",
@@ -72,13 +72,14 @@ const COLUMNS: [&str; 17] = [
     "compute_ms",
     "request_id",
     "metadata",
+    "attributes",
 ];
 
 fn int(v: u64) -> Param {
     Param::Int(i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-/// Rows in one multi-row insert. SQLite binds 17 parameters a row against its limit of
+/// Rows in one multi-row insert. SQLite binds 18 parameters a row against its limit of
 /// 32,766; PostgreSQL binds one array per column (no limit), chunked only to keep one
 /// statement's parameters a few hundred KB.
 pub(crate) fn chunk_rows(dialect: Dialect) -> usize {
@@ -179,6 +180,7 @@ fn insert_params(row: &LedgerRow) -> Vec<Param> {
         int(row.compute_ms),
         Param::OptText(row.request_id.clone()),
         Param::OptText(row.metadata.as_ref().map(|m| m.to_string())),
+        Param::OptText(row.attributes.as_ref().map(|m| m.to_string())),
     ]
 }
 
@@ -220,6 +222,39 @@ impl Where {
         }
     }
 
+    /// `field` is one of `values` (negated: is not; a field the row lacks is neither).
+    fn condition(&mut self, c: &RowCondition) {
+        let mut phs = Vec::with_capacity(c.values.len());
+        for v in &c.values {
+            self.params.push(Param::Text(v.clone()));
+            phs.push(self.dialect.placeholder(self.params.len()));
+        }
+        let list = phs.join(", ");
+        // The keys are attribute words (never input): safe to write into the SQL.
+        let test = match (c.field, self.dialect) {
+            (RowField::User, _) => format!("user_id IN ({list})"),
+            (RowField::Model, _) => format!("model IN ({list})"),
+            (RowField::Key(k), Dialect::Sqlite) => {
+                format!("json_extract(attributes, '$.{k}') IN ({list})")
+            }
+            (RowField::Key(k), Dialect::Postgres) => {
+                format!("(attributes::jsonb ->> '{k}') IN ({list})")
+            }
+            (RowField::AnyOf(k), Dialect::Sqlite) => format!(
+                "EXISTS (SELECT 1 FROM json_each(attributes, '$.{k}') WHERE value IN ({list}))"
+            ),
+            (RowField::AnyOf(k), Dialect::Postgres) => format!(
+                "EXISTS (SELECT 1 FROM jsonb_array_elements_text(attributes::jsonb -> '{k}') \
+                 AS e(v) WHERE e.v IN ({list}))"
+            ),
+        };
+        self.clauses.push(if c.negate {
+            format!("NOT COALESCE({test}, FALSE)")
+        } else {
+            test
+        });
+    }
+
     fn sql(&self) -> String {
         if self.clauses.is_empty() {
             String::new()
@@ -242,6 +277,9 @@ pub(crate) fn sum_sql(
     w.text("model", &filter.model);
     w.add("at_ms >=", Param::Int(filter.since));
     w.add("at_ms <", Param::Int(filter.until));
+    for c in &filter.attributes {
+        w.condition(c);
+    }
     // Use the quota service recorded counts in its own rules, never in the limit kinds'.
     w.clauses.push("source_type <> 'quota'".into());
     (

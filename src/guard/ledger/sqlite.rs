@@ -92,7 +92,7 @@ impl SqliteBackend {
         }
         conn.execute_batch(sql::SCHEMA)
             .map_err(|e| (e, "cannot create the ledger table in"))?;
-        audit_db::sqlite_migrate(&mut conn).map_err(|e| (e, "cannot migrate the audit log of"))?;
+        audit_db::sqlite_migrate(&mut conn).map_err(|e| (e, "cannot migrate"))?;
         Ok(SqliteBackend { conn })
     }
 }

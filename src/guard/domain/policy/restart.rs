@@ -1,9 +1,10 @@
 //! What a counter store that loses its counters (Redis restarted without persistence, a
 //! failover to a replica that missed writes) costs each rule of a policy, in one sentence for
 //! `usage-guard check` (docs/redis.md, "The epoch fence"). A rule of a fenced metric is
-//! refused until recovered; with a ledger, a limit's counter of a calendar window or of a
-//! sliding window of an hour or more is fenced too and refilled from the ledger; anything
-//! else starts over from 0, so up to one more full allowance can be used in its window.
+//! refused until recovered; with a ledger, a counter of a calendar window or of a sliding
+//! window of an hour or more (a limit's or a generic rule's: each ledger row records the
+//! attributes generic rules read) is fenced too and refilled from the ledger; anything else
+//! starts over from 0, so up to one more full allowance can be used in its window.
 
 use super::Policy;
 use crate::guard::domain::rule::{Metric, RuleSpec};
@@ -12,8 +13,8 @@ use crate::guard::domain::window::Window;
 /// Sliding windows at least this long are refilled from a ledger.
 const REFILL_MIN_SLIDING_SECONDS: u32 = 3_600;
 
-/// Whether a limit's counter of this window and metric is refilled from a ledger (a generic
-/// rule's never is: the ledger does not record a call's attributes).
+/// Whether a counter of this window and metric is refilled from a ledger (a limit's or a
+/// generic rule's alike).
 pub(crate) fn refilled(window: Window, metric: Metric) -> bool {
     metric != Metric::Concurrency
         && match window {
@@ -40,9 +41,9 @@ fn words(list: &[String]) -> String {
 }
 
 impl Policy {
-    /// Every rule spec of the policy, with whether it is a generic rule's.
-    fn all_rule_specs(&self) -> Vec<(&RuleSpec, bool)> {
-        let mut all: Vec<(&RuleSpec, bool)> = Vec::new();
+    /// Every rule spec of the policy: the limits' and the generic rules'.
+    fn all_rule_specs(&self) -> Vec<&RuleSpec> {
+        let mut all: Vec<&RuleSpec> = Vec::new();
         let limits = self.direct.iter().flat_map(|d| &d.rules);
         let team = self
             .team
@@ -55,8 +56,8 @@ impl Policy {
         let subjects = self.team_total.iter().chain(&self.model_total);
         let subjects = subjects.chain(&self.user_total).flat_map(|s| &s.rules);
         let plain = limits.chain(team).chain(public).chain(subjects);
-        all.extend(plain.chain(&self.platform).map(|r| (r, false)));
-        all.extend(self.rules.iter().map(|r| (&r.spec, true)));
+        all.extend(plain.chain(&self.platform));
+        all.extend(self.rules.iter().map(|r| &r.spec));
         all
     }
 
@@ -66,13 +67,13 @@ impl Policy {
     pub fn restart_cost(&self) -> String {
         let fenced_metrics = &self.settings.fenced_metrics;
         let (mut fenced, mut ledger, mut over) = (Vec::new(), Vec::new(), Vec::new());
-        for (spec, generic) in self.all_rule_specs() {
+        for spec in self.all_rule_specs() {
             if spec.metric == Metric::Concurrency {
                 continue; // holds only: calls running, nothing counted to lose
             }
             if fenced_metrics.contains(&spec.metric) {
                 add(&mut fenced, kind(spec));
-            } else if !generic && refilled(spec.window, spec.metric) {
+            } else if refilled(spec.window, spec.metric) {
                 add(&mut ledger, kind(spec));
             } else {
                 add(&mut over, kind(spec));
@@ -95,8 +96,8 @@ impl Policy {
         }
         if !over.is_empty() {
             parts.push(format!(
-                "{} start over from 0, ledger or not (sliding windows under an hour and \
-                 generic rules are not refilled; settings.fenced_metrics refuses them instead)",
+                "{} start over from 0, ledger or not (sliding windows under an hour are not \
+                 refilled; settings.fenced_metrics refuses them instead)",
                 words(&over)
             ));
         }
