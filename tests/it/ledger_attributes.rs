@@ -1,6 +1,7 @@
 //! Sums filtered on the call attributes a ledger row records (what refills a generic rule's
 //! counter), on SQLite and PostgreSQL: a value, any item of a list, a negated condition, the
 //! user and model columns, and rows recorded without attributes (matching no attribute).
+#![cfg(all(feature = "sqlite", feature = "postgres"))]
 
 use crate::common;
 
