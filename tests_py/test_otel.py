@@ -11,6 +11,7 @@ import pytest
 import usage_guard as ug
 from doc_blocks import run_by
 from fake_provider import FakeProvider
+
 pytest.importorskip("opentelemetry.sdk")  # Python 3.10 and later
 
 from opentelemetry.sdk.metrics import MeterProvider
