@@ -121,15 +121,3 @@ def run_usage(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     else:
         _table(groups, args.group_by, out)
     return 0
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`python -m usage_guard.cli.usage usage ...`: the `usage` command alone."""
-    parser = argparse.ArgumentParser(prog="usage-guard")
-    add_usage_command(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
