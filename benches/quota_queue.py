@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests_py"))
 
 import usage_guard as ug  # noqa: E402
 from redis_harness import RedisServer  # noqa: E402
-from usage_guard.quota_model import check_limits, compile_rules  # noqa: E402
+from usage_guard.quota.model import check_limits, compile_rules  # noqa: E402
 
 LIMIT = 4
 HOLD_S = 0.005

@@ -49,6 +49,7 @@ pub use guard::domain::refusal::{Reason, Refusal};
 pub use guard::domain::rule::{CounterId, LimitType, Metric, Scope};
 pub use guard::domain::view::{PersonView, UsageView};
 pub use guard::domain::window::{Anchored, CalendarUnit, Window};
+pub use guard::domain::words::UnknownWord;
 pub use guard::engine::admission::AdmitRequest;
 pub use guard::engine::batch::{BatchRequest, BatchTicket};
 pub use guard::engine::event_stream::EventStream;

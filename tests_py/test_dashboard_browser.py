@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import usage_guard as ug
 from test_dashboard_api import EVIL, POLICY, TOKEN, seeded, spend, token  # noqa: F401
-from usage_guard.cli_usage import _cost
+from usage_guard.cli.usage import _cost
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 playwright = pytest.importorskip("playwright.sync_api")

@@ -184,7 +184,7 @@ def test_cli_usage_prints_groups(tmp_path: Path, clock: ug.ManualClock) -> None:
     spend(guard, "alice", 2, 1000, 200)
     spend(guard, "bob", 1, 100, 10)
     guard.close()
-    cmd = [sys.executable, "-m", "usage_guard.cli_usage", "usage", "--ledger", db]
+    cmd = [sys.executable, "-m", "usage_guard.cli", "usage", "--ledger", db]
     out = subprocess.run(
         [*cmd, "--user", "alice", "--since", "2026-11-30", "--json"],
         capture_output=True,

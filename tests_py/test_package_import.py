@@ -71,7 +71,7 @@ def test_the_first_rust_record_loads_logging_and_reaches_its_handlers() -> None:
 
 def test_the_cli_starts_without_the_quota_service_or_the_demo() -> None:
     loaded = (
-        "('usage_guard.quota', 'usage_guard.quota_model', 'usage_guard.cli_demo', 'logging', "
+        "('usage_guard.quota', 'usage_guard.quota.model', 'usage_guard.cli.demo', 'logging', "
         "'asyncio')"
     )
     code = (
@@ -79,6 +79,6 @@ def test_the_cli_starts_without_the_quota_service_or_the_demo() -> None:
         "import usage_guard.cli as cli\n"
         f"print([m for m in {loaded} if m in sys.modules])\n"
         "print(cli.EXAMPLE_POLICY.startswith('#'), callable(cli.run_day))\n"
-        "print('usage_guard.cli_demo' in sys.modules)\n"
+        "print('usage_guard.cli.demo' in sys.modules)\n"
     )
     assert _fresh(code).splitlines() == ["[]", "True True", "True"]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import usage_guard as ug
 from usage_guard.cli import main
-from usage_guard.quota_model import check_limits, compile_rules
+from usage_guard.quota.model import check_limits, compile_rules
 
 MODELS = {
     "gpt-4o": {"provider": "openai", "prices": {"input": 2.5, "output": 10.0}},

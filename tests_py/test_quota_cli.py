@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import usage_guard as ug
 from usage_guard.cli import main
-from usage_guard.cli_quota import PRESETS
+from usage_guard.cli.quota import PRESETS
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pytest
 import usage_guard as ug
 from redis_harness import RedisServer
-from usage_guard.quota_model import check_limits, compile_rules
+from usage_guard.quota.model import check_limits, compile_rules
 
 MODELS = {"gpt-5": {"provider": "openai", "prices": {"input": 1.25, "output": 10.0}}}
 

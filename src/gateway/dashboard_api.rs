@@ -264,7 +264,7 @@ pub(crate) async fn counters(
         rows.push(json!({
             "principal": user,
             "model": model,
-            "source": {"type": view.source.kind.word(), "id": &*view.source.id},
+            "source": {"type": view.source.kind.as_str(), "id": &*view.source.id},
             "rules": view.rules.iter().map(rule_json).collect::<Vec<_>>(),
             "ceilings": view.ceilings.iter().map(rule_json).collect::<Vec<_>>(),
         }));

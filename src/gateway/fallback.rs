@@ -127,7 +127,7 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
                 None => continue,
             },
         };
-        let (provider, cred) = (upstream.provider.word(), credential(&upstream));
+        let (provider, cred) = (upstream.provider.as_str(), credential(&upstream));
         if let Err(u) = health.available(provider, &cred).await {
             hops.skip(u.until);
             continue;
@@ -151,7 +151,7 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
             }
             Err(e) => return bad(endpoint, &e.to_string()),
         };
-        let (provider, cred) = (upstream.provider.word(), credential(&upstream));
+        let (provider, cred) = (upstream.provider.as_str(), credential(&upstream));
         if let Err(u) = health.take(provider, &cred).await {
             // Another call took the last half-open probe meanwhile.
             call.release().await;
@@ -200,7 +200,7 @@ fn degraded(
             log::info!(
                 "gateway: the degrade_to model {model:?} is served by {} in another API than \
                  {} (or has no upstream): the refusal stands",
-                provider.word(),
+                provider.as_str(),
                 endpoint.path
             );
             match call.ticket().degrade_refusal().cloned() {
@@ -234,7 +234,7 @@ struct Served<'a> {
 fn marks(served: &Served<'_>) -> Vec<(String, String)> {
     let mut mark = vec![(
         "x-served-provider".to_string(),
-        served.upstream.provider.word().to_string(),
+        served.upstream.provider.as_str().to_string(),
     )];
     if let Some(r) = &served.resolution {
         mark.push(("x-model-resolution".into(), r.clone()));
@@ -335,7 +335,7 @@ impl Attempt<'_> {
         if let Ok(view) = &view {
             extra.extend(self.limit_headers(view, lowered));
         }
-        let provider = served.upstream.provider.word();
+        let provider = served.upstream.provider.as_str();
         let cred = credential(served.upstream);
         let health = app.guard.health();
         // Whose call this was: a breaker opens only on failures of more than one key.

@@ -93,7 +93,7 @@ impl Forward<'_> {
             Err(_) => "timeout".into(),
             Ok(Err(_)) => "unreachable".into(),
         };
-        let word = self.upstream.provider.word();
+        let word = self.upstream.provider.as_str();
         self.metrics.count(
             "usage_guard_gateway_upstream_responses",
             &[("provider", word), ("status", &status)],
@@ -111,7 +111,7 @@ impl Forward<'_> {
 
     /// Counts a call the upstream timed out on after it had the request (billed).
     fn timed_out(&self, stage: &str) {
-        let word = self.upstream.provider.word();
+        let word = self.upstream.provider.as_str();
         self.metrics.count(
             "usage_guard_gateway_upstream_timeouts",
             &[("provider", word), ("stage", stage)],
@@ -121,7 +121,7 @@ impl Forward<'_> {
     /// The answer to a call the upstream did not answer: 502 (released) or 504 (the prompt
     /// billed: the provider had the request and may have worked on it).
     pub(crate) async fn unanswered(&self, why: Unanswered, call: Call) -> Response<Body> {
-        let word = self.upstream.provider.word();
+        let word = self.upstream.provider.as_str();
         let (problem, message) = match why {
             Unanswered::Unreachable => {
                 call.release().await;
@@ -161,7 +161,7 @@ impl Forward<'_> {
         health: &ProviderHealth,
         caller: &str,
     ) -> (Response<Body>, Outcome) {
-        let (provider, cred) = (self.upstream.provider.word(), credential(self.upstream));
+        let (provider, cred) = (self.upstream.provider.as_str(), credential(self.upstream));
         let status = upstream.status().as_u16();
         let pairs = header_pairs(upstream.headers());
         let mut response = head(&upstream);
@@ -228,7 +228,7 @@ impl Forward<'_> {
         call: Call,
         mut response: Response<Body>,
     ) -> Response<Body> {
-        let word = self.upstream.provider.word();
+        let word = self.upstream.provider.as_str();
         let failed = match read_bounded(upstream, self.max_answer, self.timeout).await {
             Ok(bytes) => {
                 self.bill_answer(&bytes, call).await;
@@ -267,7 +267,7 @@ impl Forward<'_> {
     /// another format), whose text cannot be read, as the prompt and the output maximum it
     /// was sent with: the provider served it.
     async fn bill_answer(&self, bytes: &[u8], call: Call) {
-        let (api, word) = (self.endpoint.api, self.upstream.provider.word());
+        let (api, word) = (self.endpoint.api, self.upstream.provider.as_str());
         let answer = serde_json::from_slice::<Value>(bytes).ok();
         let reported = match &answer {
             Some(v) => reported_usage(v, api),
@@ -309,7 +309,7 @@ impl Forward<'_> {
         );
         let source = upstream.bytes_stream().boxed();
         let (timeout, max_event) = (self.timeout, self.max_event);
-        let word = self.upstream.provider.word();
+        let word = self.upstream.provider.as_str();
         let events = futures::stream::unfold(
             (source, relay, false),
             move |(mut source, mut relay, done)| async move {

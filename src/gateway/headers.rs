@@ -147,8 +147,8 @@ pub(crate) fn restriction(view: &UsageView, max_output_tokens: Option<u64>) -> S
     let mut parts = Vec::new();
     if let Some(r) = &view.restriction {
         parts.push(format!("restricted_by={}", r.restricted_by.name()));
-        parts.push(format!("metric={}", r.metric.word()));
-        parts.push(format!("window=\"{}\"", r.window.word()));
+        parts.push(format!("metric={}", r.metric.as_str()));
+        parts.push(format!("window=\"{}\"", r.window));
         parts.push(format!("current_value={}", r.current_value));
         parts.push(format!("max_value={}", r.max_value));
     }

@@ -87,7 +87,9 @@ pub(crate) async fn probe(
         return refused;
     }
     let policy = app.guard.policy();
-    let Some(upstream) = Provider::parse(&id)
+    let Some(upstream) = id
+        .parse::<Provider>()
+        .ok()
         .and_then(|p| policy.providers.iter().find(|u| u.provider == p))
         .cloned()
     else {
@@ -112,7 +114,7 @@ pub(crate) async fn probe(
         }
         _ => (None, Outcome::Retryable, Vec::new()),
     };
-    let provider = upstream.provider.word();
+    let provider = upstream.provider.as_str();
     let health = app.guard.health();
     let credential = credential(&upstream);
     // The operator's probe is a caller of its own.
@@ -132,7 +134,7 @@ pub(crate) async fn probe(
             "provider": provider,
             "model": body["model"],
             "status": status,
-            "outcome": outcome.word(),
+            "outcome": outcome.as_str(),
             "latency_ms": latency_ms,
             "health": provider_json(&snapshot, provider),
         }),
@@ -154,9 +156,9 @@ fn provider_json(snapshot: &HealthSnapshot, provider: &str) -> Value {
         .cooled
         .iter()
         .filter(|c| c.provider == provider)
-        .map(|c| json!({"credential": c.credential, "reason": c.reason.word(), "until": iso8601(c.until)}))
+        .map(|c| json!({"credential": c.credential, "reason": c.reason.as_str(), "until": iso8601(c.until)}))
         .collect();
-    json!({"breaker": breaker.word(), "open_until": open_until, "cooled_credentials": cooled})
+    json!({"breaker": breaker.as_str(), "open_until": open_until, "cooled_credentials": cooled})
 }
 
 /// The health lines of `GET /metrics`: each provider's breaker state (one series per state,
@@ -167,7 +169,7 @@ pub(crate) fn metrics_text(guard: &Guard) -> String {
     let _ = writeln!(out, "# TYPE usage_guard_provider_breaker_state gauge");
     for (provider, state) in &snapshot.breakers {
         for word in ["closed", "open", "half_open"] {
-            let on = u8::from(state.word() == word);
+            let on = u8::from(state.as_str() == word);
             let _ = writeln!(
                 out,
                 "usage_guard_provider_breaker_state{{provider=\"{provider}\",state=\"{word}\"}} {on}"
@@ -181,7 +183,7 @@ pub(crate) fn metrics_text(guard: &Guard) -> String {
             "usage_guard_provider_credential_cooled{{provider=\"{}\",credential=\"{}\",reason=\"{}\"}} 1",
             c.provider,
             c.credential.replace('\\', "\\\\").replace('"', "\\\""),
-            c.reason.word()
+            c.reason.as_str()
         );
     }
     let _ = writeln!(

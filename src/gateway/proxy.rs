@@ -259,7 +259,7 @@ pub(crate) async fn check(
         .unwrap_or(endpoint.provider());
     let upstream = policy.providers.iter().find(|u| u.provider == provider);
     let Some(upstream) = upstream.cloned() else {
-        let word = provider.word();
+        let word = provider.as_str();
         let message = format!(
             "No upstream for the provider {word}: add [providers.{word}] base_url = \"...\" \
              to the policy"

@@ -193,7 +193,7 @@ impl Gateway {
                     .policy()
                     .providers
                     .iter()
-                    .map(|u| u.provider.word())
+                    .map(|u| u.provider.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
             );
@@ -295,7 +295,7 @@ async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response<Bod
         .iter()
         .filter(|m| key.models.as_ref().is_none_or(|ms| ms.iter().any(|id| **id == *m.id)))
         .map(|m| {
-            json!({"id": &*m.id, "object": "model", "created": 0, "owned_by": m.provider.word()})
+            json!({"id": &*m.id, "object": "model", "created": 0, "owned_by": m.provider.as_str()})
         })
         .collect();
     json_response(StatusCode::OK, &json!({"object": "list", "data": data}))

@@ -26,7 +26,7 @@ pub(crate) fn check_keys(policy: &Policy) -> Result<()> {
         if let Some(var) = &u.api_key_env {
             if policy.gateway.admin_token_env.as_ref() == Some(var) {
                 return Err(Error::invalid(
-                    &format!("providers.{}.api_key_env", u.provider.word()),
+                    &format!("providers.{}.api_key_env", u.provider.as_str()),
                     format!("{var:?}"),
                     "is gateway.admin_token_env: the admin token would be sent to the provider \
                      as its key; give each its own variable",
@@ -34,7 +34,7 @@ pub(crate) fn check_keys(policy: &Policy) -> Result<()> {
             }
             if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
                 return Err(Error::invalid(
-                    &format!("providers.{}.api_key_env", u.provider.word()),
+                    &format!("providers.{}.api_key_env", u.provider.as_str()),
                     format!("{var:?}"),
                     "names an environment variable that is not set",
                 ));
@@ -84,7 +84,7 @@ pub(crate) fn moved(started: &[Upstream], new: &[Upstream]) -> Vec<FieldError> {
                        when the gateway starts: restart it with a new policy file to change them";
     let mut out = Vec::new();
     for u in new {
-        let path = format!("providers.{}", u.provider.word());
+        let path = format!("providers.{}", u.provider.as_str());
         let Some(was) = started.iter().find(|s| s.provider == u.provider) else {
             out.push(FieldError::new(
                 path,
@@ -115,7 +115,7 @@ pub(crate) fn moved(started: &[Upstream], new: &[Upstream]) -> Vec<FieldError> {
         .iter()
         .filter(|s| !new.iter().any(|u| u.provider == s.provider))
     {
-        let path = format!("providers.{}", s.provider.word());
+        let path = format!("providers.{}", s.provider.as_str());
         out.push(FieldError::new(path, "", format!("is missing: {WHY}")));
     }
     out

@@ -95,12 +95,12 @@ pub(crate) fn warnings_to_py<'py>(
 pub(crate) fn warning_to_py<'py>(py: Python<'py>, w: &RuleWarning) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("rule", &*w.rule)?;
-    d.set_item("amount", w.metric.word())?;
+    d.set_item("amount", w.metric.as_str())?;
     d.set_item("unit", w.metric.unit())?;
     d.set_item("used", w.used)?;
     d.set_item("budget", w.budget)?;
     d.set_item("threshold", w.threshold)?;
-    d.set_item("action", w.action.word())?;
+    d.set_item("action", w.action.as_str())?;
     d.set_item("would_refuse", w.would_refuse)?;
     Ok(d)
 }

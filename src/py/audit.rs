@@ -28,9 +28,9 @@ fn audit_query((since, until, kind, rule, limit): AuditArgs<'_, '_>) -> PyResult
             .map(|v| instant(v, name))
             .transpose()
     };
-    let known = |k: &str| EventKind::parse(k).is_some() || k == STORE_EPOCH;
+    let known = |k: &str| k.parse::<EventKind>().is_ok() || k == STORE_EPOCH;
     if let Some(k) = kind.as_deref().filter(|k| !known(k)) {
-        let mut words: Vec<&str> = EventKind::ALL.iter().map(|k| k.word()).collect();
+        let mut words: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
         words.push(STORE_EPOCH);
         let why = format!("is not an audit kind; accepted: {}", words.join(", "));
         return Err(Error::invalid("kind", format!("{k:?}"), why).into());

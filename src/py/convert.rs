@@ -77,7 +77,7 @@ pub(crate) fn ceiling_to_py<'py>(
 /// `{"type": "team", "id": "research"}`.
 pub(crate) fn source_to_py<'py>(py: Python<'py>, s: &SourceRef) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("type", s.kind.word())?;
+    d.set_item("type", s.kind.as_str())?;
     d.set_item("id", &*s.id)?;
     Ok(d)
 }
@@ -89,9 +89,9 @@ fn rule_view_to_py<'py>(py: Python<'py>, r: &RuleView) -> PyResult<Bound<'py, Py
         d.set_item("team", team)?;
     }
     d.set_item("per_person", r.per_person)?;
-    d.set_item("metric", r.metric.word())?;
+    d.set_item("metric", r.metric.as_str())?;
     d.set_item("unit", r.metric.unit())?;
-    d.set_item("window", r.window.word())?;
+    d.set_item("window", r.window.to_string())?;
     d.set_item("amount", r.amount)?;
     d.set_item("used", r.used)?;
     d.set_item("reserved", r.reserved)?;
@@ -118,9 +118,9 @@ pub(crate) fn view_to_py<'py>(py: Python<'py>, v: &UsageView) -> PyResult<Bound<
         Some(r) => {
             let rd = PyDict::new(py);
             rd.set_item("restricted_by", r.restricted_by.name())?;
-            rd.set_item("metric", r.metric.word())?;
+            rd.set_item("metric", r.metric.as_str())?;
             rd.set_item("unit", r.metric.unit())?;
-            rd.set_item("window", r.window.word())?;
+            rd.set_item("window", r.window.to_string())?;
             rd.set_item("current_value", r.current_value)?;
             rd.set_item("max_value", r.max_value)?;
             d.set_item("restriction", rd)?;

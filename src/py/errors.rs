@@ -73,7 +73,7 @@ impl PyRefusal {
 
     #[getter]
     fn metric(&self) -> Option<&'static str> {
-        self.inner.metric.map(|m| m.word())
+        self.inner.metric.map(|m| m.as_str())
     }
 
     #[getter]
@@ -83,7 +83,7 @@ impl PyRefusal {
 
     #[getter]
     fn window(&self) -> Option<String> {
-        self.inner.window.map(|w| w.word())
+        self.inner.window.map(|w| w.to_string())
     }
 
     #[getter]

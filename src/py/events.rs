@@ -18,7 +18,7 @@ pub(crate) fn event_to_py<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound
     let d = warning_to_py(py, &event.warning)?;
     d.set_item("id", &event.id)?;
     d.set_item("at", iso8601(event.at_ms))?;
-    d.set_item("kind", event.kind.word())?;
+    d.set_item("kind", event.kind.as_str())?;
     d.set_item("counter", event.key.render())?;
     d.set_item("principal", event.principal.as_deref())?;
     d.set_item("model", event.model.as_deref())?;

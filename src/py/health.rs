@@ -13,7 +13,7 @@ fn unavailable_to_py<'py>(py: Python<'py>, u: &Unavailable) -> PyResult<Bound<'p
     let d = PyDict::new(py);
     d.set_item("provider", &u.provider)?;
     d.set_item("credential", u.credential.as_deref())?;
-    d.set_item("reason", u.reason.word())?;
+    d.set_item("reason", u.reason.as_str())?;
     d.set_item("until", iso8601(u.until))?;
     d.set_item("until_ms", u.until)?;
     Ok(d)
@@ -77,7 +77,7 @@ fn provider_record<'py>(
     let recorded = py
         .detach(move || crate::runtime::block_on(guard.health().record(&p, &c, &who, outcome, &h)));
     let d = PyDict::new(py);
-    d.set_item("outcome", outcome.word())?;
+    d.set_item("outcome", outcome.as_str())?;
     let opened = match recorded.transition {
         Transition::Opened(until) => Some(until),
         _ => None,
@@ -103,14 +103,14 @@ fn provider_health<'py>(
     let snapshot = guard.get().inner.health().snapshot();
     let breakers = PyDict::new(py);
     for (provider, state) in &snapshot.breakers {
-        breakers.set_item(provider, state.word())?;
+        breakers.set_item(provider, state.as_str())?;
     }
     let cooled = PyList::empty(py);
     for c in &snapshot.cooled {
         let d = PyDict::new(py);
         d.set_item("provider", &c.provider)?;
         d.set_item("credential", &c.credential)?;
-        d.set_item("reason", c.reason.word())?;
+        d.set_item("reason", c.reason.as_str())?;
         d.set_item("until", iso8601(c.until))?;
         cooled.append(d)?;
     }
@@ -135,7 +135,7 @@ fn model_ladder(
         .map(|(m, p)| {
             (
                 m,
-                p.map_or(default_provider.to_string(), |p| p.word().to_string()),
+                p.map_or(default_provider.to_string(), |p| p.as_str().to_string()),
             )
         })
         .collect()

@@ -212,7 +212,7 @@ fn field_errors<'py>(
 #[pyfunction]
 fn _window_word(text: &str) -> PyResult<String> {
     use crate::guard::domain::window_words::{read, ACCEPTED};
-    read(text).map(|w| w.word()).map_err(|why| {
+    read(text).map(|w| w.to_string()).map_err(|why| {
         crate::error::Error::invalid("", "", format!("{why}; accepted: {ACCEPTED}")).into()
     })
 }

@@ -20,8 +20,8 @@ fn counters_to_py<'py>(py: Python<'py>, counters: &[RuleCounter]) -> PyResult<Bo
     for c in counters {
         let d = PyDict::new(py);
         d.set_item("rule", &*c.name)?;
-        d.set_item("metric", c.metric.word())?;
-        d.set_item("window", c.window.word())?;
+        d.set_item("metric", c.metric.as_str())?;
+        d.set_item("window", c.window.to_string())?;
         d.set_item("budget", c.budget)?;
         d.set_item("used", c.used)?;
         d.set_item("reserved", c.held)?;
@@ -33,7 +33,7 @@ fn counters_to_py<'py>(py: Python<'py>, counters: &[RuleCounter]) -> PyResult<Bo
 }
 
 fn metric_of(word: &str) -> PyResult<Metric> {
-    Metric::parse(word).ok_or_else(|| {
+    word.parse::<Metric>().map_err(|_| {
         let why = "is not a metric; accepted: requests, tokens, input_tokens, output_tokens, cost, compute_ms, concurrency";
         Error::invalid("metric", word, why).into()
     })

@@ -31,7 +31,7 @@ fn reported(rule: &Bound<'_, PyAny>, at: &str) -> PyResult<Option<Reported>> {
         Error::wrong_type(at, rule.get_type(), "must be a dict (a usage view rule)")
     })?;
     let word: String = item(rule, at, "metric")?.extract()?;
-    let metric = Metric::parse(&word).ok_or_else(|| {
+    let metric = word.parse::<Metric>().map_err(|_| {
         Error::invalid(
             &format!("{at}.metric"),
             format!("{word:?}"),
@@ -44,7 +44,7 @@ fn reported(rule: &Bound<'_, PyAny>, at: &str) -> PyResult<Option<Reported>> {
     let text: String = item(rule, at, "window")?.extract()?;
     // An anchored window's words ("day from 09:00 Europe/Paris") do not carry its length:
     // reported without `w`, never refused (the view is the guard's own).
-    let window = match Window::parse(&text) {
+    let window = match text.parse::<Window>().ok() {
         Some(w) => Some(w),
         None if text == "running" => Some(Window::WhileRunning),
         None if text.contains(" from ") => None,

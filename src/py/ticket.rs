@@ -195,7 +195,7 @@ impl PyTicket {
         format!(
             "Ticket(id={:?}, source={}:{}, settled={})",
             self.inner.id(),
-            s.kind.word(),
+            s.kind.as_str(),
             s.id,
             self.inner.is_settled()
         )

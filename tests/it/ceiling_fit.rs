@@ -96,7 +96,7 @@ fn cost_bounds_the_output() {
         };
         match run(&request, api, &poor) {
             Err(Error::Refused(r)) => assert_eq!(
-                (r.reason, r.metric.map(|m| m.word())),
+                (r.reason, r.metric.map(|m| m.as_str())),
                 (Reason::DoesNotFit, Some("cost"))
             ),
             other => panic!("{api:?}: {other:?}"),

@@ -327,7 +327,7 @@ window = {{ kind = "rolling", count = 10, unit = "minutes" }}
         .unwrap();
     // The rule's 1,000 tokens cap the output: 1,000 - 100 prompt.
     assert_eq!(t.ceiling().max_output_tokens, 900);
-    assert_eq!(t.source().kind.word(), "direct");
+    assert_eq!(t.source().kind.as_str(), "direct");
     let r = common::refusal(s.guard.admit_blocking(call("alice", &[("session", "s1")])));
     assert_eq!(r.limit_type, Some(LimitType::Rule));
     assert!(
@@ -398,7 +398,7 @@ action_duration_seconds = 600
     s.guard.on_event(move |e| {
         sink.lock()
             .unwrap()
-            .push((e.rule.to_string(), e.action.word()))
+            .push((e.rule.to_string(), e.action.as_str()))
     });
     // Another guard on the same store (another process on Redis: tests_py/test_rules.py).
     let other = usage_guard::Guard::new(common::policy(&toml), s.store.clone(), s.clock.clone());
@@ -463,7 +463,7 @@ window = "day"
     let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = events.clone();
     s.guard
-        .on_event(move |e| sink.lock().unwrap().push(e.action.word()));
+        .on_event(move |e| sink.lock().unwrap().push(e.action.as_str()));
     let first = s.guard.admit_blocking(agent("a1")).unwrap();
     assert_eq!((first.model(), first.degraded_from()), ("gpt-5", None));
     let second = s.guard.admit_blocking(agent("a1")).unwrap();

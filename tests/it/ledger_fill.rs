@@ -51,7 +51,7 @@ fn used(view: &UsageView, metric: Metric, window: &str) -> u64 {
     view.rules
         .iter()
         .chain(view.ceilings.iter())
-        .find(|r| r.metric == metric && r.window == Window::parse(window).unwrap())
+        .find(|r| r.metric == metric && r.window == window.parse::<Window>().unwrap())
         .unwrap_or_else(|| panic!("no {metric:?} {window} rule in {view:?}"))
         .used
 }

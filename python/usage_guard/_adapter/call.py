@@ -9,12 +9,10 @@ import base64
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 from .. import _core
-
-if TYPE_CHECKING:
-    from .flow import GuardedClient
+from .owner import Owner
 
 log = logging.getLogger("usage_guard")
 
@@ -135,9 +133,7 @@ class Api:
 class Call:
     """One guarded call: its request and ticket, and the pure steps between the waits."""
 
-    def __init__(
-        self, owner: GuardedClient, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ):
+    def __init__(self, owner: Owner, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]):
         kwargs = dict(kwargs)
         for name, value in zip(api.positional, args):
             if name in kwargs:
@@ -153,7 +149,7 @@ class Call:
         self.user: Optional[str] = owner._guard_user if call_user is None else call_user
         # The call's attributes for the policy's generic rules (credential, session, ...).
         self.attributes: Optional[dict[str, str]] = kwargs.pop("usage_attributes", None)
-        self.guard: Any = owner._guard
+        self.guard: _core.Guard = owner._guard
         self.api = api
         self.kwargs = kwargs
         self.model = str(kwargs.get("model") or "")
@@ -346,9 +342,7 @@ def _settle_error(what: str, exc: BaseException) -> None:
     log.warning("usage_guard: %s failed: %s", what, exc)
 
 
-def begin_sync(
-    owner: GuardedClient, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Call:
+def begin_sync(owner: Owner, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
     """Admits the call; admission refuses (raises) a call that does not fit."""
     call = Call(owner, api, args, kwargs)
     ticket = call.guard.admit(call.user, call.model, **call.admit_kwargs())
@@ -374,7 +368,7 @@ def settle_sync(call: Call, usage: Optional[Usage], target: Any, capped: bool) -
 
 
 async def begin_async(
-    owner: GuardedClient, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]
+    owner: Owner, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Call:
     """`begin_sync` for asyncio."""
     call = Call(owner, api, args, kwargs)

@@ -15,6 +15,7 @@ import asyncio
 from types import GenericAlias
 from typing import Any, Callable, Optional
 
+from .. import _core
 from ..errors import UsageLimitError
 from .call import (
     Api,
@@ -328,7 +329,7 @@ class GuardedClient:
         credential: str = "default",
     ):
         self._client = client
-        self._guard = guard
+        self._guard: _core.Guard = guard
         self._guard_user = user
         # None: no ladder (and no health tracking); a list: the models tried in order after
         # the one asked for, against the guard's provider health.

@@ -8,14 +8,12 @@ the next one; each outcome is recorded. `flow` drives it, sync and async."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from .. import _core
 from ..errors import ProviderUnavailable, UsageLimitError
 from .call import Api
-
-if TYPE_CHECKING:
-    from .flow import GuardedClient
+from .owner import Owner
 
 # Outcomes the next candidate may cure (a caller mistake would fail on every one).
 _CURABLE = ("retryable", "rate_limited", "billing")
@@ -45,9 +43,7 @@ def failure(exc: BaseException) -> Optional[tuple[Optional[int], Optional[str], 
 class Ladder:
     """One call's way down its ladder: the candidates, and what each hop met."""
 
-    def __init__(
-        self, owner: GuardedClient, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ):
+    def __init__(self, owner: Owner, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]):
         self.guard = owner._guard
         self.credential: str = owner._credential
         self.kwargs = dict(zip(api.positional, args))

@@ -28,19 +28,14 @@ impl CalendarUnit {
         CalendarUnit::Year,
     ];
 
-    /// The policy word ("day", "week", "month", "year").
-    pub fn word(self) -> &'static str {
+    /// The policy word ("day", "week", "month", "year"); `Display` and `FromStr` use it.
+    pub fn as_str(self) -> &'static str {
         match self {
             CalendarUnit::Day => "day",
             CalendarUnit::Week => "week",
             CalendarUnit::Month => "month",
             CalendarUnit::Year => "year",
         }
-    }
-
-    /// Parses a policy word.
-    pub fn parse(word: &str) -> Option<CalendarUnit> {
-        CalendarUnit::ALL.into_iter().find(|u| u.word() == word)
     }
 
     /// The short token of counter keys ("d", "w", "mo", "y").
@@ -80,7 +75,7 @@ impl Anchored {
     /// The window in words: "a calendar month from the 1st 00:00 Europe/Paris",
     /// "every 2 calendar weeks from Sunday 18:00 Asia/Tokyo".
     pub fn phrase(&self) -> String {
-        let unit = self.unit.word();
+        let unit = self.unit.as_str();
         let period = if self.count == 1 {
             format!("a calendar {unit}")
         } else {
@@ -111,17 +106,6 @@ impl Anchored {
             }
             CalendarUnit::Month => format!("the {} {time} {zone}", ordinal(self.day)),
         }
-    }
-
-    /// The window as a policy word with its anchor ("month from the 15th 09:00 Europe/Paris").
-    pub fn word(&self) -> String {
-        let unit = self.unit.word();
-        let period = if self.count == 1 {
-            unit.to_string()
-        } else {
-            format!("{} {unit}s", self.count)
-        };
-        format!("{period} from {}", self.anchor_words())
     }
 
     /// The counter key token: `c<count><unit>.<zone>.<HHMM>.<day>`, the zone's `/` and `+`
@@ -298,3 +282,18 @@ pub(crate) fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
 }
+
+/// The window as a policy word with its anchor ("month from the 15th 09:00 Europe/Paris").
+impl std::fmt::Display for Anchored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = self.unit.as_str();
+        let period = if self.count == 1 {
+            unit.to_string()
+        } else {
+            format!("{} {unit}s", self.count)
+        };
+        write!(f, "{period} from {}", self.anchor_words())
+    }
+}
+
+super::words::words!(CalendarUnit);

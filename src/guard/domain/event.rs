@@ -39,7 +39,7 @@ impl EventKind {
 
     /// The kind's word: `soft_threshold`, `over_budget`, `shadow_refusal`, `degrade`,
     /// `throttle`, `halt_session`.
-    pub fn word(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             EventKind::SoftThreshold => "soft_threshold",
             EventKind::OverBudget => "over_budget",
@@ -48,11 +48,6 @@ impl EventKind {
             EventKind::Throttle => "throttle",
             EventKind::HaltSession => "halt_session",
         }
-    }
-
-    /// Parses a kind's word.
-    pub fn parse(word: &str) -> Option<EventKind> {
-        EventKind::ALL.into_iter().find(|k| k.word() == word)
     }
 
     /// The kind of a warning: a shadowed refusal, a `warn` rule past its budget, or a soft
@@ -109,12 +104,14 @@ impl Event {
     pub fn detail(&self) -> serde_json::Value {
         let w = &self.warning;
         serde_json::json!({
-            "amount": w.metric.word(),
+            "amount": w.metric.as_str(),
             "unit": w.metric.unit(),
             "used": w.used,
             "budget": w.budget,
-            "action": w.action.word(),
+            "action": w.action.as_str(),
             "would_refuse": w.would_refuse,
         })
     }
 }
+
+super::words::words!(EventKind);

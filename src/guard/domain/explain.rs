@@ -27,7 +27,7 @@ fn sentence(rule: &GenericRule) -> String {
             .iter()
             .map(|(attr, values)| {
                 let values: Vec<&str> = values.iter().map(|v| &**v).collect();
-                format!("{} is {}", attr.word(), values.join(" or "))
+                format!("{} is {}", attr.as_str(), values.join(" or "))
             })
             .collect();
         format!("when {}", parts.join(" and "))
@@ -36,13 +36,13 @@ fn sentence(rule: &GenericRule) -> String {
     let by = if rule.count_by.is_empty() {
         String::new()
     } else {
-        let words: Vec<&str> = rule.count_by.iter().map(|a| a.word()).collect();
+        let words: Vec<&str> = rule.count_by.iter().map(|a| a.as_str()).collect();
         format!(" per {}", words.join(" and "))
     };
     let over = match spec.window {
         Window::WhileRunning => " at once".to_string(),
-        Window::Sliding { .. } => format!(" over a rolling {}", spec.window.word()),
-        Window::Calendar(_) => format!(" over a calendar {} (UTC)", spec.window.word()),
+        Window::Sliding { .. } => format!(" over a rolling {}", spec.window),
+        Window::Calendar(_) => format!(" over a calendar {} (UTC)", spec.window),
         Window::Anchored(a) => format!(" over {}", a.phrase()),
     };
     let budget = match spec.metric {
@@ -58,11 +58,11 @@ fn sentence(rule: &GenericRule) -> String {
             "halt the session for {} s",
             rule.action_duration_seconds.unwrap_or_default()
         ),
-        other => other.word().to_string(),
+        other => other.as_str().to_string(),
     };
     let mut out = format!(
         "{when}, count {}{by}{over}; above {budget}: {action}",
-        spec.metric.word()
+        spec.metric.as_str()
     );
     if !rule.warn_at.is_empty() {
         let pct: Vec<String> = rule

@@ -45,8 +45,8 @@ impl Attribute {
         Attribute::Role,
     ];
 
-    /// The policy word.
-    pub fn word(self) -> &'static str {
+    /// The policy word; `Display` and `FromStr` use it.
+    pub fn as_str(self) -> &'static str {
         match self {
             Attribute::Scope => "scope",
             Attribute::Principal => "principal",
@@ -64,11 +64,6 @@ impl Attribute {
         }
     }
 
-    /// Parses a policy word.
-    pub fn parse(word: &str) -> Option<Attribute> {
-        Attribute::ALL.into_iter().find(|a| a.word() == word)
-    }
-
     /// Whether the call itself gives this attribute (`user` is the principal; the model and
     /// its provider), so `attributes=` must not.
     pub fn from_call(self) -> bool {
@@ -77,7 +72,7 @@ impl Attribute {
 
     /// The words accepted, for errors.
     pub fn words() -> String {
-        Attribute::ALL.map(Attribute::word).join(", ")
+        Attribute::ALL.map(Attribute::as_str).join(", ")
     }
 }
 
@@ -104,8 +99,8 @@ impl Action {
         Action::HaltSession,
     ];
 
-    /// The policy word.
-    pub fn word(self) -> &'static str {
+    /// The policy word; `Display` and `FromStr` use it.
+    pub fn as_str(self) -> &'static str {
         match self {
             Action::Warn => "warn",
             Action::Block => "block",
@@ -113,11 +108,6 @@ impl Action {
             Action::Degrade => "degrade",
             Action::HaltSession => "halt_session",
         }
-    }
-
-    /// Parses a policy word.
-    pub fn parse(word: &str) -> Option<Action> {
-        Action::ALL.into_iter().find(|a| a.word() == word)
     }
 }
 
@@ -167,7 +157,7 @@ impl GenericRule {
         }
         let mut identity = String::new();
         for (attr, values) in &applies_when {
-            let _ = write!(identity, "{}=", attr.word());
+            let _ = write!(identity, "{}=", attr.as_str());
             for (i, v) in values.iter().enumerate() {
                 if i > 0 {
                     identity.push('+');
@@ -178,7 +168,7 @@ impl GenericRule {
         }
         identity.push('/');
         for attr in &count_by {
-            let _ = write!(identity, "{},", attr.word());
+            let _ = write!(identity, "{},", attr.as_str());
         }
         GenericRule {
             name,
@@ -337,7 +327,7 @@ pub(crate) fn cache_suffix(extra: &[(String, String)], used: u16) -> Result<Stri
 
 /// The attribute `key` names, when the caller may give it.
 fn checked(key: &str, value: &str) -> Result<Attribute, Error> {
-    match Attribute::parse(key) {
+    match key.parse::<Attribute>().ok() {
         None => {
             let words = Attribute::words();
             let why = format!("is not an attribute; accepted: {words}");
@@ -365,3 +355,5 @@ pub(crate) fn ancestors(parents: &HashMap<Arc<str>, Arc<str>>, scope: &str) -> V
     }
     out
 }
+
+super::words::words!(Attribute, Action);

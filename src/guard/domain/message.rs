@@ -40,7 +40,7 @@ fn parts(path: &Path, rule: &PathRule, team_name: &str) -> Parts {
             let rule = rule.generic.as_deref();
             let name = rule.map_or("", |r| &r.name);
             let by: Vec<&str> = rule
-                .map(|r| r.count_by.iter().map(|a| a.word()).collect())
+                .map(|r| r.count_by.iter().map(|a| a.as_str()).collect())
                 .unwrap_or_default();
             let place = if by.is_empty() {
                 String::new()

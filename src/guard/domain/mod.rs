@@ -26,3 +26,4 @@ pub(crate) mod suggest;
 pub(crate) mod view;
 pub(crate) mod window;
 pub(crate) mod window_words;
+pub(crate) mod words;

@@ -329,7 +329,7 @@ pub(crate) fn resolve(
         kind: SourceKind::Public,
         id: model.clone(),
     };
-    let provider = model_spec.as_ref().map(|m| m.provider.word());
+    let provider = model_spec.as_ref().map(|m| m.provider.as_str());
     let mut call = CallAttributes::of(user, &model, provider, attributes, &policy.scopes)?;
     if let Some(user) = user {
         // A rule on `team` counts its members' calls; a call's own `team` attribute wins.

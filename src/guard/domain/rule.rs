@@ -37,8 +37,8 @@ impl Metric {
         Metric::Concurrency,
     ];
 
-    /// The policy word for the metric.
-    pub fn word(self) -> &'static str {
+    /// The policy word for the metric; `Display` and `FromStr` use it.
+    pub fn as_str(self) -> &'static str {
         match self {
             Metric::Tokens => "tokens",
             Metric::InputTokens => "input_tokens",
@@ -68,13 +68,8 @@ impl Metric {
     pub fn figure_key(self) -> &'static str {
         match self {
             Metric::Cost => "cost_micros",
-            other => other.word(),
+            other => other.as_str(),
         }
-    }
-
-    /// Parses a policy word.
-    pub fn parse(word: &str) -> Option<Metric> {
-        Metric::ALL.into_iter().find(|m| m.word() == word)
     }
 
     /// Whether admission holds an estimate of this metric on its counters.
@@ -287,7 +282,7 @@ impl CounterId {
             }
         }
         out.push(':');
-        out.push_str(self.metric.word());
+        out.push_str(self.metric.as_str());
         out.push(':');
         self.window.write_key_token(out);
     }
@@ -352,6 +347,8 @@ pub(crate) fn dollars(micros: u64) -> String {
 fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", thousands(n), if n == 1 { one } else { many })
 }
+
+super::words::words!(Metric);
 
 #[cfg(test)]
 mod tests {

@@ -11,8 +11,11 @@ pub enum SourceKind {
 }
 
 impl SourceKind {
-    /// The word users see (`ticket.source["type"]`).
-    pub fn word(self) -> &'static str {
+    /// Every source kind.
+    pub const ALL: [SourceKind; 3] = [SourceKind::Direct, SourceKind::Team, SourceKind::Public];
+
+    /// The word users see (`ticket.source["type"]`); `Display` and `FromStr` use it.
+    pub fn as_str(self) -> &'static str {
         match self {
             SourceKind::Direct => "direct",
             SourceKind::Team => "team",
@@ -28,3 +31,5 @@ pub struct SourceRef {
     pub kind: SourceKind,
     pub id: Arc<str>,
 }
+
+super::words::words!(SourceKind);

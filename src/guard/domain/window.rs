@@ -213,25 +213,6 @@ impl Window {
         }
     }
 
-    /// The window as policy documents write it ("day", "10 minutes", "hour").
-    pub fn word(self) -> String {
-        match self {
-            Window::Calendar(CalendarUnit::Day) => "day".into(),
-            Window::Calendar(CalendarUnit::Week) => "week".into(),
-            Window::Calendar(CalendarUnit::Month) => "month".into(),
-            Window::Calendar(CalendarUnit::Year) => "year".into(),
-            Window::Anchored(a) => a.word(),
-            Window::WhileRunning => "running".into(),
-            Window::Sliding { seconds } => match seconds {
-                60 => "minute".into(),
-                3600 => "hour".into(),
-                s if s % 3600 == 0 => format!("{} hours", s / 3600),
-                s if s % 60 == 0 => format!("{} minutes", s / 60),
-                s => format!("{s} seconds"),
-            },
-        }
-    }
-
     /// A short stable token used in counter keys ("d", "w", "mo", "y", "s600", "run").
     pub fn key_token(self) -> String {
         let mut out = String::new();
@@ -320,4 +301,27 @@ fn ceil_to_second(ms: Millis) -> Millis {
         } else {
             0
         }
+}
+
+/// The window as policy documents write it ("day", "10 minutes", "hour"); `FromStr` reads
+/// it back (window_words.rs).
+impl std::fmt::Display for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let word: String = match *self {
+            Window::Calendar(CalendarUnit::Day) => "day".into(),
+            Window::Calendar(CalendarUnit::Week) => "week".into(),
+            Window::Calendar(CalendarUnit::Month) => "month".into(),
+            Window::Calendar(CalendarUnit::Year) => "year".into(),
+            Window::Anchored(a) => a.to_string(),
+            Window::WhileRunning => "running".into(),
+            Window::Sliding { seconds } => match seconds {
+                60 => "minute".into(),
+                3600 => "hour".into(),
+                s if s % 3600 == 0 => format!("{} hours", s / 3600),
+                s if s % 60 == 0 => format!("{} minutes", s / 60),
+                s => format!("{s} seconds"),
+            },
+        };
+        f.write_str(&word)
+    }
 }

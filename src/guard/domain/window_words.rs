@@ -202,10 +202,13 @@ fn not_a_window(text: &str) -> String {
     }
 }
 
-impl Window {
-    /// Parses a window in the one syntax (module doc): `None` for anything else.
-    pub fn parse(text: &str) -> Option<Window> {
-        read(text).ok()
+/// A window in the one syntax (module doc); anything else is an error saying why, in the words
+/// of `read`.
+impl std::str::FromStr for Window {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Window, String> {
+        read(text)
     }
 }
 

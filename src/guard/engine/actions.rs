@@ -146,7 +146,7 @@ impl Guard {
 
     /// The event of `rule`'s action on `key`, once per window of its counter.
     async fn acted(&self, rule: &GenericRule, key: CounterKey, caller: &Caller) {
-        let mark = format!("ev:{}:{}", key.render(), rule.action.word());
+        let mark = format!("ev:{}:{}", key.render(), rule.action.as_str());
         let keep_until = key.id.window.retain_until(key.bucket);
         self.emit_action(rule, key, (mark, keep_until), caller)
             .await;

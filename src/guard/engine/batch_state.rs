@@ -10,7 +10,6 @@ use super::batch::BatchTicket;
 use super::guard::Guard;
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
-use crate::guard::domain::path::SourceKind;
 use crate::guard::domain::path::SourceRef;
 use crate::guard::domain::rule::Scope;
 use crate::guard::domain::rule::{CounterId, Metric};
@@ -34,7 +33,9 @@ fn opt_id(v: &Value, field: &str) -> Option<Arc<str>> {
 
 fn counter(v: &Value) -> Result<CounterId> {
     let scope = parse_scope(text(v, "scope")?).ok_or_else(|| bad("scope", "is unknown"))?;
-    let metric = Metric::parse(text(v, "metric")?).ok_or_else(|| bad("metric", "is unknown"))?;
+    let metric = text(v, "metric")?
+        .parse::<Metric>()
+        .map_err(|_| bad("metric", "is unknown"))?;
     let window =
         Window::from_key_token(text(v, "window")?).ok_or_else(|| bad("window", "is unknown"))?;
     if let Some(subject) = opt_id(v, "subject") {
@@ -75,8 +76,9 @@ fn resume(guard: &Guard, state: &str) -> Result<BatchTicket> {
         .path;
     let source = v.get("source").ok_or_else(|| bad("source", "is missing"))?;
     let source = SourceRef {
-        kind: parse_source_kind(text(source, "type")?)
-            .ok_or_else(|| bad("source.type", "is unknown"))?,
+        kind: text(source, "type")?
+            .parse()
+            .map_err(|_| bad("source.type", "is unknown"))?,
         id: Arc::from(text(source, "id")?),
     };
     let requests = v
@@ -146,7 +148,7 @@ impl BatchTicket {
                 "user": id.user.as_deref(),
                 "team": id.team.as_deref(),
                 "model": id.model.as_deref(),
-                "metric": id.metric.word(),
+                "metric": id.metric.as_str(),
                 "window": id.window.key_token(),
                 "subject": id.subject.as_deref(),
             })
@@ -155,7 +157,7 @@ impl BatchTicket {
             "id": self.id,
             "user": self.path.user.as_deref(),
             "model": &*self.path.model,
-            "source": {"type": self.source.kind.word(), "id": &*self.source.id},
+            "source": {"type": self.source.kind.as_str(), "id": &*self.source.id},
             "expiry_minute": self.expiry_minute,
             "requests": self.request_ids,
             "attributes": self.attributes.iter()
@@ -184,13 +186,6 @@ fn parse_scope(token: &str) -> Option<Scope> {
     ]
     .into_iter()
     .find(|s| s.key_token() == token)
-}
-
-/// The source kind of a word.
-fn parse_source_kind(word: &str) -> Option<SourceKind> {
-    [SourceKind::Direct, SourceKind::Team, SourceKind::Public]
-        .into_iter()
-        .find(|k| k.word() == word)
 }
 
 fn counter_key(id: CounterId, bucket: Millis) -> CounterKey {

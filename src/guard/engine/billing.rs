@@ -119,7 +119,7 @@ pub(crate) fn ledger_row(
         at_ms: now,
         user: path.user.as_deref().map(str::to_string),
         teams,
-        source_type: source.kind.word().to_string(),
+        source_type: source.kind.as_str().to_string(),
         source_id: source.id.to_string(),
         model: path.model.to_string(),
         input_tokens: billed.input_tokens,

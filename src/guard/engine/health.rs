@@ -103,8 +103,7 @@ impl ProviderHealth {
             }
         }
         if let Some(Some((until, note))) = notes.get(1) {
-            let reason =
-                UnavailableReason::from_word(note).unwrap_or(UnavailableReason::RateLimited);
+            let reason = note.parse().unwrap_or(UnavailableReason::RateLimited);
             book.adopt_cooldown(provider, credential, *until, reason, now);
         }
     }
@@ -166,12 +165,12 @@ impl ProviderHealth {
                 "provider health: credential {credential:?} of {provider} cools down for {} ms \
                  ({}): the provider asked for {} ms ({}){clamp}",
                 c.until - now,
-                c.reason.word(),
+                c.reason.as_str(),
                 c.timing.asked_ms,
-                c.timing.source.word(),
+                c.timing.source.as_str(),
             );
             let note = cooldown_note(provider, credential);
-            self.share(note, c.until, c.reason.word(), now).await;
+            self.share(note, c.until, c.reason.as_str(), now).await;
         }
         recorded
     }

@@ -39,7 +39,7 @@ impl AuditRow {
         AuditRow {
             event_id: event.id.clone(),
             at_ms: event.at_ms,
-            kind: event.kind.word().to_string(),
+            kind: event.kind.as_str().to_string(),
             rule: event.rule.to_string(),
             counter_key: event.key.render(),
             threshold: event.threshold,

@@ -26,9 +26,9 @@ pub fn tokens_key(user: &str, window: usage_guard::Window, bucket: i64) -> usage
     }
 }
 
-/// `tokens_key` with the window given in words (`Window::parse`).
+/// `tokens_key` with the window given in words (`Window`'s `FromStr`).
 pub fn tokens_key_in(user: &str, window: &str, bucket: i64) -> usage_guard::CounterKey {
-    tokens_key(user, usage_guard::Window::parse(window).unwrap(), bucket)
+    tokens_key(user, window.parse::<usage_guard::Window>().unwrap(), bucket)
 }
 
 pub fn at(text: &str) -> i64 {

@@ -25,7 +25,7 @@ pub fn counter(user: &str, window: Window, bucket: Millis) -> CounterKey {
 }
 
 pub fn day(user: &str) -> CounterKey {
-    counter(user, Window::parse("day").unwrap(), T0 - 30_000)
+    counter(user, "day".parse::<Window>().unwrap(), T0 - 30_000)
 }
 
 pub fn item(key: &CounterKey, hold: u64, limit: Option<u64>, carried: u64) -> ReserveItem {
@@ -149,7 +149,7 @@ pub fn limits_are_checked_at_their_edges(kind: Kind) {
 
 pub fn carried_counts_against_the_limit(kind: Kind) {
     let fx = fixture(kind, "carried");
-    let minute = Window::parse("hour").unwrap();
+    let minute = "hour".parse::<Window>().unwrap();
     let cur = counter("slide", minute, T0 - 30_000);
     let m = expiry_minute(T0, HOLD_MS);
     let s = fx.store.as_ref();
@@ -321,7 +321,7 @@ pub fn bill_twice_counts_once(kind: Kind) {
 pub fn holds_count_across_buckets(kind: Kind) {
     let fx = fixture(kind, "buckets");
     let s = fx.store.as_ref();
-    let minute = Window::parse("minute").unwrap();
+    let minute = "minute".parse::<Window>().unwrap();
     let start = T0 - 30_000;
     let at = |offset: i64| counter("bk", minute, start + offset);
     let m = expiry_minute(T0, HOLD_MS);
@@ -344,7 +344,7 @@ pub fn holds_count_across_buckets(kind: Kind) {
     let now = start + 20 * 60_000;
     assert_eq!(read(s, &[at(20 * 60_000)], now), vec![rd(0, 0)], "expired");
     // A day counter: a hold placed just before midnight counts the next day.
-    let day_window = Window::parse("day").unwrap();
+    let day_window = "day".parse::<Window>().unwrap();
     let midnight = (T0 / 86_400_000 + 1) * 86_400_000;
     let today = counter("edge", day_window, midnight - 86_400_000);
     let tomorrow = counter("edge", day_window, midnight);

@@ -202,7 +202,7 @@ impl HealthBook {
             self.cooldowns.insert(key, (until, reason));
             *self
                 .cooled_total
-                .entry((provider.to_string(), reason.word()))
+                .entry((provider.to_string(), reason.as_str()))
                 .or_default() += 1;
             Cooldown {
                 until,

@@ -53,7 +53,7 @@ pub enum BreakerState {
 
 impl BreakerState {
     /// The state's word: `closed`, `open` or `half_open`.
-    pub fn word(&self) -> &'static str {
+    pub fn as_str(&self) -> &'static str {
         match self {
             BreakerState::Closed => "closed",
             BreakerState::Open { .. } => "open",
@@ -255,3 +255,5 @@ fn caller_hash(caller: &str) -> u64 {
     caller.hash(&mut h);
     h.finish()
 }
+
+crate::guard::domain::words::display_as_str!(BreakerState);

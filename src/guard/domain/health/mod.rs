@@ -31,29 +31,29 @@ pub enum UnavailableReason {
 }
 
 impl UnavailableReason {
-    /// The reason's word: `breaker_open`, `rate_limited` or `billing`.
-    pub fn word(self) -> &'static str {
+    /// Every reason.
+    pub const ALL: [UnavailableReason; 3] = [
+        UnavailableReason::BreakerOpen,
+        UnavailableReason::RateLimited,
+        UnavailableReason::Billing,
+    ];
+
+    /// The reason's word: `breaker_open`, `rate_limited` or `billing`; `Display` and `FromStr`
+    /// use it.
+    pub fn as_str(self) -> &'static str {
         match self {
             UnavailableReason::BreakerOpen => "breaker_open",
             UnavailableReason::RateLimited => "rate_limited",
             UnavailableReason::Billing => "billing",
         }
     }
-
-    /// The reason of a word written by `word`.
-    pub fn from_word(word: &str) -> Option<Self> {
-        match word {
-            "breaker_open" => Some(UnavailableReason::BreakerOpen),
-            "rate_limited" => Some(UnavailableReason::RateLimited),
-            "billing" => Some(UnavailableReason::Billing),
-            _ => None,
-        }
-    }
 }
+
+super::words::words!(UnavailableReason);
 
 /// A provider or credential that cannot take a call until `until`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("provider {provider} unavailable ({}) until {}", reason.word(), super::clock::iso8601(*until))]
+#[error("provider {provider} unavailable ({}) until {}", reason.as_str(), super::clock::iso8601(*until))]
 pub struct Unavailable {
     /// The provider asked about.
     pub provider: String,

@@ -53,7 +53,7 @@ impl Outcome {
     }
 
     /// The outcome's word: `success`, `retryable`, `rate_limited`, `billing`, `caller_mistake`.
-    pub fn word(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Success => "success",
             Outcome::Retryable => "retryable",
@@ -63,3 +63,5 @@ impl Outcome {
         }
     }
 }
+
+crate::guard::domain::words::display_as_str!(Outcome);

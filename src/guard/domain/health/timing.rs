@@ -29,7 +29,7 @@ pub enum TimingSource {
 
 impl TimingSource {
     /// The source as written in logs: the header (family) or `default`.
-    pub fn word(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             TimingSource::RetryAfter => "retry-after",
             TimingSource::RetryAfterMs => "retry-after-ms",
@@ -169,3 +169,5 @@ pub(crate) fn go_duration_ms(text: &str) -> Option<i64> {
     }
     finite_ms(total)
 }
+
+crate::guard::domain::words::display_as_str!(TimingSource);

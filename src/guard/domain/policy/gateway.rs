@@ -161,7 +161,7 @@ impl Parser {
         let mut out = Vec::new();
         for (word, entry) in map {
             let path = key_path("providers", word);
-            let Some(provider) = Provider::parse(word) else {
+            let Ok(provider) = word.parse::<Provider>() else {
                 self.error(
                     &path,
                     None,

@@ -196,11 +196,14 @@ impl Parser {
             let Some(text) = self.string(&at, v) else {
                 continue;
             };
-            if Attribute::parse(name).is_some_and(|a| KEY_ATTRIBUTES.contains(&a)) {
+            if name
+                .parse::<Attribute>()
+                .is_ok_and(|a| KEY_ATTRIBUTES.contains(&a))
+            {
                 out.insert(name.clone(), text);
                 continue;
             }
-            let words: Vec<&str> = KEY_ATTRIBUTES.iter().map(|a| a.word()).collect();
+            let words: Vec<&str> = KEY_ATTRIBUTES.iter().map(|a| a.as_str()).collect();
             let why = format!(
                 "is not an attribute a key sets{} (principal, credential and teams are the key's \
                  own fields; model, provider and endpoint come from the call); accepted: {}",

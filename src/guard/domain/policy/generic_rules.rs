@@ -79,7 +79,7 @@ impl Parser {
         };
         let metric_path = key_path(path, "amount");
         let metric = self.required(path, fields, "amount").and_then(|v| {
-            let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
+            let words: Vec<&str> = Metric::ALL.iter().map(|m| m.as_str()).collect();
             self.word(&metric_path, v, &words, "amount")
                 .map(|i| Metric::ALL[i])
         });
@@ -126,9 +126,9 @@ impl Parser {
     }
 
     fn attribute(&mut self, path: &str, key: &str, value: Option<&Value>) -> Option<Attribute> {
-        let found = Attribute::parse(key);
+        let found = key.parse::<Attribute>().ok();
         if found.is_none() {
-            let words = Attribute::ALL.map(Attribute::word);
+            let words = Attribute::ALL.map(Attribute::as_str);
             let hint = crate::guard::domain::suggest::hint(key, &words);
             self.error(
                 path,
@@ -209,7 +209,7 @@ impl Parser {
         let Some(v) = fields.get("action") else {
             return Some(Action::Block);
         };
-        let words: Vec<&str> = Action::ALL.iter().map(|a| a.word()).collect();
+        let words: Vec<&str> = Action::ALL.iter().map(|a| a.as_str()).collect();
         self.word(&key_path(path, "action"), v, &words, "action")
             .map(|i| Action::ALL[i])
     }

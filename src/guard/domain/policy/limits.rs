@@ -300,11 +300,11 @@ fn team_total_alone(team: &str, rules: &[RuleSpec]) -> String {
             let window = if matches!(r.window, crate::guard::domain::window::Window::Anchored(_)) {
                 "{ kind = \"calendar\", ... }".to_string()
             } else {
-                format!("\"{}\"", r.window.word())
+                format!("\"{}\"", r.window)
             };
             format!(
                 "amount = \"{}\", budget = {budget}, window = {window}",
-                r.metric.word()
+                r.metric.as_str()
             )
         },
     );

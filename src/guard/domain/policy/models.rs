@@ -29,23 +29,28 @@ pub enum Provider {
 }
 
 impl Provider {
-    /// Every provider word the policy accepts.
-    pub const WORDS: [&'static str; 5] = ["openai", "anthropic", "gemini", "ollama", "other"];
+    /// Every provider.
+    pub const ALL: [Provider; 5] = [
+        Provider::OpenAi,
+        Provider::Anthropic,
+        Provider::Gemini,
+        Provider::Ollama,
+        Provider::Other,
+    ];
 
-    /// Parses a provider word.
-    pub fn parse(word: &str) -> Option<Provider> {
-        Some(match word {
-            "openai" => Provider::OpenAi,
-            "anthropic" => Provider::Anthropic,
-            "gemini" => Provider::Gemini,
-            "ollama" => Provider::Ollama,
-            "other" => Provider::Other,
-            _ => return None,
-        })
-    }
+    /// Every provider word the policy accepts, in the order of `ALL`.
+    pub const WORDS: [&'static str; 5] = {
+        let mut words = [""; 5];
+        let mut i = 0;
+        while i < words.len() {
+            words[i] = Provider::ALL[i].as_str();
+            i += 1;
+        }
+        words
+    };
 
-    /// The provider word.
-    pub fn word(self) -> &'static str {
+    /// The provider word; `Display` and `FromStr` use it.
+    pub const fn as_str(self) -> &'static str {
         match self {
             Provider::OpenAi => "openai",
             Provider::Anthropic => "anthropic",
@@ -210,7 +215,7 @@ impl Parser {
 
     fn provider(&mut self, path: &str, value: &Value) -> Provider {
         self.word(path, value, &Provider::WORDS, "provider")
-            .and_then(|i| Provider::parse(Provider::WORDS[i]))
+            .map(|i| Provider::ALL[i])
             .unwrap_or(Provider::Other)
     }
 
@@ -297,3 +302,5 @@ impl Parser {
         }
     }
 }
+
+crate::guard::domain::words::words!(Provider);

@@ -152,7 +152,7 @@ impl Parser {
                         &Provider::WORDS,
                         "provider",
                     )
-                    .and_then(|i| Provider::parse(Provider::WORDS[i]))
+                    .map(|i| Provider::ALL[i])
                     .unwrap_or(Provider::Other),
                 None => Provider::Other,
             };

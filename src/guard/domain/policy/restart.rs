@@ -26,7 +26,7 @@ pub(crate) fn refilled(window: Window, metric: Metric) -> bool {
 
 /// "tokens per day" for a rule.
 fn kind(spec: &RuleSpec) -> String {
-    format!("{} per {}", spec.metric.word(), spec.window.word())
+    format!("{} per {}", spec.metric.as_str(), spec.window)
 }
 
 /// Adds `item` to `list` once.

@@ -48,8 +48,8 @@ impl Parser {
                     None,
                     format!(
                         "a {} rule over {} is already at {list_path}[{j}]; one limit has one rule per metric and window",
-                        rule.metric.word(),
-                        rule.window.word()
+                        rule.metric.as_str(),
+                        rule.window
                     ),
                 );
             } else {
@@ -86,7 +86,7 @@ impl Parser {
     }
 
     fn metric(&mut self, path: &str, value: &Value) -> Option<Metric> {
-        let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
+        let words: Vec<&str> = Metric::ALL.iter().map(|m| m.as_str()).collect();
         self.word(path, value, &words, "metric")
             .map(|i| Metric::ALL[i])
     }

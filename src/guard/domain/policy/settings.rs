@@ -292,7 +292,7 @@ impl Parser {
     /// A list of metric names at `field`.
     fn metrics(&mut self, field: &str, value: &Value) -> Vec<Metric> {
         let mut metrics = Vec::new();
-        let words: Vec<&str> = Metric::ALL.iter().map(|m| m.word()).collect();
+        let words: Vec<&str> = Metric::ALL.iter().map(|m| m.as_str()).collect();
         for (i, item) in self.list(field, value).iter().enumerate() {
             if let Some(m) = self.word(&format!("{field}[{i}]"), item, &words, "metric") {
                 metrics.push(Metric::ALL[m]);

@@ -8,7 +8,6 @@ use crate::guard::domain::calendar::{Anchored, CalendarUnit};
 use crate::guard::domain::window::Window;
 
 const ROLLING_UNITS: [&str; 5] = ["seconds", "minutes", "hours", "days", "weeks"];
-const CALENDAR_UNITS: [&str; 4] = ["day", "week", "month", "year"];
 const KEYS: [&str; 6] = [
     "kind",
     "count",
@@ -69,9 +68,10 @@ impl Parser {
     fn anchored(&mut self, path: &str, fields: &Map<String, Value>) -> Option<Window> {
         let count = self.count(path, fields);
         let unit_path = key_path(path, "unit");
+        let units = CalendarUnit::ALL.map(CalendarUnit::as_str);
         let unit = self.required(path, fields, "unit").and_then(|v| {
-            self.word(&unit_path, v, &CALENDAR_UNITS, "calendar unit")
-                .and_then(|i| CalendarUnit::parse(CALENDAR_UNITS[i]))
+            self.word(&unit_path, v, &units, "calendar unit")
+                .map(|i| CalendarUnit::ALL[i])
         });
         let zone = match fields.get("anchor_zone") {
             None => Some(chrono_tz::Tz::UTC),

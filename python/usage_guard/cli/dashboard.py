@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Optional, Union
+from typing import Any, Union
 
-from ._core import (
+from .._core import (
     Gateway,
     Guard,
     LedgerError,
-    MemoryStore,
     Policy,
     PostgresLedger,
-    RedisStore,
     SqliteLedger,
 )
-from .errors import PolicyError
-from .gateway import log_to_stderr_unless_configured, serve
-from .ledger_url import open_ledger
+from ..errors import PolicyError
+from ..gateway import log_to_stderr_unless_configured, serve
+from ..ledger_url import open_ledger
+from .common import store_from_url
 
 
 def add_dashboard_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -69,14 +68,6 @@ def _fail(message: str, status: int = 1) -> int:
     return status
 
 
-def _store(url: str, prefix: str) -> Optional[Union[MemoryStore, RedisStore]]:
-    if url == "memory":
-        return MemoryStore()
-    if url.startswith(("redis://", "rediss://")):
-        return RedisStore(url, prefix)
-    return None
-
-
 def run_dashboard(args: argparse.Namespace) -> int:
     """Runs `dashboard` until Ctrl-C or SIGTERM (exit 0); 1 when it cannot start, 2 for a
     wrong argument."""
@@ -86,7 +77,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
     except PolicyError as e:
         return _fail(str(e))
     try:
-        store = _store(args.store, args.prefix)
+        store = store_from_url(args.store, args.prefix)
         if store is None:
             return _fail(f"--store {args.store!r}: accepted: memory, redis://...", 2)
         ledger: Union[SqliteLedger, PostgresLedger] = open_ledger(args.ledger)

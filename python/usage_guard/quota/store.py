@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, Protocol
 
-from .quota_model import QuotaPolicyError, check_limits, parse_subject
+from .model import QuotaPolicyError, check_limits, parse_subject
 
 # Each migration runs once, in order, in one transaction; `quota_schema.version` counts them.
 # `{id}` is the dialect's auto-increment key.

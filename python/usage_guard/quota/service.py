@@ -1,7 +1,7 @@
 """`QuotaService(guard)`: the quota contract of quotas.md (check, record, usage,
 effective_limit, assign and policy CRUD) over the guard's engine (docs/quotas.md).
 
-Policies and assignments are rows in the ledger's database (`quota_store`); the service
+Policies and assignments are rows in the ledger's database (`store.py`); the service
 compiles the assignments in force into generic rules (`quota <dimension> <type>:<id>`) added
 after the file policy's own, so admission, `check` and `record` all count the same counters
 in the guard's store. A change bumps a version counter in the store; every service on that
@@ -18,8 +18,8 @@ import uuid
 import weakref
 from typing import TYPE_CHECKING, Any, Optional
 
-from . import _core
-from .quota_calls import (
+from .. import _core
+from .calls import (
     Decision,
     Instant,
     call_of,
@@ -31,23 +31,20 @@ from .quota_calls import (
     units_of,
     usage_view,
 )
-from .quota_calls import poll as _poll_loop
-from .quota_model import (
+from .calls import poll as _poll_loop
+from .model import (
     VERSION_ENDPOINT,
     VERSION_RULE,
-    QuotaPolicyError,
     Subject,
     compile_rules,
 )
-from .quota_store import Database, PolicyInUse, QuotaStore
+from .store import Database, QuotaStore
 
 if TYPE_CHECKING:
-    from .types import EffectiveLimit, QuotaUsage
+    from ..types import EffectiveLimit, QuotaUsage
 
 LOG = logging.getLogger("usage_guard.quota")
 POLL_SECONDS = 0.25
-
-__all__ = ["Decision", "PolicyInUse", "QuotaPolicyError", "QuotaService"]
 
 
 class QuotaService:

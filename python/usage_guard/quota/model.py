@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from math import inf
 from typing import Any, Optional, Union
 
-from ._core import _window_word
+from .._core import _window_word
 
 SUBJECT_TYPES = ("team", "user", "role")
 

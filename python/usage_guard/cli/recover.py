@@ -17,9 +17,9 @@ import argparse
 import sys
 from typing import Any, Optional, Union
 
-from ._core import Guard, Policy, PostgresLedger, RedisStore, SqliteLedger
-from .errors import UsageLimitError
-from .ledger_url import open_ledger
+from .._core import Guard, Policy, PostgresLedger, RedisStore, SqliteLedger
+from ..errors import UsageLimitError
+from ..ledger_url import open_ledger
 
 
 def add_recover_command(subparsers: Any) -> argparse.ArgumentParser:

@@ -10,14 +10,14 @@ Wire it into the main parser with `add_usage_command(subparsers)`; the subcomman
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 from collections.abc import Mapping
 from typing import Any, Optional, Sequence, TextIO
 
-from ._core import LedgerError
-from .ledger_url import open_ledger
+from .._core import LedgerError
+from ..ledger_url import open_ledger
+from .common import instant
 
 GROUPINGS = ("user", "team", "model", "day")
 SUMS = (
@@ -30,20 +30,6 @@ SUMS = (
     "cost",
     "compute_ms",
 )
-
-
-def _instant(text: str) -> str:
-    """An ISO 8601 instant from `2026-11-30`, `2026-11-30T10:00`, or a full instant."""
-    try:
-        parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a date or an ISO 8601 instant (e.g. 2026-11-30 or "
-            "2026-11-30T10:00:00Z)"
-        ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=datetime.timezone.utc)
-    return parsed.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _groupings(text: str) -> list[str]:
@@ -71,8 +57,8 @@ def add_usage_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--user", help="only this user")
     p.add_argument("--team", help="only calls billed to this team")
     p.add_argument("--model", help="only this model")
-    p.add_argument("--since", type=_instant, help="from this date or instant (UTC)")
-    p.add_argument("--until", type=_instant, help="up to (not including) this date or instant")
+    p.add_argument("--since", type=instant, help="from this date or instant (UTC)")
+    p.add_argument("--until", type=instant, help="up to (not including) this date or instant")
     p.add_argument(
         "--group-by",
         type=_groupings,
@@ -135,15 +121,3 @@ def run_usage(args: argparse.Namespace, out: Optional[TextIO] = None) -> int:
     else:
         _table(groups, args.group_by, out)
     return 0
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`python -m usage_guard.cli_usage usage ...` (until the main CLI wires the command)."""
-    parser = argparse.ArgumentParser(prog="usage-guard")
-    add_usage_command(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

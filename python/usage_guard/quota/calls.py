@@ -10,7 +10,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from .quota_model import (
+from .model import (
     RULE_PREFIX,
     Subject,
     metric_of,
@@ -21,7 +21,7 @@ from .quota_model import (
 )
 
 if TYPE_CHECKING:
-    from .types import EffectiveLimit, QuotaUsage, Unit
+    from ..types import EffectiveLimit, QuotaUsage, Unit
 
 LOG = logging.getLogger("usage_guard.quota")
 Instant = Union[str, dt.datetime, dt.date, None]

@@ -14,12 +14,12 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Optional, TextIO
 
-from ._core import LedgerError
-from .cli_usage import _instant
-from .ledger_url import open_ledger
+from .._core import LedgerError
+from ..ledger_url import open_ledger
+from .common import instant
 
 if TYPE_CHECKING:
-    from .types import AuditEntry  # annotations only: types.py is ~2 ms of TypedDicts
+    from ..types import AuditEntry  # annotations only: types.py is ~2 ms of TypedDicts
 
 KINDS = (
     "soft_threshold",
@@ -50,8 +50,8 @@ def add_audit_command(subparsers: Any) -> argparse.ArgumentParser:
         required=True,
         help="sqlite:///relative.db, sqlite:////absolute.db, a SQLite file path, or postgres://…",
     )
-    p.add_argument("--since", type=_instant, help="from this date or instant (UTC)")
-    p.add_argument("--until", type=_instant, help="up to (not including) this date or instant")
+    p.add_argument("--since", type=instant, help="from this date or instant (UTC)")
+    p.add_argument("--until", type=instant, help="up to (not including) this date or instant")
     p.add_argument("--kind", choices=KINDS, help="only events of this kind")
     p.add_argument("--rule", help="only events of this rule")
     p.add_argument("--limit", type=int, help="only the latest N events")

@@ -7,10 +7,10 @@ import random
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence
 
-from . import Guard, ManualClock, MemoryStore, Policy, UsageLimitError, __version__
+from .. import Guard, ManualClock, MemoryStore, Policy, UsageLimitError, __version__
 
 if TYPE_CHECKING:
-    from .types import RuleUsage, Source  # annotations only: types.py is ~2 ms of TypedDicts
+    from ..types import RuleUsage, Source  # annotations only: types.py is ~2 ms of TypedDicts
 
 # A copy of examples/policy.toml, so that `usage-guard demo` works from any directory after
 # `pip install .`.

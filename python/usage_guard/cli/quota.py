@@ -20,11 +20,11 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Optional
 
-from ._core import Guard, MemoryStore, Policy, RedisStore
-from .ledger_url import open_ledger
+from .._core import Guard, MemoryStore, Policy, RedisStore
+from ..ledger_url import open_ledger
 
 if TYPE_CHECKING:
-    from .quota import QuotaService
+    from ..quota import QuotaService
 
 # Conservative starter limits (docs/quotas.md, "Presets"): one policy per deployment size.
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
@@ -54,7 +54,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 
 def _service(args: argparse.Namespace, create: bool = False) -> QuotaService:
     """A service on the ledger's database (`create`: a new SQLite file is fine)."""
-    from .quota import QuotaService  # with the command, not with every CLI start
+    from ..quota import QuotaService  # with the command, not with every CLI start
 
     store: Any = MemoryStore()
     if args.store:
@@ -137,7 +137,7 @@ def _create(args: argparse.Namespace, q: QuotaService) -> None:
 
 def assigned_policy(q: QuotaService, subject: str) -> Optional[str]:
     """The policy assigned to `subject` now, if any."""
-    from .quota_model import parse_subject
+    from ..quota.model import parse_subject
 
     kind, ident = parse_subject(subject)
     found = [a["policy"] for a in q.assignments() if a["subject"] == f"{kind}:{ident}"]
@@ -168,8 +168,8 @@ def _assign(args: argparse.Namespace, q: QuotaService) -> None:
 
 
 def _usage(args: argparse.Namespace, q: QuotaService) -> None:
-    from .quota_calls import spoken
-    from .quota_model import AI_DIMENSIONS
+    from ..quota.calls import spoken
+    from ..quota.model import AI_DIMENSIONS
 
     dims = [args.dimension] if args.dimension else list(AI_DIMENSIONS)
     usage = {d: q.usage(args.subject, d, user=args.user) for d in dims}
@@ -185,7 +185,7 @@ def _usage(args: argparse.Namespace, q: QuotaService) -> None:
 
 
 def _check(args: argparse.Namespace, q: QuotaService) -> int:
-    from .quota_calls import spoken
+    from ..quota.calls import spoken
 
     d = q.check(args.subject, args.dimension, args.amount, team=args.team, role=args.role)
     asked = int(args.amount)
@@ -278,7 +278,7 @@ def _stored_preset(
     q: QuotaService, name: str, limits: dict[str, Any], args: argparse.Namespace
 ) -> list[str]:
     """Stores (and assigns) the preset; what it replaced, in words."""
-    from .quota_model import check_limits
+    from ..quota.model import check_limits
 
     existing = next((p for p in q.policies() if p["name"] == name), None)
     replaced = []

@@ -14,10 +14,11 @@ import argparse
 import sys
 from typing import Any, Optional, Union
 
-from ._core import Gateway, Guard, MemoryStore, Policy, PostgresLedger, RedisStore, SqliteLedger
-from .errors import PolicyError
-from .gateway import log_to_stderr_unless_configured, serve
-from .ledger_url import open_ledger
+from .._core import Gateway, Guard, Policy, PostgresLedger, SqliteLedger
+from ..errors import PolicyError
+from ..gateway import log_to_stderr_unless_configured, serve
+from ..ledger_url import open_ledger
+from .common import store_from_url
 
 
 def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -61,12 +62,8 @@ def run_serve(args: argparse.Namespace) -> int:
     except PolicyError as e:
         print(f"usage-guard serve: {e}", file=sys.stderr)
         return 1
-    store: Union[MemoryStore, RedisStore]
-    if args.store == "memory":
-        store = MemoryStore()
-    elif args.store.startswith(("redis://", "rediss://")):
-        store = RedisStore(args.store, args.prefix)
-    else:
+    store = store_from_url(args.store, args.prefix)
+    if store is None:
         print(
             f"usage-guard serve: --store {args.store!r}: accepted: memory, redis://...",
             file=sys.stderr,
