@@ -67,7 +67,7 @@ pub(crate) fn row_json(call: &CallAttributes) -> Option<Value> {
             continue; // the row's user_id and model columns
         }
         if let Some(v) = call.get(a) {
-            map.insert(a.word().into(), Value::from(v));
+            map.insert(a.as_str().into(), Value::from(v));
         }
     }
     if !call.scopes.is_empty() {
@@ -87,7 +87,7 @@ fn matched_field(attr: Attribute) -> RowField {
         Attribute::Model => RowField::Model,
         Attribute::Scope => RowField::AnyOf("scopes"),
         Attribute::Team => RowField::AnyOf("teams"),
-        a => RowField::Key(a.word()),
+        a => RowField::Key(a.as_str()),
     }
 }
 
@@ -96,7 +96,7 @@ fn counted_field(attr: Attribute) -> RowField {
     match attr {
         Attribute::Principal => RowField::User,
         Attribute::Model => RowField::Model,
-        a => RowField::Key(a.word()),
+        a => RowField::Key(a.as_str()),
     }
 }
 
