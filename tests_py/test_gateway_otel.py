@@ -179,7 +179,9 @@ def test_the_gateway_exports_the_documented_instruments_and_spans(fake, collecto
     cost = points(metrics["usage_guard.billed.cost"])[0]["asDouble"]
     assert cost == pytest.approx(b["usage_guard.billed.cost_micros"] / 1e6)
     # The core's families, as usage_guard.<family> (the Python layer's names too).
-    core = {attributes(p).get("reason"): p["asDouble"] for p in points(metrics["usage_guard.refusals"])}
+    core = {
+        attributes(p).get("reason"): p["asDouble"] for p in points(metrics["usage_guard.refusals"])
+    }
     assert sum(core.values()) == 1
     assert points(metrics["usage_guard.admitted"])[0]["asDouble"] == 1
 
