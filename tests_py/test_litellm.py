@@ -5,6 +5,7 @@ admitted and fitted before the call, billed once from the reported usage, refuse
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -86,6 +87,25 @@ async def test_a_stream_is_billed_at_its_end(fake: FakeProvider, handler: Any) -
     assert text == WORD * 12
     await settled(guard, "bob")
     assert 12 < used(guard, "bob", GPT) <= 12 + 21
+
+
+async def test_an_abandoned_stream_is_released(fake: FakeProvider, handler: Any) -> None:
+    """LiteLLM reports neither success nor failure for a stream left before its end: its
+    hold is released when LiteLLM lets the call go, not left to expire."""
+    guard, handler_ = handler(100_000)
+    fake.output_tokens = 50
+    stream = await call(fake, user="bob", stream=True)
+    async for _chunk in stream:
+        break
+    assert reserved(guard, "bob", GPT) > 0
+    del stream, _chunk
+    for _ in range(100):
+        gc.collect()
+        if reserved(guard, "bob", GPT) == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert reserved(guard, "bob", GPT) == 0
+    assert handler_._tickets == {}
 
 
 def sync_call(fake: FakeProvider, **kw: Any) -> Any:

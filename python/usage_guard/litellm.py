@@ -16,6 +16,9 @@ A sync `litellm.completion` runs no hook a `CustomLogger` can change or stop a c
 is not found (another LiteLLM layout), a sync call is refused with `TypeError` rather than
 sent unmetered.
 
+A stream left before its end reports neither success nor failure: its hold is released when
+LiteLLM's logging object of the call is collected (what it delivered is not billed).
+
 `handler` is one for LiteLLM's `callbacks:` setting, its guard loaded on first use from the
 policy file named by `USAGE_GUARD_POLICY` (and `USAGE_GUARD_REDIS`, a Redis URL, to share
 counters between processes).
@@ -26,6 +29,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from types import FrameType
 from typing import Any, Optional
 
@@ -120,19 +124,33 @@ class UsageGuardHandler(CustomLogger):
         )
         kwargs = dict(kwargs)
         kwargs.update(ticket.fitted)
-        with self._lock:
-            self._tickets[str(kwargs.get("litellm_call_id"))] = ticket
+        self._hold(kwargs, ticket, kwargs.get("litellm_logging_obj"))
         return kwargs
 
-    def admit_sync(self, kwargs: dict[str, Any]) -> None:
+    def _hold(self, kwargs: dict[str, Any], ticket: Any, logging_obj: Any) -> None:
+        """Keeps `ticket` for the call's success or failure event; released when LiteLLM's
+        logging object of the call goes away without either (a stream abandoned before
+        its end reports neither)."""
+        call_id = str(kwargs.get("litellm_call_id"))
+        with self._lock:
+            self._tickets[call_id] = ticket
+        if logging_obj is not None:
+            weakref.finalize(logging_obj, self._abandoned, call_id)
+
+    def _abandoned(self, call_id: str) -> None:
+        with self._lock:
+            ticket = self._tickets.pop(call_id, None)
+        if ticket is not None:
+            ticket.release()
+
+    def admit_sync(self, kwargs: dict[str, Any], logging_obj: Any = None) -> None:
         """Admits a sync call and writes the fitted output maximum into `kwargs` (LiteLLM's
         own dict of the call's arguments, changed in place)."""
         model = str(kwargs.get("model") or "").split("/", 1)[-1]
         request = {k: jsonable(kwargs[k]) for k in _REQUEST if kwargs.get(k) is not None}
         ticket = self.guard.admit(self._who(kwargs), model, request=request, provider="openai")
         kwargs.update(ticket.fitted)
-        with self._lock:
-            self._tickets[str(kwargs.get("litellm_call_id"))] = ticket
+        self._hold(kwargs, ticket, logging_obj)
 
     def _take(self, kwargs: dict[str, Any]) -> Any:
         with self._lock:
@@ -206,7 +224,7 @@ def _meter_sync_calls(text: str) -> bool:
     ):
         return True
     for h in handlers:
-        h.admit_sync(kwargs)
+        h.admit_sync(kwargs, frame.f_locals.get("logging_obj"))
     return True
 
 
