@@ -145,13 +145,13 @@ const MAX_THREADS: u64 = 256;
 const UPSTREAM_KEYS: [&str; 2] = ["base_url", "api_key_env"];
 const GATEWAY_KEYS: [&str; 8] = [
     "keys",
-    "otel",
     "max_body_bytes",
     "upstream_timeout_seconds",
     "upstream_first_byte_seconds",
     "drain_seconds",
     "threads",
     "admin_token_env",
+    "otel",
 ];
 
 impl Parser {
