@@ -91,3 +91,14 @@ def test_the_manual_clock_refuses_to_leave_the_calendar(seconds: float) -> None:
     assert clock.now() == "2026-11-30T08:00:00Z"  # nothing half-applied
     clock.advance(days=1)
     assert clock.now() == "2026-12-01T08:00:00Z"
+
+
+def test_a_refusal_has_its_http_status_and_a_message_frameworks_may_rewrite(
+    make_guard: Callable[..., ug.Guard],
+) -> None:
+    """LiteLLM's proxy answers an exception with its `status_code` and rewrites its
+    `message`: a refusal answers 429 (not 500), and its refusal survives the rewrite."""
+    refused = _refused(make_guard, 150, prompt_tokens=10, max_tokens=10)
+    assert refused.status_code == refused.to_http()[0] == 429
+    refused.message = "litellm: " + refused.message
+    assert str(refused).startswith("litellm: ") and refused.reason == "USAGE_LIMIT_REACHED"

@@ -84,7 +84,7 @@ def test_every_error_is_reported_with_its_path():
         "gateway.tls",
         "",
         "unknown key; accepted: keys, max_body_bytes, upstream_timeout_seconds, "
-        "upstream_first_byte_seconds, drain_seconds, threads, admin_token_env, "
+        "upstream_first_byte_seconds, drain_seconds, threads, admin_token_env, otel, "
         "max_connections, header_timeout_seconds, body_timeout_seconds, "
         "idle_timeout_seconds, max_event_bytes, max_answer_bytes",
     ) in found

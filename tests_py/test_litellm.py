@@ -5,6 +5,7 @@ admitted and fitted before the call, billed once from the reported usage, refuse
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -86,6 +87,59 @@ async def test_a_stream_is_billed_at_its_end(fake: FakeProvider, handler: Any) -
     assert text == WORD * 12
     await settled(guard, "bob")
     assert 12 < used(guard, "bob", GPT) <= 12 + 21
+
+
+async def test_an_abandoned_stream_is_released(fake: FakeProvider, handler: Any) -> None:
+    """LiteLLM reports neither success nor failure for a stream left before its end: its
+    hold is released when LiteLLM lets the call go, not left to expire."""
+    guard, handler_ = handler(100_000)
+    fake.output_tokens = 50
+    stream = await call(fake, user="bob", stream=True)
+    async for _chunk in stream:
+        break
+    assert reserved(guard, "bob", GPT) > 0
+    del stream, _chunk
+    for _ in range(100):
+        gc.collect()
+        if reserved(guard, "bob", GPT) == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert reserved(guard, "bob", GPT) == 0
+    assert handler_._tickets == {}
+
+
+def sync_call(fake: FakeProvider, **kw: Any) -> Any:
+    return litellm.completion(
+        model=f"openai/{GPT}", messages=MESSAGES, api_base=f"{fake.url}/v1", api_key="k", **kw
+    )
+
+
+async def test_a_sync_completion_is_fitted_and_billed_once(
+    fake: FakeProvider, handler: Any
+) -> None:
+    guard, _ = handler(400)
+    fake.output_tokens = 10_000
+    reply = sync_call(fake, user="alice")
+    sent = fake.requests[0].body["max_completion_tokens"]
+    assert 0 < sent < 400 and reply.choices[0].message.content == WORD * sent
+    await settled(guard)
+    assert used(guard, "alice", GPT) == 21 + sent
+    stream = sync_call(fake, user="alice", stream=True, max_tokens=5)
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream) == WORD * 5
+    await settled(guard)
+    # LiteLLM reports a stream's usage by its own count of the prompt (as for acompletion).
+    assert 5 < used(guard, "alice", GPT) - (21 + sent) <= 5 + 21
+
+
+async def test_a_sync_completion_is_refused_before_the_provider(
+    fake: FakeProvider, handler: Any
+) -> None:
+    guard, _ = handler(50)
+    guard.admit("alice", GPT, prompt_tokens=50, max_tokens=0).bill(50, 0)
+    with pytest.raises(Exception) as raised:
+        sync_call(fake, user="alice")
+    assert isinstance(raised.value, ug.UsageLimitError), repr(raised.value)
+    assert fake.requests == []
 
 
 async def test_concurrent_callers_never_bill_past_the_budget(

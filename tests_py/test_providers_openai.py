@@ -192,6 +192,34 @@ def test_responses_plain_and_stream(fake, make_guard):
     assert stream.usage_limits["capped"] is False
 
 
+def test_responses_stream_fits_max_output_tokens_and_reasoning_effort(fake, make_guard):
+    """A maximum a usage limit lowered under 4,096 tokens sends `reasoning.effort` "low" (the
+    rest of `reasoning` kept); a call that fits is sent as given."""
+    fake.output_tokens, fake.reasoning_tokens = 9, 4
+    request = {
+        "model": "gpt-4o",
+        "input": "Say hello.",
+        "max_output_tokens": 6000,
+        "reasoning": {"effort": "high", "summary": "auto"},
+    }
+    guard = make_guard(policy(tokens_a_day=2000))
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    stream = client.responses.create(**request, stream=True)
+    assert "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+    sent = fake.bodies("/v1/responses")[-1]
+    assert sent["max_output_tokens"] == room(2000, request, "openai.responses", "gpt-4o") < 4096
+    assert sent["reasoning"] == {"effort": "low", "summary": "auto"}
+    assert stream.usage_limits["capped"] is False  # the answer did not stop at the maximum
+    assert used(guard, "alice", "gpt-4o") == 21 + 9
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+    guard = make_guard(policy())
+    client = GuardedOpenAI(sdk(fake), guard, user="alice")
+    list(client.responses.create(**request, stream=True))
+    sent = fake.bodies("/v1/responses")[-1]
+    assert (sent["max_output_tokens"], sent["reasoning"]["effort"]) == (6000, "high")
+
+
 def test_embeddings_bill_input_only(fake, make_guard):
     guard = make_guard(policy())
     client = GuardedOpenAI(sdk(fake), guard, user="alice")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import resource
 from pathlib import Path
+from typing import Any
 
 import pytest
 import usage_guard as ug
@@ -24,7 +25,7 @@ def rows() -> dict[str, list[str]]:
     out = {}
     for row in lines[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")]
-        name = re.fullmatch(r"`(\w+)`", cells[0])
+        name = re.fullmatch(r"`([\w.]+)`", cells[0])
         assert name, row
         out[name.group(1)] = cells[1:]
     return out
@@ -49,6 +50,15 @@ def test_every_limit_is_in_the_table_with_its_default():
         assert default_of(cell) == reported[name], (name, cell)
 
 
+def gateway(name: str, value: int) -> dict[str, Any]:
+    """The policy whose `[gateway]` sets `name` to `value`: `otel.max_queue` is `max_queue`
+    of `[gateway.otel]` (with the endpoint that table requires)."""
+    table, _, key = name.rpartition(".")
+    if table == "otel":
+        return {"gateway": {"otel": {"endpoint": "http://127.0.0.1:4318", key: value}}}
+    return {"gateway": {name: value}}
+
+
 def bound(text: str) -> int:
     """`3600` → 3600, `2^53` → 2**53."""
     base, _, power = text.partition("^")
@@ -63,19 +73,19 @@ def test_each_documented_range_is_the_one_the_policy_accepts():
         assert m, (name, cells[1])
         low, high = bound(m.group(1)), bound(m.group(2))
         for value in (low, high):
-            assert ug.Policy.from_dict({"gateway": {name: value}}).gateway_limits[name] == value
+            assert ug.Policy.from_dict(gateway(name, value)).gateway_limits[name] == value
         for value in [high + 1] + ([low - 1] if low > 0 else []):
             with pytest.raises(ug.PolicyError) as refused:
-                ug.Policy.from_dict({"gateway": {name: value}})
+                ug.Policy.from_dict(gateway(name, value))
             said = f"gateway.{name}: must be a whole number from {low} to {high}"
             assert said in str(refused.value), (name, value)
 
 
 def test_each_documented_setting_is_read_from_the_policy():
-    """Each setting set to 2048 (in every range) is reported back as set."""
+    """Each setting set to 2048 (8 where its range ends below) is reported back as set."""
     for name in table():
-        value = 8 if name == "threads" else 2048
-        policy = ug.Policy.from_dict({"gateway": {name: value}})
+        value = 8 if name in ("threads", "otel.export_timeout_seconds") else 2048
+        policy = ug.Policy.from_dict(gateway(name, value))
         assert policy.gateway_limits[name] == value, name
 
 

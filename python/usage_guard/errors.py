@@ -51,6 +51,11 @@ class UsageLimitError(Exception):
     def message(self) -> str:
         return str(self)
 
+    @message.setter
+    def message(self, value: str) -> None:
+        # Frameworks rewrite an exception's message on its way out (LiteLLM's proxy does).
+        self.args = (value, *self.args[1:])
+
     @property
     def reason(self) -> str:
         """`USAGE_LIMIT_REACHED`, `USAGE_LIMIT_DOES_NOT_FIT`, `USAGE_LIMIT_HELD`,
@@ -94,6 +99,12 @@ class UsageLimitError(Exception):
     @property
     def unavailable(self) -> bool:
         return self.refusal is not None and self.refusal.unavailable
+
+    @property
+    def status_code(self) -> int:
+        """The HTTP status of the refusal (429, 400 for a context window, 503 unavailable);
+        what web frameworks and LiteLLM's proxy answer the caller with."""
+        return self.to_http()[0] if self.refusal is not None else 429
 
     def to_http(self, provider: ErrorShape = "openai") -> tuple[int, dict[str, str], Any]:
         """`(status, headers, body)` in the OpenAI, Anthropic or Ollama error shape."""

@@ -4,6 +4,7 @@
 use serde_json::{json, Map, Value};
 
 use super::api::Api;
+use super::effort::fit_effort;
 use super::fields::{field_error, read_count, set};
 use super::fit_checks::{
     check_ceiling, check_left, check_window, context_refusal, limits, min_opt, refused, Limits,
@@ -71,7 +72,8 @@ pub struct FitResult {
 impl FitResult {
     /// Exactly the request keys to set on the caller's request to send the fitted call: the
     /// output maximum's field (its whole containing object for nested ones, such as Ollama's
-    /// `options` or Gemini's `generationConfig`), the thinking budget, or thinking turned off.
+    /// `options` or Gemini's `generationConfig`), the thinking budget, or thinking turned off,
+    /// and `reasoning` when its `effort` was lowered (`openai.responses`).
     /// Empty when the fit changed nothing. The caller's request updated with these equals
     /// `request`.
     pub fn changes(&self) -> Map<String, Value> {
@@ -250,6 +252,10 @@ fn apply(
             changed.push(key);
         }
     }
+    let effort_lowered = fit_effort(&mut fitted, api, o.out, output_capped);
+    if effort_lowered {
+        changed.push("reasoning");
+    }
     Ok(FitResult {
         request: fitted,
         prompt_tokens: count.tokens,
@@ -258,7 +264,7 @@ fn apply(
         thinking_budget,
         thinking_disabled,
         output_capped,
-        lowered: lowered || thinking_lowered,
+        lowered: lowered || thinking_lowered || effort_lowered,
         changed,
     })
 }

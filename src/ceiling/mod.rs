@@ -9,6 +9,7 @@
 mod api;
 mod capped;
 mod count;
+mod effort;
 mod fields;
 mod fit;
 mod fit_checks;

@@ -17,6 +17,7 @@ use super::fallback_hops::{exhausted, Hops};
 use super::forward::Forward;
 use super::headers::{rate_limit, restriction, tightest, to_upstream};
 use super::health::credential;
+use super::otel_ids::now_ns;
 use super::proxy::{attributes, bad, bill_info, check, outgoing, refusal_response, App, Checked};
 use super::relay::Call;
 use super::shape::{set_headers, Endpoint, Problem};
@@ -254,6 +255,7 @@ impl Attempt<'_> {
     /// Admits the call on `model` (its body `request`): a call ready to send.
     async fn admit(&self, model: &str, request: &Value) -> Result<Call, Error> {
         let (app, checked) = (self.app, self.checked);
+        let (start_ns, started) = (now_ns(), std::time::Instant::now());
         let admitted = app
             .guard
             .admit(AdmitRequest {
@@ -264,8 +266,21 @@ impl Attempt<'_> {
                 ..AdmitRequest::default()
             })
             .await;
+        let span = app.otel.as_ref().map(|otel| {
+            let user = &checked.key.principal;
+            let call = otel.call(self.endpoint, self.headers, user, model);
+            let outcome = match &admitted {
+                Ok(ticket) => Ok(ticket),
+                Err(Error::Refused(r)) => Err(Some(&**r)),
+                Err(_) => Err(None),
+            };
+            (
+                otel.clone(),
+                otel.admitted(call, start_ns, started.elapsed(), outcome),
+            )
+        });
         let info = bill_info(&checked.key, self.endpoint, checked.stream);
-        Ok(Call::new(admitted?, info))
+        Ok(Call::new(admitted?, info).traced(span))
     }
 
     /// Counts an admitted call (the guard counts fitted ones); `Some` (its output maximum)

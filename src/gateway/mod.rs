@@ -4,9 +4,11 @@
 //! only the fitted keys changed, streamed back as it arrives, and billed from the usage the
 //! provider reports (or what was delivered, when a stream ends early).
 //!
-//! Files import one way: body, shape, keys, metrics, upstream, conn ← headers ← relay ←
+//! Files import one way: body, shape, keys, metrics, upstream, conn, otel_ids ←
+//! otel ←
+//! headers ← relay ←
 //! forward ← proxy ← admin ← health, fallback_hops ← fallback ← dashboard_api ← dashboard ←
-//! threads, descriptors ← listen ← server.
+//! threads, descriptors, otel_export ← listen ← server.
 
 mod admin;
 mod body;
@@ -25,6 +27,9 @@ mod health;
 mod keys;
 mod listen;
 mod metrics;
+mod otel;
+mod otel_export;
+mod otel_ids;
 mod proxy;
 mod relay;
 mod server;

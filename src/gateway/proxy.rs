@@ -16,6 +16,7 @@ use super::conn::is_body_timeout;
 use super::headers::{rate_limit, refused};
 use super::keys;
 use super::metrics::Metrics;
+use super::otel::Otel;
 use super::relay::Call;
 use super::shape::{json_response, set_headers, Endpoint, Problem};
 use crate::error::Error;
@@ -35,6 +36,8 @@ pub(crate) struct App {
     /// The client of threads that cannot build their own ([`App::client`]).
     pub(crate) client: reqwest::Client,
     pub(crate) metrics: Arc<Metrics>,
+    /// The OTLP export (`[gateway.otel]`), when configured.
+    pub(crate) otel: Option<Arc<Otel>>,
     /// Set when shutting down: new calls are refused (503), running ones finish.
     pub(crate) draining: AtomicBool,
     /// Model calls running, including those whose client went away (their provider still

@@ -2,10 +2,14 @@
 //! else from what was delivered), and relaying a streamed answer event by event while
 //! reading the usage and the delivered text out of it.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde_json::Value;
 
 use super::framing::{Framer, TooLarge};
+use super::otel::{CallSpan, Otel};
+use super::otel_ids::now_ns;
 use super::shape::Framing;
 use crate::ceiling::{reported_usage, Api, Encoding, ReportedUsage};
 use crate::guard::engine::ticket::{BillInfo, Ticket, Usage};
@@ -18,11 +22,23 @@ pub(crate) const OFFLOAD_BYTES: usize = 64 * 1024;
 pub(crate) struct Call {
     ticket: Ticket,
     info: BillInfo,
+    /// The OTLP export and the call's span, when `[gateway.otel]` is configured.
+    span: Option<Box<(Arc<Otel>, CallSpan)>>,
 }
 
 impl Call {
     pub(crate) fn new(ticket: Ticket, info: BillInfo) -> Self {
-        Call { ticket, info }
+        Call {
+            ticket,
+            info,
+            span: None,
+        }
+    }
+
+    /// The call with its OpenTelemetry span, for its bill's.
+    pub(crate) fn traced(mut self, span: Option<(Arc<Otel>, CallSpan)>) -> Self {
+        self.span = span.map(Box::new);
+        self
     }
 
     pub(crate) fn ticket(&self) -> &Ticket {
@@ -43,8 +59,15 @@ impl Call {
         if let Some(Value::Object(m)) = info.metadata.as_mut() {
             m.insert("ended".into(), Value::from(ended));
         }
-        if let Err(e) = self.ticket.bill_with(usage, info).await {
-            log::warn!("gateway: billing ticket {} failed: {e}", self.ticket.id());
+        let start_ns = now_ns();
+        match self.ticket.bill_with(usage, info).await {
+            Ok(Some(billed)) => {
+                if let Some((otel, span)) = self.span.as_deref() {
+                    otel.billed(span, start_ns, &billed);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => log::warn!("gateway: billing ticket {} failed: {e}", self.ticket.id()),
         }
     }
 

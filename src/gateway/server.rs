@@ -23,6 +23,7 @@ use super::health;
 use super::keys;
 use super::listen::{self, Listening};
 use super::metrics::Metrics;
+use super::otel_export;
 use super::proxy::App;
 use super::shape::{json_response, Endpoint, Problem};
 use super::threads;
@@ -147,11 +148,14 @@ impl Gateway {
         let descriptors = descriptors::raise_limit();
         let configured = guard.policy().gateway.bounds.max_connections;
         let cap = descriptors::connection_cap(configured, descriptors)?;
+        let metrics = Arc::new(Metrics::default());
+        let otel = otel_export::start(&guard.policy().gateway.otel, guard.clone(), metrics.clone());
         let app = Arc::new(App {
             upstreams: guard.policy().providers.clone(),
             guard,
             client: upstream::client()?,
-            metrics: Arc::new(Metrics::default()),
+            metrics,
+            otel,
             draining: AtomicBool::new(false),
             calls: AtomicUsize::new(0),
         });
@@ -278,6 +282,9 @@ async fn serve(
 fn finish(app: &App, done: &Stopped) {
     // Streams cut off bill in the background: give them a moment to land.
     std::thread::sleep(Duration::from_millis(50));
+    if let Some(otel) = &app.otel {
+        otel.stop();
+    }
     let _ = app.guard.close();
     *done.done.lock() = true;
     done.changed.notify_all();

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use super::gateway_bounds::GatewayBounds;
 use super::gateway_bounds::BOUND_KEYS;
+use super::gateway_otel::GatewayOtel;
 use super::models::Provider;
 use super::values::{key_path, kind, Parser};
 
@@ -66,6 +67,8 @@ pub struct GatewaySettings {
     pub admin_token_env: Option<String>,
     /// Connections, header, body and idle time, event and answer sizes.
     pub bounds: GatewayBounds,
+    /// Where and how the gateway exports through OTLP (`[gateway.otel]`).
+    pub otel: GatewayOtel,
 }
 
 impl Default for GatewaySettings {
@@ -80,6 +83,7 @@ impl Default for GatewaySettings {
             threads: None,
             admin_token_env: None,
             bounds: GatewayBounds::default(),
+            otel: GatewayOtel::default(),
         }
     }
 }
@@ -94,7 +98,7 @@ impl GatewaySettings {
     /// starts, or one per core for `threads`): what docs/security.md's table lists.
     pub fn limits(&self) -> Vec<(&'static str, Option<u64>)> {
         let b = &self.bounds;
-        vec![
+        let mut out = vec![
             ("max_connections", b.max_connections),
             ("header_timeout_seconds", Some(b.header_timeout_seconds)),
             ("body_timeout_seconds", Some(b.body_timeout_seconds)),
@@ -112,7 +116,9 @@ impl GatewaySettings {
             ),
             ("drain_seconds", Some(self.drain_seconds)),
             ("threads", self.threads),
-        ]
+        ];
+        out.extend(self.otel.limits());
+        out
     }
 }
 
@@ -137,7 +143,7 @@ pub(crate) fn key_digest(key: &str) -> String {
 /// The most serving threads a gateway may ask for.
 const MAX_THREADS: u64 = 256;
 const UPSTREAM_KEYS: [&str; 2] = ["base_url", "api_key_env"];
-const GATEWAY_KEYS: [&str; 7] = [
+const GATEWAY_KEYS: [&str; 8] = [
     "keys",
     "max_body_bytes",
     "upstream_timeout_seconds",
@@ -145,6 +151,7 @@ const GATEWAY_KEYS: [&str; 7] = [
     "drain_seconds",
     "threads",
     "admin_token_env",
+    "otel",
 ];
 
 impl Parser {
@@ -193,7 +200,7 @@ impl Parser {
         out
     }
 
-    fn url(&mut self, path: &str, value: &Value) -> Option<String> {
+    pub(super) fn url(&mut self, path: &str, value: &Value) -> Option<String> {
         let text = self.string(path, value)?;
         let rest = text
             .strip_prefix("http://")
@@ -224,6 +231,7 @@ impl Parser {
             return settings;
         };
         settings.bounds = self.gateway_bounds(fields);
+        settings.otel = self.gateway_otel(fields);
         for (name, min) in [
             ("max_body_bytes", 1),
             ("upstream_timeout_seconds", 1),

@@ -4,6 +4,7 @@
 mod gateway;
 mod gateway_bounds;
 mod gateway_keys;
+mod gateway_otel;
 mod generic_rules;
 mod json;
 mod limits;
@@ -34,6 +35,7 @@ pub(crate) use gateway::{key_digest, GatewayKey};
 pub(crate) use gateway::{GatewaySettings, Upstream};
 #[cfg(feature = "gateway")]
 pub(crate) use gateway_keys::ACCOUNT_HEADERS;
+pub(crate) use gateway_otel::GatewayOtel;
 pub(crate) use limits::{DirectLimit, PublicLimit, SubjectLimit, TeamLimit};
 pub(crate) use models::{Counting, ModelSpec, Provider};
 pub(crate) use price_book::PriceBook;
