@@ -123,7 +123,7 @@ pub(crate) struct CallSpan {
 /// `gen_ai.provider.name` and `gen_ai.operation.name` of an endpoint (as the Python
 /// layer names its provider words).
 fn provider_names(endpoint: Endpoint) -> (&'static str, &'static str) {
-    let provider = match endpoint.provider().word() {
+    let provider = match endpoint.provider().as_str() {
         "gemini" => "gcp.gemini",
         word => word,
     };
@@ -329,7 +329,7 @@ impl Otel {
 fn admitted_attributes(ticket: &Ticket) -> Attrs {
     let source = ticket.source();
     let mut out = vec![
-        str_attr("usage_guard.source.type", source.kind.word()),
+        str_attr("usage_guard.source.type", source.kind.as_str()),
         str_attr("usage_guard.source.id", &*source.id),
         str_attr("usage_guard.ticket", ticket.id()),
     ];
@@ -359,10 +359,10 @@ fn refusal_attributes(refusal: &Refusal) -> Attrs {
         out.push(str_attr("usage_guard.refused.limit_type", t.name()));
     }
     if let Some(m) = refusal.metric {
-        out.push(str_attr("usage_guard.refused.metric", m.word()));
+        out.push(str_attr("usage_guard.refused.metric", m.as_str()));
     }
     if let Some(w) = refusal.window {
-        out.push(str_attr("usage_guard.refused.window", w.word()));
+        out.push(str_attr("usage_guard.refused.window", w.to_string()));
     }
     if let Some(a) = refusal.amount {
         out.push(int_attr("usage_guard.refused.amount", a));

@@ -35,6 +35,7 @@ pub(crate) use gateway::{key_digest, GatewayKey};
 pub(crate) use gateway::{GatewaySettings, Upstream};
 #[cfg(feature = "gateway")]
 pub(crate) use gateway_keys::ACCOUNT_HEADERS;
+#[cfg(feature = "gateway")]
 pub(crate) use gateway_otel::GatewayOtel;
 pub(crate) use limits::{DirectLimit, PublicLimit, SubjectLimit, TeamLimit};
 pub(crate) use models::{Counting, ModelSpec, Provider};
