@@ -97,7 +97,10 @@ def test_a_record_crossing_a_soft_threshold_sends_one_event(service: Make) -> No
     assert len(heard) == 1
     q.guard.close()
     rows = q.guard.ledger.audit()
-    assert [(r["kind"], r["rule"], r["id"]) for r in rows] == [
+    # On Redis the guard also audits adopting the empty store's epoch (its token counters are
+    # fenced: the ledger can refill them); the threshold is audited once.
+    assert [r["kind"] for r in rows if r["kind"] != "soft_threshold"] in ([], ["store_epoch"])
+    assert [(r["kind"], r["rule"], r["id"]) for r in rows if r["kind"] != "store_epoch"] == [
         ("soft_threshold", "quota ai.tokens.total team:t", heard[0]["id"])
     ]
 
