@@ -1,38 +1,23 @@
-//! The guard: a policy, a counter store, a clock and an optional ledger, shared by clones.
-//! Admission lives in `admission.rs`, batches in `batch.rs`.
+//! The guard's public surface: every public `Guard` method, each a short delegation to the
+//! room that does the work (`admit/`, `batch/`, `settle/`, `observe/`, the fence).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::health::ProviderHealth;
-use super::metrics::{render, MetricFamily};
-use super::queue::{Retries, FLUSH_WAIT};
+pub use super::handle::Guard;
 use super::shared::Shared;
-use super::stats::{bump, log_store_error, Stats};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Clock;
 use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::Policy;
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::view::{self, PersonView, UsageView};
+use crate::guard::engine::observe::health::ProviderHealth;
+use crate::guard::engine::observe::metrics::{render, MetricFamily};
+use crate::guard::engine::observe::stats::{bump, log_store_error, Stats};
+use crate::guard::engine::settle::settle_queue::{self, Retries, FLUSH_WAIT};
 use crate::guard::ledger::{Ledger, LedgerError};
 use crate::guard::store::CounterStore;
-
-/// Admits calls against a policy, on a counter store, by a clock. Cheap to clone: clones
-/// share the store, cache and stats.
-#[derive(Clone)]
-pub struct Guard {
-    pub(crate) shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for Guard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Guard")
-            .field("store", &self.shared.store)
-            .field("policy_version", &self.policy_version())
-            .finish()
-    }
-}
 
 impl Guard {
     /// A guard over `policy` on `store`, reading time from `clock`.
@@ -194,9 +179,9 @@ impl Guard {
 /// background (call it before the process exits; the Python package does at interpreter
 /// exit); returns how many were still queued when the wait ended.
 pub fn flush_all_blocking(limit: std::time::Duration) -> u64 {
-    if super::queue::idle() {
+    if settle_queue::idle() {
         return 0;
     }
     let _runtime = crate::runtime::shared().enter();
-    crate::runtime::block_on(super::queue::flush_all(limit))
+    crate::runtime::block_on(settle_queue::flush_all(limit))
 }

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::guard::Guard;
+use super::handle::Guard;
 use super::shared::Shared;
 use super::stats::bump;
 use crate::guard::domain::clock::Millis;

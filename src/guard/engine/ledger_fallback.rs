@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use super::fill::sum_filter;
 use super::fitted::AdmittedRequest;
-use super::guard::Guard;
+use super::handle::Guard;
 use super::shared::{read_keys, slot_reads, Shared};
 use super::stats::bump;
 use super::ticket::{ReservedParts, Ticket, TicketParts};

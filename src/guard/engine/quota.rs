@@ -4,10 +4,7 @@
 
 use std::sync::Arc;
 
-use super::events::Caller;
 use super::guard::Guard;
-use super::settling::settled_until;
-use super::stats::{bump, log_store_error};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::counter::{CounterRead, Settle, SettleOutcome, UsageAdd};
@@ -18,6 +15,9 @@ use crate::guard::domain::path::PathRule;
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, LimitType, Metric};
 use crate::guard::domain::window::Window;
+use crate::guard::engine::observe::events::Caller;
+use crate::guard::engine::observe::stats::{bump, log_store_error};
+use crate::guard::engine::settle::settling::settled_until;
 use crate::guard::ledger::LedgerRow;
 use crate::guard::store::CounterKey;
 

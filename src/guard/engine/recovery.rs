@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::fill::is_refilled;
-use super::guard::Guard;
+use super::handle::Guard;
 use super::hold_again::HOLD_AGAIN_MS;
 use super::stats::bump;
 use crate::error::{Error, Result};

@@ -8,14 +8,8 @@ use std::sync::{Arc, OnceLock};
 use crate::lock::Mutex;
 use arc_swap::ArcSwap;
 
-use super::event_stream::EventHub;
 use super::fill::{fill_keys, FillState};
-use super::health::ProviderHealth;
-use super::known::Known;
-use super::metrics::Metrics;
 use super::open_calls::OpenCalls;
-use super::queue::SettleQueue;
-use super::stats::{store_answered, Stats};
 use crate::error::Result;
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::{Clock, Millis};
@@ -24,6 +18,12 @@ use crate::guard::domain::event::Event;
 use crate::guard::domain::generic;
 use crate::guard::domain::path::{self, Path};
 use crate::guard::domain::policy::Policy;
+use crate::guard::engine::observe::event_stream::EventHub;
+use crate::guard::engine::observe::health::ProviderHealth;
+use crate::guard::engine::observe::metrics::Metrics;
+use crate::guard::engine::observe::stats::{store_answered, Stats};
+use crate::guard::engine::reserve::known::Known;
+use crate::guard::engine::settle::settle_queue::SettleQueue;
 use crate::guard::ledger::Ledger;
 use crate::guard::store::{CounterKey, CounterRead, CounterStore, StoreError};
 

@@ -6,8 +6,6 @@ use serde_json::Value;
 
 use serde_json::json;
 
-use super::batch::BatchTicket;
-use super::guard::Guard;
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::path::SourceKind;
@@ -15,6 +13,8 @@ use crate::guard::domain::path::SourceRef;
 use crate::guard::domain::rule::Scope;
 use crate::guard::domain::rule::{CounterId, Metric};
 use crate::guard::domain::window::Window;
+use crate::guard::engine::batch::batch_ticket::BatchTicket;
+use crate::guard::engine::handle::Guard;
 use crate::guard::store::CounterKey;
 use crate::guard::store::HoldRef;
 

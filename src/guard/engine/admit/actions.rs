@@ -7,15 +7,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::admission::AdmitRequest;
-use super::events::Caller;
-use super::guard::Guard;
-use super::ticket::Ticket;
 use crate::error::{Error, Result};
 use crate::guard::domain::counter::CounterKey;
 use crate::guard::domain::generic::{Action, GenericRule};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::LimitType;
+use crate::guard::engine::admit::admission::AdmitRequest;
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::events::Caller;
+use crate::guard::engine::settle::ticket::Ticket;
 
 impl Guard {
     /// Admits a call: resolves the path, reads its counters, decides, fits the request (when
@@ -39,7 +39,11 @@ impl Guard {
         if ticket.fitted().is_some_and(|f| f.lowered) {
             metrics.fitted();
         }
-        self.emit(&ticket).await;
+        let caller = || Caller {
+            principal: ticket.path().user.clone(),
+            model: Some(Arc::from(ticket.model())),
+        };
+        self.emit(ticket.warnings(), caller).await;
         Ok(ticket)
     }
 

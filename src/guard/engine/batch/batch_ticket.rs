@@ -7,17 +7,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::admission::{demand, AdmitRequest};
-use super::guard::Guard;
-use super::shared::{Resolved, Shared};
-use super::stats::{bump, log_store_error};
-use super::ticket::ReservedParts;
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{self, rule_left, Demand, Plan, SlotRead};
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, Metric};
+use crate::guard::engine::admit::admission::{demand, AdmitRequest};
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::stats::{bump, log_store_error};
+use crate::guard::engine::settle::ticket::ReservedParts;
+use crate::guard::engine::shared::{Resolved, Shared};
 use crate::guard::store::HoldRef;
 
 /// How long a batch's holds live if it never finishes.

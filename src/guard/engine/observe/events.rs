@@ -7,15 +7,14 @@
 
 use std::sync::Arc;
 
-use super::event_stream::EventStream;
-use super::guard::Guard;
-use super::shared::Listener;
-use super::ticket::Ticket;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::counter::CounterKey;
 use crate::guard::domain::decide::RuleWarning;
 use crate::guard::domain::event::{Event, EventKind};
 use crate::guard::domain::generic::GenericRule;
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::event_stream::EventStream;
+use crate::guard::engine::shared::Listener;
 use crate::guard::ledger::AuditRow;
 
 /// Whose call an event is about.
@@ -62,16 +61,13 @@ impl Guard {
             || self.shared.events.has_streams()
     }
 
-    /// Sends the ticket's warnings that are new events.
-    pub(crate) async fn emit(&self, ticket: &Ticket) {
-        if ticket.warnings().is_empty() || !self.has_event_sinks() {
+    /// Sends an admitted call's warnings that are new events.
+    pub(crate) async fn emit(&self, warnings: &[RuleWarning], caller: impl FnOnce() -> Caller) {
+        if warnings.is_empty() || !self.has_event_sinks() {
             return;
         }
-        let caller = Caller {
-            principal: ticket.path().user.clone(),
-            model: Some(Arc::from(ticket.model())),
-        };
-        for warning in ticket.warnings() {
+        let caller = caller();
+        for warning in warnings {
             let key = &warning.key;
             let (threshold, refused) = (warning.threshold, warning.would_refuse);
             let mark = format!("ev:{}:{threshold}:{refused}", key.render());
@@ -177,7 +173,7 @@ mod tests {
     use crate::guard::domain::policy::Policy;
     use crate::guard::domain::rule::{CounterId, Metric};
     use crate::guard::domain::window::Window;
-    use crate::guard::engine::guard::Guard;
+    use crate::guard::engine::handle::Guard;
     use crate::guard::ledger::{AuditQuery, Ledger, SqliteLedger};
     use crate::guard::store::MemoryStore;
 
