@@ -18,15 +18,8 @@ use crate::guard::engine::observe::events::Caller;
 use crate::guard::engine::settle::ticket::Ticket;
 
 impl Guard {
-    /// Admits a call: resolves the path, reads its counters, decides, fits the request (when
-    /// given) into what is left, and reserves all or none. Refusals are `Error::Refused`;
-    /// a request that cannot fit is refused before anything is reserved. A call refused by a
-    /// `degrade` rule is admitted on its `degrade_to` model when that one passes admission
-    /// (`Ticket::model`, `Ticket::degraded_from`); otherwise the first refusal stands. A call
-    /// refused by a `throttle` rule, or finding others already waiting in one of its queues,
-    /// waits in the queue, first in first out (at most `throttle_max_wait`, at most
-    /// `throttle_max_queue` waiting) and is admitted or refused then.
-    pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
+    /// The work of [`Guard::admit`].
+    pub(crate) async fn admit_with_actions(&self, request: AdmitRequest) -> Result<Ticket> {
         let started = Instant::now();
         let admitted = self.admit_acting(request).await;
         let refusal = match &admitted {

@@ -112,11 +112,6 @@ impl Guard {
         }
     }
 
-    /// Admits from synchronous code (blocks the calling thread until the store answers).
-    pub fn admit_blocking(&self, request: AdmitRequest) -> Result<Ticket> {
-        crate::runtime::block_on(self.admit(request))
-    }
-
     pub(crate) fn refuse(&self, refusal: Refusal) -> Error {
         bump(&self.shared.stats.refused);
         Error::Refused(Box::new(refusal))

@@ -349,8 +349,8 @@ impl Guard {
         self.refuse(queue_refusal(rule, None, message))
     }
 
-    /// How many calls of this guard wait in a queue now.
-    pub fn waiting(&self) -> u64 {
+    /// The work of [`Guard::waiting`].
+    pub(crate) fn waiting_count(&self) -> u64 {
         self.shared.stats.waiting.load(Ordering::Relaxed)
     }
 

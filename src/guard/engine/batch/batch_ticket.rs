@@ -64,21 +64,8 @@ pub(super) fn unavailable() -> Error {
 }
 
 impl Guard {
-    /// Admits a batch for `user` on `model`: every request must fit in full (a batch is not
-    /// shrunk), and its whole use is held for 25 hours.
-    pub async fn admit_batch(
-        &self,
-        user: &str,
-        model: &str,
-        requests: Vec<BatchRequest>,
-    ) -> Result<BatchTicket> {
-        self.admit_batch_with(user, model, requests, Vec::new())
-            .await
-    }
-
-    /// [`Guard::admit_batch`] for a batch whose calls carry `attributes`: the generic rules
-    /// that match them count every request (a `requests` rule counts each one).
-    pub async fn admit_batch_with(
+    /// The work of [`Guard::admit_batch_with`].
+    pub(crate) async fn admit_batch_of(
         &self,
         user: &str,
         model: &str,

@@ -58,8 +58,8 @@ fn int(v: &Value, field: &str) -> Result<i64> {
 
 /// Rebuilds a batch ticket on `guard` from its state text.
 impl Guard {
-    /// A batch admitted by any guard on the same store, from its `BatchTicket::state`.
-    pub fn resume_batch(&self, state: &str) -> Result<BatchTicket> {
+    /// The work of [`Guard::resume_batch`].
+    pub(crate) fn resume_batch_from(&self, state: &str) -> Result<BatchTicket> {
         resume(self, state)
     }
 }

@@ -35,10 +35,8 @@ impl Caller {
 }
 
 impl Guard {
-    /// Calls `listener` with each event (on any guard of the store, only the first call to
-    /// reach an event sends it). Listeners run on the admitting thread, after the
-    /// reservation.
-    pub fn on_event(&self, listener: impl Fn(&Event) + Send + Sync + 'static) {
+    /// The work of [`Guard::on_event`].
+    pub(crate) fn add_listener(&self, listener: impl Fn(&Event) + Send + Sync + 'static) {
         let listener: Listener = Arc::new(listener);
         self.shared.listeners.rcu(|all| {
             let mut all = Vec::clone(all);
@@ -47,10 +45,8 @@ impl Guard {
         });
     }
 
-    /// A stream of the events this guard sends from now on, buffering at most `buffer`
-    /// unread events (a reader behind loses the oldest, counted in `EventStream::dropped`;
-    /// sending never waits). Many streams may be open; each ends when the guard closes.
-    pub fn events(&self, buffer: usize) -> EventStream {
+    /// The work of [`Guard::events`].
+    pub(crate) fn subscribe(&self, buffer: usize) -> EventStream {
         self.shared.events.subscribe(buffer)
     }
 
