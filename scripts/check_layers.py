@@ -30,12 +30,11 @@ LAYERS = [
 ]
 
 
-# The engine's rooms and their rank, lowest first (peers share a rank). The fence's files are named one by one (they may still
-# sit at the engine's top); `shared.rs` (the state every room reads), `quota.rs` and
-# `guard.rs` (the public surface, on top) are in no room.
+# The engine's rooms and their rank, lowest first (peers share a rank). `shared.rs` (the
+# state every room reads), `handle.rs` (the Guard type), `quota.rs` and `guard.rs` (the
+# public surface, on top) are in no room.
 ENGINE = "guard/engine/"
 ROOMS = {"observe": 0, "settle": 1, "fence": 1, "reserve": 2, "admit": 3, "batch": 4}
-FENCE_FILES = {"recovery", "hold_again", "open_calls", "fill", "ledger_fallback"}
 
 
 def room(rel: str) -> str | None:
@@ -44,8 +43,6 @@ def room(rel: str) -> str | None:
     parts = rel[len(ENGINE):].split("/")
     if len(parts) > 1 and parts[0] in ROOMS:
         return parts[0]
-    if parts[0].removesuffix(".rs") in FENCE_FILES:
-        return "fence"
     return None
 
 

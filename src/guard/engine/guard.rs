@@ -264,6 +264,21 @@ impl Guard {
     pub async fn record_rules(&self, record: &QuotaRecord) -> Result<bool> {
         self.record_rule_use(record).await
     }
+
+    /// The operator's recovery: writes a new store epoch, lifting the fence. With a ledger,
+    /// every counter is then filled again from it when next read, and fenced calls wait
+    /// `HOLD_AGAIN_MS` while every guard holds its open calls again. Without one, `attest`
+    /// must be true: the operator attests that the counters as they are may be trusted
+    /// (restored, or knowingly started over). Fails while another guard holds the recovery
+    /// lock. Returns the new epoch's generation.
+    pub async fn recover(&self, attest: bool) -> Result<String> {
+        self.recover_after_restart(attest).await
+    }
+
+    /// `recover` from synchronous code.
+    pub fn recover_blocking(&self, attest: bool) -> Result<String> {
+        crate::runtime::block_on(self.recover(attest))
+    }
 }
 
 /// Waits (at most `limit` in all) for the bills every guard of the process queued for the

@@ -7,29 +7,21 @@
 //! - [`settle`]: tickets, bills, the settle queue and its background retry;
 //! - [`batch`]: batch tickets, their parts and their resumable state;
 //! - [`observe`]: stats, metrics, events and provider health;
-//! - fence (`recovery`, `hold_again`, `open_calls`, `fill`, `ledger_fallback`): the epoch
-//!   fence, holds taken again after a store restart, fill from the ledger.
+//! - [`fence`]: the epoch fence and recovery after a store restart, holds taken again, the
+//!   open calls, fill from the ledger and admission from it while the store is away.
 //!
 //! Rooms import one way (checked by `scripts/check_layers.py`): batch → admit → reserve →
-//! fence → settle → observe. `shared.rs` is the state every room reads; `guard.rs` sits on top.
+//! fence, settle (peers) → observe. `shared.rs` is the state every room reads, `handle.rs` the
+//! `Guard` type; `guard.rs` sits on top.
 
 pub(crate) mod admit;
 pub(crate) mod batch;
-pub(crate) mod fill;
+pub(crate) mod fence;
 #[allow(clippy::module_inception)]
 pub(crate) mod guard;
 pub(crate) mod handle;
-pub(crate) mod hold_again;
-pub(crate) mod ledger_fallback;
 pub(crate) mod observe;
-pub(crate) mod open_calls;
 pub(crate) mod quota;
-pub(crate) mod recovery;
 pub(crate) mod reserve;
 pub(crate) mod settle;
 pub(crate) mod shared;
-
-// The fence files still name their neighbours by their old flat paths.
-use observe::stats;
-use settle::admitted_request as fitted;
-use settle::ticket;

@@ -8,8 +8,8 @@ use std::sync::{Arc, OnceLock};
 use crate::lock::Mutex;
 use arc_swap::ArcSwap;
 
-use super::fill::{fill_keys, FillState};
-use super::open_calls::OpenCalls;
+use super::fence::fill::{fill_keys, FillState};
+use super::fence::open_calls::OpenCalls;
 use crate::error::Result;
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::{Clock, Millis};

@@ -7,9 +7,9 @@ use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{self, Decision, Demand, Plan, SlotRead};
 use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::Settings;
+use crate::guard::engine::fence::recovery::AfterFence;
 use crate::guard::engine::handle::Guard;
 use crate::guard::engine::observe::stats::{bump, store_answered};
-use crate::guard::engine::recovery::AfterFence;
 use crate::guard::engine::settle::settling::InFlight;
 use crate::guard::store::{expiry_minute, Fence, ReserveOutcome, StoreError};
 

@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use super::{Ticket, TicketState};
+use crate::guard::engine::fence::open_calls::OpenCall;
 use crate::guard::engine::observe::stats::bump;
-use crate::guard::engine::open_calls::OpenCall;
 use crate::guard::engine::settle::settling;
 use crate::guard::store::HoldRef;
 
@@ -30,7 +30,7 @@ impl Ticket {
         if !parts.holds.is_empty() && parts.shared.store.fences() {
             let state: Weak<TicketState> = Arc::downgrade(&self.state);
             parts.shared.open_calls.add(state);
-            crate::guard::engine::hold_again::watch(&parts.shared);
+            crate::guard::engine::fence::hold_again::watch(&parts.shared);
         }
     }
 }

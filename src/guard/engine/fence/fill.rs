@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use crate::lock::Mutex;
 
-use super::stats::{bump, log_store_error};
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::policy::refilled;
 use crate::guard::domain::rule::{CounterId, Scope};
+use crate::guard::engine::observe::stats::{bump, log_store_error};
 use crate::guard::ledger::{Ledger, SumFilter};
 use crate::guard::store::{CounterKey, CounterStore};
 
