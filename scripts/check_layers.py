@@ -2,9 +2,13 @@
 """Checks the crate's layering: every `crate::…` / `super::…` path in a Rust source file is
 resolved to the file it names; a file may only use files of its own layer or the layers
 below it (domain ← ceiling ← store, ledger ← engine ← gateway, py), and no two files may
-import each other, directly or through others; and no file may use `parking_lot` (its
-wait table is not safe across `fork()`: src/lock.rs). Prints each violation; exits 1 if
-any."""
+import each other, directly or through others; inside the engine, a room may only use
+files of its own room, of a peer or of the rooms below it (observe ← settle, fence ← reserve
+← admit ← batch: admission reserves, nothing below admits, observe calls no other room;
+settle and fence are peers: a ticket registers with the fence, the fence builds tickets,
+and the file cycle check keeps them from calling each other in a circle), and no room
+uses `engine/guard.rs` (it delegates to them); and no file may use `parking_lot` (its wait
+table is not safe across `fork()`: src/lock.rs). Prints each violation; exits 1 if any."""
 
 from __future__ import annotations
 
@@ -24,6 +28,36 @@ LAYERS = [
     ("gateway/", 5),
     ("py/", 5),
 ]
+
+
+# The engine's rooms and their rank, lowest first (peers share a rank). `shared.rs` (the
+# state every room reads), `handle.rs` (the Guard type), `quota.rs` and `guard.rs` (the
+# public surface, on top) are in no room.
+ENGINE = "guard/engine/"
+ROOMS = {"observe": 0, "settle": 1, "fence": 1, "reserve": 2, "admit": 3, "batch": 4}
+
+
+def room(rel: str) -> str | None:
+    if not rel.startswith(ENGINE):
+        return None
+    parts = rel[len(ENGINE):].split("/")
+    if len(parts) > 1 and parts[0] in ROOMS:
+        return parts[0]
+    return None
+
+
+def room_problems(rel: str, deps: set[str]) -> list[str]:
+    here = room(rel)
+    if here is None:
+        return []
+    out = []
+    for dep in sorted(deps):
+        there = room(dep)
+        if dep == ENGINE + "guard.rs":
+            out.append(f"room: {rel} ({here}) uses {dep} (the public surface sits above the rooms)")
+        elif there is not None and ROOMS[there] > ROOMS[here]:
+            out.append(f"room: {rel} ({here}) uses {dep} ({there}, a room above it)")
+    return out
 
 
 def layer(rel: str) -> int:
@@ -102,6 +136,7 @@ def main() -> int:
         for dep in deps:
             if layer(dep) > layer(rel):
                 problems.append(f"layer: {rel} (layer {layer(rel)}) uses {dep} (layer {layer(dep)})")
+        problems.extend(room_problems(rel, deps))
     # Cycles between files (module roots excluded: they only declare and re-export).
     nodes = {r: {d for d in ds if not d.endswith("mod.rs") and d != "lib.rs"}
              for r, ds in graph.items() if not r.endswith("mod.rs") and r != "lib.rs"}

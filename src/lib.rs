@@ -50,15 +50,15 @@ pub use guard::domain::rule::{CounterId, LimitType, Metric, Scope};
 pub use guard::domain::view::{PersonView, UsageView};
 pub use guard::domain::window::{Anchored, CalendarUnit, Window};
 pub use guard::domain::words::UnknownWord;
-pub use guard::engine::admission::AdmitRequest;
-pub use guard::engine::batch::{BatchRequest, BatchTicket};
-pub use guard::engine::event_stream::EventStream;
+pub use guard::engine::admit::admission::AdmitRequest;
+pub use guard::engine::batch::batch_ticket::{BatchRequest, BatchTicket};
 pub use guard::engine::guard::{flush_all_blocking, Guard};
-pub use guard::engine::health::ProviderHealth;
-pub use guard::engine::metrics::{MetricFamily, MetricKind, MetricSample};
+pub use guard::engine::observe::event_stream::EventStream;
+pub use guard::engine::observe::health::ProviderHealth;
+pub use guard::engine::observe::metrics::{MetricFamily, MetricKind, MetricSample};
+pub use guard::engine::observe::stats::Stats;
 pub use guard::engine::quota::{QuotaRecord, RuleCounter};
-pub use guard::engine::stats::Stats;
-pub use guard::engine::ticket::{BillInfo, Billed, Recorded, Ticket, Usage};
+pub use guard::engine::settle::ticket::{BillInfo, Billed, Recorded, Ticket, Usage};
 #[cfg(feature = "postgres")]
 pub use guard::ledger::PostgresLedger;
 #[cfg(feature = "sqlite")]

@@ -26,7 +26,7 @@ use crate::guard::domain::health::Outcome;
 use crate::guard::domain::policy::{Policy, Upstream};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::view::UsageView;
-use crate::guard::engine::admission::AdmitRequest;
+use crate::guard::engine::admit::admission::AdmitRequest;
 
 /// Serves one model call at `endpoint`, and counts its answer.
 pub(crate) async fn model_call(

@@ -21,7 +21,7 @@ use super::upstream::{self, read_bounded, Unread};
 use crate::ceiling::{answer_text, reported_usage, ReportedUsage};
 use crate::guard::domain::health::Outcome;
 use crate::guard::domain::policy::Upstream;
-use crate::guard::engine::health::ProviderHealth;
+use crate::guard::engine::observe::health::ProviderHealth;
 
 /// Why an upstream call brought no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

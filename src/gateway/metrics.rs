@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::lock::Mutex;
 
 use crate::guard::engine::guard::Guard;
-use crate::guard::engine::metrics::{render, Histogram, MetricFamily};
+use crate::guard::engine::observe::metrics::{render, Histogram, MetricFamily};
 
 /// Counts by family and label set.
 type Labelled = Mutex<BTreeMap<&'static str, BTreeMap<Vec<(String, String)>, u64>>>;

@@ -15,8 +15,8 @@ use axum::http::HeaderMap;
 use super::otel_ids::{now_ns, random_bytes, trace_parent};
 use super::shape::Endpoint;
 use crate::guard::domain::refusal::Refusal;
-use crate::guard::engine::billing::Billed;
-use crate::guard::engine::ticket::Ticket;
+use crate::guard::engine::settle::billing::Billed;
+use crate::guard::engine::settle::ticket::Ticket;
 use crate::lock::Mutex;
 
 /// An attribute's value.

@@ -17,7 +17,7 @@ use super::otel::{Attr, Exporter, Hist, Otel, Recorded, Span, SECONDS_BOUNDS, TO
 use super::otel_ids::now_ns;
 use crate::guard::domain::policy::GatewayOtel;
 use crate::guard::engine::guard::Guard;
-use crate::guard::engine::metrics::{MetricFamily, MetricKind};
+use crate::guard::engine::observe::metrics::{MetricFamily, MetricKind};
 use crate::lock::Mutex;
 
 /// The gateway's OpenTelemetry when `settings` names an endpoint: exported by a thread of

@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::guard::domain::policy::{GatewayKey, Upstream};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::engine::guard::Guard;
-use crate::guard::engine::ticket::BillInfo;
+use crate::guard::engine::settle::ticket::BillInfo;
 
 /// What every request of one gateway shares.
 pub(crate) struct App {

@@ -12,7 +12,7 @@ use super::otel::{CallSpan, Otel};
 use super::otel_ids::now_ns;
 use super::shape::Framing;
 use crate::ceiling::{reported_usage, Api, Encoding, ReportedUsage};
-use crate::guard::engine::ticket::{BillInfo, Ticket, Usage};
+use crate::guard::engine::settle::ticket::{BillInfo, Ticket, Usage};
 
 /// Texts longer than this are counted off the serving thread.
 pub(crate) const OFFLOAD_BYTES: usize = 64 * 1024;

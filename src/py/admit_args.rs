@@ -8,7 +8,7 @@ use super::convert::{py_to_json, whole, Range};
 use super::provider::Provider;
 use crate::error::Error;
 use crate::guard::domain::decide::RuleWarning;
-use crate::guard::engine::admission::AdmitRequest;
+use crate::guard::engine::admit::admission::AdmitRequest;
 
 /// `(prompt_tokens, max_tokens)` as given.
 type Sizes<'a, 'py> = (Option<&'a Bound<'py, PyAny>>, Option<&'a Bound<'py, PyAny>>);

@@ -7,7 +7,7 @@ use pyo3::types::PyDict;
 use super::convert::{billed_to_py, reserved_to_py, source_to_py, usage_from_py, whole, Range};
 use super::ledger::bill_info;
 use crate::error::Error;
-use crate::guard::engine::batch::{BatchRequest, BatchTicket};
+use crate::guard::engine::batch::batch_ticket::{BatchRequest, BatchTicket};
 use crate::guard::engine::guard::Guard;
 
 /// A submitted batch: bill each result once with `bill_part`, then `finish`.

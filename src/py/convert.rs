@@ -11,7 +11,7 @@ use crate::guard::domain::decide::UsageCeiling;
 use crate::guard::domain::path::SourceRef;
 use crate::guard::domain::policy::Prices;
 use crate::guard::domain::view::{PersonView, RuleView, UsageView};
-use crate::guard::engine::ticket::{Billed, Recorded, Usage};
+use crate::guard::engine::settle::ticket::{Billed, Recorded, Usage};
 
 pub(crate) use super::json::{py_to_json, py_to_json_document};
 

@@ -10,7 +10,7 @@ use super::alive::attach_or_exiting;
 use super::asyncio::{future_into_py, FirstPoll};
 use crate::guard::domain::clock::iso8601;
 use crate::guard::domain::event::Event;
-use crate::guard::engine::event_stream::EventStream;
+use crate::guard::engine::observe::event_stream::EventStream;
 
 /// An event as a dict: the warning's keys (rule, amount, used, budget, threshold, action,
 /// would_refuse) and id, at, kind, counter, principal, model.

@@ -11,7 +11,7 @@ use super::clock::instant;
 use super::convert::py_to_json;
 use crate::error::Error;
 use crate::guard::engine::guard::Guard;
-use crate::guard::engine::ticket::BillInfo;
+use crate::guard::engine::settle::ticket::BillInfo;
 use crate::guard::ledger::{
     flush_all, register_open, GroupBy, Ledger, LedgerError as CoreLedgerError, PostgresLedger,
     QuotaDbAt, SqliteLedger, UsageQuery,

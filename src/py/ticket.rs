@@ -12,7 +12,7 @@ use super::convert::{
     source_to_py, usage_from_py,
 };
 use super::ledger::bill_info;
-use crate::guard::engine::ticket::{BillInfo, Ticket};
+use crate::guard::engine::settle::ticket::{BillInfo, Ticket};
 
 /// An admitted call: bill it with what it used, or release it.
 #[pyclass(name = "Ticket", module = "usage_guard._core", frozen)]

@@ -1,38 +1,29 @@
-//! The guard: a policy, a counter store, a clock and an optional ledger, shared by clones.
-//! Admission lives in `admission.rs`, batches in `batch.rs`.
+//! The guard's public surface: every public `Guard` method, each a short delegation to the
+//! room that does the work (`admit/`, `batch/`, `settle/`, `observe/`, the fence).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::health::ProviderHealth;
-use super::metrics::{render, MetricFamily};
-use super::queue::{Retries, FLUSH_WAIT};
+pub use super::handle::Guard;
 use super::shared::Shared;
-use super::stats::{bump, log_store_error, Stats};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Clock;
+use crate::guard::domain::event::Event;
 use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::Policy;
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::view::{self, PersonView, UsageView};
+use crate::guard::engine::admit::admission::AdmitRequest;
+use crate::guard::engine::batch::batch_ticket::{BatchRequest, BatchTicket};
+use crate::guard::engine::observe::event_stream::EventStream;
+use crate::guard::engine::observe::health::ProviderHealth;
+use crate::guard::engine::observe::metrics::{render, MetricFamily};
+use crate::guard::engine::observe::stats::{bump, log_store_error, Stats};
+use crate::guard::engine::quota::{QuotaRecord, RuleCounter};
+use crate::guard::engine::settle::settle_queue::{self, Retries, FLUSH_WAIT};
+use crate::guard::engine::settle::ticket::Ticket;
 use crate::guard::ledger::{Ledger, LedgerError};
 use crate::guard::store::CounterStore;
-
-/// Admits calls against a policy, on a counter store, by a clock. Cheap to clone: clones
-/// share the store, cache and stats.
-#[derive(Clone)]
-pub struct Guard {
-    pub(crate) shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for Guard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Guard")
-            .field("store", &self.shared.store)
-            .field("policy_version", &self.policy_version())
-            .finish()
-    }
-}
 
 impl Guard {
     /// A guard over `policy` on `store`, reading time from `clock`.
@@ -188,15 +179,115 @@ impl Guard {
             None => Ok(()),
         }
     }
+
+    /// Admits a call: resolves the path, reads its counters, decides, fits the request (when
+    /// given) into what is left, and reserves all or none. Refusals are `Error::Refused`;
+    /// a request that cannot fit is refused before anything is reserved. A call refused by a
+    /// `degrade` rule is admitted on its `degrade_to` model when that one passes admission
+    /// (`Ticket::model`, `Ticket::degraded_from`); otherwise the first refusal stands. A call
+    /// refused by a `throttle` rule, or finding others already waiting in one of its queues,
+    /// waits in the queue, first in first out (at most `throttle_max_wait`, at most
+    /// `throttle_max_queue` waiting) and is admitted or refused then.
+    pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
+        self.admit_with_actions(request).await
+    }
+
+    /// Admits from synchronous code (blocks the calling thread until the store answers).
+    pub fn admit_blocking(&self, request: AdmitRequest) -> Result<Ticket> {
+        crate::runtime::block_on(self.admit(request))
+    }
+
+    /// How many calls of this guard wait in a queue now.
+    pub fn waiting(&self) -> u64 {
+        self.waiting_count()
+    }
+
+    /// Admits a batch for `user` on `model`: every request must fit in full (a batch is not
+    /// shrunk), and its whole use is held for 25 hours.
+    pub async fn admit_batch(
+        &self,
+        user: &str,
+        model: &str,
+        requests: Vec<BatchRequest>,
+    ) -> Result<BatchTicket> {
+        self.admit_batch_with(user, model, requests, Vec::new())
+            .await
+    }
+
+    /// [`Guard::admit_batch`] for a batch whose calls carry `attributes`: the generic rules
+    /// that match them count every request (a `requests` rule counts each one).
+    pub async fn admit_batch_with(
+        &self,
+        user: &str,
+        model: &str,
+        requests: Vec<BatchRequest>,
+        attributes: Vec<(String, String)>,
+    ) -> Result<BatchTicket> {
+        self.admit_batch_of(user, model, requests, attributes).await
+    }
+
+    /// A batch admitted by any guard on the same store, from its `BatchTicket::state`.
+    pub fn resume_batch(&self, state: &str) -> Result<BatchTicket> {
+        self.resume_batch_from(state)
+    }
+
+    /// Calls `listener` with each event (on any guard of the store, only the first call to
+    /// reach an event sends it). Listeners run on the admitting thread, after the
+    /// reservation.
+    pub fn on_event(&self, listener: impl Fn(&Event) + Send + Sync + 'static) {
+        self.add_listener(listener)
+    }
+
+    /// A stream of the events this guard sends from now on, buffering at most `buffer`
+    /// unread events (a reader behind loses the oldest, counted in `EventStream::dropped`;
+    /// sending never waits). Many streams may be open; each ends when the guard closes.
+    pub fn events(&self, buffer: usize) -> EventStream {
+        self.subscribe(buffer)
+    }
+
+    /// The counters of every generic rule named `prefix`... the attributes match
+    /// (`principal` = `user`), in policy order, read in one store round trip.
+    pub async fn rule_counters(
+        &self,
+        user: Option<&str>,
+        attributes: &[(String, String)],
+        prefix: &str,
+    ) -> Result<Vec<RuleCounter>> {
+        self.counters_of_rules(user, attributes, prefix).await
+    }
+
+    /// Adds `record.amount` of `record.metric` to the counter of every generic rule named
+    /// `record.prefix`... on that metric the attributes match, never refusing; once per
+    /// request id for 35 days (the store's settled mark, one round trip). The
+    /// first time, a ledger row (`rec:<request_id>`, source type `quota`) is queued too.
+    /// Returns whether this call counted it (`false`: already recorded).
+    pub async fn record_rules(&self, record: &QuotaRecord) -> Result<bool> {
+        self.record_rule_use(record).await
+    }
+
+    /// The operator's recovery: writes a new store epoch, lifting the fence. With a ledger,
+    /// every counter is then filled again from it when next read, and fenced calls wait
+    /// `HOLD_AGAIN_MS` while every guard holds its open calls again. Without one, `attest`
+    /// must be true: the operator attests that the counters as they are may be trusted
+    /// (restored, or knowingly started over). Fails while another guard holds the recovery
+    /// lock. Returns the new epoch's generation.
+    pub async fn recover(&self, attest: bool) -> Result<String> {
+        self.recover_after_restart(attest).await
+    }
+
+    /// `recover` from synchronous code.
+    pub fn recover_blocking(&self, attest: bool) -> Result<String> {
+        crate::runtime::block_on(self.recover(attest))
+    }
 }
 
 /// Waits (at most `limit` in all) for the bills every guard of the process queued for the
 /// background (call it before the process exits; the Python package does at interpreter
 /// exit); returns how many were still queued when the wait ended.
 pub fn flush_all_blocking(limit: std::time::Duration) -> u64 {
-    if super::queue::idle() {
+    if settle_queue::idle() {
         return 0;
     }
     let _runtime = crate::runtime::shared().enter();
-    crate::runtime::block_on(super::queue::flush_all(limit))
+    crate::runtime::block_on(settle_queue::flush_all(limit))
 }

@@ -1,39 +1,27 @@
 //! The engine: a guard ties a policy, a counter store, a clock and an optional ledger
-//! together; admission reads, decides, fits and reserves; tickets and batches settle.
+//! together. `guard.rs` holds every public `Guard` method, each delegating to one room:
 //!
-//! Files import one way: wake, stats, billing ← metrics ← fill, known, queue, health,
-//! event_stream ← shared ← settling, fitted ← ticket ← guard ← events ← halts, actions; guard ←
-//! recovery ← reserve ← optimistic ← admission ← waiting ← actions, batch ← batch_parts,
-//! batch_state.
+//! - [`admit`]: admission (read, decide, fit), rule actions, throttle queues, halts;
+//! - [`reserve`]: holding a call's amounts in the store (read then reserve, or from values
+//!   known in-process);
+//! - [`settle`]: tickets, bills, the settle queue and its background retry;
+//! - [`batch`]: batch tickets, their parts and their resumable state;
+//! - [`observe`]: stats, metrics, events and provider health;
+//! - [`fence`]: the epoch fence and recovery after a store restart, holds taken again, the
+//!   open calls, fill from the ledger and admission from it while the store is away.
+//!
+//! Rooms import one way (checked by `scripts/check_layers.py`): batch → admit → reserve →
+//! fence, settle (peers) → observe. `shared.rs` is the state every room reads, `handle.rs` the
+//! `Guard` type; `guard.rs` sits on top.
 
-mod actions;
-pub(crate) mod admission;
+pub(crate) mod admit;
 pub(crate) mod batch;
-mod batch_parts;
-mod batch_state;
-pub(crate) mod billing;
-pub(crate) mod event_stream;
-mod events;
-pub(crate) mod fill;
-mod fitted;
+pub(crate) mod fence;
 #[allow(clippy::module_inception)]
 pub(crate) mod guard;
-mod halts;
-pub(crate) mod health;
-mod hold_again;
-mod known;
-mod ledger_fallback;
-pub(crate) mod metrics;
-mod open_calls;
-mod optimistic;
-pub(crate) mod queue;
+pub(crate) mod handle;
+pub(crate) mod observe;
 pub(crate) mod quota;
-mod recovery;
-mod reserve;
-mod retry;
-mod settling;
+pub(crate) mod reserve;
+pub(crate) mod settle;
 pub(crate) mod shared;
-pub(crate) mod stats;
-pub(crate) mod ticket;
-mod waiting;
-mod wake;

@@ -4,10 +4,7 @@
 
 use std::sync::Arc;
 
-use super::events::Caller;
-use super::guard::Guard;
-use super::settling::settled_until;
-use super::stats::{bump, log_store_error};
+use super::handle::Guard;
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::counter::{CounterRead, Settle, SettleOutcome, UsageAdd};
@@ -18,6 +15,9 @@ use crate::guard::domain::path::PathRule;
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, LimitType, Metric};
 use crate::guard::domain::window::Window;
+use crate::guard::engine::observe::events::Caller;
+use crate::guard::engine::observe::stats::{bump, log_store_error};
+use crate::guard::engine::settle::settling::settled_until;
 use crate::guard::ledger::LedgerRow;
 use crate::guard::store::CounterKey;
 
@@ -83,9 +83,8 @@ fn unavailable(
 }
 
 impl Guard {
-    /// The counters of every generic rule named `prefix`... the attributes match
-    /// (`principal` = `user`), in policy order, read in one store round trip.
-    pub async fn rule_counters(
+    /// The work of [`Guard::rule_counters`].
+    pub(crate) async fn counters_of_rules(
         &self,
         user: Option<&str>,
         attributes: &[(String, String)],
@@ -170,12 +169,8 @@ impl Guard {
             .collect())
     }
 
-    /// Adds `record.amount` of `record.metric` to the counter of every generic rule named
-    /// `record.prefix`... on that metric the attributes match, never refusing; once per
-    /// request id for 35 days (the store's settled mark, one round trip). The
-    /// first time, a ledger row (`rec:<request_id>`, source type `quota`) is queued too.
-    /// Returns whether this call counted it (`false`: already recorded).
-    pub async fn record_rules(&self, record: &QuotaRecord) -> Result<bool> {
+    /// The work of [`Guard::record_rules`].
+    pub(crate) async fn record_rule_use(&self, record: &QuotaRecord) -> Result<bool> {
         let call = call_of(self, record.user.as_deref(), &record.attributes)?;
         let now = self.shared.clock.now_ms();
         let adds: Vec<UsageAdd> = matching(self, &call, &record.prefix)

@@ -6,12 +6,6 @@ use std::sync::Arc;
 
 mod open;
 
-use super::billing::{check_usage, ledger_row, record, usage_adds};
-pub use super::billing::{BillInfo, Billed, Recorded, Usage};
-use super::fitted::AdmittedRequest;
-use super::settling;
-use super::shared::Shared;
-use super::stats::bump;
 use crate::ceiling::{usage_capped, Api, FitResult, PromptCount};
 use crate::error::Result;
 use crate::guard::domain::clock::Millis;
@@ -19,6 +13,13 @@ use crate::guard::domain::decide::{Plan, RuleWarning, UsageCeiling};
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, Metric};
+use crate::guard::engine::observe::stats::bump;
+use crate::guard::engine::settle::admitted_request::AdmittedRequest;
+use crate::guard::engine::settle::billing::{check_usage, ledger_row, record, usage_adds};
+pub use crate::guard::engine::settle::billing::{BillInfo, Billed, Recorded, Usage};
+use crate::guard::engine::settle::settling;
+use crate::guard::engine::settle::wake;
+use crate::guard::engine::shared::Shared;
 use crate::guard::store::{HoldRef, UsageAdd};
 
 pub(crate) struct TicketParts {
@@ -245,9 +246,9 @@ impl Ticket {
         } else {
             self.settle(adds, now, "bill").await
         };
-        super::wake::room_freed();
+        wake::room_freed();
         bump(&shared.stats.billed);
-        shared.metrics.billed(&billed);
+        shared.metrics.billed(billed.amounts());
         if let Some(ledger) = shared.ledger.get() {
             record(
                 ledger.as_ref(),
@@ -273,7 +274,7 @@ impl Ticket {
         }
         let now = self.state.parts.shared.clock.now_ms();
         self.settle(Vec::new(), now, "release").await;
-        super::wake::room_freed();
+        wake::room_freed();
         bump(&self.state.parts.shared.stats.released);
         true
     }

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::rule::{CounterId, Metric};
+use crate::guard::engine::observe::metrics::BilledAmounts;
 use crate::guard::ledger::{Ledger, LedgerRow};
 use crate::guard::store::UsageAdd;
 
@@ -53,6 +54,16 @@ pub enum Recorded {
 }
 
 impl Billed {
+    /// What this bill adds to the metrics' billed totals.
+    pub(crate) fn amounts(&self) -> BilledAmounts {
+        BilledAmounts {
+            input_tokens: self.input_tokens,
+            cached_input_tokens: self.cached_input_tokens,
+            output_tokens: self.output_tokens,
+            cost_micros: self.cost_micros,
+        }
+    }
+
     /// What a bill of `usage` on `path` records: cost as given, else from the model's
     /// prices; compute time as given, else `measured_ms`.
     pub(crate) fn of(path: &Path, usage: &Usage, measured_ms: u64) -> Self {

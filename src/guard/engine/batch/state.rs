@@ -6,14 +6,14 @@ use serde_json::Value;
 
 use serde_json::json;
 
-use super::batch::BatchTicket;
-use super::guard::Guard;
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::path::SourceRef;
 use crate::guard::domain::rule::Scope;
 use crate::guard::domain::rule::{CounterId, Metric};
 use crate::guard::domain::window::Window;
+use crate::guard::engine::batch::batch_ticket::BatchTicket;
+use crate::guard::engine::handle::Guard;
 use crate::guard::store::CounterKey;
 use crate::guard::store::HoldRef;
 
@@ -59,8 +59,8 @@ fn int(v: &Value, field: &str) -> Result<i64> {
 
 /// Rebuilds a batch ticket on `guard` from its state text.
 impl Guard {
-    /// A batch admitted by any guard on the same store, from its `BatchTicket::state`.
-    pub fn resume_batch(&self, state: &str) -> Result<BatchTicket> {
+    /// The work of [`Guard::resume_batch`].
+    pub(crate) fn resume_batch_from(&self, state: &str) -> Result<BatchTicket> {
         resume(self, state)
     }
 }

@@ -1,14 +1,14 @@
 //! A refusal by a `halt_session` rule places the session's halt in the store before it is
 //! returned, so every guard on the store refuses that session until the halt ends.
 
-use super::events::Caller;
-use super::guard::Guard;
 use crate::error::Error;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::counter::ReserveItem;
 use crate::guard::domain::decide::halt_to_place;
 use crate::guard::domain::path::Path;
 use crate::guard::domain::refusal::Refusal;
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::events::Caller;
 
 impl Guard {
     /// The error for `refusal` of a call on `path`, after placing the halt it calls for (a

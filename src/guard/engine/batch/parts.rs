@@ -5,14 +5,14 @@
 //! leaves only parts not yet settled, which a repeated `finish` (on any guard, after
 //! `resume_batch`) settles; nothing is given back or billed twice.
 
-use super::batch::{unavailable, BatchTicket};
-use super::billing::{
+use crate::error::{Error, Result};
+use crate::guard::engine::batch::batch_ticket::{unavailable, BatchTicket};
+use crate::guard::engine::observe::stats::{bump, log_store_error, store_answered};
+use crate::guard::engine::settle::billing::{
     check_usage, ledger_row, record, usage_adds, BillInfo, Billed, Recorded, Usage,
 };
-use super::retry::{retry_until_answered, Followers};
-use super::settling::SETTLED_KEEP_MS;
-use super::stats::{bump, log_store_error, store_answered};
-use crate::error::{Error, Result};
+use crate::guard::engine::settle::retry::{retry_until_answered, Followers};
+use crate::guard::engine::settle::settling::SETTLED_KEEP_MS;
 use crate::guard::store::{PartSettle, PartsSettle, SettleOutcome};
 
 /// How many parts one `finish` step settles: 4,000 parts take 8 round trips, each a short

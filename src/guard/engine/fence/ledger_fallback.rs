@@ -20,11 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::fill::{rule_bound, sum_filter};
-use super::fitted::AdmittedRequest;
-use super::guard::Guard;
-use super::shared::{read_keys, slot_reads, Shared};
-use super::stats::bump;
-use super::ticket::{ReservedParts, Ticket, TicketParts};
 use crate::error::Result;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::counter::CounterRead;
@@ -33,6 +28,11 @@ use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::{Settings, SpendFailureMode};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{Metric, Scope};
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::stats::bump;
+use crate::guard::engine::settle::admitted_request::AdmittedRequest;
+use crate::guard::engine::settle::ticket::{ReservedParts, Ticket, TicketParts};
+use crate::guard::engine::shared::{read_keys, slot_reads, Shared};
 use crate::guard::ledger::SumFilter;
 
 /// How long an admission waits for its ledger reads.

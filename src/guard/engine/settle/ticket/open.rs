@@ -4,10 +4,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use super::super::open_calls::OpenCall;
-use super::super::settling;
-use super::super::stats::bump;
 use super::{Ticket, TicketState};
+use crate::guard::engine::fence::open_calls::OpenCall;
+use crate::guard::engine::observe::stats::bump;
+use crate::guard::engine::settle::settling;
 use crate::guard::store::HoldRef;
 
 impl OpenCall for TicketState {
@@ -30,7 +30,7 @@ impl Ticket {
         if !parts.holds.is_empty() && parts.shared.store.fences() {
             let state: Weak<TicketState> = Arc::downgrade(&self.state);
             parts.shared.open_calls.add(state);
-            super::super::hold_again::watch(&parts.shared);
+            crate::guard::engine::fence::hold_again::watch(&parts.shared);
         }
     }
 }

@@ -7,26 +7,19 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::admission::AdmitRequest;
-use super::events::Caller;
-use super::guard::Guard;
-use super::ticket::Ticket;
 use crate::error::{Error, Result};
 use crate::guard::domain::counter::CounterKey;
 use crate::guard::domain::generic::{Action, GenericRule};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::LimitType;
+use crate::guard::engine::admit::admission::AdmitRequest;
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::events::Caller;
+use crate::guard::engine::settle::ticket::Ticket;
 
 impl Guard {
-    /// Admits a call: resolves the path, reads its counters, decides, fits the request (when
-    /// given) into what is left, and reserves all or none. Refusals are `Error::Refused`;
-    /// a request that cannot fit is refused before anything is reserved. A call refused by a
-    /// `degrade` rule is admitted on its `degrade_to` model when that one passes admission
-    /// (`Ticket::model`, `Ticket::degraded_from`); otherwise the first refusal stands. A call
-    /// refused by a `throttle` rule, or finding others already waiting in one of its queues,
-    /// waits in the queue, first in first out (at most `throttle_max_wait`, at most
-    /// `throttle_max_queue` waiting) and is admitted or refused then.
-    pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
+    /// The work of [`Guard::admit`].
+    pub(crate) async fn admit_with_actions(&self, request: AdmitRequest) -> Result<Ticket> {
         let started = Instant::now();
         let admitted = self.admit_acting(request).await;
         let refusal = match &admitted {
@@ -39,7 +32,11 @@ impl Guard {
         if ticket.fitted().is_some_and(|f| f.lowered) {
             metrics.fitted();
         }
-        self.emit(&ticket).await;
+        let caller = || Caller {
+            principal: ticket.path().user.clone(),
+            model: Some(Arc::from(ticket.model())),
+        };
+        self.emit(ticket.warnings(), caller).await;
         Ok(ticket)
     }
 

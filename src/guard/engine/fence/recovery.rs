@@ -8,13 +8,13 @@
 use std::time::Duration;
 
 use super::fill::is_refilled;
-use super::guard::Guard;
 use super::hold_again::HOLD_AGAIN_MS;
-use super::stats::bump;
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::policy::{Settings, StoreChecks};
 use crate::guard::domain::refusal::Refusal;
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::stats::bump;
 use crate::guard::ledger::{AuditQuery, AuditRow, STORE_EPOCH};
 use crate::guard::store::{Fence, FenceAnswer, ReserveItem, StoreCheck, StoreError};
 
@@ -243,13 +243,8 @@ impl Guard {
         })
     }
 
-    /// The operator's recovery: writes a new store epoch, lifting the fence. With a ledger,
-    /// every counter is then filled again from it when next read, and fenced calls wait
-    /// `HOLD_AGAIN_MS` while every guard holds its open calls again. Without one, `attest`
-    /// must be true: the operator attests that the counters as they are may be trusted
-    /// (restored, or knowingly started over). Fails while another guard holds the recovery
-    /// lock. Returns the new epoch's generation.
-    pub async fn recover(&self, attest: bool) -> Result<String> {
+    /// The work of [`Guard::recover`].
+    pub(crate) async fn recover_after_restart(&self, attest: bool) -> Result<String> {
         if self.ledger().is_none() && !attest {
             return Err(Error::invalid(
                 "attest",
@@ -262,7 +257,7 @@ impl Guard {
         let _one = self.shared.epoch.one().lock().await;
         let store = &self.shared.store;
         let unavailable = |e: StoreError| {
-            crate::guard::engine::stats::log_store_error(store.as_ref(), "recover", &e);
+            crate::guard::engine::observe::stats::log_store_error(store.as_ref(), "recover", &e);
             Error::Refused(Box::new(Refusal::unavailable()))
         };
         let token = new_generation(now);
@@ -297,11 +292,6 @@ impl Guard {
         bump(&self.shared.stats.epochs_written);
         self.trust(&token, now).await;
         Ok(token)
-    }
-
-    /// `recover` from synchronous code.
-    pub fn recover_blocking(&self, attest: bool) -> Result<String> {
-        crate::runtime::block_on(self.recover(attest))
     }
 }
 

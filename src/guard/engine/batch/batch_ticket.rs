@@ -7,17 +7,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::admission::{demand, AdmitRequest};
-use super::guard::Guard;
-use super::shared::{Resolved, Shared};
-use super::stats::{bump, log_store_error};
-use super::ticket::ReservedParts;
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{self, rule_left, Demand, Plan, SlotRead};
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, Metric};
+use crate::guard::engine::admit::admission::{demand, AdmitRequest};
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::stats::{bump, log_store_error};
+use crate::guard::engine::settle::ticket::ReservedParts;
+use crate::guard::engine::shared::{Resolved, Shared};
 use crate::guard::store::HoldRef;
 
 /// How long a batch's holds live if it never finishes.
@@ -64,21 +64,8 @@ pub(super) fn unavailable() -> Error {
 }
 
 impl Guard {
-    /// Admits a batch for `user` on `model`: every request must fit in full (a batch is not
-    /// shrunk), and its whole use is held for 25 hours.
-    pub async fn admit_batch(
-        &self,
-        user: &str,
-        model: &str,
-        requests: Vec<BatchRequest>,
-    ) -> Result<BatchTicket> {
-        self.admit_batch_with(user, model, requests, Vec::new())
-            .await
-    }
-
-    /// [`Guard::admit_batch`] for a batch whose calls carry `attributes`: the generic rules
-    /// that match them count every request (a `requests` rule counts each one).
-    pub async fn admit_batch_with(
+    /// The work of [`Guard::admit_batch_with`].
+    pub(crate) async fn admit_batch_of(
         &self,
         user: &str,
         model: &str,

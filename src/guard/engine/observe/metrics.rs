@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use crate::lock::Mutex;
 
-use super::billing::Billed;
-use super::stats::Stats;
 use crate::fork::ForkLocal;
 use crate::guard::domain::refusal::Refusal;
+use crate::guard::engine::observe::stats::Stats;
 
 /// Upper bounds (seconds) of the latency histograms' buckets.
 pub(crate) const BUCKETS: [f64; 13] = [
@@ -124,6 +123,15 @@ pub(crate) struct Histogram {
     sum_nanos: AtomicU64,
 }
 
+/// What one bill adds to the billed totals.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BilledAmounts {
+    pub(crate) input_tokens: u64,
+    pub(crate) cached_input_tokens: u64,
+    pub(crate) output_tokens: u64,
+    pub(crate) cost_micros: u64,
+}
+
 impl Histogram {
     /// Counts one observation.
     pub(crate) fn observe(&self, took: Duration) {
@@ -212,7 +220,7 @@ impl Metrics {
     }
 
     /// Adds a bill's tokens and cost.
-    pub(crate) fn billed(&self, billed: &Billed) {
+    pub(crate) fn billed(&self, billed: BilledAmounts) {
         let add = |c: &AtomicU64, n: u64| c.fetch_add(n, Ordering::Relaxed);
         add(&self.billed_input_tokens, billed.input_tokens);
         add(&self.billed_cached_input_tokens, billed.cached_input_tokens);

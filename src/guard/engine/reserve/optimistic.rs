@@ -7,18 +7,18 @@
 //! them without a read. A refusal, or a ceiling lowered by what is left, is only ever decided
 //! from values read in this admission: from known values it reads first.
 
-use super::guard::Guard;
-use super::recovery::AfterFence;
-use super::reserve::{Reservation, FENCE_RETRIES, RESERVE_RETRIES};
-use super::settling::{self, InFlight};
-use super::shared::{read_keys, slot_reads};
-use super::stats::{bump, store_answered};
 use crate::error::Result;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{self, Decision, Demand, Plan, SlotRead};
 use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::Settings;
 use crate::guard::domain::refusal::Refusal;
+use crate::guard::engine::fence::recovery::AfterFence;
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::stats::{bump, store_answered};
+use crate::guard::engine::reserve::from_store::{Reservation, FENCE_RETRIES, RESERVE_RETRIES};
+use crate::guard::engine::settle::settling::{self, InFlight};
+use crate::guard::engine::shared::{read_keys, slot_reads};
 use crate::guard::store::{
     expiry_minute, CounterKey, CounterRead, KnownAnswer, KnownOutcome, KnownReserve,
     ReserveOutcome, StoreError,

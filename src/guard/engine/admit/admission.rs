@@ -3,11 +3,6 @@
 
 use std::sync::Arc;
 
-use super::fitted::AdmittedRequest;
-use super::guard::Guard;
-use super::shared::Resolved;
-use super::stats::{bump, log_store_error};
-use super::ticket::{ReservedParts, Ticket, TicketParts};
 use crate::ceiling::{self, Api, FitOptions, PromptCount};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
@@ -15,9 +10,14 @@ use crate::guard::domain::decide::{Demand, Plan, UsageCeiling};
 use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::{Settings, UncappedOutput, MAX_AMOUNT};
 use crate::guard::domain::refusal::Refusal;
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::stats::{bump, log_store_error};
+use crate::guard::engine::settle::admitted_request::AdmittedRequest;
+use crate::guard::engine::settle::ticket::{ReservedParts, Ticket, TicketParts};
+use crate::guard::engine::shared::Resolved;
 use crate::guard::store::StoreError;
 
-pub(crate) use super::settling::CALL_HOLD_MS;
+pub(crate) use crate::guard::engine::settle::settling::CALL_HOLD_MS;
 
 /// What the caller knows about a call before it runs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -110,11 +110,6 @@ impl Guard {
                 Ok(ticket(None, ceiling, fitted, true))
             }
         }
-    }
-
-    /// Admits from synchronous code (blocks the calling thread until the store answers).
-    pub fn admit_blocking(&self, request: AdmitRequest) -> Result<Ticket> {
-        crate::runtime::block_on(self.admit(request))
     }
 
     pub(crate) fn refuse(&self, refusal: Refusal) -> Error {

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::queue::RetryPlace;
-use super::shared::Shared;
-use super::stats::{bump, store_answered};
 use crate::guard::domain::clock::Millis;
+use crate::guard::engine::observe::stats::{bump, store_answered};
+use crate::guard::engine::settle::settle_queue::RetryPlace;
+use crate::guard::engine::shared::Shared;
 use crate::guard::store::{CounterStore, Settle, SettleOutcome, StoreFuture};
 
 /// The first pause between retries; it doubles up to `RETRY_MAX`.

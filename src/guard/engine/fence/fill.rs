@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use crate::lock::Mutex;
 
-use super::stats::{bump, log_store_error};
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::refilled;
 use crate::guard::domain::recorded::{rule_conditions, RowCondition};
 use crate::guard::domain::rule::{CounterId, Scope};
+use crate::guard::engine::observe::stats::{bump, log_store_error};
 use crate::guard::ledger::{Ledger, SumFilter};
 use crate::guard::store::{CounterKey, CounterStore};
 

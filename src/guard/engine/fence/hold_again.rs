@@ -10,10 +10,10 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::guard::Guard;
-use super::shared::Shared;
-use super::stats::bump;
 use crate::guard::domain::clock::Millis;
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::stats::bump;
+use crate::guard::engine::shared::Shared;
 use crate::guard::store::{Fence, ReserveItem, ReserveOutcome};
 
 /// How long fenced reservations wait after a recovery that refills from a ledger (guard

@@ -11,17 +11,17 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::admission::AdmitRequest;
-use super::guard::Guard;
-use super::shared::Shared;
-use super::stats::log_store_error;
-use super::ticket::Ticket;
-use super::wake::{seen, LEAVES, ROOMS};
 use crate::error::{Error, Result};
 use crate::guard::domain::counter::CounterKey;
 use crate::guard::domain::generic::{Action, GenericRule};
 use crate::guard::domain::refusal::{Reason, Refusal};
 use crate::guard::domain::rule::LimitType;
+use crate::guard::engine::admit::admission::AdmitRequest;
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::stats::log_store_error;
+use crate::guard::engine::settle::ticket::Ticket;
+use crate::guard::engine::settle::wake::{self, seen, LEAVES, ROOMS};
+use crate::guard::engine::shared::Shared;
 use crate::guard::store::{CounterStore, QueueJoin, QueueSpot};
 
 /// How long a waiter stays in a queue without polling.
@@ -80,7 +80,7 @@ async fn leave(store: Arc<dyn CounterStore>, queues: Vec<String>, ticket: u64) {
             log_store_error(store.as_ref(), "queue leave", &e);
         }
     }
-    super::wake::left();
+    wake::left();
 }
 
 /// Why a waiter found its place gone from its queues.
@@ -294,13 +294,10 @@ impl Guard {
                 _ => WAITER_POLL.saturating_sub(since),
             };
             if ahead == 0 {
-                pause(wait.min(left), super::wake::room(), || {
-                    seen(&ROOMS) != rooms
-                })
-                .await;
+                pause(wait.min(left), wake::room(), || seen(&ROOMS) != rooms).await;
             } else {
                 let moved_up = || seen(&LEAVES).wrapping_sub(leaves) >= ahead;
-                pause(wait.min(left), super::wake::moved_up(), moved_up).await;
+                pause(wait.min(left), wake::moved_up(), moved_up).await;
             }
         }
         place.leave().await;
@@ -352,8 +349,8 @@ impl Guard {
         self.refuse(queue_refusal(rule, None, message))
     }
 
-    /// How many calls of this guard wait in a queue now.
-    pub fn waiting(&self) -> u64 {
+    /// The work of [`Guard::waiting`].
+    pub(crate) fn waiting_count(&self) -> u64 {
         self.shared.stats.waiting.load(Ordering::Relaxed)
     }
 

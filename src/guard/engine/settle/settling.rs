@@ -7,12 +7,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::queue::Job;
-use super::retry::{retry, Waiting, WAIT_FOR_RETRY};
-use super::shared::Shared;
-use super::stats::{bump, log_store_error, store_answered};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::Plan;
+use crate::guard::engine::observe::stats::{bump, log_store_error, store_answered};
+use crate::guard::engine::settle::retry::{retry, Waiting, WAIT_FOR_RETRY};
+use crate::guard::engine::settle::settle_queue::Job;
+use crate::guard::engine::shared::Shared;
 use crate::guard::store::{
     Fence, HoldRef, KnownAnswer, KnownReserve, Settle, SettleOutcome, StoreError, UsageAdd,
 };

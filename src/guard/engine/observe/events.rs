@@ -7,15 +7,14 @@
 
 use std::sync::Arc;
 
-use super::event_stream::EventStream;
-use super::guard::Guard;
-use super::shared::Listener;
-use super::ticket::Ticket;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::counter::CounterKey;
 use crate::guard::domain::decide::RuleWarning;
 use crate::guard::domain::event::{Event, EventKind};
 use crate::guard::domain::generic::GenericRule;
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::event_stream::EventStream;
+use crate::guard::engine::shared::Listener;
 use crate::guard::ledger::AuditRow;
 
 /// Whose call an event is about.
@@ -36,10 +35,8 @@ impl Caller {
 }
 
 impl Guard {
-    /// Calls `listener` with each event (on any guard of the store, only the first call to
-    /// reach an event sends it). Listeners run on the admitting thread, after the
-    /// reservation.
-    pub fn on_event(&self, listener: impl Fn(&Event) + Send + Sync + 'static) {
+    /// The work of [`Guard::on_event`].
+    pub(crate) fn add_listener(&self, listener: impl Fn(&Event) + Send + Sync + 'static) {
         let listener: Listener = Arc::new(listener);
         self.shared.listeners.rcu(|all| {
             let mut all = Vec::clone(all);
@@ -48,10 +45,8 @@ impl Guard {
         });
     }
 
-    /// A stream of the events this guard sends from now on, buffering at most `buffer`
-    /// unread events (a reader behind loses the oldest, counted in `EventStream::dropped`;
-    /// sending never waits). Many streams may be open; each ends when the guard closes.
-    pub fn events(&self, buffer: usize) -> EventStream {
+    /// The work of [`Guard::events`].
+    pub(crate) fn subscribe(&self, buffer: usize) -> EventStream {
         self.shared.events.subscribe(buffer)
     }
 
@@ -62,16 +57,13 @@ impl Guard {
             || self.shared.events.has_streams()
     }
 
-    /// Sends the ticket's warnings that are new events.
-    pub(crate) async fn emit(&self, ticket: &Ticket) {
-        if ticket.warnings().is_empty() || !self.has_event_sinks() {
+    /// Sends an admitted call's warnings that are new events.
+    pub(crate) async fn emit(&self, warnings: &[RuleWarning], caller: impl FnOnce() -> Caller) {
+        if warnings.is_empty() || !self.has_event_sinks() {
             return;
         }
-        let caller = Caller {
-            principal: ticket.path().user.clone(),
-            model: Some(Arc::from(ticket.model())),
-        };
-        for warning in ticket.warnings() {
+        let caller = caller();
+        for warning in warnings {
             let key = &warning.key;
             let (threshold, refused) = (warning.threshold, warning.would_refuse);
             let mark = format!("ev:{}:{threshold}:{refused}", key.render());
@@ -177,7 +169,7 @@ mod tests {
     use crate::guard::domain::policy::Policy;
     use crate::guard::domain::rule::{CounterId, Metric};
     use crate::guard::domain::window::Window;
-    use crate::guard::engine::guard::Guard;
+    use crate::guard::engine::handle::Guard;
     use crate::guard::ledger::{AuditQuery, Ledger, SqliteLedger};
     use crate::guard::store::MemoryStore;
 

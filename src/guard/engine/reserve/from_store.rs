@@ -2,15 +2,15 @@
 //! the caller shape the plan, reserve all or none; on a lost race, again. What both loops
 //! share: the retry bounds, the reservation, the refusal after the last lost race.
 
-use super::guard::Guard;
-use super::recovery::AfterFence;
-use super::settling::InFlight;
-use super::stats::{bump, store_answered};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{self, Decision, Demand, Plan, SlotRead};
 use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::Settings;
+use crate::guard::engine::fence::recovery::AfterFence;
+use crate::guard::engine::handle::Guard;
+use crate::guard::engine::observe::stats::{bump, store_answered};
+use crate::guard::engine::settle::settling::InFlight;
 use crate::guard::store::{expiry_minute, Fence, ReserveOutcome, StoreError};
 
 /// How many times admission reads again after losing a race for what was left.
