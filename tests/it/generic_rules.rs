@@ -534,8 +534,11 @@ throttle_max_wait = 2
     let _second = s.guard.admit_blocking(fast()).unwrap();
     let waited = started.elapsed();
     mover.join().unwrap();
+    // Never before the room came back (the clock moves at 200 ms). It may be at once then:
+    // a waiter also wakes whenever any ticket of this process settles (`settle/wake.rs`),
+    // and the other tests of this binary settle theirs meanwhile; else at its resets_at.
     assert!(
-        waited >= std::time::Duration::from_millis(1900),
+        waited >= std::time::Duration::from_millis(190),
         "{waited:?}"
     );
     // Well under two waits: the sleep's wake-up may come late on a loaded machine.
