@@ -10,14 +10,16 @@ import zlib
 from typing import Any
 
 import pytest
-import usage_guard as ug
-from doc_blocks import run_by
-from fake_provider import WORD, FakeProvider
-from provider_support import prompt_tokens, reserved, used
-from usage_guard import http
-from usage_guard.genai import GuardedGenAI
 
 genai = pytest.importorskip("google.genai")  # Python 3.11 and later
+
+import usage_guard as ug  # noqa: E402
+from doc_blocks import run_by  # noqa: E402
+from fake_provider import WORD, FakeProvider  # noqa: E402
+from provider_support import prompt_tokens, reserved, used  # noqa: E402
+from usage_guard import http  # noqa: E402
+from usage_guard.genai import GuardedGenAI  # noqa: E402
+
 genai_errors = genai.errors
 types = genai.types
 
