@@ -18,10 +18,45 @@ pub(crate) fn shared() -> &'static tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("usage-guard")
+            .on_thread_start(leave_signals_to_other_threads)
             .enable_all()
             .build()
             .expect("the tokio runtime starts")
     })
+}
+
+/// Blocks, in the calling thread, the signals a host handles asynchronously (SIGTERM,
+/// SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2, SIGALRM, SIGCHLD, SIGWINCH): every thread the core
+/// starts calls it first, so the kernel delivers those signals to the host's threads.
+///
+/// Why: Python runs its signal handlers in the main thread, and learns of a signal there only
+/// when the signal interrupts that thread. Delivered to one of our threads instead, a handled
+/// SIGTERM or SIGINT leaves a main thread blocked in a C call (a lock, a pipe read) blocked
+/// for good: a `multiprocessing.Pool` worker waiting for the task-queue lock never ended
+/// when the pool terminated it, and the pool waited for it forever. Faults (SIGSEGV, ...)
+/// stay unblocked: they belong to the thread that caused them.
+pub(crate) fn leave_signals_to_other_threads() {
+    #[cfg(unix)]
+    // SAFETY: `set` is initialised by `sigemptyset` before use; `pthread_sigmask` only
+    // changes this thread's mask and reads `set`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in [
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGALRM,
+            libc::SIGCHLD,
+            libc::SIGWINCH,
+        ] {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
 }
 
 thread_local! {

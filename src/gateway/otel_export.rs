@@ -76,6 +76,7 @@ fn spawn(
     let started = std::thread::Builder::new()
         .name("usage-guard-otel".into())
         .spawn(move || {
+            crate::runtime::leave_signals_to_other_threads();
             // Dropped when the thread ends, however it ends: `done` is then closed.
             let _ended = ended;
             let runtime = match tokio::runtime::Builder::new_current_thread()

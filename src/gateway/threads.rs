@@ -35,6 +35,7 @@ where
     for (i, listener) in listeners.into_iter().enumerate() {
         let (serve, left, finish) = (serve.clone(), running.clone(), finish.clone());
         let body = move || {
+            crate::runtime::leave_signals_to_other_threads();
             serve_one(listener, &*serve);
             if left.fetch_sub(1, Ordering::AcqRel) == 1 {
                 if let Some(finish) = finish.lock().take() {

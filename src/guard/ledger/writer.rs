@@ -92,14 +92,17 @@ fn spawn_live(name: &str, open: &Open) -> Result<Live, LedgerError> {
     let open = open.clone();
     let thread = std::thread::Builder::new()
         .name(format!("usage-guard-ledger-{name}"))
-        .spawn(move || match Quiet::run(|| open()) {
-            Ok(backend) => {
-                let _ = ready_tx.send(Ok(()));
-                run(Box::new(QuietBackend(Some(backend))), &thread_queue);
-                thread_queue.stop();
-            }
-            Err(e) => {
-                let _ = ready_tx.send(Err(e));
+        .spawn(move || {
+            crate::runtime::leave_signals_to_other_threads();
+            match Quiet::run(|| open()) {
+                Ok(backend) => {
+                    let _ = ready_tx.send(Ok(()));
+                    run(Box::new(QuietBackend(Some(backend))), &thread_queue);
+                    thread_queue.stop();
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
             }
         })
         .map_err(|e| LedgerError(format!("cannot start the writer thread: {e}")))?;
