@@ -11,6 +11,7 @@ those signals, so the kernel can only deliver them to the host's threads."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import subprocess
 import sys
@@ -108,3 +109,49 @@ def test_a_child_waiting_in_a_lock_ends_on_sigterm(redis_server: RedisServer) ->
             if child.exitcode is None:
                 child.kill()
                 child.join()
+
+
+# A main thread inside a C call that retries its wait after a signal (glibc's `system()`
+# waits for its child again on EINTR): a Python-level handler would run only when the call
+# returns. The core's handler ends the process at once, the ledger row written first.
+IN_C_WAIT = textwrap.dedent(
+    """
+    import ctypes, sys
+    import usage_guard as ug
+    guard = ug.Guard(ug.Policy.from_dict({"models": {"m": {"display_name": "M"}}}),
+                     ledger=ug.SqliteLedger(sys.argv[1]))
+    guard.admit("alice", "m", prompt_tokens=1, max_tokens=1).bill(input_tokens=1, output_tokens=1)
+    print("billed", flush=True)
+    ctypes.CDLL(None).system(("echo $$ > " + sys.argv[2] + "; exec sleep 120").encode())
+    """
+)
+
+
+def test_sigterm_ends_a_main_thread_asleep_in_a_c_call_after_the_flush(tmp_path: Path) -> None:
+    ledger, sleeper = tmp_path / "l.db", tmp_path / "sleep.pid"
+    child = subprocess.Popen(
+        [sys.executable, "-c", IN_C_WAIT, str(ledger), str(sleeper)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "billed"
+        for _ in range(200):  # until the shell wrote its pid: the main thread is in system()
+            if sleeper.exists() and sleeper.read_text().strip():
+                break
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(30) == -signal.SIGTERM, "ended by SIGTERM, not when the C call returned"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if sleeper.exists() and sleeper.read_text().strip():
+            try:
+                os.kill(int(sleeper.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    import usage_guard as ug
+
+    rows = ug.SqliteLedger(str(ledger)).query(user="alice")
+    assert sum(r["requests"] for r in rows) == 1, "the queued ledger row was written first"

@@ -5,7 +5,11 @@ rows queued for the writer, within the exit budget (5 s for the bills, then the 
 - SIGTERM under the default handler: a handler, installed at import only while SIGTERM has
   the default disposition (a handler the host installed, or SIG_IGN, is left alone), flushes
   and then ends the process by SIGTERM as before (exit status -15, which pools and
-  supervisors read), rather than raising `SystemExit` into code that may swallow it.
+  supervisors read), rather than raising `SystemExit` into code that may swallow it. The
+  core's own handler does the work, on a thread of its own (`_arm_sigterm`): a Python-level
+  handler runs only when the main thread runs bytecode again, which a main thread asleep in
+  a lock's C wait may never do (a `Pool` worker so terminated never ended). Python's
+  `signal.getsignal` still shows `_on_sigterm`, which a host's handler may chain to.
 - The children of `multiprocessing` (`Process`, `Pool`, `concurrent.futures`' process pool)
   and billiard's (Celery prefork) end with `os._exit`, which skips `atexit`: a
   `multiprocessing.util.Finalize` (run by the child's `_exit_function`) is armed in each
@@ -26,7 +30,7 @@ import sys
 import threading
 from typing import Any
 
-from ._core import _flush_ledgers, _flush_settles
+from ._core import _arm_sigterm, _flush_ledgers, _flush_settles
 
 #: How long an exit waits for the bills queued for the background, retries included.
 EXIT_BUDGET_S = 5.0
@@ -71,11 +75,21 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 def _install_sigterm() -> None:
     """Installs the SIGTERM handler when SIGTERM has its default disposition (only the main
-    thread may install one)."""
+    thread may install one), then lets the core take it over."""
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
+        _arm_sigterm()
+
+
+def _rearm_sigterm() -> None:
+    """In a forked child whose SIGTERM handler is still the package's: the core's exit
+    thread was not forked with it, so it starts again (until then, SIGTERM ends the child at
+    once, as the default would)."""
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            _arm_sigterm()
 
 
 class _Armed:
@@ -125,6 +139,7 @@ def _arm_billiard() -> None:
 
 
 def _after_fork_in_child() -> None:
+    _rearm_sigterm()
     _arm_multiprocessing()
     _arm_billiard()
 

@@ -59,7 +59,18 @@ fn _flush_settles(py: Python<'_>, timeout: f64) -> u64 {
     py.detach(move || crate::guard::engine::guard::flush_all_blocking(limit))
 }
 
+/// Puts the core's SIGTERM flush in place of the handler SIGTERM has now (the package's
+/// Python-level one); returns whether it is armed (false off Unix).
+#[pyfunction]
+fn _arm_sigterm() -> bool {
+    #[cfg(unix)]
+    return crate::guard::engine::settle::on_sigterm::arm();
+    #[cfg(not(unix))]
+    false
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyMemoryStore>()?;
+    m.add_function(wrap_pyfunction!(_arm_sigterm, m)?)?;
     m.add_function(wrap_pyfunction!(_flush_settles, m)?)
 }

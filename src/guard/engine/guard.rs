@@ -285,9 +285,5 @@ impl Guard {
 /// background (call it before the process exits; the Python package does at interpreter
 /// exit); returns how many were still queued when the wait ended.
 pub fn flush_all_blocking(limit: std::time::Duration) -> u64 {
-    if settle_queue::idle() {
-        return 0;
-    }
-    let _runtime = crate::runtime::shared().enter();
-    crate::runtime::block_on(settle_queue::flush_all(limit))
+    settle_queue::flush_all_blocking(limit)
 }

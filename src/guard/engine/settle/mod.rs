@@ -5,6 +5,8 @@
 
 pub(crate) mod admitted_request;
 pub(crate) mod billing;
+#[cfg(all(unix, feature = "python"))]
+pub(crate) mod on_sigterm;
 pub(crate) mod retry;
 pub(crate) mod settle_queue;
 pub(crate) mod settling;

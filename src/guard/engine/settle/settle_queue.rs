@@ -244,6 +244,16 @@ pub(crate) fn idle() -> bool {
     })
 }
 
+/// [`flush_all`] from a thread that is not a task of the runtime (exit paths): returns at
+/// once when nothing is queued.
+pub(crate) fn flush_all_blocking(limit: Duration) -> u64 {
+    if idle() {
+        return 0;
+    }
+    let _runtime = crate::runtime::shared().enter();
+    crate::runtime::block_on(flush_all(limit))
+}
+
 /// Waits (at most `limit` in all) for every queue of the process, retries of bills the store
 /// did not answer included; returns how many settles were still queued or retried when the
 /// wait ended.
