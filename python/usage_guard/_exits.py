@@ -83,10 +83,11 @@ def _install_sigterm() -> None:
         _arm_sigterm()
 
 
-def _rearm_sigterm() -> None:
-    """In a forked child whose SIGTERM handler is still the package's: the core's exit
-    thread was not forked with it, so it starts again (until then, SIGTERM ends the child at
-    once, as the default would)."""
+def rearm_sigterm() -> None:
+    """Where SIGTERM's Python-level handler is the package's again, the core takes it over
+    again: in a forked child (the core's exit thread was not forked with it; until then,
+    SIGTERM ends the child at once, as the default would), and after code that installed a
+    handler of its own for a while put the package's back (`serve`)."""
     if threading.current_thread() is threading.main_thread():
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
             _arm_sigterm()
@@ -139,7 +140,7 @@ def _arm_billiard() -> None:
 
 
 def _after_fork_in_child() -> None:
-    _rearm_sigterm()
+    rearm_sigterm()
     _arm_multiprocessing()
     _arm_billiard()
 

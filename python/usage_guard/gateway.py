@@ -15,6 +15,7 @@ import threading
 from types import FrameType
 from typing import Callable, Optional
 
+from . import _exits
 from ._core import Gateway, Guard
 
 __all__ = ["Gateway", "serve"]
@@ -64,3 +65,4 @@ def serve(
         gateway.wait()
         if main:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            _exits.rearm_sigterm()  # the package's handler back in the core's hands
