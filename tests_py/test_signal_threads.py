@@ -32,7 +32,7 @@ HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.
 # writer's and the gateway's serving threads; then prints each thread's name and blocked mask.
 THREADS = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, time
     import usage_guard as ug
     policy = ug.Policy.from_dict({
         "models": {"m": {"display_name": "M", "max_output_tokens": 100}},
@@ -44,11 +44,26 @@ THREADS = textwrap.dedent(
     guard.admit("alice", "m", prompt_tokens=1, max_tokens=1).bill(
         input_tokens=1, output_tokens=1, wait=True)
     gateway = ug.Gateway(guard, "127.0.0.1:0")
-    for tid in sorted(os.listdir("/proc/self/task")):
-        name = open(f"/proc/self/task/{tid}/comm").read().strip()
-        status = open(f"/proc/self/task/{tid}/status").read().splitlines()
-        mask = next(line.split()[1] for line in status if line.startswith("SigBlk:"))
-        print(tid == str(os.getpid()), name, mask)
+
+    def threads():
+        for tid in sorted(os.listdir("/proc/self/task")):
+            name = open(f"/proc/self/task/{tid}/comm").read().strip()
+            status = open(f"/proc/self/task/{tid}/status").read().splitlines()
+            mask = next(line.split()[1] for line in status if line.startswith("SigBlk:"))
+            yield tid == str(os.getpid()), name, mask
+
+    # Until the serving threads have started and named themselves (a thread still being
+    # made is named after the process, and glibc blocks every signal in it meanwhile).
+    for _ in range(500):
+        now = list(threads())
+        process = next(name for main, name, _ in now if main)
+        if sum(name == process for _, name, _ in now) == 1 and any(
+            name == "usage-guard-gat" for _, name, _ in now
+        ):
+            break
+        time.sleep(0.01)
+    for main, name, mask in now:
+        print(main, name, mask)
     gateway.shutdown()
     gateway.wait()
     """
