@@ -117,13 +117,17 @@ pub(crate) async fn reserve_known(
     now: Millis,
     fence: Fence,
 ) -> Result<KnownAnswer, StoreError> {
+    let Some(store) = shared.store.reserve_from_known() else {
+        return Err(StoreError(
+            "this counter store does not reserve from known values".into(),
+        ));
+    };
     let jobs = shared.queue.take_some(CARRY_MAX);
     if jobs.is_empty() {
-        return shared.store.reserve_known(reserve, now, fence).await;
+        return store.reserve_known(reserve, now, fence).await;
     }
     let carried = Carried::new(shared, jobs);
-    let step = shared
-        .store
+    let step = store
         .reserve_known_carrying(reserve, &carried.settles, now, fence)
         .await;
     let (answer, settled) = match step {

@@ -27,7 +27,7 @@ impl Ticket {
     /// open calls while it holds anything.
     pub(super) fn keep_open(&self) {
         let parts = &self.state.parts;
-        if !parts.holds.is_empty() && parts.shared.store.fences() {
+        if !parts.holds.is_empty() && parts.shared.ways.fences {
             let state: Weak<TicketState> = Arc::downgrade(&self.state);
             parts.shared.open_calls.add(state);
             crate::guard::engine::fence::hold_again::watch(&parts.shared);
