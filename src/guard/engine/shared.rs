@@ -283,17 +283,13 @@ impl Shared {
         Ok(slot_reads(&reads, &previous_at))
     }
 
-    /// Fills the keys of `path` that need it from the ledger (the first time they are read).
+    /// Fills the keys of `path` that need it from the ledger (the first time they are read);
+    /// without a ledger there is nothing to fill from.
     pub(crate) async fn fill(&self, path: &Path, keys: &[CounterKey], now: Millis) {
-        fill_keys(
-            self.store.as_ref(),
-            self.ledger.get(),
-            &self.fill,
-            path,
-            keys,
-            now,
-        )
-        .await;
+        if let Some(ledger) = self.ledger.get() {
+            let store = self.store.as_ref();
+            fill_keys(store, ledger, &self.fill, path, keys, now).await;
+        }
     }
 }
 

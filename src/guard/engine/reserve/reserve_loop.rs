@@ -13,6 +13,8 @@
 //!   without a read. A refusal, or a ceiling lowered by what is left, is only ever decided
 //!   from values read in this admission: from known values it reads first.
 
+use std::sync::Arc;
+
 use super::values::{known_reserve, Decided, Values};
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
@@ -22,7 +24,8 @@ use crate::guard::domain::policy::Settings;
 use crate::guard::engine::fence::recovery::AfterFence;
 use crate::guard::engine::handle::Guard;
 use crate::guard::engine::observe::stats::{bump, store_answered};
-use crate::guard::engine::settle::settling::{self, InFlight};
+use crate::guard::engine::settle::settling::{self, in_background, whole};
+use crate::guard::engine::shared::Shared;
 use crate::guard::store::{
     expiry_minute, Fence, KnownAnswer, KnownOutcome, ReserveOutcome, StoreError,
 };
@@ -245,5 +248,59 @@ impl Guard {
         self.refuse(decide::does_not_fit(
             path, rule, state.left, need, resets_at, now,
         ))
+    }
+}
+
+/// A reservation in flight for ticket `id`: if it is dropped while armed (the caller gave up:
+/// timeout, cancel, dropped future) or left armed after a failed round trip (the request may
+/// have reached the store), the ticket's holds are given back by id in the background. A
+/// reservation that lands later finds the ticket settled and places nothing.
+/// (It borrows what it needs: nothing is copied on the path where the store answers.)
+pub(crate) struct InFlight<'a> {
+    shared: &'a Arc<Shared>,
+    id: &'a str,
+    plan: &'a Plan,
+    expiry_minute: i64,
+    armed: bool,
+}
+
+impl<'a> InFlight<'a> {
+    pub(crate) fn new(
+        shared: &'a Arc<Shared>,
+        id: &'a str,
+        plan: &'a Plan,
+        expiry_minute: i64,
+    ) -> Self {
+        InFlight {
+            shared,
+            id,
+            plan,
+            expiry_minute,
+            armed: true,
+        }
+    }
+
+    /// The store answered: what it did is known, nothing to give back here.
+    pub(crate) fn answered(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        bump(&self.shared.stats.given_up);
+        let now = self.shared.clock.now_ms();
+        let settle = whole(
+            self.id,
+            self.plan.holds(),
+            self.expiry_minute,
+            Vec::new(),
+            now,
+        );
+        let operation = "give back of an abandoned reservation";
+        in_background(self.shared.clone(), settle, operation, false);
     }
 }

@@ -76,7 +76,9 @@ impl Ticket {
                 degraded_from: std::sync::OnceLock::new(),
             }),
         };
-        ticket.keep_open();
+        if ticket.state.parts.shared.ways.fences && !ticket.state.parts.holds.is_empty() {
+            ticket.keep_open();
+        }
         ticket
     }
 
