@@ -212,3 +212,42 @@ impl StoreWays {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::store::MemoryStore;
+    use futures::executor::block_on;
+
+    /// The memory store offers wait queues alone, and through `dyn CounterStore` answers as
+    /// a store without a fence did when these were `CounterStore`'s defaults: one epoch
+    /// (`""`, trusted) that nothing rewrites, a lock always taken, a fence ignored.
+    #[test]
+    fn a_memory_store_offers_queues_alone_and_answers_as_a_store_without_a_fence() {
+        let memory = MemoryStore::new();
+        let store: &dyn CounterStore = &memory;
+        let ways = StoreWays::of(store);
+        let offered = (ways.fences, ways.from_known, ways.settles_in_background);
+        assert_eq!(offered, (false, false, false));
+        assert!(ways.queues);
+        let one = EpochRead {
+            generation: Some(String::new()),
+            trusted: true,
+        };
+        assert_eq!(block_on(store.epoch()).unwrap(), one);
+        assert_eq!(
+            block_on(store.epoch_generation()).unwrap(),
+            Some(String::new())
+        );
+        assert!(block_on(store.epoch_lock("t".into(), 1_000)).unwrap());
+        assert!(block_on(store.set_epoch("g".into(), 0, None, true, 0)).unwrap());
+        assert_eq!(block_on(store.epoch()).unwrap(), one, "nothing was written");
+        let fence = Fence {
+            generation: "another".into(),
+            fenced: vec![],
+        };
+        let reserved = block_on(store.reserve_fenced("t1".into(), vec![], 0, 0, fence));
+        assert_eq!(reserved.unwrap(), ReserveOutcome::Reserved);
+        assert!(block_on(store.settle_many(&[], 0)).unwrap().is_empty());
+    }
+}

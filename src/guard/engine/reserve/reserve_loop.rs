@@ -44,6 +44,9 @@ pub(crate) struct Reservation<T> {
 }
 
 /// How `reserve_loop` ended when it did not refuse the call.
+// Not boxed: it is returned once per admission and moved straight into the ticket, where a
+// box would cost an allocation on every admit for a variant that is rare.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum ReserveEnd<T> {
     /// Every hold was placed.
     Placed(Reservation<T>),
