@@ -72,8 +72,8 @@ pub use guard::ledger::{QuotaDb, QuotaDbAt, SqlValue};
 #[cfg(feature = "redis")]
 pub use guard::store::RedisStore;
 pub use guard::store::{
-    expiry_minute, CounterKey, CounterRead, CounterStore, EpochRead, Fence, FenceAnswer, HoldRef,
-    KnownAnswer, KnownOutcome, KnownReserve, MemoryStore, OutageLog, PartSettle, PartsSettle,
-    QueueJoin, QueueSpot, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck,
-    StoreError, StoreFuture, UsageAdd, WaitQueues,
+    expiry_minute, BackgroundSettling, CounterKey, CounterRead, CounterStore, EpochRead, Fence,
+    FenceAnswer, Fencing, HoldRef, KnownAnswer, KnownOutcome, KnownReserve, MemoryStore, OutageLog,
+    PartSettle, PartsSettle, QueueJoin, QueueSpot, ReserveFromKnown, ReserveItem, ReserveOutcome,
+    Settle, SettleOutcome, StoreCheck, StoreError, StoreFuture, UsageAdd, WaitQueues,
 };

@@ -9,8 +9,8 @@ use crate::common;
 use common::redis_server::RedisServer;
 use futures::executor::block_on;
 use usage_guard::{
-    expiry_minute, CounterKey, CounterRead, CounterStore, Fence, HoldRef, KnownOutcome,
-    KnownReserve, Millis, RedisStore, ReserveItem, ReserveOutcome, Settle, SettleOutcome, UsageAdd,
+    expiry_minute, CounterKey, CounterRead, Fence, HoldRef, KnownOutcome, KnownReserve, Millis,
+    RedisStore, ReserveFromKnown, ReserveItem, ReserveOutcome, Settle, SettleOutcome, UsageAdd,
 };
 
 /// 2026-01-01T00:00:30Z.

@@ -24,8 +24,9 @@ use futures::executor::block_on;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use usage_guard::{
-    expiry_minute, CounterKey, CounterRead, CounterStore, Fence, HoldRef, KnownOutcome,
-    KnownReserve, MemoryStore, Millis, RedisStore, ReserveItem, Settle, UsageAdd,
+    expiry_minute, BackgroundSettling, CounterKey, CounterRead, CounterStore, Fence, Fencing,
+    HoldRef, KnownOutcome, KnownReserve, MemoryStore, Millis, RedisStore, ReserveFromKnown,
+    ReserveItem, Settle, UsageAdd,
 };
 
 /// 2026-01-01T00:00:00Z: buckets are minutes from here.

@@ -9,7 +9,7 @@ use common::redis_server::RedisServer;
 use futures::executor::block_on;
 use usage_guard::{
     expiry_minute, CounterKey, CounterRead, CounterStore, Fence, KnownOutcome, KnownReserve,
-    Millis, RedisStore, ReserveItem, ReserveOutcome, Settle, UsageAdd,
+    Millis, RedisStore, ReserveFromKnown, ReserveItem, ReserveOutcome, Settle, UsageAdd,
 };
 
 /// 2026-01-01T00:00:30Z.

@@ -25,7 +25,7 @@ use crate::guard::engine::observe::stats::{store_answered, Stats};
 use crate::guard::engine::reserve::known::Known;
 use crate::guard::engine::settle::settle_queue::SettleQueue;
 use crate::guard::ledger::Ledger;
-use crate::guard::store::{CounterKey, CounterRead, CounterStore, StoreError};
+use crate::guard::store::{CounterKey, CounterRead, CounterStore, StoreError, StoreWays};
 
 /// A function `Guard::on_event` registered, called with each event.
 pub(crate) type Listener = Arc<dyn Fn(&Event) + Send + Sync>;
@@ -58,6 +58,8 @@ pub(crate) struct Resolved {
 /// What a guard and its tickets share.
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn CounterStore>,
+    /// What the store offers beyond read, reserve and settle, looked up once here.
+    pub(crate) ways: StoreWays,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) stats: Stats,
     /// Refusals by reason, fitted calls, billed tokens and cost, open holds, latency.
@@ -143,6 +145,7 @@ impl Shared {
         let prefix_generation = AtomicU64::new(crate::fork::generation());
         let health = ProviderHealth::new(store.clone(), clock.clone());
         Shared {
+            ways: StoreWays::of(store.as_ref()),
             store,
             clock,
             stats: Stats::default(),
@@ -280,17 +283,13 @@ impl Shared {
         Ok(slot_reads(&reads, &previous_at))
     }
 
-    /// Fills the keys of `path` that need it from the ledger (the first time they are read).
+    /// Fills the keys of `path` that need it from the ledger (the first time they are read);
+    /// without a ledger there is nothing to fill from.
     pub(crate) async fn fill(&self, path: &Path, keys: &[CounterKey], now: Millis) {
-        fill_keys(
-            self.store.as_ref(),
-            self.ledger.get(),
-            &self.fill,
-            path,
-            keys,
-            now,
-        )
-        .await;
+        if let Some(ledger) = self.ledger.get() {
+            let store = self.store.as_ref();
+            fill_keys(store, ledger, &self.fill, path, keys, now).await;
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Counter stores: where counters live. A store only reads counters and applies holds and
 //! usage atomically; it never decides. The same decision code serves every store.
 
+mod capabilities;
 mod memory;
 mod memory_queue;
 mod memory_tickets;
@@ -12,6 +13,8 @@ mod redis;
 use std::future::Future;
 use std::pin::Pin;
 
+pub(crate) use capabilities::StoreWays;
+pub use capabilities::{BackgroundSettling, Fencing, ReserveFromKnown};
 pub use memory::MemoryStore;
 pub use outage::OutageLog;
 pub use queues::{QueueJoin, QueueSpot, WaitQueues};
@@ -68,7 +71,9 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 
 /// Where counters live. Implementations make `reserve` and `settle` atomic across all
 /// their items, and ignore (and clean) expired holds. Holds belong to a counter, not to a
-/// bucket, and are known by ticket id (see `counter`).
+/// bucket, and are known by ticket id (see `counter`). What only some stores can do (fence,
+/// reserve from known values, settle in the background, keep wait queues) is a capability
+/// trait the store returns from its accessor (`capabilities.rs`); the defaults offer none.
 pub trait CounterStore: Send + Sync + std::fmt::Debug {
     /// Reads every key at `now`, in order: the bucket's use and every live hold of its
     /// counter. Missing counters read as zero.
@@ -95,47 +100,25 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// Whether admission should decide from known counter values and reserve with
-    /// `reserve_known` (a store across a network, where a read costs a round trip). The
-    /// default (the memory store): no, admission reads, then reserves.
-    fn reserves_from_known(&self) -> bool {
-        false
+    /// The store's epoch fence (a store whose state can be lost while guards keep running).
+    /// The default (the memory store, whose state dies with the process): none, so admission
+    /// builds no fence and a fenced reserve is a plain one.
+    fn fencing(&self) -> Option<&dyn Fencing> {
+        None
     }
 
-    /// In one step, for a reservation decided from known values: unless the ticket already
-    /// settled or reserved, or the fence refuses, checks that every skipped source still has
-    /// nothing left and no previous bucket counted grew (else `Moved`), then reserves as
-    /// `reserve_fenced` does; answers the fresh values of every counter of the call. The
-    /// default fails: admission only calls it when `reserves_from_known` says so.
-    fn reserve_known(
-        &self,
-        reserve: KnownReserve,
-        now: Millis,
-        fence: Fence,
-    ) -> StoreFuture<'_, KnownAnswer> {
-        let _ = (reserve, now, fence);
-        Box::pin(std::future::ready(Err(StoreError(
-            "this counter store does not reserve from known values".into(),
-        ))))
+    /// Whether, and how, admission decides from known counter values and reserves in one step
+    /// (a store across a network, where a read costs a round trip). The default (the memory
+    /// store): none, admission reads, then reserves.
+    fn reserve_from_known(&self) -> Option<&dyn ReserveFromKnown> {
+        None
     }
 
-    /// `settle_many(settles)`, then `reserve_known(reserve)`, in one step where the store can
-    /// (Redis: one script): a queued bill rides with the next reservation instead of taking
-    /// a round trip of its own. Each settle is as `settle` does (idempotent by id), and the
-    /// reservation sees what they gave back and added. Answers the reservation and one result
-    /// per settle, in order; the outer error is a failure of the whole step (each settle may
-    /// or may not have landed). The default takes two steps.
-    fn reserve_known_carrying<'a>(
-        &'a self,
-        reserve: KnownReserve,
-        settles: &'a [Settle],
-        now: Millis,
-        fence: Fence,
-    ) -> StoreFuture<'a, (KnownAnswer, Vec<Result<SettleOutcome, StoreError>>)> {
-        Box::pin(async move {
-            let settled = self.settle_many(settles, now).await?;
-            Ok((self.reserve_known(reserve, now, fence).await?, settled))
-        })
+    /// How bills settle in the background, pipelined (a store across a network, where a
+    /// settle costs a round trip). The default, for stores that answer at once (the memory
+    /// store): none, bills settle inline.
+    fn background_settling(&self) -> Option<&dyn BackgroundSettling> {
+        None
     }
 
     /// The log of this store's outages: each logged once when it starts and once when it
@@ -143,30 +126,6 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
     /// such store's endless outage hides the start of another's: keep one per store.
     fn outage(&self) -> &OutageLog {
         &outage::SHARED_OUTAGE
-    }
-
-    /// Whether bills should settle in the background, pipelined (a store across a network,
-    /// where a settle costs a round trip). The default, for stores that answer at once (the
-    /// memory store): no, bills settle inline.
-    fn settles_in_background(&self) -> bool {
-        false
-    }
-
-    /// Settles every one of `settles` (each as `settle` does, idempotent by id) in as few
-    /// round trips as the store can (Redis: one pipeline). Answers one result per settle, in
-    /// order; the outer error is a failure of the whole step. The default settles one by one.
-    fn settle_many<'a>(
-        &'a self,
-        settles: &'a [Settle],
-        now: Millis,
-    ) -> StoreFuture<'a, Vec<Result<SettleOutcome, StoreError>>> {
-        Box::pin(async move {
-            let mut out = Vec::with_capacity(settles.len());
-            for settle in settles {
-                out.push(self.settle(settle, now).await);
-            }
-            Ok(out)
-        })
     }
 
     /// Whether each key is marked filled from the ledger (a counter past its retention, or
@@ -189,76 +148,6 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
     ) -> StoreFuture<'_, bool> {
         let _ = (key, ledger_used, retain_until, now);
         Box::pin(std::future::ready(Ok(false)))
-    }
-
-    /// `reserve`, fenced: when any item is fenced and the store's epoch cannot be trusted
-    /// (missing, written by another store process, of another generation than
-    /// `fence.generation`, or a counter it expects is missing), places nothing and answers
-    /// `ReserveOutcome::Fenced`. The default (a store whose state dies with the process, like
-    /// the memory store) needs no fence and ignores it.
-    fn reserve_fenced(
-        &self,
-        ticket: String,
-        items: Vec<ReserveItem>,
-        expiry_minute: i64,
-        now: Millis,
-        fence: Fence,
-    ) -> StoreFuture<'_, ReserveOutcome> {
-        let _ = fence;
-        self.reserve(ticket, items, expiry_minute, now)
-    }
-
-    /// Whether `reserve_fenced` checks its fence (a store whose state can be lost while
-    /// guards keep running). The default, like the memory store: no, so admission skips
-    /// building one.
-    fn fences(&self) -> bool {
-        false
-    }
-
-    /// Reads the epoch. The default: one generation (`""`), always trusted.
-    fn epoch(&self) -> StoreFuture<'_, EpochRead> {
-        Box::pin(std::future::ready(Ok(EpochRead {
-            generation: Some(String::new()),
-            trusted: true,
-        })))
-    }
-
-    /// The epoch's generation alone (`None`: the store has none), without telling whether it
-    /// may be trusted: a cheap first look for a guard waiting for a new one. The default
-    /// reads the epoch.
-    fn epoch_generation(&self) -> StoreFuture<'_, Option<String>> {
-        Box::pin(async move { self.epoch().await.map(|read| read.generation) })
-    }
-
-    /// Takes the recovery lock for `token` for `ttl_ms` (store time) if no one holds it.
-    /// The default always succeeds.
-    fn epoch_lock(&self, token: String, ttl_ms: u64) -> StoreFuture<'_, bool> {
-        let _ = (token, ttl_ms);
-        Box::pin(std::future::ready(Ok(true)))
-    }
-
-    /// Gives the recovery lock back if `token` holds it.
-    fn epoch_unlock(&self, token: String) -> StoreFuture<'_, ()> {
-        let _ = token;
-        Box::pin(std::future::ready(Ok(())))
-    }
-
-    /// Writes a new epoch of `generation` (written by the store process answering). With a
-    /// `token`, only while that token holds the recovery lock; with `adopt`, only when the
-    /// store has neither an epoch nor a counter (the initial adoption). Until
-    /// `hold_again_until` (0: not at all), fenced reserves under it answer
-    /// `FenceAnswer::HoldingAgain`. Returns whether it was written. The default writes
-    /// nothing and answers true.
-    fn set_epoch(
-        &self,
-        generation: String,
-        now: Millis,
-        token: Option<String>,
-        adopt: bool,
-        hold_again_until: Millis,
-    ) -> StoreFuture<'_, bool> {
-        let _ = (generation, now, token, adopt, hold_again_until);
-        Box::pin(std::future::ready(Ok(true)))
     }
 
     /// The latest outcome of the store checks; with `wait`, when none has finished yet,

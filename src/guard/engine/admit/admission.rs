@@ -1,5 +1,5 @@
 //! Admission of a single call: resolve → count → read → decide → fit → reserve, through the
-//! one admission loop (`optimistic.rs`, `reserve.rs`).
+//! one admission loop (`reserve/reserve_loop.rs`).
 
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use crate::guard::domain::policy::{Settings, UncappedOutput, MAX_AMOUNT};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::engine::handle::Guard;
 use crate::guard::engine::observe::stats::{bump, log_store_error};
+use crate::guard::engine::reserve::reserve_loop::ReserveEnd;
 use crate::guard::engine::settle::admitted_request::AdmittedRequest;
 use crate::guard::engine::settle::ticket::{ReservedParts, Ticket, TicketParts};
 use crate::guard::engine::shared::Resolved;
@@ -84,7 +85,7 @@ impl Guard {
             })
             .await?;
         match end {
-            Ok(done) => {
+            ReserveEnd::Placed(done) => {
                 let ceiling = done.plan.ceiling.clone();
                 Ok(ticket(
                     Some((&done.plan, done.minute)),
@@ -93,7 +94,7 @@ impl Guard {
                     false,
                 ))
             }
-            Err(error) if self.ledger_answers(&path, settings) => {
+            ReserveEnd::StoreFailed(error) if self.ledger_answers(&path, settings) => {
                 bump(&self.shared.stats.store_errors);
                 log_store_error(self.shared.store.as_ref(), "admit", &error);
                 let plan = self.decide_from_ledger(&path, &demand, settings).await?;
@@ -101,7 +102,7 @@ impl Guard {
                 bump(&self.shared.stats.admitted);
                 Ok(self.unheld_ticket(id.clone(), &path, &plan, admitted_at, fitted))
             }
-            Err(error) => {
+            ReserveEnd::StoreFailed(error) => {
                 self.store_failed(&path, settings, &error)?;
                 let ceiling = unlimited_ceiling(&demand, settings);
                 let fitted = fit(&ceiling).map_err(|e| self.count_refusal(e))?;

@@ -136,7 +136,7 @@ async fn pause(length: Duration, wake: &tokio::sync::Notify, done: impl Fn() -> 
 impl Guard {
     /// The call's throttle rules, each with its queue; none when the store has no queues.
     pub(super) fn queue_rules(&self, request: &AdmitRequest) -> Vec<QueueRule> {
-        if self.shared.store.queues().is_none() {
+        if !self.shared.ways.queues {
             return Vec::new();
         }
         let (user, model) = (request.user.as_deref(), &request.model);

@@ -16,6 +16,7 @@ use crate::guard::domain::rule::{CounterId, Metric};
 use crate::guard::engine::admit::admission::{demand, AdmitRequest};
 use crate::guard::engine::handle::Guard;
 use crate::guard::engine::observe::stats::{bump, log_store_error};
+use crate::guard::engine::reserve::reserve_loop::ReserveEnd;
 use crate::guard::engine::settle::ticket::ReservedParts;
 use crate::guard::engine::shared::{Resolved, Shared};
 use crate::guard::store::HoldRef;
@@ -115,11 +116,11 @@ impl Guard {
             )
             .await?;
         match end {
-            Ok(done) => {
+            ReserveEnd::Placed(done) => {
                 let reserved = Some((&done.plan, done.minute));
                 Ok(self.batch(id, &path, reserved, (request_ids, attributes)))
             }
-            Err(e) => {
+            ReserveEnd::StoreFailed(e) => {
                 log_store_error(self.shared.store.as_ref(), "admit_batch", &e);
                 Err(unavailable())
             }

@@ -150,19 +150,16 @@ pub(crate) fn rule_bound(path: &Path, id: &CounterId) -> bool {
     id.scope != Scope::Rule || rule_conditions_on(path, id).is_some()
 }
 
-/// Fills every key of `path` that needs it (no ledger: nothing to do). Never fails: a store or
+/// Fills every key of `path` that needs it from `ledger`. Never fails: a store or
 /// ledger error leaves the counter as it is.
 pub(crate) async fn fill_keys(
     store: &dyn CounterStore,
-    ledger: Option<&Arc<dyn Ledger>>,
+    ledger: &Arc<dyn Ledger>,
     state: &FillState,
     path: &Path,
     keys: &[CounterKey],
     now: Millis,
 ) {
-    let Some(ledger) = ledger else {
-        return;
-    };
     let candidates: Vec<CounterKey> = keys
         .iter()
         .filter(|k| is_refilled(&k.id))

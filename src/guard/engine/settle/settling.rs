@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::guard::domain::clock::Millis;
-use crate::guard::domain::decide::Plan;
 use crate::guard::engine::observe::stats::{bump, log_store_error, store_answered};
 use crate::guard::engine::settle::retry::{retry, Waiting, WAIT_FOR_RETRY};
 use crate::guard::engine::settle::settle_queue::Job;
@@ -117,13 +116,17 @@ pub(crate) async fn reserve_known(
     now: Millis,
     fence: Fence,
 ) -> Result<KnownAnswer, StoreError> {
+    let Some(store) = shared.store.reserve_from_known() else {
+        return Err(StoreError(
+            "this counter store does not reserve from known values".into(),
+        ));
+    };
     let jobs = shared.queue.take_some(CARRY_MAX);
     if jobs.is_empty() {
-        return shared.store.reserve_known(reserve, now, fence).await;
+        return store.reserve_known(reserve, now, fence).await;
     }
     let carried = Carried::new(shared, jobs);
-    let step = shared
-        .store
+    let step = store
         .reserve_known_carrying(reserve, &carried.settles, now, fence)
         .await;
     let (answer, settled) = match step {
@@ -262,58 +265,4 @@ pub(crate) fn in_background(
 fn failed(shared: &Shared, operation: &str, error: &StoreError) {
     bump(&shared.stats.store_errors);
     log_store_error(shared.store.as_ref(), operation, error);
-}
-
-/// A reservation in flight for ticket `id`: if it is dropped while armed (the caller gave up:
-/// timeout, cancel, dropped future) or left armed after a failed round trip (the request may
-/// have reached the store), the ticket's holds are given back by id in the background. A
-/// reservation that lands later finds the ticket settled and places nothing.
-/// (It borrows what it needs: nothing is copied on the path where the store answers.)
-pub(crate) struct InFlight<'a> {
-    shared: &'a Arc<Shared>,
-    id: &'a str,
-    plan: &'a Plan,
-    expiry_minute: i64,
-    armed: bool,
-}
-
-impl<'a> InFlight<'a> {
-    pub(crate) fn new(
-        shared: &'a Arc<Shared>,
-        id: &'a str,
-        plan: &'a Plan,
-        expiry_minute: i64,
-    ) -> Self {
-        InFlight {
-            shared,
-            id,
-            plan,
-            expiry_minute,
-            armed: true,
-        }
-    }
-
-    /// The store answered: what it did is known, nothing to give back here.
-    pub(crate) fn answered(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        bump(&self.shared.stats.given_up);
-        let now = self.shared.clock.now_ms();
-        let settle = whole(
-            self.id,
-            self.plan.holds(),
-            self.expiry_minute,
-            Vec::new(),
-            now,
-        );
-        let operation = "give back of an abandoned reservation";
-        in_background(self.shared.clone(), settle, operation, false);
-    }
 }

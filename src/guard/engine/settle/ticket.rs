@@ -76,7 +76,9 @@ impl Ticket {
                 degraded_from: std::sync::OnceLock::new(),
             }),
         };
-        ticket.keep_open();
+        if ticket.state.parts.shared.ways.fences && !ticket.state.parts.holds.is_empty() {
+            ticket.keep_open();
+        }
         ticket
     }
 
@@ -241,7 +243,7 @@ impl Ticket {
         let measured = (now - self.state.parts.admitted_at).max(0) as u64;
         let mut billed = Billed::of(&self.state.parts.path, &usage, measured);
         let adds = usage_adds(&self.state.parts.adds, &billed, now);
-        billed.recorded = if shared.store.settles_in_background() {
+        billed.recorded = if shared.ways.settles_in_background {
             self.queue_settle(adds, now, wait).await
         } else {
             self.settle(adds, now, "bill").await

@@ -35,9 +35,9 @@ use keys::key_head;
 use scripts::{invoke, Scripts};
 
 use super::{
-    CounterKey, CounterRead, CounterStore, EpochRead, Fence, KnownAnswer, KnownReserve, OutageLog,
-    PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError,
-    StoreFuture, WaitQueues,
+    BackgroundSettling, CounterKey, CounterRead, CounterStore, EpochRead, Fence, Fencing,
+    KnownAnswer, KnownReserve, OutageLog, PartsSettle, ReserveFromKnown, ReserveItem,
+    ReserveOutcome, Settle, SettleOutcome, StoreCheck, StoreError, StoreFuture, WaitQueues,
 };
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
@@ -214,6 +214,80 @@ impl CounterStore for RedisStore {
         self.reserve_fenced(ticket, items, expiry_minute, now, Fence::default())
     }
 
+    fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
+        self.settle_one_call(settle, now)
+    }
+
+    fn outage(&self) -> &OutageLog {
+        &self.inner.outage
+    }
+
+    fn settle_parts(
+        &self,
+        settle: &PartsSettle,
+        now: Millis,
+    ) -> StoreFuture<'_, Vec<SettleOutcome>> {
+        self.settle_parts_call(settle, now)
+    }
+
+    fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {
+        self.filled_call(keys, now)
+    }
+
+    fn fill(
+        &self,
+        key: CounterKey,
+        used: u64,
+        until: Millis,
+        now: Millis,
+    ) -> StoreFuture<'_, bool> {
+        self.fill_call(key, used, until, now)
+    }
+
+    fn store_check(&self, wait: bool) -> StoreFuture<'_, StoreCheck> {
+        self.check_store(wait)
+    }
+
+    fn fencing(&self) -> Option<&dyn Fencing> {
+        Some(self)
+    }
+
+    fn reserve_from_known(&self) -> Option<&dyn ReserveFromKnown> {
+        Some(self)
+    }
+
+    fn background_settling(&self) -> Option<&dyn BackgroundSettling> {
+        Some(self)
+    }
+
+    fn queues(&self) -> Option<&dyn WaitQueues> {
+        Some(self)
+    }
+
+    fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {
+        self.mark_once_call(mark, keep_until, now)
+    }
+
+    fn raise_until(
+        &self,
+        key: String,
+        until: Millis,
+        note: String,
+        now: Millis,
+    ) -> StoreFuture<'_, ()> {
+        self.raise_until_call(key, until, note, now)
+    }
+
+    fn read_until(
+        &self,
+        keys: Vec<String>,
+        now: Millis,
+    ) -> StoreFuture<'_, Vec<Option<(Millis, String)>>> {
+        self.read_until_call(keys, now)
+    }
+}
+
+impl Fencing for RedisStore {
     fn reserve_fenced(
         &self,
         ticket: String,
@@ -245,75 +319,6 @@ impl CounterStore for RedisStore {
         })
     }
 
-    fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
-        self.settle_one_call(settle, now)
-    }
-
-    fn settles_in_background(&self) -> bool {
-        true
-    }
-
-    fn outage(&self) -> &OutageLog {
-        &self.inner.outage
-    }
-
-    fn fences(&self) -> bool {
-        true
-    }
-
-    fn reserves_from_known(&self) -> bool {
-        true
-    }
-
-    fn reserve_known(
-        &self,
-        reserve: KnownReserve,
-        now: Millis,
-        fence: Fence,
-    ) -> StoreFuture<'_, KnownAnswer> {
-        self.reserve_known_call(reserve, now, fence)
-    }
-
-    fn settle_many<'a>(
-        &'a self,
-        settles: &'a [Settle],
-        now: Millis,
-    ) -> StoreFuture<'a, Vec<Result<SettleOutcome, StoreError>>> {
-        self.settle_many_call(settles, now)
-    }
-
-    fn reserve_known_carrying<'a>(
-        &'a self,
-        reserve: KnownReserve,
-        settles: &'a [Settle],
-        now: Millis,
-        fence: Fence,
-    ) -> StoreFuture<'a, (KnownAnswer, Vec<Result<SettleOutcome, StoreError>>)> {
-        self.carry_call(reserve, settles, now, fence)
-    }
-
-    fn settle_parts(
-        &self,
-        settle: &PartsSettle,
-        now: Millis,
-    ) -> StoreFuture<'_, Vec<SettleOutcome>> {
-        self.settle_parts_call(settle, now)
-    }
-
-    fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {
-        self.filled_call(keys, now)
-    }
-
-    fn fill(
-        &self,
-        key: CounterKey,
-        used: u64,
-        until: Millis,
-        now: Millis,
-    ) -> StoreFuture<'_, bool> {
-        self.fill_call(key, used, until, now)
-    }
-
     fn epoch(&self) -> StoreFuture<'_, EpochRead> {
         self.read_epoch()
     }
@@ -340,34 +345,35 @@ impl CounterStore for RedisStore {
     ) -> StoreFuture<'_, bool> {
         self.write_epoch(generation, now, token, adopt, hold_again_until)
     }
+}
 
-    fn store_check(&self, wait: bool) -> StoreFuture<'_, StoreCheck> {
-        self.check_store(wait)
-    }
-
-    fn queues(&self) -> Option<&dyn WaitQueues> {
-        Some(self)
-    }
-
-    fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {
-        self.mark_once_call(mark, keep_until, now)
-    }
-
-    fn raise_until(
+impl ReserveFromKnown for RedisStore {
+    fn reserve_known(
         &self,
-        key: String,
-        until: Millis,
-        note: String,
+        reserve: KnownReserve,
         now: Millis,
-    ) -> StoreFuture<'_, ()> {
-        self.raise_until_call(key, until, note, now)
+        fence: Fence,
+    ) -> StoreFuture<'_, KnownAnswer> {
+        self.reserve_known_call(reserve, now, fence)
     }
 
-    fn read_until(
-        &self,
-        keys: Vec<String>,
+    fn reserve_known_carrying<'a>(
+        &'a self,
+        reserve: KnownReserve,
+        settles: &'a [Settle],
         now: Millis,
-    ) -> StoreFuture<'_, Vec<Option<(Millis, String)>>> {
-        self.read_until_call(keys, now)
+        fence: Fence,
+    ) -> StoreFuture<'a, (KnownAnswer, Vec<Result<SettleOutcome, StoreError>>)> {
+        self.carry_call(reserve, settles, now, fence)
+    }
+}
+
+impl BackgroundSettling for RedisStore {
+    fn settle_many<'a>(
+        &'a self,
+        settles: &'a [Settle],
+        now: Millis,
+    ) -> StoreFuture<'a, Vec<Result<SettleOutcome, StoreError>>> {
+        self.settle_many_call(settles, now)
     }
 }

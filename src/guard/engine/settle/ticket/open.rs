@@ -23,15 +23,13 @@ impl OpenCall for TicketState {
 }
 
 impl Ticket {
-    /// On a store that fences (and so may lose holds), lists this ticket among the guard's
-    /// open calls while it holds anything.
+    /// Lists this ticket (one that holds something, on a store that fences and so may lose
+    /// holds) among the guard's open calls.
     pub(super) fn keep_open(&self) {
         let parts = &self.state.parts;
-        if !parts.holds.is_empty() && parts.shared.store.fences() {
-            let state: Weak<TicketState> = Arc::downgrade(&self.state);
-            parts.shared.open_calls.add(state);
-            crate::guard::engine::fence::hold_again::watch(&parts.shared);
-        }
+        let state: Weak<TicketState> = Arc::downgrade(&self.state);
+        parts.shared.open_calls.add(state);
+        crate::guard::engine::fence::hold_again::watch(&parts.shared);
     }
 }
 
