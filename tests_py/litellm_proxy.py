@@ -4,7 +4,9 @@ its `litellm-proxy` dependency is not on PyPI), and the proxy process on a free 
 by pid.
 
 The venv is made once and reused: `.venv-litellm-proxy` at the repository's root (or
-`UG_LITELLM_PROXY_VENV`), ready when its marker names the pin and the Python it was made with.
+`UG_LITELLM_PROXY_VENV`), from tests_py/litellm-proxy-requirements.txt (`litellm[proxy]`
+1.106.12 and every package it needs, pinned: installed without running pip's resolver), ready
+when its marker names that file's hash and the Python it was made with.
 It holds LiteLLM only: the proxy imports the `usage_guard` under test (the test process's,
 the build the rest of the suite tests) through `PYTHONPATH`, never a second build.
 """
@@ -12,6 +14,7 @@ the build the rest of the suite tests) through `PYTHONPATH`, never a second buil
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -30,6 +33,7 @@ import usage_guard
 
 ROOT = Path(__file__).resolve().parent.parent
 PIN = "litellm[proxy]==1.106.12"
+LOCK = Path(__file__).resolve().parent / "litellm-proxy-requirements.txt"
 # What pip prints when the package index cannot be reached (no network): the test skips then.
 OFFLINE = re.compile(
     r"NewConnectionError|Network is unreachable|Temporary failure in name resolution|"
@@ -38,7 +42,8 @@ OFFLINE = re.compile(
 
 
 def _marker() -> str:
-    return f"{PIN} python{sys.version_info[0]}.{sys.version_info[1]}\n"
+    digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()[:16]
+    return f"{PIN} {LOCK.name} {digest} python{sys.version_info[0]}.{sys.version_info[1]}\n"
 
 
 def proxy_venv() -> Path:
@@ -54,7 +59,10 @@ def proxy_venv() -> Path:
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-        pip += ["--disable-pip-version-check", "--retries", "1", "--timeout", "20", PIN]
+        pip += ["--disable-pip-version-check", "--retries", "1", "--timeout", "20"]
+        # --no-compile: the proxy compiles what it imports on its first start (a small part of
+        # 750 MB), which halves the install.
+        pip += ["--no-deps", "--no-compile", "-r", str(LOCK)]
         done = subprocess.run(pip, capture_output=True, text=True)
         if done.returncode != 0:
             shutil.rmtree(venv, ignore_errors=True)

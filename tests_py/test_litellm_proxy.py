@@ -12,7 +12,9 @@ import asyncio
 import json
 import os
 import secrets
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +45,17 @@ def budgets() -> dict[str, Any]:
     return document
 
 
+def proxy_env(server: FakeProvider) -> dict[str, str]:
+    """The environment `config.yaml` reads: the fake provider, the master key."""
+    return {
+        "OPENAI_BASE_URL": f"{server.url}/v1",
+        "OPENAI_API_KEY": "test-key",
+        "LITELLM_MASTER_KEY": MASTER_KEY,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no network fetch
+        "LITELLM_TELEMETRY": "False",
+    }
+
+
 @pytest.fixture(scope="module")
 def redis() -> Iterator[RedisServer]:
     server = RedisServer()
@@ -62,13 +75,9 @@ def proxy(
     (work / "config.yaml").write_text(config)
     (work / "policy.json").write_text(json.dumps(budgets()))
     env = {
-        "OPENAI_BASE_URL": f"{server.url}/v1",
-        "OPENAI_API_KEY": "test-key",
-        "LITELLM_MASTER_KEY": MASTER_KEY,
+        **proxy_env(server),
         "USAGE_GUARD_POLICY": str(work / "policy.json"),
         "USAGE_GUARD_REDIS": redis.url,
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no network fetch
-        "LITELLM_TELEMETRY": "False",
     }
     running = Proxy(venv, work / "config.yaml", env, work)
     try:
@@ -172,3 +181,77 @@ async def test_a_stream_is_billed_once(
     # The stream's usage as the proxy reported it to the caller, billed once.
     assert used(guard, "bob", GPT) == usage.total_tokens
     assert usage.completion_tokens == 12
+
+
+# LiteLLM's own budget, alone, for comparison: a deployment budget (`max_budget` and
+# `budget_duration` in the model's `litellm_params`), the one kind a proxy without a database
+# enforces (its spend kept in the proxy's cache); a proxy-wide `max_budget` and key or user
+# budgets need the database (LiteLLM 1.106 warns that a proxy-wide one is not enforced
+# without it). Prices are LiteLLM's own for gpt-4o, as in the policy: $2.5 / $10 a million.
+LITELLM_BUDGET_CONFIG = """\
+model_list:
+  - model_name: gpt-4o
+    litellm_params:
+      model: openai/gpt-4o
+      api_base: os.environ/OPENAI_BASE_URL
+      api_key: os.environ/OPENAI_API_KEY
+      max_budget: {budget}
+      budget_duration: 1d
+general_settings:
+  master_key: os.environ/LITELLM_MASTER_KEY
+"""
+
+
+def dollars(input_tokens: int, output_tokens: int) -> float:
+    return (input_tokens * 2.5 + output_tokens * 10.0) / 1e6
+
+
+async def test_litellms_own_budget_lets_concurrent_callers_past_it(
+    fake: FakeProvider, tmp_path: Path, server: FakeProvider
+) -> None:
+    """The same 20 callers on LiteLLM's own budget (the cost of 6 of their calls): it is
+    checked before each call and counted after, so calls in flight together all pass it.
+    The provider holds each request until all 20 have arrived (or 20 s), so none is billed
+    before the last is checked: what the budget's check alone lets through."""
+    fake.input_tokens = prompt_tokens({"model": GPT, "messages": MESSAGES}, "openai", GPT)
+    fake.output_tokens = 40
+    budget = 6 * dollars(fake.input_tokens, 40)
+    arrived = threading.Condition()
+    together: list[bool] = []
+
+    def hold(_request: Any) -> None:
+        with arrived:
+            arrived.notify_all()
+            together.append(arrived.wait_for(lambda: len(fake.requests) >= 20, timeout=20))
+
+    config = tmp_path / "config.yaml"
+    config.write_text(LITELLM_BUDGET_CONFIG.format(budget=budget))
+    litellm_only = Proxy(proxy_venv(), config, proxy_env(server), tmp_path)
+    try:
+        client = openai.AsyncOpenAI(
+            base_url=f"{litellm_only.url}/v1", api_key=MASTER_KEY, max_retries=0
+        )
+        fake.on_request = hold
+        calls = [
+            client.chat.completions.create(model=GPT, messages=MESSAGES, max_tokens=40)
+            for _ in range(20)
+        ]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        fake.on_request = None
+        served = [r for r in results if not isinstance(r, BaseException)]
+        spent = sum(
+            dollars(r.usage.prompt_tokens, r.usage.completion_tokens) for r in served if r.usage
+        )
+        assert len(served) == 20, [r for r in results if isinstance(r, BaseException)]
+        assert together == [True] * 20  # all 20 were in flight at once
+        assert spent > 3 * budget
+        # The budget counts: once the spend is in, the next call is refused.
+        with pytest.raises(openai.APIStatusError) as refused:
+            for _ in range(50):
+                await client.chat.completions.create(model=GPT, messages=MESSAGES, max_tokens=40)
+                await asyncio.sleep(0.05)
+        assert len(fake.requests) < 20 + 50
+        assert refused.value.status_code == 429
+        assert "Exceeded budget for deployment" in str(refused.value), refused.value
+    finally:
+        litellm_only.stop()
