@@ -1,7 +1,7 @@
 """The real LiteLLM proxy for tests_py/test_litellm_proxy.py: a venv of its own with
-`litellm[proxy]` (the test venv's `litellm` is newer, and no newer `litellm[proxy]` installs:
-its `litellm-proxy` dependency is not on PyPI), and the proxy process on a free port, stopped
-by pid.
+`litellm[proxy]` 1.106.12 (the test venv's `litellm` is 1.110.2, whose `litellm[proxy]` does
+not install: the `litellm-proxy` it needs is not on PyPI), and the proxy process on a free
+port, stopped by pid.
 
 The venv is made once and reused: `.venv-litellm-proxy` at the repository's root (or
 `UG_LITELLM_PROXY_VENV`), from tests_py/litellm-proxy-requirements.txt (`litellm[proxy]`

@@ -184,10 +184,10 @@ async def test_a_stream_is_billed_once(
 
 
 # LiteLLM's own budget, alone, for comparison: a deployment budget (`max_budget` and
-# `budget_duration` in the model's `litellm_params`), the one kind a proxy without a database
-# enforces (its spend kept in the proxy's cache); a proxy-wide `max_budget` and key or user
-# budgets need the database (LiteLLM 1.106 warns that a proxy-wide one is not enforced
-# without it). Prices are LiteLLM's own for gpt-4o, as in the policy: $2.5 / $10 a million.
+# `budget_duration` in the model's `litellm_params`), a router budget whose spend is kept in
+# the proxy's cache, so a proxy without a database enforces it; key and user budgets need
+# LiteLLM's database, and LiteLLM 1.106 logs that a proxy-wide `max_budget` is not enforced
+# without one. Prices are LiteLLM's own for gpt-4o, as in the policy: $2.5 / $10 a million.
 LITELLM_BUDGET_CONFIG = """\
 model_list:
   - model_name: gpt-4o
