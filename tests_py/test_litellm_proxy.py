@@ -66,10 +66,15 @@ def redis() -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="module")
+def venv() -> Path:
+    """The proxy's venv (made once; the module skips when the package index is unreachable)."""
+    return proxy_venv()
+
+
+@pytest.fixture(scope="module")
 def proxy(
-    server: FakeProvider, redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
+    venv: Path, server: FakeProvider, redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Proxy]:
-    venv = proxy_venv()
     work = tmp_path_factory.mktemp("litellm-proxy")
     (config,) = run_by("docs/providers.md", "test_litellm_proxy.py", lang="yaml")
     (work / "config.yaml").write_text(config)
@@ -207,7 +212,7 @@ def dollars(input_tokens: int, output_tokens: int) -> float:
 
 
 async def test_litellms_own_budget_lets_concurrent_callers_past_it(
-    fake: FakeProvider, tmp_path: Path, server: FakeProvider
+    venv: Path, fake: FakeProvider, tmp_path: Path, server: FakeProvider
 ) -> None:
     """The same 20 callers on LiteLLM's own budget (the cost of 6 of their calls): it is
     checked before each call and counted after, so calls in flight together all pass it.
@@ -226,7 +231,7 @@ async def test_litellms_own_budget_lets_concurrent_callers_past_it(
 
     config = tmp_path / "config.yaml"
     config.write_text(LITELLM_BUDGET_CONFIG.format(budget=budget))
-    litellm_only = Proxy(proxy_venv(), config, proxy_env(server), tmp_path)
+    litellm_only = Proxy(venv, config, proxy_env(server), tmp_path)
     try:
         client = openai.AsyncOpenAI(
             base_url=f"{litellm_only.url}/v1", api_key=MASTER_KEY, max_retries=0
