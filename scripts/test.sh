@@ -28,6 +28,13 @@ PY="$VENV/bin/python"
 
 VENV="$VENV" bash scripts/check.sh
 
+# The LiteLLM proxy's venv (tests_py/litellm_proxy.py, ~750 MB from the package index) is made
+# meanwhile: pip waits on the network and the disk while cargo below uses the CPU. Its
+# fixture takes the same file lock and finds it ready (or retries, and says why).
+"$PY" -c "import sys; sys.path.insert(0, 'tests_py'); import litellm_proxy; litellm_proxy.proxy_venv()" \
+  >"$VENV/litellm-proxy-venv.log" 2>&1 &
+PROXY_VENV=$!
+
 step "cargo test"
 cargo test --quiet
 
@@ -44,6 +51,7 @@ cargo test --quiet --no-default-features --test it -- \
   guard_decisions:: guard_concurrency:: windows:: policy:: refusal_http::
 
 step "pytest"
+wait "$PROXY_VENV" || echo "the LiteLLM proxy's venv was not made ahead (its test retries): $(tail -n 3 "$VENV/litellm-proxy-venv.log")"
 "$PY" -m pytest -q -p no:cacheprovider tests_py
 # The wheel on CPython 3.9-3.13, built in the dev profile from what `maturin develop` compiled
 # above: a release build (zig-linked, manylinux2014) and the sdist each compile the core once
