@@ -211,12 +211,17 @@ impl Writer {
         queue.record(row, self.durable);
     }
 
-    /// Waits for every row queued so far to be written. A forked child that never used the
-    /// ledger has none of its own: no thread (nor connection) is started for it (the flush
-    /// at exit of every child of a pool reaches every ledger).
+    /// Waits for every row queued so far to be written. A closed ledger has nothing to wait
+    /// for: `close` wrote what was queued (under the slot lock this takes) and later rows
+    /// are dropped, so the flush at exit of a ledger closed by hand succeeds. A forked child
+    /// that never used the ledger has none of its own: no thread (nor connection) is started
+    /// for it (the flush at exit of every child of a pool reaches every ledger).
     pub(crate) fn flush(&self) -> Result<(), LedgerError> {
-        let unused = !self.live.get().lock().started && !self.closed.load(Ordering::Acquire);
-        if unused {
+        let nothing_queued = {
+            let slot = self.live.get().lock();
+            !slot.started || self.closed.load(Ordering::Acquire)
+        };
+        if nothing_queued {
             return Ok(());
         }
         self.ask(Msg::Flush)
