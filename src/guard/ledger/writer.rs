@@ -211,9 +211,8 @@ impl Writer {
         queue.record(row, self.durable);
     }
 
-    /// Waits for every row queued so far to be written. A closed ledger has nothing to wait
-    /// for: `close` wrote what was queued (under the slot lock this takes) and later rows
-    /// are dropped, so the flush at exit of a ledger closed by hand succeeds. A forked child
+    /// Waits for every row queued so far to be written. A closed ledger has none: `close`
+    /// wrote them (under the slot lock taken here), later rows are dropped. A forked child
     /// that never used the ledger has none of its own: no thread (nor connection) is started
     /// for it (the flush at exit of every child of a pool reaches every ledger).
     pub(crate) fn flush(&self) -> Result<(), LedgerError> {
