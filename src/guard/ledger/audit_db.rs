@@ -1,8 +1,56 @@
-//! The ledger's migrations on each database (each in one transaction, recorded in
-//! `usage_guard_migrations`, serialized across processes). The writer thread runs them on
-//! the connection it opens.
+//! The audit log's SQL: the insert and the select in a dialect, and the ledger's migrations
+//! on each database (each in one transaction, recorded in `usage_guard_migrations`,
+//! serialized across processes). The writer thread runs them on the connection it owns.
 
-use super::audit::{self, MIGRATIONS, MIGRATIONS_TABLE};
+use super::audit::{self, AuditQuery, MIGRATIONS, MIGRATIONS_TABLE};
+use super::sql::{Dialect, SqlValue};
+
+/// The insert of one row (nine parameters, in `AuditRow` order); an event id already
+/// there is skipped.
+pub(crate) fn insert_sql(dialect: Dialect) -> String {
+    let values: Vec<String> = (1..=9).map(|n| dialect.placeholder(n)).collect();
+    format!(
+        "INSERT INTO audit_log (event_id, at_ms, kind, rule, counter_key, threshold, \
+         principal, model, detail) VALUES ({}) ON CONFLICT (event_id) DO NOTHING",
+        values.join(", ")
+    )
+}
+
+/// The select of `query`: the nine columns in `AuditRow` order, newest first when limited.
+pub(crate) fn select_sql(dialect: Dialect, query: &AuditQuery) -> (String, Vec<SqlValue>) {
+    let mut clauses = Vec::new();
+    let mut params = Vec::new();
+    let mut add = |clause: &str, param: SqlValue| {
+        params.push(param);
+        clauses.push(format!("{clause} {}", dialect.placeholder(params.len())));
+    };
+    if let Some(since) = query.since {
+        add("at_ms >=", SqlValue::Int(since));
+    }
+    if let Some(until) = query.until {
+        add("at_ms <", SqlValue::Int(until));
+    }
+    if let Some(kind) = &query.kind {
+        add("kind =", SqlValue::Text(kind.clone()));
+    }
+    if let Some(rule) = &query.rule {
+        add("rule =", SqlValue::Text(rule.clone()));
+    }
+    let mut sql = "SELECT event_id, at_ms, kind, rule, counter_key, threshold, principal, \
+                   model, detail FROM audit_log"
+        .to_string();
+    if !clauses.is_empty() {
+        sql.push_str(&format!(" WHERE {}", clauses.join(" AND ")));
+    }
+    match query.limit {
+        Some(n) => {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            sql.push_str(&format!(" ORDER BY at_ms DESC, event_id DESC LIMIT {n}"));
+        }
+        None => sql.push_str(" ORDER BY at_ms, event_id"),
+    }
+    (sql, params)
+}
 
 #[cfg(feature = "sqlite")]
 /// SQLite: runs the ledger migrations not yet applied (an immediate transaction each: a

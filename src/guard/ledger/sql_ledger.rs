@@ -5,7 +5,8 @@
 
 use std::marker::PhantomData;
 
-use super::audit::{self, AuditParam, AuditQuery, AuditRow};
+use super::audit::{self, AuditQuery, AuditRow};
+use super::audit_db;
 use super::sql::{self, Dialect, SqlValue};
 use super::writer::{Backend, Writer};
 use super::{Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
@@ -157,7 +158,7 @@ fn usage_group(query: &UsageQuery, row: &[SqlValue]) -> Result<UsageGroup, Strin
     })
 }
 
-/// An audit row from a row of `audit::select_sql` (its nine columns in `AuditRow` order).
+/// An audit row from a row of `audit_db::select_sql` (its nine columns in `AuditRow` order).
 fn audit_row(row: &[SqlValue]) -> Result<AuditRow, String> {
     let threshold = match row.get(5) {
         Some(SqlValue::Real(f)) => *f,
@@ -181,7 +182,7 @@ fn audit_row(row: &[SqlValue]) -> Result<AuditRow, String> {
     })
 }
 
-/// An audit row's parameters for `audit::insert_sql`, in `AuditRow` order.
+/// An audit row's parameters for `audit_db::insert_sql`, in `AuditRow` order.
 fn audit_params(r: &AuditRow) -> Vec<SqlValue> {
     let opt = |v: &Option<String>| v.clone().map_or(SqlValue::Null, SqlValue::Text);
     vec![
@@ -215,20 +216,13 @@ impl<D: SqlDialect> Backend for SqlBackend<D> {
     }
 
     fn write_audit(&mut self, rows: &[AuditRow]) -> Result<(), String> {
-        let insert = audit::insert_sql(D::SQL == Dialect::Postgres);
+        let insert = audit_db::insert_sql(D::SQL);
         let each: Vec<Vec<SqlValue>> = rows.iter().map(audit_params).collect();
         D::execute_each(&mut self.conn, &insert, &each)
     }
 
     fn audit(&mut self, query: &AuditQuery) -> Result<Vec<AuditRow>, String> {
-        let (q, params) = audit::select_sql(D::SQL == Dialect::Postgres, query);
-        let params: Vec<SqlValue> = params
-            .into_iter()
-            .map(|p| match p {
-                AuditParam::Int(i) => SqlValue::Int(i),
-                AuditParam::Text(t) => SqlValue::Text(t),
-            })
-            .collect();
+        let (q, params) = audit_db::select_sql(D::SQL, query);
         let rows = D::select(&mut self.conn, &q, &params)?;
         let rows = rows
             .iter()
