@@ -59,16 +59,16 @@ pub use guard::engine::observe::metrics::{MetricFamily, MetricKind, MetricSample
 pub use guard::engine::observe::stats::Stats;
 pub use guard::engine::quota::{QuotaRecord, RuleCounter};
 pub use guard::engine::settle::ticket::{BillInfo, Billed, Recorded, Ticket, Usage};
-#[cfg(feature = "postgres")]
-pub use guard::ledger::PostgresLedger;
-#[cfg(feature = "sqlite")]
-pub use guard::ledger::SqliteLedger;
 pub use guard::ledger::{
     AuditQuery, AuditRow, GroupBy, Ledger, LedgerError, LedgerRow, RowCondition, RowField,
     SumFilter, UsageGroup, UsageQuery,
 };
+#[cfg(feature = "postgres")]
+pub use guard::ledger::{Postgres, PostgresLedger};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use guard::ledger::{QuotaDb, QuotaDbAt, SqlValue};
+pub use guard::ledger::{QuotaDb, QuotaDbAt, SqlLedger, SqlValue};
+#[cfg(feature = "sqlite")]
+pub use guard::ledger::{Sqlite, SqliteLedger};
 #[cfg(feature = "redis")]
 pub use guard::store::RedisStore;
 pub use guard::store::{

@@ -258,6 +258,29 @@ def test_interpreter_exit_writes_rows_still_queued(tmp_path: Path) -> None:
     assert ug.SqliteLedger(db).query(group_by=[])[0]["requests"] == 9
 
 
+def test_a_closed_ledger_has_nothing_to_flush_at_exit(tmp_path: Path) -> None:
+    """A ledger closed by hand is still reached by the exit flush: it succeeds (everything
+    was written by the close) instead of logging "the ledger is closed"."""
+    child = run_child(
+        """
+        import logging, sys
+        import usage_guard as ug
+        logging.basicConfig(level=logging.WARNING)
+        ug.SqliteLedger(sys.argv[1]).close()
+        kept = ug.SqliteLedger(sys.argv[1] + "-kept")
+        kept.close()
+        kept.flush()
+        print("closed", flush=True)
+        """,
+        str(tmp_path / "ledger.db"),
+    )
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert out.strip() == "closed"
+    assert "the ledger is closed" not in err, err
+    assert "at exit" not in err, err
+
+
 async def test_async_calls_fill_and_record(clock: ug.ManualClock) -> None:
     ledger = ug.SqliteLedger()
     first = ug.Guard(ug.Policy.from_dict(POLICY), clock=clock, ledger=ledger)

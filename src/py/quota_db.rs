@@ -6,7 +6,7 @@ use pyo3::types::{PyList, PyTuple};
 
 use super::ledger::quota_db_at;
 use crate::error::Error;
-use crate::guard::ledger::{LedgerError, QuotaDb, SqlValue};
+use crate::guard::ledger::{LedgerError, QuotaDb, QuotaDbAt, SqlValue};
 
 fn value_of(v: &Bound<'_, PyAny>) -> PyResult<SqlValue> {
     if v.is_none() {
@@ -35,7 +35,8 @@ fn value_to_py<'py>(py: Python<'py>, v: &SqlValue) -> PyResult<Bound<'py, PyAny>
 }
 
 /// A connection to the database of a `SqliteLedger` or `PostgresLedger`, of its own (opened
-/// at the first statement, again after a lost connection), for the quota service's tables.
+/// at the first statement, again after a lost connection), for the quota service's tables;
+/// without a ledger, an in-memory SQLite database of this object only.
 #[pyclass(name = "QuotaDatabase", module = "usage_guard._core", frozen)]
 pub struct PyQuotaDatabase {
     db: Mutex<QuotaDb>,
@@ -45,13 +46,26 @@ pub struct PyQuotaDatabase {
 #[pymethods]
 impl PyQuotaDatabase {
     #[new]
-    fn new(ledger: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let db = QuotaDb::new(quota_db_at(ledger)?);
+    #[pyo3(signature = (ledger = None))]
+    fn new(ledger: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let at = match ledger.filter(|l| !l.is_none()) {
+            Some(ledger) => quota_db_at(ledger)?,
+            None => QuotaDbAt::Sqlite(":memory:".into()),
+        };
+        let db = QuotaDb::new(at);
         let dialect = db.dialect();
         Ok(Self {
             db: Mutex::new(db),
             dialect,
         })
+    }
+
+    /// Creates the quota tables, or runs the migrations this database lacks (the ledger
+    /// layer owns them), in one transaction.
+    fn migrate(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.db.lock().migrate())
+            .map_err(|LedgerError(e)| Error::Ledger(e))?;
+        Ok(())
     }
 
     /// `"sqlite"` or `"postgres"`: placeholders are `?` or `$1`, `$2` ….

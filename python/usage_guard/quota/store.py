@@ -1,40 +1,21 @@
 """Where quota policies and assignments live: the `quota_policies` and `quota_assignments`
 tables in the ledger's database (SQLite or PostgreSQL, through `QuotaDatabase`), or in an
 in-memory SQLite database when the guard has no ledger. Every change is one transaction: a
-failed change leaves nothing half-written. Migrations are numbered in `quota_schema`."""
+failed change leaves nothing half-written. The tables and their migrations are the Rust
+ledger layer's (src/guard/ledger/quota_schema.rs): `QuotaDatabase.migrate` runs them."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, Protocol
 
+from .. import _core
 from .model import QuotaPolicyError, check_limits, parse_subject
 
-# Each migration runs once, in order, in one transaction; `quota_schema.version` counts them.
-# `{id}` is the dialect's auto-increment key.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        "CREATE TABLE IF NOT EXISTS quota_policies ("
-        " id {id}, name TEXT NOT NULL UNIQUE, description TEXT NOT NULL DEFAULT '',"
-        " limits TEXT NOT NULL, created_by TEXT, created_at BIGINT NOT NULL,"
-        " updated_at BIGINT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS quota_assignments ("
-        " id {id}, policy_id BIGINT NOT NULL REFERENCES quota_policies(id),"
-        " subject_type TEXT NOT NULL CHECK (subject_type IN ('team', 'user', 'role')),"
-        " subject_id TEXT NOT NULL, effective_from BIGINT NOT NULL DEFAULT 0,"
-        " UNIQUE (subject_type, subject_id))",
-    ),
-    ("CREATE TABLE IF NOT EXISTS quota_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",),
-)
-AUTO_ID = {
-    "sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT",
-    "postgres": "BIGSERIAL PRIMARY KEY",
-}
 BEGIN = {"sqlite": "BEGIN IMMEDIATE", "postgres": "BEGIN"}
 POLICY_COLUMNS = "id, name, description, limits, created_by, created_at, updated_at"
 
@@ -44,28 +25,16 @@ class PolicyInUse(ValueError):
 
 
 class Database(Protocol):
-    """What the store runs statements on (`_core.QuotaDatabase`, or `MemoryDatabase`)."""
+    """What the store runs statements on (`_core.QuotaDatabase`)."""
 
     @property
     def dialect(self) -> str: ...
 
+    def migrate(self) -> None: ...
+
     def execute(
         self, sql: str, params: Optional[Sequence[Any]] = None
     ) -> list[tuple[Any, ...]]: ...
-
-
-class MemoryDatabase:
-    """An in-memory SQLite database: the tables of a guard without a ledger (one process)."""
-
-    dialect = "sqlite"
-
-    def __init__(self) -> None:
-        self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA foreign_keys = ON")
-
-    def execute(self, sql: str, params: Optional[Sequence[Any]] = None) -> list[tuple[Any, ...]]:
-        """Runs one statement; its rows."""
-        return list(self._db.execute(sql, tuple(params or ())).fetchall())
 
 
 class Tx:
@@ -96,9 +65,9 @@ class QuotaStore:
     """Named policies and their assignments to subjects, in `db`'s tables."""
 
     def __init__(self, db: Optional[Database] = None) -> None:
-        self.db: Database = db if db is not None else MemoryDatabase()
+        self.db: Database = db if db is not None else _core.QuotaDatabase()
         self._lock = threading.Lock()
-        self._migrate()
+        self.db.migrate()
 
     @contextmanager
     def tx(self) -> Iterator[Tx]:
@@ -114,25 +83,6 @@ class QuotaStore:
                     pass
                 raise
             self.db.execute("COMMIT")
-
-    def _migrate(self) -> None:
-        for attempt in range(2):
-            try:
-                with self.tx() as tx:
-                    tx.run("CREATE TABLE IF NOT EXISTS quota_schema (version BIGINT NOT NULL)")
-                    row = tx.one("SELECT version FROM quota_schema")
-                    applied = int(row[0]) if row else 0
-                    if row is None:
-                        tx.run("INSERT INTO quota_schema (version) VALUES (0)")
-                    for script in MIGRATIONS[applied:]:
-                        for statement in script:
-                            tx.run(statement.format(id=AUTO_ID[self.db.dialect]))
-                    tx.run("UPDATE quota_schema SET version = ?", len(MIGRATIONS))
-                return
-            except Exception:
-                # Two processes creating the tables at once can collide; the second try sees them.
-                if attempt == 1:
-                    raise
 
     def create_policy(
         self,

@@ -132,69 +132,6 @@ CREATE INDEX IF NOT EXISTS usage_ledger_at ON usage_ledger (at_ms);
     },
 ];
 
-/// The placeholder `n` of a dialect: `?n` (SQLite) or `$n` (PostgreSQL).
-pub(crate) fn placeholder(postgres: bool, n: usize) -> String {
-    if postgres {
-        format!("${n}")
-    } else {
-        format!("?{n}")
-    }
-}
-
-/// The insert of one row (nine parameters, in `AuditRow` order); an event id already
-/// there is skipped.
-pub(crate) fn insert_sql(postgres: bool) -> String {
-    let values: Vec<String> = (1..=9).map(|n| placeholder(postgres, n)).collect();
-    format!(
-        "INSERT INTO audit_log (event_id, at_ms, kind, rule, counter_key, threshold, \
-         principal, model, detail) VALUES ({}) ON CONFLICT (event_id) DO NOTHING",
-        values.join(", ")
-    )
-}
-
-/// A bound parameter of the select.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum AuditParam {
-    Int(i64),
-    Text(String),
-}
-
-/// The select of `query`: the nine columns in `AuditRow` order, newest first when limited.
-pub(crate) fn select_sql(postgres: bool, query: &AuditQuery) -> (String, Vec<AuditParam>) {
-    let mut clauses = Vec::new();
-    let mut params = Vec::new();
-    let mut add = |clause: &str, param: AuditParam| {
-        params.push(param);
-        clauses.push(format!("{clause} {}", placeholder(postgres, params.len())));
-    };
-    if let Some(since) = query.since {
-        add("at_ms >=", AuditParam::Int(since));
-    }
-    if let Some(until) = query.until {
-        add("at_ms <", AuditParam::Int(until));
-    }
-    if let Some(kind) = &query.kind {
-        add("kind =", AuditParam::Text(kind.clone()));
-    }
-    if let Some(rule) = &query.rule {
-        add("rule =", AuditParam::Text(rule.clone()));
-    }
-    let mut sql = "SELECT event_id, at_ms, kind, rule, counter_key, threshold, principal, \
-                   model, detail FROM audit_log"
-        .to_string();
-    if !clauses.is_empty() {
-        sql.push_str(&format!(" WHERE {}", clauses.join(" AND ")));
-    }
-    match query.limit {
-        Some(n) => {
-            let n = i64::try_from(n).unwrap_or(i64::MAX);
-            sql.push_str(&format!(" ORDER BY at_ms DESC, event_id DESC LIMIT {n}"));
-        }
-        None => sql.push_str(" ORDER BY at_ms, event_id"),
-    }
-    (sql, params)
-}
-
 /// The rows a select returned, oldest first (a limited select reads newest first).
 pub(crate) fn in_order(mut rows: Vec<AuditRow>, query: &AuditQuery) -> Vec<AuditRow> {
     if query.limit.is_some() {

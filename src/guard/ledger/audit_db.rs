@@ -1,8 +1,56 @@
-//! The audit log on each database: its migrations (each in one transaction, recorded in
-//! `usage_guard_migrations`, serialized across processes), the insert and the select. The
-//! writer thread calls these on the connection it owns.
+//! The audit log's SQL: the insert and the select in a dialect, and the ledger's migrations
+//! on each database (each in one transaction, recorded in `usage_guard_migrations`,
+//! serialized across processes). The writer thread runs them on the connection it owns.
 
-use super::audit::{self, AuditParam, AuditQuery, AuditRow, MIGRATIONS, MIGRATIONS_TABLE};
+use super::audit::{self, AuditQuery, MIGRATIONS, MIGRATIONS_TABLE};
+use super::sql::{Dialect, SqlValue};
+
+/// The insert of one row (nine parameters, in `AuditRow` order); an event id already
+/// there is skipped.
+pub(crate) fn insert_sql(dialect: Dialect) -> String {
+    let values: Vec<String> = (1..=9).map(|n| dialect.placeholder(n)).collect();
+    format!(
+        "INSERT INTO audit_log (event_id, at_ms, kind, rule, counter_key, threshold, \
+         principal, model, detail) VALUES ({}) ON CONFLICT (event_id) DO NOTHING",
+        values.join(", ")
+    )
+}
+
+/// The select of `query`: the nine columns in `AuditRow` order, newest first when limited.
+pub(crate) fn select_sql(dialect: Dialect, query: &AuditQuery) -> (String, Vec<SqlValue>) {
+    let mut clauses = Vec::new();
+    let mut params = Vec::new();
+    let mut add = |clause: &str, param: SqlValue| {
+        params.push(param);
+        clauses.push(format!("{clause} {}", dialect.placeholder(params.len())));
+    };
+    if let Some(since) = query.since {
+        add("at_ms >=", SqlValue::Int(since));
+    }
+    if let Some(until) = query.until {
+        add("at_ms <", SqlValue::Int(until));
+    }
+    if let Some(kind) = &query.kind {
+        add("kind =", SqlValue::Text(kind.clone()));
+    }
+    if let Some(rule) = &query.rule {
+        add("rule =", SqlValue::Text(rule.clone()));
+    }
+    let mut sql = "SELECT event_id, at_ms, kind, rule, counter_key, threshold, principal, \
+                   model, detail FROM audit_log"
+        .to_string();
+    if !clauses.is_empty() {
+        sql.push_str(&format!(" WHERE {}", clauses.join(" AND ")));
+    }
+    match query.limit {
+        Some(n) => {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            sql.push_str(&format!(" ORDER BY at_ms DESC, event_id DESC LIMIT {n}"));
+        }
+        None => sql.push_str(" ORDER BY at_ms, event_id"),
+    }
+    (sql, params)
+}
 
 #[cfg(feature = "sqlite")]
 /// SQLite: runs the ledger migrations not yet applied (an immediate transaction each: a
@@ -38,72 +86,6 @@ pub(crate) fn sqlite_migrate(conn: &mut rusqlite::Connection) -> rusqlite::Resul
         tx.commit()?;
     }
     Ok(())
-}
-
-#[cfg(feature = "sqlite")]
-/// SQLite: writes `rows` in one transaction.
-pub(crate) fn sqlite_write(
-    conn: &mut rusqlite::Connection,
-    rows: &[AuditRow],
-) -> Result<(), String> {
-    let text = |e: rusqlite::Error| e.to_string();
-    // Immediate, as the ledger's rows (sqlite.rs): another writer never makes it fail at once.
-    let tx = conn
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .map_err(text)?;
-    {
-        let mut insert = tx.prepare_cached(&audit::insert_sql(false)).map_err(text)?;
-        for r in rows {
-            insert
-                .execute(rusqlite::params![
-                    r.event_id,
-                    r.at_ms,
-                    r.kind,
-                    r.rule,
-                    r.counter_key,
-                    r.threshold,
-                    r.principal,
-                    r.model,
-                    r.detail.to_string(),
-                ])
-                .map_err(text)?;
-        }
-    }
-    tx.commit().map_err(text)
-}
-
-#[cfg(feature = "sqlite")]
-/// SQLite: the rows `query` selects, oldest first.
-pub(crate) fn sqlite_read(
-    conn: &rusqlite::Connection,
-    query: &AuditQuery,
-) -> Result<Vec<AuditRow>, String> {
-    use rusqlite::types::Value;
-    let text = |e: rusqlite::Error| e.to_string();
-    let (sql, params) = audit::select_sql(false, query);
-    let params = params.into_iter().map(|p| match p {
-        AuditParam::Int(i) => Value::Integer(i),
-        AuditParam::Text(t) => Value::Text(t),
-    });
-    let mut stmt = conn.prepare(&sql).map_err(text)?;
-    let rows = stmt
-        .query_map(rusqlite::params_from_iter(params), |r| {
-            Ok(AuditRow {
-                event_id: r.get(0)?,
-                at_ms: r.get(1)?,
-                kind: r.get(2)?,
-                rule: r.get(3)?,
-                counter_key: r.get(4)?,
-                threshold: r.get(5)?,
-                principal: r.get(6)?,
-                model: r.get(7)?,
-                detail: audit::detail_of(&r.get::<_, String>(8)?),
-            })
-        })
-        .map_err(text)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(text)?;
-    Ok(audit::in_order(rows, query))
 }
 
 #[cfg(feature = "postgres")]
@@ -153,71 +135,4 @@ fn pg_migrate_once(client: &mut postgres::Client) -> Result<(), postgres::Error>
         tx.commit()?;
     }
     Ok(())
-}
-
-#[cfg(feature = "postgres")]
-/// PostgreSQL: writes `rows` in one transaction.
-pub(crate) fn pg_write(client: &mut postgres::Client, rows: &[AuditRow]) -> Result<(), String> {
-    let text = |e: postgres::Error| e.to_string();
-    let mut tx = client.transaction().map_err(text)?;
-    let insert = tx.prepare(&audit::insert_sql(true)).map_err(text)?;
-    for r in rows {
-        let detail = r.detail.to_string();
-        tx.execute(
-            &insert,
-            &[
-                &r.event_id,
-                &r.at_ms,
-                &r.kind,
-                &r.rule,
-                &r.counter_key,
-                &r.threshold,
-                &r.principal,
-                &r.model,
-                &detail,
-            ],
-        )
-        .map_err(text)?;
-    }
-    tx.commit().map_err(text)
-}
-
-#[cfg(feature = "postgres")]
-/// PostgreSQL: the rows `query` selects, oldest first.
-pub(crate) fn pg_read(
-    client: &mut postgres::Client,
-    query: &AuditQuery,
-) -> Result<Vec<AuditRow>, String> {
-    use postgres::types::ToSql;
-    let text = |e: postgres::Error| e.to_string();
-    let (sql, params) = audit::select_sql(true, query);
-    let boxed: Vec<Box<dyn ToSql + Sync>> = params
-        .into_iter()
-        .map(|p| -> Box<dyn ToSql + Sync> {
-            match p {
-                AuditParam::Int(i) => Box::new(i),
-                AuditParam::Text(t) => Box::new(t),
-            }
-        })
-        .collect();
-    let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
-    let rows = client.query(&sql, &refs).map_err(text)?;
-    let rows = rows
-        .iter()
-        .map(|r| {
-            Ok(AuditRow {
-                event_id: r.try_get(0)?,
-                at_ms: r.try_get(1)?,
-                kind: r.try_get(2)?,
-                rule: r.try_get(3)?,
-                counter_key: r.try_get(4)?,
-                threshold: r.try_get(5)?,
-                principal: r.try_get(6)?,
-                model: r.try_get(7)?,
-                detail: audit::detail_of(&r.try_get::<_, String>(8)?),
-            })
-        })
-        .collect::<Result<Vec<_>, postgres::Error>>()
-        .map_err(text)?;
-    Ok(audit::in_order(rows, query))
 }

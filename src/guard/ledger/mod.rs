@@ -18,7 +18,11 @@ mod queue;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod quota_db;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod quota_schema;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql_ledger;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -30,11 +34,15 @@ use std::sync::{Arc, Weak};
 pub(crate) use self::audit::STORE_EPOCH;
 pub use self::audit::{AuditQuery, AuditRow};
 #[cfg(feature = "postgres")]
-pub use self::postgres::PostgresLedger;
+pub use self::postgres::{Postgres, PostgresLedger};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use self::quota_db::{QuotaDb, QuotaDbAt, SqlValue};
+pub use self::quota_db::{QuotaDb, QuotaDbAt};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use self::sql::SqlValue;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use self::sql_ledger::SqlLedger;
 #[cfg(feature = "sqlite")]
-pub use self::sqlite::SqliteLedger;
+pub use self::sqlite::{Sqlite, SqliteLedger};
 
 use crate::guard::domain::clock::Millis;
 pub use crate::guard::domain::recorded::{RowCondition, RowField};
@@ -171,7 +179,8 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
     /// while the writer is behind; a durable ledger returns once the row is committed. A row
     /// the writer cannot take in time (database gone, queue full) is dropped and counted.
     fn record(&self, row: LedgerRow);
-    /// Waits until every row queued before the call is written.
+    /// Waits until every row queued before the call is written (a closed ledger: nothing
+    /// to wait for, `close` wrote them).
     fn flush(&self) -> Result<(), LedgerError>;
     /// Flushes and stops the writer; later records are dropped (and counted).
     fn close(&self) -> Result<(), LedgerError>;

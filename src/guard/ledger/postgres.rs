@@ -1,21 +1,29 @@
 //! The PostgreSQL ledger: a URL; the table is created on first use, and a lost connection is
-//! opened again at the next operation.
+//! opened again at the next operation. What PostgreSQL brings to the generic [`SqlLedger`]:
+//! the connection (tables created under an advisory lock, reconnected when lost), binding
+//! and reading values, the insert of typed column arrays.
 
-use postgres::types::ToSql;
+use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls, Statement};
 
-use super::sql::{self, ColumnParam, Dialect, Param};
-use super::writer::{Backend, Writer};
+use super::sql::{self, ColumnParam, Dialect, SqlValue};
+use super::sql_ledger::{self, SqlDialect, SqlLedger};
 use super::{audit, audit_db};
-use super::{
-    AuditQuery, AuditRow, Ledger, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery,
-};
-use crate::guard::domain::rule::Metric;
+use super::{LedgerError, LedgerRow};
 
 /// The advisory lock key that serializes creating the tables ("ug_ledgr").
 const SCHEMA_LOCK: i64 = 0x7567_5f6c_6564_6772;
 
-struct PostgresBackend {
+/// PostgreSQL, as a [`SqlLedger`]'s database.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Postgres;
+
+/// A ledger in PostgreSQL at `url` (`postgres://user@host:port/db`); no TLS. A `kill -9`
+/// loses at most about the last 250 ms of billed rows; a durable ledger none.
+pub type PostgresLedger = SqlLedger<Postgres>;
+
+/// The writer thread's connection: opened again at the next operation once lost.
+pub(crate) struct PgConn {
     url: String,
     durable: bool,
     client: Option<Client>,
@@ -25,14 +33,16 @@ struct PostgresBackend {
 
 type Boxed = Box<dyn ToSql + Sync>;
 
-fn boxed(params: Vec<Param>) -> Vec<Boxed> {
+/// Values as PostgreSQL parameters (NULL as a text NULL).
+pub(crate) fn boxed(params: &[SqlValue]) -> Vec<Boxed> {
     params
-        .into_iter()
+        .iter()
         .map(|p| -> Boxed {
             match p {
-                Param::Text(s) => Box::new(s),
-                Param::OptText(s) => Box::new(s),
-                Param::Int(i) => Box::new(i),
+                SqlValue::Null => Box::new(None::<String>),
+                SqlValue::Int(i) => Box::new(*i),
+                SqlValue::Real(r) => Box::new(*r),
+                SqlValue::Text(t) => Box::new(t.clone()),
             }
         })
         .collect()
@@ -54,10 +64,38 @@ fn refs(params: &[Boxed]) -> Vec<&(dyn ToSql + Sync)> {
     params.iter().map(|b| b.as_ref()).collect()
 }
 
-fn whole(row: &postgres::Row, i: usize) -> Result<u64, String> {
-    row.try_get::<_, i64>(i)
-        .map(|v| v.max(0) as u64)
-        .map_err(|e| e.to_string())
+/// The rows `sql` selects: integers, floats and booleans (as 0/1) read as numbers, every
+/// other type as text.
+pub(crate) fn rows(
+    client: &mut Client,
+    sql: &str,
+    params: &[SqlValue],
+) -> Result<Vec<Vec<SqlValue>>, postgres::Error> {
+    let params = boxed(params);
+    let rows = client.query(sql, &refs(&params))?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let mut values = Vec::with_capacity(row.len());
+        for (i, column) in row.columns().iter().enumerate() {
+            let t = column.type_();
+            let v = if *t == Type::INT8 {
+                row.try_get::<_, Option<i64>>(i)?.map(SqlValue::Int)
+            } else if *t == Type::INT4 {
+                row.try_get::<_, Option<i32>>(i)?
+                    .map(|v| SqlValue::Int(v.into()))
+            } else if *t == Type::FLOAT8 {
+                row.try_get::<_, Option<f64>>(i)?.map(SqlValue::Real)
+            } else if *t == Type::BOOL {
+                row.try_get::<_, Option<bool>>(i)?
+                    .map(|b| SqlValue::Int(b.into()))
+            } else {
+                row.try_get::<_, Option<String>>(i)?.map(SqlValue::Text)
+            };
+            values.push(v.unwrap_or(SqlValue::Null));
+        }
+        out.push(values);
+    }
+    Ok(out)
 }
 
 /// The URL without its password, for messages.
@@ -74,7 +112,11 @@ fn redact(url: &str) -> String {
     }
 }
 
-impl PostgresBackend {
+fn text(e: postgres::Error) -> String {
+    e.to_string()
+}
+
+impl PgConn {
     fn connect(url: &str, durable: bool) -> Result<Client, String> {
         let mut client = Client::connect(url, NoTls).map_err(|e| {
             format!(
@@ -123,164 +165,80 @@ impl PostgresBackend {
     }
 }
 
-impl Backend for PostgresBackend {
-    fn write(&mut self, rows: &[LedgerRow]) -> Result<(), String> {
+impl SqlDialect for Postgres {
+    const NAME: &'static str = "postgres";
+    const SQL: Dialect = Dialect::Postgres;
+    type Conn = PgConn;
+
+    fn open(at: &str, durable: bool) -> Result<PgConn, String> {
+        Ok(PgConn {
+            url: at.to_string(),
+            durable,
+            client: Some(PgConn::connect(at, durable)?),
+            insert: None,
+        })
+    }
+
+    fn insert(conn: &mut PgConn, rows: &[LedgerRow]) -> Result<(), String> {
         // Reconnect first when the connection was lost: that forgets the statement.
-        self.client()?;
-        let mut insert = self.insert.take();
-        let result = self.with(|client| {
+        conn.client()?;
+        let mut insert = conn.insert.take();
+        let result = conn.with(|client| {
             let statement = match insert.take() {
                 Some(s) => s,
-                None => client
-                    .prepare(&sql::unnest_insert_sql())
-                    .map_err(|e| e.to_string())?,
+                None => client.prepare(&sql::unnest_insert_sql()).map_err(text)?,
             };
-            let mut tx = client.transaction().map_err(|e| e.to_string())?;
+            let mut tx = client.transaction().map_err(text)?;
             for chunk in rows.chunks(sql::chunk_rows(Dialect::Postgres)) {
                 let params = column_boxed(sql::column_params(chunk));
-                tx.execute(&statement, &refs(&params))
-                    .map_err(|e| e.to_string())?;
+                tx.execute(&statement, &refs(&params)).map_err(text)?;
             }
-            tx.commit().map_err(|e| e.to_string())?;
+            tx.commit().map_err(text)?;
             insert = Some(statement);
             Ok(())
         });
-        if self.client.is_some() {
-            self.insert = insert;
+        if conn.client.is_some() {
+            conn.insert = insert;
         }
         result
     }
 
-    fn sum(&mut self, filter: &SumFilter, metric: Metric) -> Result<u64, String> {
-        let (q, params) = sql::sum_sql(Dialect::Postgres, filter, metric);
-        let params = boxed(params);
-        self.with(|client| {
-            let row = client
-                .query_one(&q, &refs(&params))
-                .map_err(|e| e.to_string())?;
-            whole(&row, 0)
+    fn execute_each(conn: &mut PgConn, sql: &str, each: &[Vec<SqlValue>]) -> Result<(), String> {
+        conn.with(|client| {
+            let mut tx = client.transaction().map_err(text)?;
+            let statement = tx.prepare(sql).map_err(text)?;
+            for params in each {
+                tx.execute(&statement, &refs(&boxed(params)))
+                    .map_err(text)?;
+            }
+            tx.commit().map_err(text)
         })
     }
 
-    fn query(&mut self, query: &UsageQuery) -> Result<Vec<UsageGroup>, String> {
-        let (q, params) = sql::query_sql(Dialect::Postgres, query);
-        let params = boxed(params);
-        let groups = query.group_by.clone();
-        self.with(|client| {
-            let rows = client
-                .query(&q, &refs(&params))
-                .map_err(|e| e.to_string())?;
-            let n = groups.len();
-            rows.iter()
-                .map(|r| {
-                    let mut keys = Vec::with_capacity(n);
-                    for (i, g) in groups.iter().enumerate() {
-                        let key: Option<String> = r.try_get(i).map_err(|e| e.to_string())?;
-                        keys.push((*g, key));
-                    }
-                    Ok(UsageGroup {
-                        keys,
-                        requests: whole(r, n)?,
-                        input_tokens: whole(r, n + 1)?,
-                        cached_input_tokens: whole(r, n + 2)?,
-                        output_tokens: whole(r, n + 3)?,
-                        reasoning_tokens: whole(r, n + 4)?,
-                        cost_micros: whole(r, n + 5)?,
-                        compute_ms: whole(r, n + 6)?,
-                    })
-                })
-                .collect()
-        })
-    }
-
-    fn write_audit(&mut self, rows: &[AuditRow]) -> Result<(), String> {
-        self.with(|client| audit_db::pg_write(client, rows))
-    }
-
-    fn audit(&mut self, query: &AuditQuery) -> Result<Vec<AuditRow>, String> {
-        self.with(|client| audit_db::pg_read(client, query))
+    fn select(
+        conn: &mut PgConn,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Vec<Vec<SqlValue>>, String> {
+        conn.with(|client| rows(client, sql, params).map_err(text))
     }
 }
 
-/// A ledger in PostgreSQL at `url` (`postgres://user@host:port/db`); no TLS. A `kill -9`
-/// loses at most about the last 250 ms of billed rows; a durable ledger none.
-#[derive(Debug)]
-pub struct PostgresLedger {
-    url: String,
-    writer: Writer,
-}
-
-impl PostgresLedger {
+impl SqlLedger<Postgres> {
     /// Connects and creates the table if needed; fails when the server cannot be reached.
     /// Rows are committed within about 250 ms of being recorded.
     pub fn connect(url: &str) -> Result<Self, LedgerError> {
-        Self::connect_with(url, false)
+        sql_ledger::start(url, redact(url), false)
     }
 
     /// `connect`, but `record` (and so `Ticket::bill`) returns only once the row is
     /// committed; concurrent billers share one commit.
     pub fn connect_durable(url: &str) -> Result<Self, LedgerError> {
-        Self::connect_with(url, true)
-    }
-
-    fn connect_with(url: &str, durable: bool) -> Result<Self, LedgerError> {
-        let owned = url.to_string();
-        let writer = Writer::start("postgres", durable, move || {
-            let client = PostgresBackend::connect(&owned, durable)?;
-            Ok(PostgresBackend {
-                url: owned.clone(),
-                durable,
-                client: Some(client),
-                insert: None,
-            })
-        })?;
-        Ok(PostgresLedger {
-            url: redact(url),
-            writer,
-        })
+        sql_ledger::start(url, redact(url), true)
     }
 
     /// The URL, password hidden.
     pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// The most rows recorded and not yet written at any time (`pending().0` never exceeds it).
-    pub fn queue_bound(&self) -> usize {
-        super::queue::MAX_ROWS
-    }
-}
-
-impl Ledger for PostgresLedger {
-    fn record(&self, row: LedgerRow) {
-        self.writer.record(row)
-    }
-
-    fn flush(&self) -> Result<(), LedgerError> {
-        self.writer.flush()
-    }
-
-    fn close(&self) -> Result<(), LedgerError> {
-        self.writer.close()
-    }
-
-    fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError> {
-        self.writer.sum(filter, metric)
-    }
-
-    fn query(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>, LedgerError> {
-        self.writer.query(query)
-    }
-
-    fn pending(&self) -> (usize, u64) {
-        self.writer.pending()
-    }
-
-    fn record_event(&self, row: AuditRow) {
-        self.writer.record_audit(row)
-    }
-
-    fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, LedgerError> {
-        self.writer.audit(query)
+        self.at()
     }
 }

@@ -1,19 +1,12 @@
 //! The connection the quota service's tables (`quota_policies`, `quota_assignments`) use: the
 //! ledger's database (SQLite file or PostgreSQL), on a connection of its own so that policy
-//! changes never wait behind the ledger's writer. The service (Python, `quota_store`) sends
-//! its statements and transactions (`BEGIN` … `COMMIT`) through [`QuotaDb::execute`]; a lost
+//! changes never wait behind the ledger's writer. The tables are created and migrated here
+//! (`QuotaDb::migrate`, `quota_schema.rs`); the service (Python, `quota/store.py`) sends its
+//! statements and transactions (`BEGIN` … `COMMIT`) through [`QuotaDb::execute`]; a lost
 //! connection is opened again at the next statement.
 
+use super::sql::{Dialect, SqlValue};
 use super::LedgerError;
-
-/// A value bound to a statement or read from a row.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SqlValue {
-    Null,
-    Int(i64),
-    Real(f64),
-    Text(String),
-}
 
 /// Where the quota tables live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +56,14 @@ impl QuotaDb {
         }
     }
 
+    /// The SQL text this database takes.
+    pub(crate) fn sql(&self) -> Dialect {
+        match self.at {
+            QuotaDbAt::Sqlite(_) => Dialect::Sqlite,
+            QuotaDbAt::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
     fn open(&self) -> Result<Conn, LedgerError> {
         match &self.at {
             #[cfg(feature = "sqlite")]
@@ -103,9 +104,14 @@ impl QuotaDb {
         }
         let result = match self.conn.as_mut() {
             #[cfg(feature = "sqlite")]
-            Some(Conn::Sqlite(c)) => sqlite_execute(c, sql, params),
+            Some(Conn::Sqlite(c)) => super::sqlite::rows(c, sql, params).map_err(err),
             #[cfg(feature = "postgres")]
-            Some(Conn::Postgres(c)) => postgres_execute(c, sql, params),
+            Some(Conn::Postgres(c)) => {
+                super::postgres::rows(c, sql, params).map_err(|e| match e.as_db_error() {
+                    Some(db) => err(db.message()),
+                    None => err(e),
+                })
+            }
             #[allow(unreachable_patterns)]
             _ => Err(err("no connection")),
         };
@@ -117,96 +123,4 @@ impl QuotaDb {
         }
         result
     }
-}
-
-#[cfg(feature = "sqlite")]
-fn sqlite_execute(
-    conn: &rusqlite::Connection,
-    sql: &str,
-    params: &[SqlValue],
-) -> Result<Vec<Vec<SqlValue>>, LedgerError> {
-    use rusqlite::types::{Value, ValueRef};
-    let values: Vec<Value> = params
-        .iter()
-        .map(|p| match p {
-            SqlValue::Null => Value::Null,
-            SqlValue::Int(i) => Value::Integer(*i),
-            SqlValue::Real(r) => Value::Real(*r),
-            SqlValue::Text(t) => Value::Text(t.clone()),
-        })
-        .collect();
-    let mut stmt = conn.prepare(sql).map_err(err)?;
-    let columns = stmt.column_count();
-    let mut rows = stmt
-        .query(rusqlite::params_from_iter(values))
-        .map_err(err)?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next().map_err(err)? {
-        let mut values = Vec::with_capacity(columns);
-        for i in 0..columns {
-            values.push(match row.get_ref(i).map_err(err)? {
-                ValueRef::Null => SqlValue::Null,
-                ValueRef::Integer(v) => SqlValue::Int(v),
-                ValueRef::Real(v) => SqlValue::Real(v),
-                ValueRef::Text(v) | ValueRef::Blob(v) => {
-                    SqlValue::Text(String::from_utf8_lossy(v).into_owned())
-                }
-            });
-        }
-        out.push(values);
-    }
-    Ok(out)
-}
-
-#[cfg(feature = "postgres")]
-fn postgres_execute(
-    client: &mut postgres::Client,
-    sql: &str,
-    params: &[SqlValue],
-) -> Result<Vec<Vec<SqlValue>>, LedgerError> {
-    use postgres::types::{ToSql, Type};
-    let boxed: Vec<Box<dyn ToSql + Sync>> = params
-        .iter()
-        .map(|p| -> Box<dyn ToSql + Sync> {
-            match p {
-                SqlValue::Null => Box::new(None::<String>),
-                SqlValue::Int(i) => Box::new(*i),
-                SqlValue::Real(r) => Box::new(*r),
-                SqlValue::Text(t) => Box::new(t.clone()),
-            }
-        })
-        .collect();
-    let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| &**b).collect();
-    let rows = client
-        .query(sql, &refs)
-        .map_err(|e| match e.as_db_error() {
-            Some(db) => err(db.message()),
-            None => err(e),
-        })?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let mut values = Vec::with_capacity(row.len());
-        for (i, column) in row.columns().iter().enumerate() {
-            let t = column.type_();
-            let v = if *t == Type::INT8 {
-                row.try_get::<_, Option<i64>>(i)
-                    .map(|v| v.map(SqlValue::Int))
-            } else if *t == Type::INT4 {
-                let v = row.try_get::<_, Option<i32>>(i);
-                v.map(|v| v.map(|v| SqlValue::Int(v.into())))
-            } else if *t == Type::FLOAT8 {
-                row.try_get::<_, Option<f64>>(i)
-                    .map(|v| v.map(SqlValue::Real))
-            } else if *t == Type::BOOL {
-                let v = row.try_get::<_, Option<bool>>(i);
-                v.map(|v| v.map(|b| SqlValue::Int(b.into())))
-            } else {
-                row.try_get::<_, Option<String>>(i)
-                    .map(|v| v.map(SqlValue::Text))
-            };
-            values.push(v.map_err(err)?.unwrap_or(SqlValue::Null));
-        }
-        out.push(values);
-    }
-    Ok(out)
 }

@@ -1,10 +1,11 @@
-//! The SQL both backends share: the table, the idempotent insert, the sums and the grouped
-//! query. Only placeholders differ between SQLite (`?N`) and PostgreSQL (`$N`).
+//! The SQL text both databases share: the table, the idempotent insert, the sums and the
+//! grouped query, written once for a [`Dialect`] (placeholders, JSON and time functions,
+//! column types). What differs in running it lives in each database's `SqlDialect`.
 
 use super::{GroupBy, LedgerRow, RowCondition, RowField, SumFilter, UsageQuery};
 use crate::guard::domain::rule::Metric;
 
-/// Which database the SQL is for.
+/// Which database the SQL text is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dialect {
     Sqlite,
@@ -12,20 +13,58 @@ pub(crate) enum Dialect {
 }
 
 impl Dialect {
-    fn placeholder(self, n: usize) -> String {
+    /// The `n`th placeholder (from 1): `?n` or `$n`.
+    pub(crate) fn placeholder(self, n: usize) -> String {
         match self {
             Dialect::Sqlite => format!("?{n}"),
             Dialect::Postgres => format!("${n}"),
         }
     }
+
+    /// The column type of an auto-increment integer primary key.
+    pub(crate) fn auto_id(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
+            Dialect::Postgres => "BIGSERIAL PRIMARY KEY",
+        }
+    }
+
+    /// The start of a transaction that writes: SQLite takes the write lock at once
+    /// (`IMMEDIATE`), so another writer makes it wait instead of failing at commit.
+    pub(crate) fn begin(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+            Dialect::Postgres => "BEGIN",
+        }
+    }
 }
 
-/// A bound parameter.
+/// A value bound to a statement or read from a row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SqlValue {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+}
+
+/// A bound parameter of the usage table's insert (its variant keeps the column's type,
+/// which PostgreSQL's typed column arrays need even for a NULL).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Param {
     Text(String),
     OptText(Option<String>),
     Int(i64),
+}
+
+impl From<Param> for SqlValue {
+    fn from(p: Param) -> SqlValue {
+        match p {
+            Param::Text(t) | Param::OptText(Some(t)) => SqlValue::Text(t),
+            Param::OptText(None) => SqlValue::Null,
+            Param::Int(i) => SqlValue::Int(i),
+        }
+    }
 }
 
 /// The table and its indexes (created on first use).
@@ -89,6 +128,7 @@ pub(crate) fn chunk_rows(dialect: Dialect) -> usize {
     }
 }
 
+#[cfg(feature = "sqlite")]
 /// The insert of `rows` rows in one statement: a row whose ticket id is already there is
 /// skipped.
 pub(crate) fn insert_sql(dialect: Dialect, rows: usize) -> String {
@@ -108,6 +148,7 @@ pub(crate) fn insert_sql(dialect: Dialect, rows: usize) -> String {
     )
 }
 
+#[cfg(feature = "postgres")]
 /// PostgreSQL's insert of any number of rows with one parameter per column (an array each,
 /// cast to the column's type): one prepared statement, no parameter limit, no per-row parse.
 pub(crate) fn unnest_insert_sql() -> String {
@@ -126,6 +167,7 @@ pub(crate) fn unnest_insert_sql() -> String {
     )
 }
 
+#[cfg(feature = "postgres")]
 /// A column of `unnest_insert_sql`'s parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ColumnParam {
@@ -133,6 +175,7 @@ pub(crate) enum ColumnParam {
     Int(Vec<i64>),
 }
 
+#[cfg(feature = "postgres")]
 /// The parameters of `rows` for `unnest_insert_sql`, column after column.
 pub(crate) fn column_params(rows: &[LedgerRow]) -> Vec<ColumnParam> {
     let mut columns: Vec<ColumnParam> = insert_params(&LedgerRow::default())
@@ -155,9 +198,13 @@ pub(crate) fn column_params(rows: &[LedgerRow]) -> Vec<ColumnParam> {
     columns
 }
 
+#[cfg(feature = "sqlite")]
 /// The parameters of `rows` for `insert_sql(dialect, rows.len())`, row after row.
-pub(crate) fn insert_all_params(rows: &[LedgerRow]) -> Vec<Param> {
-    rows.iter().flat_map(insert_params).collect()
+pub(crate) fn insert_all_params(rows: &[LedgerRow]) -> Vec<SqlValue> {
+    rows.iter()
+        .flat_map(insert_params)
+        .map(SqlValue::from)
+        .collect()
 }
 
 /// A row's parameters, in column order.
@@ -198,7 +245,7 @@ fn metric_expr(metric: Metric) -> &'static str {
 struct Where {
     dialect: Dialect,
     clauses: Vec<String>,
-    params: Vec<Param>,
+    params: Vec<SqlValue>,
 }
 
 impl Where {
@@ -210,7 +257,7 @@ impl Where {
         }
     }
 
-    fn add(&mut self, column_op: &str, param: Param) {
+    fn add(&mut self, column_op: &str, param: SqlValue) {
         self.params.push(param);
         let ph = self.dialect.placeholder(self.params.len());
         self.clauses.push(format!("{column_op} {ph}"));
@@ -218,7 +265,7 @@ impl Where {
 
     fn text(&mut self, column: &str, value: &Option<String>) {
         if let Some(v) = value {
-            self.add(&format!("{column} ="), Param::Text(v.clone()));
+            self.add(&format!("{column} ="), SqlValue::Text(v.clone()));
         }
     }
 
@@ -226,7 +273,7 @@ impl Where {
     fn condition(&mut self, c: &RowCondition) {
         let mut phs = Vec::with_capacity(c.values.len());
         for v in &c.values {
-            self.params.push(Param::Text(v.clone()));
+            self.params.push(SqlValue::Text(v.clone()));
             phs.push(self.dialect.placeholder(self.params.len()));
         }
         let list = phs.join(", ");
@@ -269,14 +316,14 @@ pub(crate) fn sum_sql(
     dialect: Dialect,
     filter: &SumFilter,
     metric: Metric,
-) -> (String, Vec<Param>) {
+) -> (String, Vec<SqlValue>) {
     let mut w = Where::new(dialect);
     w.text("user_id", &filter.user);
     w.text("team_id", &filter.team);
     w.text("source_type", &filter.source_type);
     w.text("model", &filter.model);
-    w.add("at_ms >=", Param::Int(filter.since));
-    w.add("at_ms <", Param::Int(filter.until));
+    w.add("at_ms >=", SqlValue::Int(filter.since));
+    w.add("at_ms <", SqlValue::Int(filter.until));
     for c in &filter.attributes {
         w.condition(c);
     }
@@ -308,16 +355,16 @@ fn group_column(dialect: Dialect, g: GroupBy) -> &'static str {
 }
 
 /// The grouped usage query: the group columns first, then requests and the seven sums.
-pub(crate) fn query_sql(dialect: Dialect, q: &UsageQuery) -> (String, Vec<Param>) {
+pub(crate) fn query_sql(dialect: Dialect, q: &UsageQuery) -> (String, Vec<SqlValue>) {
     let mut w = Where::new(dialect);
     w.text("user_id", &q.user);
     w.text("team_id", &q.team);
     w.text("model", &q.model);
     if let Some(since) = q.since {
-        w.add("at_ms >=", Param::Int(since));
+        w.add("at_ms >=", SqlValue::Int(since));
     }
     if let Some(until) = q.until {
-        w.add("at_ms <", Param::Int(until));
+        w.add("at_ms <", SqlValue::Int(until));
     }
     let groups: Vec<&str> = q
         .group_by

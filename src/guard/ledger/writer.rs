@@ -214,14 +214,15 @@ impl Writer {
         queue.record(row, self.durable);
     }
 
-    /// Waits for every row queued so far to be written. A forked child that never used the
-    /// ledger has none of its own: no thread (nor connection) is started for it (the flush
-    /// at exit of every child of a pool reaches every ledger).
+    /// Waits for every row queued so far to be written. There are none once `close` wrote
+    /// them (under the slot lock), nor in a forked child that never used the ledger: no thread
+    /// (nor connection) is started for it (the exit flush of each child of a pool reaches it).
     pub(crate) fn flush(&self) -> Result<(), LedgerError> {
-        let unused = !self.live.get().lock().started && !self.closed.load(Ordering::Acquire);
-        if unused {
+        let slot = self.live.get().lock();
+        if !slot.started || self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
+        drop(slot);
         self.ask(Msg::Flush)
     }
 
