@@ -213,7 +213,9 @@ pub(super) async fn serve(
             _ = over.wait_for(|o| *o) => break,
             _ = tick.tick() => {
                 let late = tokio::time::Instant::now() >= deadline;
-                if (listening.drained() || late) && !listening.over.send_replace(true) && late {
+                // The thread that ends the drain says so (once) when it was cut off.
+                let first = (listening.drained() || late) && !listening.over.send_replace(true);
+                if first && late {
                     log::warn!(
                         "gateway: calls still running after {drain} s of draining are cut \
                          off (and billed for what they delivered)"
