@@ -122,6 +122,12 @@ impl Conn {
         Some(self.opened + Duration::from_millis(since) + limit)
     }
 
+    /// Whether a request is awaited that its client may have sent already: the first one,
+    /// or the next one once its first bytes came (not an idle kept-alive connection).
+    pub(super) fn awaits_request(&self) -> bool {
+        self.load().0 == Phase::Head
+    }
+
     /// A request's headers arrived: its body is timed next (not when it has none). The
     /// request is in progress until what this returns is dropped (with its answer's body,
     /// or before: the connection ended first).

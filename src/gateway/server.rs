@@ -177,13 +177,8 @@ impl Gateway {
             move || finish(&app, &done)
         };
         let serving = app.clone();
-        threads::spawn(listener, threads, finish, move |listener| {
-            serve(
-                listener,
-                listening.clone(),
-                serving.clone(),
-                stopping.clone(),
-            )
+        threads::spawn(listener, threads, finish, move |seat| {
+            serve(seat, listening.clone(), serving.clone(), stopping.clone())
         })
         .map_err(|e| Error::invalid("listen", &options.listen, e.to_string()))?;
         if options.dashboard_only {
@@ -264,12 +259,12 @@ fn check_admin_token(guard: &Guard) -> Result<()> {
 
 /// Serves on one thread until a stop is asked, then drains (up to `gateway.drain_seconds`).
 async fn serve(
-    listener: tokio::net::TcpListener,
+    seat: threads::Seat,
     listening: Arc<Listening>,
     server_app: Arc<App>,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    let deadline = listen::serve(listener, listening, stopping).await;
+    let deadline = listen::serve(seat, listening, stopping).await;
     // Calls whose client went away still run while their provider works: they are billed
     // when it answers (this thread's runtime must live until then).
     while server_app.calls.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < deadline {

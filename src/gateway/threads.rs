@@ -1,16 +1,116 @@
-//! The gateway's serving threads. Each runs its own one-thread tokio runtime accepting on
-//! the one listening socket, so a call (its request, admission, the upstream connection and
-//! the answer relayed back, event by event) stays on the thread that accepted it. On a small
-//! machine every hand-off between threads is a wake-up that may wait for a core: at 500
-//! calls/s on 2 cores those hand-offs were most of what the gateway added at p99
-//! (docs/performance.md, "The gateway's added latency"). Store round trips still run on the
-//! crate's shared runtime, where the store's connections live.
+//! The gateway's serving threads. Each runs its own one-thread tokio runtime; every thread
+//! accepts on the one listening socket, and a connection is served by the thread with the
+//! fewest open connections: the thread that accepted it keeps it when none has fewer, else
+//! hands it over (the socket moves to that thread's runtime before its first byte is read).
+//! A connection then stays on its thread: its requests, admission, the upstream connection
+//! and the answer relayed back, event by event. On a small machine every hand-off between
+//! threads is a wake-up that may wait for a core: at 500 calls/s on 2 cores those hand-offs
+//! were most of what the gateway added at p99 (docs/performance.md, "The gateway's added
+//! latency"), so there is one per connection, none per call. Without the hand-over the
+//! thread that woke first took every connection of a burst, and a burst of calls on them
+//! was served one after another (issue 36). Store round trips still run on the crate's
+//! shared runtime, where the store's connections live.
+//!
+//! One socket, not one per thread (`SO_REUSEPORT`): the kernel spreads connections over
+//! such sockets by a hash (uneven for a few dozen connections), a second gateway started
+//! on the same port would silently share it, and a socket closed while others still serve
+//! resets the connections queued on it.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Starts `threads` threads, each serving `serve(listener)` on its own runtime with a clone
+use tokio::sync::mpsc;
+
+/// What the serving threads share: each one's open connections and the way to hand it one.
+pub(super) struct Peers {
+    /// Open connections per thread (counted from the moment one is handed over).
+    loads: Vec<Arc<AtomicUsize>>,
+    inboxes: Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
+    /// Connections handed over and not yet taken by their thread.
+    pub(super) in_transit: AtomicUsize,
+}
+
+/// One serving thread's place: the shared listener, the connections handed to it, and the
+/// other threads.
+pub(super) struct Seat {
+    pub(super) index: usize,
+    pub(super) listener: tokio::net::TcpListener,
+    pub(super) inbox: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    pub(super) peers: Arc<Peers>,
+}
+
+/// Counts a connection on its thread until dropped (it is moved into the connection's task).
+pub(super) struct Load(Arc<AtomicUsize>);
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Seat {
+    /// Where `stream`, just accepted here, is served: `Ok` with its count on this thread,
+    /// or `Err(())` once handed to a thread with fewer open connections.
+    pub(super) fn place(
+        &self,
+        stream: tokio::net::TcpStream,
+    ) -> Result<(tokio::net::TcpStream, Load), ()> {
+        let peers = &*self.peers;
+        let mine = peers.loads[self.index].load(Ordering::Acquire);
+        let least = (0..peers.loads.len())
+            .map(|i| (peers.loads[i].load(Ordering::Acquire), i))
+            .min();
+        let Some((_, to)) = least.filter(|(n, _)| *n < mine) else {
+            return Ok((stream, self.count()));
+        };
+        let std = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("gateway: a connection could not be handed over: {e}");
+                return Err(());
+            }
+        };
+        peers.loads[to].fetch_add(1, Ordering::AcqRel);
+        peers.in_transit.fetch_add(1, Ordering::AcqRel);
+        if let Err(back) = peers.inboxes[to].send(std) {
+            // That thread has ended (it never does while another serves): serve it here.
+            peers.loads[to].fetch_sub(1, Ordering::AcqRel);
+            peers.in_transit.fetch_sub(1, Ordering::AcqRel);
+            return match tokio::net::TcpStream::from_std(back.0) {
+                Ok(s) => Ok((s, self.count())),
+                Err(_) => Err(()),
+            };
+        }
+        Err(())
+    }
+
+    /// A connection counted on this thread.
+    pub(super) fn count(&self) -> Load {
+        let load = self.peers.loads[self.index].clone();
+        load.fetch_add(1, Ordering::AcqRel);
+        Load(load)
+    }
+
+    /// A connection handed to this thread (already counted on it), on this thread's
+    /// runtime; `None` when it cannot be registered (it is closed).
+    pub(super) fn handed(
+        &self,
+        stream: std::net::TcpStream,
+    ) -> Option<(tokio::net::TcpStream, Load)> {
+        self.peers.in_transit.fetch_sub(1, Ordering::AcqRel);
+        let load = Load(self.peers.loads[self.index].clone());
+        match tokio::net::TcpStream::from_std(stream) {
+            Ok(s) => Some((s, load)),
+            Err(e) => {
+                log::warn!("gateway: a connection handed over could not be served: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// Starts `threads` threads, each serving `serve(seat)` on its own runtime with a clone
 /// of `listener`; the last one to end runs `finish` (on its own thread, after its runtime is
 /// gone). Fails when the socket cannot be cloned or no thread can be started; a thread that
 /// started is never left without its share of `finish`.
@@ -21,7 +121,7 @@ pub(super) fn spawn<S, F, Fut>(
     serve: S,
 ) -> std::io::Result<()>
 where
-    S: Fn(tokio::net::TcpListener) -> Fut + Send + Sync + 'static,
+    S: Fn(Seat) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()>,
     F: FnOnce() + Send + 'static,
 {
@@ -29,14 +129,24 @@ where
     let listeners = (0..threads)
         .map(|_| listener.try_clone())
         .collect::<std::io::Result<Vec<_>>>()?;
+    let (inboxes, receivers): (Vec<_>, Vec<_>) =
+        (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
+    let peers = Arc::new(Peers {
+        loads: (0..threads)
+            .map(|_| Arc::new(AtomicUsize::new(0)))
+            .collect(),
+        inboxes,
+        in_transit: AtomicUsize::new(0),
+    });
     let serve = Arc::new(serve);
     let running = Arc::new(AtomicUsize::new(threads));
     let finish = Arc::new(crate::lock::Mutex::new(Some(finish)));
-    for (i, listener) in listeners.into_iter().enumerate() {
+    for (i, (listener, inbox)) in listeners.into_iter().zip(receivers).enumerate() {
         let (serve, left, finish) = (serve.clone(), running.clone(), finish.clone());
+        let seated = peers.clone();
         let body = move || {
             crate::runtime::leave_signals_to_other_threads();
-            serve_one(listener, &*serve);
+            serve_one(i, listener, inbox, seated, &*serve);
             if left.fetch_sub(1, Ordering::AcqRel) == 1 {
                 if let Some(finish) = finish.lock().take() {
                     finish();
@@ -47,8 +157,10 @@ where
             .name(format!("usage-guard-gateway-{i}"))
             .spawn(body);
         if let Err(e) = started {
-            // The threads that did start serve; this one's share is counted as ended.
+            // The threads that did start serve; this one's share is counted as ended (and,
+            // its inbox gone, nothing is handed to it).
             log::error!("gateway: serving thread {i} could not start: {e}");
+            peers.loads[i].store(usize::MAX / 2, Ordering::Release);
             if running.fetch_sub(1, Ordering::AcqRel) == 1 {
                 return Err(e);
             }
@@ -58,9 +170,14 @@ where
 }
 
 /// Serves on this thread until `serve` returns.
-fn serve_one<S, Fut>(listener: std::net::TcpListener, serve: &S)
-where
-    S: Fn(tokio::net::TcpListener) -> Fut,
+fn serve_one<S, Fut>(
+    index: usize,
+    listener: std::net::TcpListener,
+    inbox: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    peers: Arc<Peers>,
+    serve: &S,
+) where
+    S: Fn(Seat) -> Fut,
     Fut: Future<Output = ()>,
 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -75,7 +192,15 @@ where
     };
     runtime.block_on(async {
         match tokio::net::TcpListener::from_std(listener) {
-            Ok(listener) => serve(listener).await,
+            Ok(listener) => {
+                let seat = Seat {
+                    index,
+                    listener,
+                    inbox,
+                    peers,
+                };
+                serve(seat).await
+            }
             Err(e) => log::error!("gateway: a serving thread cannot accept: {e}"),
         }
     });
