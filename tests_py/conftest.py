@@ -30,6 +30,17 @@ def make_guard(clock: ug.ManualClock) -> Callable[..., ug.Guard]:
     return make
 
 
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    """One redis-server for a whole module (its tests count under prefixes of their own),
+    stopped by pid afterwards."""
+    server = RedisServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
     """A fresh redis-server for one test, stopped by pid afterwards."""

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,16 +39,6 @@ POLICY = {
 }
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
-
-
-@pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    """One redis-server for the module; each test counts under a prefix of its own."""
-    server = RedisServer()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _start(

@@ -57,15 +57,6 @@ def proxy_env(server: FakeProvider) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    server = RedisServer()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
 def venv() -> Path:
     """The proxy's venv (made once; the module skips when the package index is unreachable)."""
     return proxy_venv()
