@@ -100,6 +100,10 @@ fn start_exit_thread() -> Option<i32> {
         return None;
     }
     let [read, write] = fds;
+    // The handler's write never blocks (a full pipe already holds a wake-up); the exit
+    // thread's read does.
+    // SAFETY: sets a flag on a descriptor made above.
+    unsafe { libc::fcntl(write, libc::F_SETFL, libc::O_NONBLOCK) };
     let started = std::thread::Builder::new()
         .name("usage-guard-exit".into())
         .spawn(move || {
