@@ -25,9 +25,20 @@ pub(crate) fn shared() -> &'static tokio::runtime::Runtime {
     })
 }
 
+/// Called by every thread the core starts (set once: SIGTERM's flush starts its own thread
+/// with the first of them, so a process the core started no thread in stays single-threaded).
+static THREAD_STARTED: OnceLock<fn()> = OnceLock::new();
+
+/// Sets what every thread the core starts calls first (the first setting stays).
+#[cfg_attr(not(all(unix, feature = "python")), allow(dead_code))]
+pub(crate) fn on_thread_start(hook: fn()) {
+    let _ = THREAD_STARTED.set(hook);
+}
+
 /// Blocks, in the calling thread, the signals a host handles asynchronously (SIGTERM,
 /// SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2, SIGALRM, SIGCHLD, SIGWINCH): every thread the core
-/// starts calls it first, so the kernel delivers those signals to the host's threads.
+/// starts calls it first, so the kernel delivers those signals to the host's threads; then
+/// it calls the hook `on_thread_start` set.
 ///
 /// Why: Python runs its signal handlers in the main thread, and learns of a signal there only
 /// when the signal interrupts that thread. Delivered to one of our threads instead, a handled
@@ -56,6 +67,9 @@ pub(crate) fn leave_signals_to_other_threads() {
             libc::sigaddset(&mut set, signal);
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    if let Some(started) = THREAD_STARTED.get() {
+        started();
     }
 }
 

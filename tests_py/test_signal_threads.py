@@ -170,3 +170,24 @@ def test_sigterm_ends_a_main_thread_asleep_in_a_c_call_after_the_flush(tmp_path:
 
     rows = ug.SqliteLedger(str(ledger)).query(user="alice")
     assert sum(r["requests"] for r in rows) == 1, "the queued ledger row was written first"
+
+
+# Python 3.12+ warns at each fork() of a multi-threaded process (it counts the OS threads):
+# the package starts no thread of its own until the core starts one (SIGTERM's exit thread
+# starts with the first), so a memory-store guard without a ledger leaves one thread.
+ONE_THREAD = textwrap.dedent(
+    """
+    import os
+    import usage_guard as ug
+    guard = ug.Guard(ug.Policy.from_dict({"models": {"m": {"display_name": "M"}}}))
+    guard.admit("alice", "m", prompt_tokens=1, max_tokens=1).bill(input_tokens=1, output_tokens=1)
+    print(len(os.listdir("/proc/self/task")))
+    """
+)
+
+
+def test_importing_the_package_starts_no_thread() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", ONE_THREAD], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert out.strip() == "1"

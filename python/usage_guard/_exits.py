@@ -85,9 +85,10 @@ def _install_sigterm() -> None:
 
 def rearm_sigterm() -> None:
     """Where SIGTERM's Python-level handler is the package's again, the core takes it over
-    again: in a forked child (the core's exit thread was not forked with it; until then,
-    SIGTERM ends the child at once, as the default would), and after code that installed a
-    handler of its own for a while put the package's back (`serve`)."""
+    again: after code that installed a handler of its own for a while put the package's back
+    (`serve`), and in a forked child (whose exit thread starts with the first thread the core
+    starts there; until then nothing is queued, and SIGTERM ends the child as the default
+    would)."""
     if threading.current_thread() is threading.main_thread():
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
             _arm_sigterm()

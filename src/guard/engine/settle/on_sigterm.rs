@@ -17,9 +17,12 @@ use super::settle_queue;
 
 /// The write end of the pipe the exit thread of process [`OWNER`] reads (-1: none).
 static PIPE: AtomicI32 = AtomicI32::new(-1);
-/// The process whose exit thread reads [`PIPE`]: a forked child that was not armed again
-/// (its exit thread was not forked with it) ends at once, as the default would.
+/// The process whose exit thread reads [`PIPE`]: a process without one (a forked child
+/// before the core starts a thread in it) has nothing queued, and ends at once, as the
+/// default would.
 static OWNER: AtomicI32 = AtomicI32::new(0);
+/// The process whose exit thread was started (or is starting).
+static STARTED: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_sigterm(_signal: libc::c_int) {
     let fd = PIPE.load(Ordering::Acquire);
@@ -64,23 +67,16 @@ fn ours() -> libc::sighandler_t {
 
 /// Arms the flush on SIGTERM in this process, in place of the handler SIGTERM has now:
 /// called by the Python package where its own Python-level handler was just installed over
-/// the default (so that Python's `signal.getsignal` shows a handler a host can chain to), and
-/// again in a forked child (the parent's exit thread does not exist there). Returns whether
-/// it is armed.
+/// the default (so that Python's `signal.getsignal` shows a handler a host can chain to), or
+/// put back. The exit thread starts with the first thread the core starts (the runtime's, a
+/// ledger writer's: nothing can be queued before), so that importing the package leaves a
+/// process single-threaded (Python 3.12+ warns at each `fork()` of a multi-threaded one),
+/// and again in a forked child, whose parent's exit thread was not forked with it. Returns
+/// whether it is armed.
 pub(crate) fn arm() -> bool {
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    if current() == ours() && OWNER.load(Ordering::Acquire) == pid {
+    crate::runtime::on_thread_start(start_once);
+    if current() == ours() {
         return true;
-    }
-    let Some(read) = start_exit_thread() else {
-        return false;
-    };
-    let old = PIPE.swap(read, Ordering::AcqRel);
-    OWNER.store(pid, Ordering::Release);
-    if old >= 0 {
-        // SAFETY: the write end inherited from the parent, no longer used in this process.
-        unsafe { libc::close(old) };
     }
     // SAFETY: installs a handler that only calls async-signal-safe functions.
     unsafe {
@@ -89,6 +85,26 @@ pub(crate) fn arm() -> bool {
         action.sa_flags = libc::SA_RESTART;
         libc::sigemptyset(&mut action.sa_mask);
         libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut()) == 0
+    }
+}
+
+/// Starts this process's exit thread unless it was (called at the start of every thread the
+/// core starts, the exit thread's own included).
+fn start_once() {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    if STARTED.swap(pid, Ordering::AcqRel) == pid {
+        return;
+    }
+    let Some(write) = start_exit_thread() else {
+        STARTED.store(0, Ordering::Release);
+        return;
+    };
+    let old = PIPE.swap(write, Ordering::AcqRel);
+    OWNER.store(pid, Ordering::Release);
+    if old >= 0 {
+        // SAFETY: the write end inherited from the parent, no longer used in this process.
+        unsafe { libc::close(old) };
     }
 }
 
