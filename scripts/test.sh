@@ -52,7 +52,9 @@ cargo test --quiet --no-default-features --test it -- \
 
 step "pytest"
 wait "$PROXY_VENV" || echo "the LiteLLM proxy's venv was not made ahead (its test retries): $(tail -n 3 "$VENV/litellm-proxy-venv.log")"
-"$PY" -m pytest -q -p no:cacheprovider tests_py
+# Two workers, each given whole files (module fixtures and the order within a file kept): most
+# tests wait on processes, sockets and servers, so two share the 2 cores well.
+"$PY" -m pytest -q -p no:cacheprovider -n "${UG_PYTEST_WORKERS:-2}" --dist loadfile tests_py
 # The wheel on CPython 3.9-3.13, built in the dev profile from what `maturin develop` compiled
 # above: a release build (zig-linked, manylinux2014) and the sdist each compile the core once
 # more, cold (minutes on 2 cores): `make test-wheels` runs those.

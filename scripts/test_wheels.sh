@@ -122,7 +122,7 @@ for v in $PYTHONS; do
   echo "virtualenv + wheel + test dependencies in $(since "$t") s"
   if [[ " $FULL " == *" $v "* ]]; then
     what="full suite"
-    args=(tests_py)
+    args=(-n "${UG_PYTEST_WORKERS:-2}" --dist loadfile tests_py)
   else
     what="smoke subset"
     args=(tests_py/test_wheel_smoke.py)

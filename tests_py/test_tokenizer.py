@@ -34,7 +34,9 @@ def reference(encs: dict[str, Any], name: str, text: str) -> int:
 
 
 @pytest.mark.parametrize(
-    "corpus", [corpora.prose_corpus, corpora.code_corpus, corpora.cjk_corpus], ids=str
+    "corpus",
+    [corpora.prose_corpus, corpora.code_corpus, corpora.cjk_corpus],
+    ids=lambda corpus: corpus.__name__,
 )
 def test_every_corpus_document_counts_as_tiktoken(
     tiktoken_encodings: dict[str, Any], corpus: Any
