@@ -14,8 +14,6 @@ mod audit_db;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod queue;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod quota_db;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod quota_schema;
@@ -25,6 +23,8 @@ mod sql;
 mod sql_ledger;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod write_queue;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod writer;
 

@@ -3,12 +3,12 @@
 
 mod capabilities;
 mod memory;
-mod memory_queue;
 mod memory_tickets;
+mod memory_wait_queues;
 mod outage;
-mod queues;
 #[cfg(feature = "redis")]
 mod redis;
+mod wait_queues;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,11 +17,11 @@ pub(crate) use capabilities::StoreWays;
 pub use capabilities::{BackgroundSettling, Fencing, ReserveFromKnown};
 pub use memory::MemoryStore;
 pub use outage::OutageLog;
-pub use queues::{QueueJoin, QueueSpot, WaitQueues};
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
 #[cfg(feature = "python")]
 pub(crate) use redis::{REDIS_TIMEOUT, TIMEOUT_RANGE as REDIS_TIMEOUT_RANGE};
+pub use wait_queues::{QueueJoin, QueueSpot, WaitQueues};
 
 pub(crate) use crate::guard::domain::clock::Millis;
 pub(crate) use crate::guard::domain::counter::hold_is_live;

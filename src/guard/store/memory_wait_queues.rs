@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::lock::Mutex;
 
-use super::queues::{QueueJoin, QueueSpot, WaitQueues};
+use super::wait_queues::{QueueJoin, QueueSpot, WaitQueues};
 use super::{Millis, StoreFuture};
 
 #[derive(Debug, Default)]

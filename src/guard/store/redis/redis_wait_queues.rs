@@ -1,4 +1,4 @@
-//! The Redis store's wait queues (`lua/queue.lua`): per queue two sorted sets under the mark
+//! The Redis store's wait queues (`lua/wait_queues.lua`): per queue two sorted sets under the mark
 //! head, `queue:<name>` (order) and `queue-alive:<name>` (liveness), and one ticket sequence,
 //! `queue-seq`; every step is one script call.
 
