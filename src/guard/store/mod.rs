@@ -74,6 +74,9 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 /// bucket, and are known by ticket id (see `counter`). What only some stores can do (fence,
 /// reserve from known values, settle in the background, keep wait queues) is a capability
 /// trait the store returns from its accessor (`capabilities.rs`); the defaults offer none.
+/// The types its methods take and answer are in `usage_guard::internals` (not a stable API):
+/// a guard is built on `Arc<dyn CounterStore>`, and a store written outside the crate
+/// implements it with them.
 pub trait CounterStore: Send + Sync + std::fmt::Debug {
     /// Reads every key at `now`, in order: the bucket's use and every live hold of its
     /// counter. Missing counters read as zero.
