@@ -40,7 +40,7 @@ pub(crate) fn families<'py>(py: Python<'py>, guard: &Guard) -> PyResult<Bound<'p
             })
             .collect::<PyResult<Vec<_>>>()?;
         let entry = PyDict::new(py);
-        entry.set_item("type", family.kind.word())?;
+        entry.set_item("type", family.kind.as_str())?;
         entry.set_item("help", &family.help)?;
         entry.set_item("samples", samples)?;
         out.set_item(&family.name, entry)?;
