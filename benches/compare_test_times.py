@@ -17,15 +17,15 @@ from pathlib import Path
 
 
 def test_sources(tree: str) -> dict[str, str]:
-    """`tests_py/file.py::test_name` -> the test function's source text."""
+    """`tests_py/area/file.py::test_name` -> the test function's source text."""
     out: dict[str, str] = {}
-    for path in Path(tree, "tests_py").glob("test_*.py"):
+    for path in Path(tree, "tests_py").rglob("test_*.py"):
         text = path.read_text()
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 if node.name.startswith("test"):
                     source = ast.get_source_segment(text, node) or ""
-                    out[f"tests_py/{path.name}::{node.name}"] = source
+                    out[f"{path.relative_to(tree).as_posix()}::{node.name}"] = source
     return out
 
 

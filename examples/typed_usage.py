@@ -6,8 +6,8 @@ checked. `assert_type` fails the check if any of them became `Any`.
     OPENAI_API_KEY=... python examples/typed_usage.py alice "Write a haiku about budgets."
 
 Any OpenAI-compatible server works: set OPENAI_BASE_URL (e.g. http://localhost:11434/v1).
-The Anthropic and Ollama functions are called the same way (tests_py/test_typing.py runs every
-one against a local fake provider).
+The Anthropic and Ollama functions are called the same way (tests_py/package/test_typing.py
+runs every one against a local fake provider).
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ files of its own room, of a peer or of the rooms below it (observe ← settle, f
 ← admit ← batch: admission reserves, nothing below admits, observe calls no other room;
 settle and fence are peers: a ticket registers with the fence, the fence builds tickets,
 and the file cycle check keeps them from calling each other in a circle), and no room
-uses `engine/guard.rs` (it delegates to them); and no file may use `parking_lot` (its wait
-table is not safe across `fork()`: src/lock.rs). Prints each violation; exits 1 if any."""
+uses `engine/guard.rs` (it delegates to them); no two files of one layer share a name; and
+no file may use `parking_lot` (its wait table is not safe across `fork()`: src/lock.rs).
+Prints each violation; exits 1 if any."""
 
 from __future__ import annotations
 
@@ -137,6 +138,15 @@ def main() -> int:
             if layer(dep) > layer(rel):
                 problems.append(f"layer: {rel} (layer {layer(rel)}) uses {dep} (layer {layer(dep)})")
         problems.extend(room_problems(rel, deps))
+    # One name, one file in a layer: two files of one name in a layer read as one concept.
+    seen: dict[tuple[int, str], str] = {}
+    for rel in sorted(graph):
+        name = rel.rsplit("/", 1)[-1]
+        if name == "mod.rs" or layer(rel) == 9:
+            continue
+        other = seen.setdefault((layer(rel), name), rel)
+        if other != rel:
+            problems.append(f"name: {rel} and {other} share a name in layer {layer(rel)}")
     # Cycles between files (module roots excluded: they only declare and re-export).
     nodes = {r: {d for d in ds if not d.endswith("mod.rs") and d != "lib.rs"}
              for r, ds in graph.items() if not r.endswith("mod.rs") and r != "lib.rs"}

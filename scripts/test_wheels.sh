@@ -5,7 +5,7 @@
 #  2. for each Python, a fresh virtualenv (uv) gets that one wheel and the test dependencies,
 #     with no Rust toolchain on the PATH (asserted: `command -v cargo` fails), and runs the
 #     Python suite: all of tests_py on the oldest and newest, the smoke subset
-#     (tests_py/test_wheel_smoke.py) on the others;
+#     (tests_py/package/test_wheel_smoke.py) on the others;
 #  3. times a plain `pip install` of the wheel into a fresh venv (no toolchain), then installs
 #     the sdist into another (the from-source path: maturin and cargo compile the core) and
 #     runs the smoke subset there.
@@ -125,7 +125,7 @@ for v in $PYTHONS; do
     args=(-n "${UG_PYTEST_WORKERS:-2}" --dist loadfile tests_py)
   else
     what="smoke subset"
-    args=(tests_py/test_wheel_smoke.py)
+    args=(tests_py/package/test_wheel_smoke.py)
   fi
   t=$(now)
   log=$WORK/pytest-$v.log
@@ -171,7 +171,7 @@ echo "pip install of the sdist: $SDIST_TIME s (cargo target dir $SDIST_TARGET)"
 t=$(now)
 log=$WORK/pytest-sdist.log
 if ! norust PATH="$WORK/pipsdist/bin:$NORUST_PATH" "$WORK/pipsdist/bin/python" -m pytest -q \
-  -p no:cacheprovider tests_py/test_wheel_smoke.py >"$log" 2>&1; then
+  -p no:cacheprovider tests_py/package/test_wheel_smoke.py >"$log" 2>&1; then
   tail -n 80 "$log"
   echo "the sdist install: smoke subset FAILED" >&2
   exit 1

@@ -8,7 +8,18 @@
 //! `docs/architecture.md`): the pure domain (`guard::domain`), the request side
 //! (`ceiling`), the store and ledger adapters (`guard::store`, `guard::ledger`, behind the
 //! `redis`, `sqlite` and `postgres` features), the engine (`guard::engine`) and the PyO3
-//! layer (`py`, feature `python`). Everything a Rust user needs is re-exported here.
+//! layer (`py`, feature `python`).
+//!
+//! The crate root is the public Rust API: the guard and its tickets ([`Guard`], [`Ticket`],
+//! [`AdmitRequest`], [`Usage`], [`Billed`]), the policy and its words ([`Policy`],
+//! [`Metric`], [`Window`], ...), the counter stores ([`MemoryStore`], `RedisStore`, the
+//! [`CounterStore`] trait they share), the ledgers ([`Ledger`], `SqliteLedger`,
+//! `PostgresLedger`), errors and refusals ([`Error`], [`Refusal`]), the clock ([`Clock`],
+//! [`ManualClock`]), the request side a caller uses on its own ([`count_tokens`],
+//! [`count_request`], [`fit`], [`usage_capped`], [`reported_usage`]) and the HTTP gateway
+//! (`Gateway`, feature `gateway`). Everything else is `pub(crate)`, except the pieces in
+//! [`internals`] (a store's wire types and what the integration tests drive directly),
+//! which are not a stable API.
 
 #![warn(unreachable_pub)]
 
@@ -25,12 +36,11 @@ mod runtime;
 mod py;
 
 pub use ceiling::{
-    answer_text, count_request, count_request_for_group, count_tokens, fit, known_model,
-    prompt_counts, reported_usage, requested_max_output, stopped_at_max, tokenizer_for,
-    usage_capped, usage_paths, Api, Encoding, FitOptions, FitResult, KnownModel, PromptCount,
-    ReportedUsage, ThinkingRange, Tokenizer,
+    answer_text, count_request, count_tokens, fit, known_model, reported_usage,
+    requested_max_output, stopped_at_max, tokenizer_for, usage_capped, Api, Encoding, FitOptions,
+    FitResult, HttpRefusal, HttpShape, KnownModel, PromptCount, ReportedUsage, ThinkingRange,
+    Tokenizer,
 };
-pub use ceiling::{HttpRefusal, HttpShape};
 pub use error::{Error, FieldError, Result};
 #[cfg(feature = "gateway")]
 pub use gateway::{Gateway, GatewayOptions};
@@ -39,9 +49,9 @@ pub use guard::domain::decide::{RuleWarning, UsageCeiling};
 pub use guard::domain::event::{Event, EventKind};
 pub use guard::domain::generic::{Action, Attribute, GenericRule};
 pub use guard::domain::health::{
-    cooldown_timing, BreakerSettings, BreakerState, Cooldown, CooldownTiming, Cooled, HealthBook,
-    HealthSettings, HealthSnapshot, Outcome, Recorded as HealthRecorded, TimingSource, Transition,
-    Unavailable, UnavailableReason,
+    BreakerSettings, BreakerState, Cooldown, CooldownTiming, Cooled, HealthSettings,
+    HealthSnapshot, Outcome, Recorded as HealthRecorded, TimingSource, Transition, Unavailable,
+    UnavailableReason,
 };
 pub use guard::domain::path::{SourceKind, SourceRef};
 pub use guard::domain::policy::{LongContext, Policy, PriceOrigin, Prices, Pricing, MAX_AMOUNT};
@@ -57,23 +67,36 @@ pub use guard::engine::observe::event_stream::EventStream;
 pub use guard::engine::observe::health::ProviderHealth;
 pub use guard::engine::observe::metrics::{MetricFamily, MetricKind, MetricSample};
 pub use guard::engine::observe::stats::Stats;
-pub use guard::engine::quota::{QuotaRecord, RuleCounter};
 pub use guard::engine::settle::ticket::{BillInfo, Billed, Recorded, Ticket, Usage};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use guard::ledger::SqlLedger;
 pub use guard::ledger::{
     AuditQuery, AuditRow, GroupBy, Ledger, LedgerError, LedgerRow, RowCondition, RowField,
     SumFilter, UsageGroup, UsageQuery,
 };
 #[cfg(feature = "postgres")]
 pub use guard::ledger::{Postgres, PostgresLedger};
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use guard::ledger::{QuotaDb, QuotaDbAt, SqlLedger, SqlValue};
 #[cfg(feature = "sqlite")]
 pub use guard::ledger::{Sqlite, SqliteLedger};
 #[cfg(feature = "redis")]
 pub use guard::store::RedisStore;
-pub use guard::store::{
-    expiry_minute, BackgroundSettling, CounterKey, CounterRead, CounterStore, EpochRead, Fence,
-    FenceAnswer, Fencing, HoldRef, KnownAnswer, KnownOutcome, KnownReserve, MemoryStore, OutageLog,
-    PartSettle, PartsSettle, QueueJoin, QueueSpot, ReserveFromKnown, ReserveItem, ReserveOutcome,
-    Settle, SettleOutcome, StoreCheck, StoreError, StoreFuture, UsageAdd, WaitQueues,
-};
+pub use guard::store::{CounterStore, MemoryStore, StoreCheck, StoreError};
+
+/// Not a stable API: the parts of the crate that are public only so that its own integration
+/// tests (`tests/it/`, the shared store suite in `tests/it/common/`) and benches can drive
+/// them directly, and so that a store written outside the crate can implement
+/// [`CounterStore`] (whose methods take and answer the wire types here). They may change in
+/// any release; a user of the library needs nothing from this module to admit and bill.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::ceiling::{count_request_for_group, prompt_counts, usage_paths};
+    pub use crate::guard::engine::quota::{QuotaRecord, RuleCounter};
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub use crate::guard::ledger::{QuotaDb, QuotaDbAt, SqlValue};
+    pub use crate::guard::store::{
+        expiry_minute, BackgroundSettling, CounterKey, CounterRead, EpochRead, Fence, FenceAnswer,
+        Fencing, HoldRef, KnownAnswer, KnownOutcome, KnownReserve, OutageLog, PartSettle,
+        PartsSettle, QueueJoin, QueueSpot, ReserveFromKnown, ReserveItem, ReserveOutcome, Settle,
+        SettleOutcome, StoreFuture, UsageAdd, WaitQueues,
+    };
+}

@@ -1,4 +1,4 @@
-"""A worker process for tests_py/test_exits.py: a module-level guard on Redis (or the memory
+"""A worker process for tests_py/exits/test_exits.py: a module-level guard on Redis (or the memory
 store) with a SQLite ledger, made before any fork; each call admits and bills once, and
 returns at once (the bill still queued for the background, its ledger row still queued for
 the writer). Then the process ends by the path named on the command line.

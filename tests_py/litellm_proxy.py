@@ -1,4 +1,4 @@
-"""The real LiteLLM proxy for tests_py/test_litellm_proxy.py: a venv of its own with
+"""The real LiteLLM proxy for tests_py/providers/test_litellm_proxy.py: a venv of its own with
 `litellm[proxy]` 1.106.12 (the test venv's `litellm` is 1.110.2, whose `litellm[proxy]` does
 not install: the `litellm-proxy` it needs is not on PyPI), and the proxy process on a free
 port, stopped by pid.

@@ -11,7 +11,7 @@ amounts and prices, a quota policy's `ai.cost` limit) are in dollars.
 
     def show(ceiling: Ceiling, view: UsageView) -> None: ...
 
-tests_py/test_boundary.py checks that every key here is a key the core writes, and back.
+tests_py/package/test_boundary.py checks that every key here is a key the core writes, and back.
 """
 
 from typing import Any, Literal, Optional, Protocol, TypedDict

@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::guard::domain::policy::Provider;
+use crate::guard::domain::words::{display_as_str, UnknownWord};
 
 /// The API shape of a request: which provider endpoint it goes to. The words are what users
 /// pass as `provider=` in Python.
@@ -28,7 +29,7 @@ pub enum Api {
 }
 
 impl Api {
-    /// Every word [`Api::parse`] accepts, in order.
+    /// Every word of an API (`as_str`, `Display`), in order; `FromStr` also reads the aliases.
     pub const WORDS: [&'static str; 9] = [
         "openai",
         "openai.completions",
@@ -41,32 +42,20 @@ impl Api {
         "ollama.embed",
     ];
 
-    /// Parses an API word; `openai.chat` and `ollama.chat` are accepted as aliases.
-    /// An unknown word is an invalid-argument error naming `field`, the word and the
-    /// accepted words.
+    /// Reads an API word (`FromStr`); an unknown word is an invalid-argument error naming
+    /// `field`, the word and the accepted words.
     pub fn parse(word: &str, field: &str) -> Result<Api> {
-        Ok(match word {
-            "openai" | "openai.chat" => Api::OpenAiChat,
-            "openai.completions" => Api::OpenAiCompletions,
-            "openai.responses" => Api::OpenAiResponses,
-            "openai.embeddings" => Api::OpenAiEmbeddings,
-            "anthropic" => Api::Anthropic,
-            "gemini" => Api::Gemini,
-            "ollama" | "ollama.chat" => Api::OllamaChat,
-            "ollama.generate" => Api::OllamaGenerate,
-            "ollama.embed" | "ollama.embeddings" => Api::OllamaEmbed,
-            _ => {
-                return Err(Error::invalid(
-                    field,
-                    format!("{word:?}"),
-                    format!("is not a known API; accepted: {}", Api::WORDS.join(", ")),
-                ))
-            }
+        word.parse().map_err(|_| {
+            Error::invalid(
+                field,
+                format!("{word:?}"),
+                format!("is not a known API; accepted: {}", Api::WORDS.join(", ")),
+            )
         })
     }
 
-    /// The word of this API.
-    pub fn word(self) -> &'static str {
+    /// The word of this API (also its `Display`).
+    pub fn as_str(self) -> &'static str {
         match self {
             Api::OpenAiChat => "openai",
             Api::OpenAiCompletions => "openai.completions",
@@ -96,5 +85,27 @@ impl Api {
     /// True for embeddings: no output, only the input must fit.
     pub fn is_embeddings(self) -> bool {
         matches!(self, Api::OpenAiEmbeddings | Api::OllamaEmbed)
+    }
+}
+
+display_as_str!(Api);
+
+/// An API word; `openai.chat` and `ollama.chat` (and `ollama.embeddings`) are aliases.
+impl std::str::FromStr for Api {
+    type Err = UnknownWord;
+
+    fn from_str(word: &str) -> std::result::Result<Api, UnknownWord> {
+        Ok(match word {
+            "openai" | "openai.chat" => Api::OpenAiChat,
+            "openai.completions" => Api::OpenAiCompletions,
+            "openai.responses" => Api::OpenAiResponses,
+            "openai.embeddings" => Api::OpenAiEmbeddings,
+            "anthropic" => Api::Anthropic,
+            "gemini" => Api::Gemini,
+            "ollama" | "ollama.chat" => Api::OllamaChat,
+            "ollama.generate" => Api::OllamaGenerate,
+            "ollama.embed" | "ollama.embeddings" => Api::OllamaEmbed,
+            _ => return Err(UnknownWord),
+        })
     }
 }

@@ -146,7 +146,7 @@ pub(crate) fn key(
         text: 0,
     };
     feed.tag(site as u8, 0);
-    let word = encoding.word();
+    let word = encoding.as_str();
     feed.tag(8, word.len());
     feed.bytes(word.as_bytes());
     let model = model.unwrap_or("");

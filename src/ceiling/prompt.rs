@@ -10,8 +10,8 @@ use super::fields::field_error;
 use super::image::{anthropic_image_tokens, data_dimensions, data_len};
 use super::message_cache::Site;
 use super::models::tokenizer_for;
-use super::openai;
 use super::prompt_gemini;
+use super::prompt_openai;
 use super::tokenizer::Encoding;
 use crate::error::{Error, Result};
 use crate::guard::domain::policy::ModelSpec;
@@ -69,9 +69,9 @@ pub fn count_request(
         model,
     };
     match api {
-        Api::OpenAiChat => openai::chat(&mut c, request)?,
+        Api::OpenAiChat => prompt_openai::chat(&mut c, request)?,
         Api::OpenAiCompletions => completions(&mut c, request)?,
-        Api::OpenAiResponses => openai::responses(&mut c, request)?,
+        Api::OpenAiResponses => prompt_openai::responses(&mut c, request)?,
         Api::OpenAiEmbeddings => embeddings(&mut c, request, "input")?,
         Api::Anthropic => anthropic(&mut c, request)?,
         Api::Gemini => prompt_gemini::count(&mut c, request)?,

@@ -114,9 +114,9 @@ fn usage_query(q: &HashMap<String, String>) -> Result<UsageQuery, String> {
         .unwrap_or("user,model")
         .split(',')
     {
-        group_by.push(GroupBy::parse(word.trim()).ok_or(format!(
-            "group_by: {word:?} is not accepted; accepted: user, team, model, day"
-        ))?);
+        group_by.push(word.trim().parse::<GroupBy>().map_err(|_| {
+            format!("group_by: {word:?} is not accepted; accepted: user, team, model, day")
+        })?);
     }
     Ok(UsageQuery {
         user: q.get("user").cloned(),
@@ -169,7 +169,7 @@ pub(crate) async fn usage(
         .map(|g| {
             let mut row = serde_json::Map::new();
             for (by, value) in &g.keys {
-                row.insert(by.word().to_string(), json!(value));
+                row.insert(by.as_str().to_string(), json!(value));
             }
             for (name, n) in [
                 ("requests", g.requests),

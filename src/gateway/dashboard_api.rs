@@ -132,8 +132,8 @@ fn series_json(ask: &SeriesAsk, cells: &[UsageGroup], totals: &[UsageGroup]) -> 
         })
         .collect();
     json!({
-        "bucket": ask.bucket.word(),
-        "group": ask.group.word(),
+        "bucket": ask.bucket.as_str(),
+        "group": ask.group.as_str(),
         "since": iso8601(ask.since),
         "until": iso8601(ask.until),
         "t": (0..n as i64).map(|i| (ask.since + i * ask.step) / 1000).collect::<Vec<_>>(),

@@ -199,7 +199,7 @@ fn count_prompt<'py>(
         let d = PyDict::new(py);
         d.set_item("tokens", count.tokens)?;
         d.set_item("exact", count.exact)?;
-        d.set_item("encoding", count.encoding.word())?;
+        d.set_item("encoding", count.encoding.as_str())?;
         Ok(d)
     })
 }
@@ -256,7 +256,7 @@ impl PyFitResult {
     /// The API word the request was fitted for.
     #[getter]
     fn provider(&self) -> &'static str {
-        self.api.word()
+        self.api.as_str()
     }
     fn __repr__(&self) -> String {
         let opt = |v: Option<u64>| v.map_or("None".to_string(), |n| n.to_string());
@@ -264,7 +264,7 @@ impl PyFitResult {
         format!(
             "FitResult(provider={:?}, prompt_tokens={}, prompt_exact={}, max_output_tokens={}, \
              thinking_budget={}, thinking_disabled={}, lowered={})",
-            self.api.word(),
+            self.api.as_str(),
             self.inner.prompt_tokens,
             flag(self.inner.prompt_exact),
             opt(self.inner.max_output_tokens),

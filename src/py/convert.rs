@@ -287,6 +287,6 @@ pub(crate) fn prompt_count_to_py<'py>(
     let d = PyDict::new(py);
     d.set_item("tokens", count.tokens)?;
     d.set_item("exact", count.exact)?;
-    d.set_item("encoding", count.encoding.word())?;
+    d.set_item("encoding", count.encoding.as_str())?;
     Ok(d)
 }

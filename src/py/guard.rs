@@ -233,12 +233,12 @@ impl PyGuard {
     /// Counts an operator can watch: admitted, refused, uncounted, unavailable, store
     /// errors, reserve retries, billed, released, settle failures.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        super::metrics::stats(py, &self.inner)
+        super::guard_metrics::stats(py, &self.inner)
     }
 
     /// Every metric family `GET /metrics` serves for this guard, as data.
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        super::metrics::families(py, &self.inner)
+        super::guard_metrics::families(py, &self.inner)
     }
 
     /// The same metrics in the Prometheus text format.

@@ -28,7 +28,7 @@ fn query(py: Python<'_>, ledger: &Arc<dyn Ledger>, q: UsageQuery) -> PyResult<Py
     for g in groups {
         let d = PyDict::new(py);
         for (key, value) in &g.keys {
-            d.set_item(key.word(), value.as_deref())?;
+            d.set_item(key.as_str(), value.as_deref())?;
         }
         d.set_item("requests", g.requests)?;
         d.set_item("tokens", g.tokens())?;
@@ -56,7 +56,7 @@ fn usage_query(
         .unwrap_or_else(|| vec!["user".into(), "team".into(), "model".into(), "day".into()])
         .iter()
         .map(|w| {
-            GroupBy::parse(w).ok_or_else(|| {
+            w.parse::<GroupBy>().map_err(|_| {
                 Error::invalid(
                     "group_by",
                     format!("{w:?}"),

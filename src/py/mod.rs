@@ -13,12 +13,12 @@ mod errors;
 mod events;
 mod gateway;
 mod guard;
-mod health;
+mod guard_metrics;
 mod json;
 mod ledger;
-mod metrics;
 mod policy;
 mod provider;
+mod provider_health;
 mod pystr;
 mod quota;
 mod quota_db;
@@ -47,7 +47,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     batch::register(m)?;
     usage::register(m)?;
     gateway::register(m)?;
-    health::register(m)?;
+    provider_health::register(m)?;
     quota::register(m)?;
     ratelimit::register(m)?;
     Ok(())

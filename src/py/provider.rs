@@ -35,7 +35,7 @@ fn word(obj: Borrowed<'_, '_, PyAny>, accepted: &str) -> Result<String, Error> {
 
 /// A `provider=` argument naming the API a request is sent to (`openai`,
 /// `openai.responses`, `anthropic`, `ollama`, ...). Guarantees the word is one of
-/// [`Api::WORDS`] or an alias [`Api::parse`] accepts.
+/// [`Api::WORDS`] or an alias [`Api`]'s `FromStr` accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Provider(pub Api);
 
@@ -71,7 +71,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for ErrorShape {
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let accepted = SHAPE_WORDS.join(", ");
         let w = word(obj, &accepted)?;
-        let shape = HttpShape::parse(&w).ok_or_else(|| {
+        let shape = w.parse::<HttpShape>().map_err(|_| {
             Error::invalid(
                 ARGUMENT,
                 format!("{w:?}"),

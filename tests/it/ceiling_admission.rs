@@ -7,7 +7,8 @@ use std::sync::Mutex;
 
 use common::*;
 use serde_json::{json, Value};
-use usage_guard::{count_request, prompt_counts, AdmitRequest, Api, Encoding, Reason};
+use usage_guard::internals::prompt_counts;
+use usage_guard::{count_request, AdmitRequest, Api, Encoding, Reason};
 
 /// `prompt_counts` is process-wide: tests that read it run one at a time.
 static COUNTING: Mutex<()> = Mutex::new(());

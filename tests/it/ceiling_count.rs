@@ -353,21 +353,23 @@ fn routing_groups_take_the_largest_count() {
     let one = |m: &str| count_request(&request, Api::OpenAiChat, Some(m), None).unwrap();
     let (gpt4, gpt4o) = (one("gpt-4"), one("gpt-4o"));
     assert!(gpt4.tokens > gpt4o.tokens);
-    let group = usage_guard::count_request_for_group(
+    let group = usage_guard::internals::count_request_for_group(
         &request,
         Api::OpenAiChat,
         &[("gpt-4o", None), ("gpt-4", None)],
     )
     .unwrap();
     assert_eq!((group.tokens, group.exact), (gpt4.tokens, true));
-    let mixed = usage_guard::count_request_for_group(
+    let mixed = usage_guard::internals::count_request_for_group(
         &request,
         Api::OpenAiChat,
         &[("gpt-4o", None), ("llama3.1", None)],
     )
     .unwrap();
     assert!(!mixed.exact);
-    assert!(usage_guard::count_request_for_group(&request, Api::OpenAiChat, &[]).is_err());
+    assert!(
+        usage_guard::internals::count_request_for_group(&request, Api::OpenAiChat, &[]).is_err()
+    );
 }
 
 /// The o200k_base and cl100k_base counts (hand-written split, counting merge) against

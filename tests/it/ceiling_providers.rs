@@ -3,9 +3,8 @@
 //! stream events.
 
 use serde_json::{json, Map, Value};
-use usage_guard::{
-    fit, reported_usage, stopped_at_max, usage_capped, usage_paths, Api, FitOptions,
-};
+use usage_guard::internals::usage_paths;
+use usage_guard::{fit, reported_usage, stopped_at_max, usage_capped, Api, FitOptions};
 use usage_guard::{ReportedUsage, UsageCeiling};
 
 fn ceiling(tokens: u64, max_out: u64) -> UsageCeiling {

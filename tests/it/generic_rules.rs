@@ -400,7 +400,7 @@ action_duration_seconds = 600
             .unwrap()
             .push((e.rule.to_string(), e.action.as_str()))
     });
-    // Another guard on the same store (another process on Redis: tests_py/test_rules.py).
+    // Another guard on the same store (another process on Redis: tests_py/policy/test_rules.py).
     let other = usage_guard::Guard::new(common::policy(&toml), s.store.clone(), s.clock.clone());
     let sess = |id: &'static str| call("alice", &[("session", id)]);
     let _a = s.guard.admit_blocking(sess("s1")).unwrap();

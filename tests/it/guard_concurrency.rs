@@ -8,10 +8,10 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use common::*;
-use usage_guard::{
-    CounterRead, CounterStore, HoldRef, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
-    StoreFuture, UsageAdd,
+use usage_guard::internals::{
+    CounterRead, HoldRef, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreFuture, UsageAdd,
 };
+use usage_guard::CounterStore;
 use usage_guard::{Error, Guard, ManualClock, MemoryStore, Reason, Usage};
 
 const BUDGET: &str = r#"
@@ -32,7 +32,7 @@ fn eight_threads_never_hold_and_use_more_than_the_amount() {
         .find(|c| c.metric == usage_guard::Metric::Tokens)
         .unwrap()
         .clone();
-    let key = usage_guard::CounterKey {
+    let key = usage_guard::internals::CounterKey {
         bucket: tokens_id.window.bucket_start(at("2026-11-30T10:00:00Z")),
         id: tokens_id,
     };
@@ -121,7 +121,7 @@ struct RivalStore {
 impl CounterStore for RivalStore {
     fn read(
         &self,
-        keys: Vec<usage_guard::CounterKey>,
+        keys: Vec<usage_guard::internals::CounterKey>,
         now: i64,
     ) -> StoreFuture<'_, Vec<CounterRead>> {
         self.inner.read(keys, now)

@@ -152,7 +152,7 @@ fn holds_live_25_hours() {
     let s = setup(&policy_text(), "2026-11-30T10:00:00Z");
     let _batch =
         futures::executor::block_on(s.guard.admit_batch("alice", "gpt-5", requests(2))).unwrap();
-    let key = usage_guard::CounterKey {
+    let key = usage_guard::internals::CounterKey {
         id: s.guard.path(Some("alice"), "gpt-5").unwrap().counters[0].clone(),
         bucket: at("2026-11-30T00:00:00Z"),
     };

@@ -8,10 +8,8 @@ use crate::common;
 use std::sync::Arc;
 
 use common::{at, refusal, setup, GPT5};
-use usage_guard::{
-    AdmitRequest, Error, Ledger, LimitType, Metric, QuotaDb, QuotaDbAt, QuotaRecord, SqlValue,
-    SqliteLedger, UsageQuery,
-};
+use usage_guard::internals::{QuotaDb, QuotaDbAt, QuotaRecord, SqlValue};
+use usage_guard::{AdmitRequest, Error, Ledger, LimitType, Metric, SqliteLedger, UsageQuery};
 
 const NOW: &str = "2026-12-02T10:00:00Z";
 

@@ -8,10 +8,11 @@ use crate::common;
 
 use common::redis_server::RedisServer;
 use futures::executor::block_on;
-use usage_guard::{
-    expiry_minute, CounterKey, CounterRead, Fence, HoldRef, KnownOutcome, KnownReserve, Millis,
-    RedisStore, ReserveFromKnown, ReserveItem, ReserveOutcome, Settle, SettleOutcome, UsageAdd,
+use usage_guard::internals::{
+    expiry_minute, CounterKey, CounterRead, Fence, HoldRef, KnownOutcome, KnownReserve,
+    ReserveFromKnown, ReserveItem, ReserveOutcome, Settle, SettleOutcome, UsageAdd,
 };
+use usage_guard::{Millis, RedisStore};
 
 /// 2026-01-01T00:00:30Z.
 const T0: Millis = 1_767_225_630_000;

@@ -23,11 +23,11 @@ use common::redis_server::RedisServer;
 use futures::executor::block_on;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use usage_guard::{
-    expiry_minute, BackgroundSettling, CounterKey, CounterRead, CounterStore, Fence, Fencing,
-    HoldRef, KnownOutcome, KnownReserve, MemoryStore, Millis, RedisStore, ReserveFromKnown,
-    ReserveItem, Settle, UsageAdd,
+use usage_guard::internals::{
+    expiry_minute, BackgroundSettling, CounterKey, CounterRead, Fence, Fencing, HoldRef,
+    KnownOutcome, KnownReserve, ReserveFromKnown, ReserveItem, Settle, UsageAdd,
 };
+use usage_guard::{CounterStore, MemoryStore, Millis, RedisStore};
 
 /// 2026-01-01T00:00:00Z: buckets are minutes from here.
 const BASE: Millis = 1_767_225_600_000;
@@ -186,7 +186,7 @@ fn replay(
         prop_assert_eq!(one.counters[0], read[0], "current bucket, {}", at);
         prop_assert_eq!(one.previous[0], read[1].used, "previous bucket, {}", at);
         prop_assert!(read[0].total() <= LIMIT, "over the limit, {}", at);
-        if one.outcome == KnownOutcome::Reserve(usage_guard::ReserveOutcome::Reserved) {
+        if one.outcome == KnownOutcome::Reserve(usage_guard::internals::ReserveOutcome::Reserved) {
             open.push(Open {
                 id,
                 bucket,

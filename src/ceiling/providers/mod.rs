@@ -147,7 +147,7 @@ fn consistent(mut u: ReportedUsage, api: Api) -> ReportedUsage {
             log::warn!(
                 "provider usage: {} reported {value} {name} in all, more than 2^53: billed \
                  as {MAX_COUNT}",
-                api.word()
+                api.as_str()
             );
             *value = MAX_COUNT;
         }
@@ -156,7 +156,7 @@ fn consistent(mut u: ReportedUsage, api: Api) -> ReportedUsage {
         log::warn!(
             "provider usage: {} reported {} cached input tokens of {} input tokens: billed as \
              {} cached",
-            api.word(),
+            api.as_str(),
             u.cached_input_tokens,
             u.input_tokens,
             u.input_tokens
@@ -167,7 +167,7 @@ fn consistent(mut u: ReportedUsage, api: Api) -> ReportedUsage {
         log::warn!(
             "provider usage: {} reported {} reasoning tokens of {} output tokens: the output \
              tokens are billed, {} of them recorded as reasoning",
-            api.word(),
+            api.as_str(),
             u.reasoning_tokens,
             u.output_tokens,
             u.output_tokens

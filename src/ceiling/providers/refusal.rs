@@ -20,17 +20,26 @@ pub enum HttpShape {
 }
 
 impl HttpShape {
-    /// Parses `openai`, `anthropic`, `ollama` or `gemini`.
-    pub fn parse(word: &str) -> Option<HttpShape> {
-        match word {
-            "openai" => Some(HttpShape::OpenAi),
-            "anthropic" => Some(HttpShape::Anthropic),
-            "ollama" => Some(HttpShape::Ollama),
-            "gemini" => Some(HttpShape::Gemini),
-            _ => None,
+    /// Every shape, for `FromStr`.
+    const ALL: [HttpShape; 4] = [
+        HttpShape::OpenAi,
+        HttpShape::Anthropic,
+        HttpShape::Ollama,
+        HttpShape::Gemini,
+    ];
+
+    /// `openai`, `anthropic`, `ollama` or `gemini` (also its `Display`; `FromStr` reads it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpShape::OpenAi => "openai",
+            HttpShape::Anthropic => "anthropic",
+            HttpShape::Ollama => "ollama",
+            HttpShape::Gemini => "gemini",
         }
     }
 }
+
+crate::guard::domain::words::words!(HttpShape);
 
 /// A refusal as an HTTP answer.
 #[derive(Debug, Clone, PartialEq)]

@@ -40,30 +40,32 @@ impl Encoding {
         "r50k_base",
     ];
 
-    /// Parses an encoding word; an unknown word is an error naming `field`, the word and the
-    /// accepted words.
+    /// Every encoding, in the order of `WORDS`.
+    const ALL: [Encoding; 5] = [
+        Encoding::O200kBase,
+        Encoding::Cl100kBase,
+        Encoding::P50kBase,
+        Encoding::P50kEdit,
+        Encoding::R50kBase,
+    ];
+
+    /// Reads an encoding word (`FromStr`); an unknown word is an error naming `field`, the
+    /// word and the accepted words.
     pub fn parse(word: &str, field: &str) -> Result<Encoding> {
-        Ok(match word {
-            "o200k_base" => Encoding::O200kBase,
-            "cl100k_base" => Encoding::Cl100kBase,
-            "p50k_base" => Encoding::P50kBase,
-            "p50k_edit" => Encoding::P50kEdit,
-            "r50k_base" => Encoding::R50kBase,
-            _ => {
-                return Err(Error::invalid(
-                    field,
-                    format!("{word:?}"),
-                    format!(
-                        "is not a known encoding; accepted: {}",
-                        Encoding::WORDS.join(", ")
-                    ),
-                ))
-            }
+        word.parse().map_err(|_| {
+            Error::invalid(
+                field,
+                format!("{word:?}"),
+                format!(
+                    "is not a known encoding; accepted: {}",
+                    Encoding::WORDS.join(", ")
+                ),
+            )
         })
     }
 
-    /// The encoding's word.
-    pub fn word(self) -> &'static str {
+    /// The encoding's word (also its `Display`).
+    pub fn as_str(self) -> &'static str {
         match self {
             Encoding::O200kBase => "o200k_base",
             Encoding::Cl100kBase => "cl100k_base",
@@ -100,3 +102,5 @@ impl Encoding {
 pub fn count_tokens(text: &str, encoding: &str) -> Result<u64> {
     Ok(Encoding::parse(encoding, "encoding")?.count(text))
 }
+
+crate::guard::domain::words::words!(Encoding);

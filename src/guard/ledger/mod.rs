@@ -14,8 +14,6 @@ mod audit_db;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod queue;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod quota_db;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod quota_schema;
@@ -25,6 +23,8 @@ mod sql;
 mod sql_ledger;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod write_queue;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod writer;
 
@@ -110,19 +110,11 @@ pub enum GroupBy {
 }
 
 impl GroupBy {
-    /// Parses `user`, `team`, `model` or `day`.
-    pub fn parse(word: &str) -> Option<GroupBy> {
-        match word {
-            "user" => Some(GroupBy::User),
-            "team" => Some(GroupBy::Team),
-            "model" => Some(GroupBy::Model),
-            "day" => Some(GroupBy::Day),
-            _ => None,
-        }
-    }
+    /// The `group_by` words (`FromStr` reads these; `Hour` is not one).
+    const ALL: [GroupBy; 4] = [GroupBy::User, GroupBy::Team, GroupBy::Model, GroupBy::Day];
 
-    /// The word for the key.
-    pub fn word(self) -> &'static str {
+    /// The word for the key (also its `Display`).
+    pub fn as_str(self) -> &'static str {
         match self {
             GroupBy::User => "user",
             GroupBy::Team => "team",
@@ -132,6 +124,8 @@ impl GroupBy {
         }
     }
 }
+
+crate::guard::domain::words::words!(GroupBy);
 
 /// A usage query: filters (`None` matches everything; `team` is the billed team) and the keys
 /// to group by, in order.

@@ -75,7 +75,7 @@ impl<D> SqlLedger<D> {
 
     /// The most rows recorded and not yet written at any time (`pending().0` never exceeds it).
     pub fn queue_bound(&self) -> usize {
-        super::queue::MAX_ROWS
+        super::write_queue::MAX_ROWS
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::lock::Mutex;
 
 use super::audit::MAX_PENDING;
-use super::queue::{Msg, Queue, Reply};
+use super::write_queue::{Msg, Queue, Reply};
 use super::{AuditQuery, AuditRow, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::fork::{ForkLocal, Quiet};
 use crate::guard::domain::rule::Metric;

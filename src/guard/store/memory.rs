@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use crate::lock::Mutex;
 
-use super::memory_queue::MemoryQueues;
 use super::memory_tickets::{KeyHasher, Record, TicketRecords};
+use super::memory_wait_queues::MemoryQueues;
 use super::{
     hold_is_live, CounterKey, CounterRead, CounterStore, HoldRef, PartsSettle, ReserveItem,
     ReserveOutcome, Settle, SettleOutcome, StoreFuture, UsageAdd, WaitQueues,

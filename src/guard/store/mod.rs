@@ -3,12 +3,12 @@
 
 mod capabilities;
 mod memory;
-mod memory_queue;
 mod memory_tickets;
+mod memory_wait_queues;
 mod outage;
-mod queues;
 #[cfg(feature = "redis")]
 mod redis;
+mod wait_queues;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,11 +17,11 @@ pub(crate) use capabilities::StoreWays;
 pub use capabilities::{BackgroundSettling, Fencing, ReserveFromKnown};
 pub use memory::MemoryStore;
 pub use outage::OutageLog;
-pub use queues::{QueueJoin, QueueSpot, WaitQueues};
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
 #[cfg(feature = "python")]
 pub(crate) use redis::{REDIS_TIMEOUT, TIMEOUT_RANGE as REDIS_TIMEOUT_RANGE};
+pub use wait_queues::{QueueJoin, QueueSpot, WaitQueues};
 
 pub(crate) use crate::guard::domain::clock::Millis;
 pub(crate) use crate::guard::domain::counter::hold_is_live;
@@ -74,6 +74,9 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 /// bucket, and are known by ticket id (see `counter`). What only some stores can do (fence,
 /// reserve from known values, settle in the background, keep wait queues) is a capability
 /// trait the store returns from its accessor (`capabilities.rs`); the defaults offer none.
+/// The types its methods take and answer are in `usage_guard::internals` (not a stable API):
+/// a guard is built on `Arc<dyn CounterStore>`, and a store written outside the crate
+/// implements it with them.
 pub trait CounterStore: Send + Sync + std::fmt::Debug {
     /// Reads every key at `now`, in order: the bucket's use and every live hold of its
     /// counter. Missing counters read as zero.

@@ -11,9 +11,13 @@ use usage_guard::{AdmitRequest, Error, Guard, ManualClock, MemoryStore, Policy, 
 
 /// The key of `user`'s gpt-5 tokens counter (person and model) in `window`'s bucket
 /// starting at `bucket`.
-pub fn tokens_key(user: &str, window: usage_guard::Window, bucket: i64) -> usage_guard::CounterKey {
+pub fn tokens_key(
+    user: &str,
+    window: usage_guard::Window,
+    bucket: i64,
+) -> usage_guard::internals::CounterKey {
     use usage_guard::{CounterId, Metric, Scope};
-    usage_guard::CounterKey {
+    usage_guard::internals::CounterKey {
         id: Arc::new(CounterId::new(
             Scope::PersonModel,
             Some(Arc::from(user)),
@@ -27,7 +31,7 @@ pub fn tokens_key(user: &str, window: usage_guard::Window, bucket: i64) -> usage
 }
 
 /// `tokens_key` with the window given in words (`Window`'s `FromStr`).
-pub fn tokens_key_in(user: &str, window: &str, bucket: i64) -> usage_guard::CounterKey {
+pub fn tokens_key_in(user: &str, window: &str, bucket: i64) -> usage_guard::internals::CounterKey {
     tokens_key(user, window.parse::<usage_guard::Window>().unwrap(), bucket)
 }
 

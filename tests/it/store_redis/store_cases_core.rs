@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::executor::block_on;
-use usage_guard::{
+use usage_guard::internals::{
     expiry_minute, CounterKey, CounterRead, HoldRef, ReserveItem, ReserveOutcome, Settle,
     SettleOutcome, UsageAdd,
 };

@@ -2,7 +2,7 @@
 //! marks and `mark_once`.
 
 use futures::executor::block_on;
-use usage_guard::{expiry_minute, ReserveOutcome};
+use usage_guard::internals::{expiry_minute, ReserveOutcome};
 
 use super::fixture;
 use super::store_cases_core::{add, adds_only, day, item, rd, read, tid, HOLD_MS, T0};

@@ -2,7 +2,9 @@
 //! once, whether its bill or the batch's finish comes first, in one atomic step per call.
 
 use futures::executor::block_on;
-use usage_guard::{expiry_minute, PartSettle, PartsSettle, ReserveOutcome, SettleOutcome};
+use usage_guard::internals::{
+    expiry_minute, PartSettle, PartsSettle, ReserveOutcome, SettleOutcome,
+};
 
 use super::fixture;
 use super::store_cases_core::{add, day, hold, item, rd, read, tid, T0};

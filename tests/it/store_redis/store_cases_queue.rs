@@ -1,7 +1,7 @@
 //! The store suite's wait-queue cases (`WaitQueues`): order, bounds, lapse.
 
 use futures::executor::block_on;
-use usage_guard::{QueueJoin, QueueSpot};
+use usage_guard::internals::{QueueJoin, QueueSpot};
 
 use super::store_cases_core::T0;
 use super::{fixture, Kind};

@@ -73,7 +73,7 @@ pub struct HealthSnapshot {
 
 /// The health book of one guard.
 #[derive(Debug, Clone)]
-pub struct HealthBook {
+pub(crate) struct HealthBook {
     settings: HealthSettings,
     breakers: HashMap<String, Breaker>,
     cooldowns: HashMap<(String, String), (Millis, UnavailableReason)>,
@@ -82,18 +82,13 @@ pub struct HealthBook {
 
 impl HealthBook {
     /// An empty book: every provider closed, no credential cooling.
-    pub fn new(settings: HealthSettings) -> Self {
+    pub(crate) fn new(settings: HealthSettings) -> Self {
         HealthBook {
             settings,
             breakers: HashMap::new(),
             cooldowns: HashMap::new(),
             cooled_total: BTreeMap::new(),
         }
-    }
-
-    /// The book's settings.
-    pub fn settings(&self) -> HealthSettings {
-        self.settings
     }
 
     fn breaker(&mut self, provider: &str) -> &mut Breaker {
@@ -144,7 +139,7 @@ impl HealthBook {
 
     /// Whether a call through `credential` of `provider` may go at `now`, without taking a
     /// half-open probe.
-    pub fn available(
+    pub(crate) fn available(
         &mut self,
         provider: &str,
         credential: &str,
@@ -155,7 +150,7 @@ impl HealthBook {
 
     /// Lets a call through `credential` of `provider` go at `now` (taking a half-open
     /// probe), or says why not. A cooling credential does not take a probe.
-    pub fn take(
+    pub(crate) fn take(
         &mut self,
         provider: &str,
         credential: &str,
@@ -172,7 +167,7 @@ impl HealthBook {
     /// limit or billing exhaustion starts the credential's cooldown with the timing read from
     /// the answer's `headers`. A rate limit never counts against the breaker; nor does a
     /// caller mistake.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         provider: &str,
         credential: &str,
@@ -217,13 +212,13 @@ impl HealthBook {
     }
 
     /// Adopts a breaker another guard opened until `until`; returns whether it changed.
-    pub fn adopt_open(&mut self, provider: &str, until: Millis, now: Millis) -> bool {
+    pub(crate) fn adopt_open(&mut self, provider: &str, until: Millis, now: Millis) -> bool {
         self.breaker(provider).adopt_open(until, now)
     }
 
     /// Adopts a cooldown another guard started; a later one already known is kept. Returns
     /// whether it changed.
-    pub fn adopt_cooldown(
+    pub(crate) fn adopt_cooldown(
         &mut self,
         provider: &str,
         credential: &str,
@@ -246,7 +241,7 @@ impl HealthBook {
 
     /// Every provider's breaker state and the credentials cooling at `now` (ended cooldowns
     /// are forgotten).
-    pub fn snapshot(&mut self, now: Millis) -> HealthSnapshot {
+    pub(crate) fn snapshot(&mut self, now: Millis) -> HealthSnapshot {
         self.cooldowns.retain(|_, (until, _)| *until > now);
         let mut breakers: Vec<(String, BreakerState)> = self
             .breakers

@@ -11,10 +11,11 @@ pub(crate) mod timing;
 #[cfg(test)]
 mod tests;
 
-pub use book::{Cooldown, Cooled, HealthBook, HealthSettings, HealthSnapshot, Recorded};
+pub(crate) use book::HealthBook;
+pub use book::{Cooldown, Cooled, HealthSettings, HealthSnapshot, Recorded};
 pub use breaker::{BreakerSettings, BreakerState, Transition};
 pub use outcome::Outcome;
-pub use timing::{cooldown_timing, CooldownTiming, TimingSource};
+pub use timing::{CooldownTiming, TimingSource};
 
 use super::clock::Millis;
 

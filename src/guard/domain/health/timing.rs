@@ -61,7 +61,7 @@ impl CooldownTiming {
 
 /// The cooldown timing of an answer with `headers` received at `now`, with `default_ms`
 /// when no header gives timing and `max_ms` as the clamp.
-pub fn cooldown_timing(
+pub(crate) fn cooldown_timing(
     headers: &[(String, String)],
     now: Millis,
     default_ms: i64,

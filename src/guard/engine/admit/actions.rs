@@ -1,6 +1,6 @@
 //! The actions that act after a refusal: `degrade` admits the call on the rule's
 //! `degrade_to` model instead, when that model itself passes admission (its own rules,
-//! context and fit); `throttle` waits in the rule's fair FIFO queue (`waiting.rs`) until the
+//! context and fit); `throttle` waits in the rule's fair FIFO queue (`wait_queue.rs`) until the
 //! counter has room, within `throttle_max_wait`, and admits or refuses then (on a store
 //! without queues: one timer until the refusal's `resets_at`, never a busy loop).
 

@@ -43,8 +43,8 @@ pub enum MetricKind {
 }
 
 impl MetricKind {
-    /// The Prometheus (and `prometheus_client`) word.
-    pub fn word(self) -> &'static str {
+    /// The Prometheus (and `prometheus_client`) word (also its `Display`).
+    pub fn as_str(self) -> &'static str {
         match self {
             MetricKind::Counter => "counter",
             MetricKind::Gauge => "gauge",
@@ -52,6 +52,8 @@ impl MetricKind {
         }
     }
 }
+
+crate::guard::domain::words::display_as_str!(MetricKind);
 
 /// One sample of a family: its full name (`…_total`, `…_bucket`), its labels, its value.
 #[derive(Debug, Clone, PartialEq)]
@@ -326,7 +328,7 @@ pub(crate) fn render(families: &[MetricFamily]) -> String {
             _ => family.name.clone(),
         };
         let _ = writeln!(out, "# HELP {name} {}", escape(&family.help));
-        let _ = writeln!(out, "# TYPE {name} {}", family.kind.word());
+        let _ = writeln!(out, "# TYPE {name} {}", family.kind.as_str());
         for sample in &family.samples {
             out.push_str(&sample.name);
             if !sample.labels.is_empty() {

@@ -1,4 +1,4 @@
-//! In-process wake-ups for calls waiting in a throttle queue (`waiting.rs`): a settle that
+//! In-process wake-ups for calls waiting in a throttle queue (`wait_queue.rs`): a settle that
 //! gave room back wakes the heads, a waiter leaving wakes the ones behind it. Each has a
 //! generation count too, so a waiter that was busy when one happened still sees it. Waiters
 //! in other processes notice by polling.

@@ -19,7 +19,7 @@ mod known;
 mod marks;
 mod parts;
 mod pipeline;
-mod queue;
+mod redis_wait_queues;
 mod scripts;
 
 use std::sync::Arc;

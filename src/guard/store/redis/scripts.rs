@@ -17,7 +17,7 @@ const MARK_ONCE_LUA: &str = include_str!("../lua/mark_once.lua");
 const RAISE_UNTIL_LUA: &str = include_str!("../lua/raise_until.lua");
 const EPOCH_LUA: &str = include_str!("../lua/epoch.lua");
 const SETTLE_PARTS_LUA: &str = include_str!("../lua/settle_parts.lua");
-const QUEUE_LUA: &str = include_str!("../lua/queue.lua");
+const QUEUE_LUA: &str = include_str!("../lua/wait_queues.lua");
 const CARRY_LUA: &str = include_str!("../lua/carry.lua");
 
 pub(super) struct Scripts {

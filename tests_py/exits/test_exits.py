@@ -1,0 +1,169 @@
+"""A bill that returned is never lost, whatever way the worker ends (issue 31, item 1).
+
+Each test runs tests_py/exit_worker.py: a module-level guard on a real redis-server (or the
+memory store) with a SQLite ledger, made before any fork; the parent and each child admit
+and bill once and return at once, so every bill is still queued for the background and every
+ledger row still queued for the writer when the process ends. The process then ends by one
+path: normal exit, `sys.exit`, SIGTERM under the default handler, or the children of
+`multiprocessing` (`Process`, `Pool` with and without `maxtasksperchild`, ended by
+`terminate()` or by `close()`), `concurrent.futures.ProcessPoolExecutor` and billiard's pool
+(Celery prefork). Every call is counted once in Redis (no hold left) and in the ledger."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import usage_guard as ug
+from redis_harness import RedisServer
+
+WORKER = str(Path(__file__).resolve().parents[1] / "exit_worker.py")
+CHILDREN = 4  # exit_worker.CHILDREN
+POLICY = {
+    "models": {"m": {"display_name": "M", "max_output_tokens": 100}},
+    "limits": {
+        "direct": [
+            {
+                "user": "alice",
+                "model": "m",
+                "rules": [{"metric": "tokens", "amount": 1_000_000, "window": "day"}],
+            }
+        ]
+    },
+}
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
+
+
+def _start(
+    path: str, redis: RedisServer | None, tmp: Path
+) -> tuple[subprocess.Popen[str], str, str]:
+    prefix, ledger = f"exit-{uuid.uuid4().hex[:8]}", str(tmp / "ledger.db")
+    url, env = "memory", dict(os.environ)
+    if redis is not None:
+        url, env["REDIS_PID"] = redis.url, str(redis.pid)
+    worker = subprocess.Popen(
+        [sys.executable, WORKER, path, url, prefix, ledger],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp),
+        env=env,
+    )
+    return worker, prefix, ledger
+
+
+def _counted(redis: RedisServer, prefix: str, ledger: str) -> tuple[int, int, int]:
+    """Calls counted in Redis (tokens used / 10), tokens still held, and ledger rows (two a
+    call), once the worker has ended. A stall the worker left ends on its own (ending it
+    early would let a process still exiting send what it should have flushed)."""
+    url = redis.url
+    guard = ug.Guard(
+        ug.Policy.from_dict(POLICY), store=ug.RedisStore(url, prefix=prefix, timeout=8)
+    )
+    rule = guard.usage("alice", "m")["rules"][0]
+    rows = ug.SqliteLedger(ledger).query(user="alice")
+    return rule["used"] // 10, rule["reserved"], sum(r["requests"] for r in rows)
+
+
+def _run(path: str, redis: RedisServer, tmp: Path, code: int = 0) -> tuple[int, int, int]:
+    worker, prefix, ledger = _start(path, redis, tmp)
+    assert worker.wait(60) == code
+    return _counted(redis, prefix, ledger)
+
+
+def test_a_normal_exit_flushes(redis: RedisServer, tmp_path: Path) -> None:
+    assert _run("exit", redis, tmp_path) == (1, 0, 2)
+
+
+def test_sys_exit_flushes(redis: RedisServer, tmp_path: Path) -> None:
+    assert _run("sys.exit", redis, tmp_path, code=3) == (1, 0, 2)
+
+
+def test_sigterm_under_the_default_handler_flushes_then_ends_by_sigterm(
+    redis: RedisServer, tmp_path: Path
+) -> None:
+    worker, prefix, ledger = _start("sigterm", redis, tmp_path)
+    assert worker.stdout is not None
+    assert worker.stdout.readline().strip() == "billed"
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == -signal.SIGTERM, "the process still ends by SIGTERM"
+    assert _counted(redis, prefix, ledger) == (2, 0, 4)
+
+
+@pytest.mark.parametrize("before", ["mine", "signal.SIG_IGN"])
+def test_a_sigterm_handler_the_host_installed_is_left_alone(before: str) -> None:
+    code = (
+        "import signal\n"
+        "def mine(signum, frame): pass\n"
+        f"signal.signal(signal.SIGTERM, {before})\n"
+        "import usage_guard\n"
+        f"assert signal.getsignal(signal.SIGTERM) is {before}\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_sigterm_handler_is_installed_only_over_the_default() -> None:
+    code = (
+        "import signal\n"
+        "assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n"
+        "import usage_guard\n"
+        "assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "process",
+        "process-sys.exit",
+        "process-terminated",
+        "pool",
+        "pool-maxtasks",
+        "pool-closed",
+        "executor",
+    ],
+)
+def test_the_children_of_multiprocessing_flush(
+    path: str, redis: RedisServer, tmp_path: Path
+) -> None:
+    """The parent's call and each child's: 1 + 4, none lost, no hold left (before: 1 to 3 of
+    5 with `Process`, the others' holds left for 15 minutes)."""
+    assert _run(path, redis, tmp_path) == (1 + CHILDREN, 0, 2 * (1 + CHILDREN))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("billiard") is None, reason="needs billiard")
+@pytest.mark.parametrize(
+    "path",
+    [
+        "billiard",
+        # Seen once on the wheel's 3.9 suite: billiard reported the recycled worker lost
+        # (WorkerLostError, exitcode 155: EX_RECYCLE) before the job's answer; not explained.
+        pytest.param(
+            "billiard-maxtasks",
+            marks=pytest.mark.xfail(
+                sys.version_info < (3, 10), reason="billiard recycling on 3.9", strict=False
+            ),
+        ),
+        "billiard-terminated",
+    ],
+)
+def test_the_workers_of_billiards_pool_flush(path: str, redis: RedisServer, tmp_path: Path) -> None:
+    assert _run(path, redis, tmp_path) == (1 + CHILDREN, 0, 2 * (1 + CHILDREN))
+
+
+@pytest.mark.parametrize("path", ["exit", "process", "pool"])
+def test_ledger_rows_of_a_guard_alive_at_exit_are_written_on_the_memory_store(
+    path: str, tmp_path: Path
+) -> None:
+    worker, _, ledger = _start(path, None, tmp_path)
+    assert worker.wait(60) == 0
+    rows = ug.SqliteLedger(ledger).query(user="alice")
+    expected = 2 if path == "exit" else 2 * (1 + CHILDREN)
+    assert sum(r["requests"] for r in rows) == expected

@@ -1,0 +1,171 @@
+"""usage_guard.litellm with the real `litellm` SDK (`acompletion`) against the fake provider:
+admitted and fitted before the call, billed once from the reported usage, refused with
+`UsageLimitError`, and N concurrent callers on a small budget never billed past it."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch
+
+litellm = pytest.importorskip("litellm")  # Python 3.10 and later
+import usage_guard as ug  # noqa: E402
+from doc_blocks import run_by  # noqa: E402
+from fake_provider import WORD, FakeProvider  # noqa: E402
+from provider_support import policy, prompt_tokens, reserved, used  # noqa: E402
+from usage_guard.litellm import UsageGuardHandler  # noqa: E402
+
+# LiteLLM's logging worker (it runs the success callbacks) binds to the first event loop it
+# sees: every test of the module runs on one loop.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+GPT = "gpt-4o"
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+
+
+# One handler for the module, as a process has one: LiteLLM keeps the callbacks it first saw
+# for its success and failure events. Each test gives it a new guard.
+HANDLER = UsageGuardHandler()
+
+
+@pytest.fixture
+def handler(make_guard: Any) -> Any:
+    def install(tokens_a_day: int) -> tuple[ug.Guard, UsageGuardHandler]:
+        guard = make_guard(policy(tokens_a_day=tokens_a_day))
+        HANDLER.guard = guard
+        litellm.callbacks = [HANDLER]
+        return guard, HANDLER
+
+    yield install
+    litellm.callbacks = []
+
+
+async def call(fake: FakeProvider, **kw: Any) -> Any:
+    return await litellm.acompletion(
+        model=f"openai/{GPT}", messages=MESSAGES, api_base=f"{fake.url}/v1", api_key="k", **kw
+    )
+
+
+async def settled(guard: ug.Guard, user: str = "alice") -> None:
+    """Waits for LiteLLM's success callbacks (it runs them as background tasks)."""
+    for _ in range(200):
+        if reserved(guard, user, GPT) == 0:
+            return
+        await asyncio.sleep(0.02)
+
+
+async def test_fitted_billed_once(fake: FakeProvider, handler: Any) -> None:
+    guard, _ = handler(400)
+    fake.output_tokens = 10_000
+    reply = await call(fake, user="alice")
+    sent = fake.requests[0].body["max_completion_tokens"]
+    assert 0 < sent < 400 and reply.choices[0].message.content == WORD * sent
+    await settled(guard)
+    assert used(guard, "alice", GPT) == 21 + sent
+
+
+async def test_refused_before_the_provider(fake: FakeProvider, handler: Any) -> None:
+    guard, _ = handler(50)
+    guard.admit("alice", GPT, prompt_tokens=50, max_tokens=0).bill(50, 0)
+    with pytest.raises(Exception) as raised:
+        await call(fake, user="alice")
+    assert isinstance(raised.value, ug.UsageLimitError), repr(raised.value)
+    assert fake.requests == []
+
+
+async def test_a_stream_is_billed_at_its_end(fake: FakeProvider, handler: Any) -> None:
+    guard, _ = handler(100_000)
+    stream = await call(fake, user="bob", stream=True)
+    text = "".join([chunk.choices[0].delta.content or "" async for chunk in stream])
+    assert text == WORD * 12
+    await settled(guard, "bob")
+    assert 12 < used(guard, "bob", GPT) <= 12 + 21
+
+
+async def test_an_abandoned_stream_is_released(fake: FakeProvider, handler: Any) -> None:
+    """LiteLLM reports neither success nor failure for a stream left before its end: its
+    hold is released when LiteLLM lets the call go, not left to expire."""
+    guard, handler_ = handler(100_000)
+    fake.output_tokens = 50
+    stream = await call(fake, user="bob", stream=True)
+    async for _chunk in stream:
+        break
+    assert reserved(guard, "bob", GPT) > 0
+    del stream, _chunk
+    for _ in range(100):
+        gc.collect()
+        if reserved(guard, "bob", GPT) == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert reserved(guard, "bob", GPT) == 0
+    assert handler_._tickets == {}
+
+
+def sync_call(fake: FakeProvider, **kw: Any) -> Any:
+    return litellm.completion(
+        model=f"openai/{GPT}", messages=MESSAGES, api_base=f"{fake.url}/v1", api_key="k", **kw
+    )
+
+
+async def test_a_sync_completion_is_fitted_and_billed_once(
+    fake: FakeProvider, handler: Any
+) -> None:
+    guard, _ = handler(400)
+    fake.output_tokens = 10_000
+    reply = sync_call(fake, user="alice")
+    sent = fake.requests[0].body["max_completion_tokens"]
+    assert 0 < sent < 400 and reply.choices[0].message.content == WORD * sent
+    await settled(guard)
+    assert used(guard, "alice", GPT) == 21 + sent
+    stream = sync_call(fake, user="alice", stream=True, max_tokens=5)
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream) == WORD * 5
+    await settled(guard)
+    # LiteLLM reports a stream's usage by its own count of the prompt (as for acompletion).
+    assert 5 < used(guard, "alice", GPT) - (21 + sent) <= 5 + 21
+
+
+async def test_a_sync_completion_is_refused_before_the_provider(
+    fake: FakeProvider, handler: Any
+) -> None:
+    guard, _ = handler(50)
+    guard.admit("alice", GPT, prompt_tokens=50, max_tokens=0).bill(50, 0)
+    with pytest.raises(Exception) as raised:
+        sync_call(fake, user="alice")
+    assert isinstance(raised.value, ug.UsageLimitError), repr(raised.value)
+    assert fake.requests == []
+
+
+async def test_concurrent_callers_never_bill_past_the_budget(
+    fake: FakeProvider, handler: Any
+) -> None:
+    guard, _ = handler(300)
+    # The fake reports the prompt as the guard counts it (its default 21 is made up).
+    fake.input_tokens = prompt_tokens({"model": GPT, "messages": MESSAGES}, "openai", GPT)
+    fake.output_tokens, fake.delay = 40, 0.05
+    results = await asyncio.gather(
+        *(call(fake, user="alice", max_tokens=40) for _ in range(20)), return_exceptions=True
+    )
+    served = [r for r in results if not isinstance(r, BaseException)]
+    await settled(guard)
+    assert 0 < len(served) < 20
+    assert used(guard, "alice", GPT) <= 300
+    assert len(fake.requests) == len(served)
+
+
+def test_the_docs_snippet_runs_as_written(fake: FakeProvider) -> None:
+    (block,) = run_by("docs/providers.md", "providers/test_litellm.py")
+    # In a process of its own, as written: LiteLLM keeps the first callbacks it saw.
+    env = {**os.environ, "OPENAI_BASE_URL": f"{fake.url}/v1", "OPENAI_API_KEY": "test-key"}
+    done = subprocess.run(
+        [sys.executable, "-c", block], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == WORD * 12 + "\n"
+    assert fake.requests[0].body["max_completion_tokens"] < 2000

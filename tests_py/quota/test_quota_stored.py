@@ -1,0 +1,111 @@
+"""Stored quota policies: the tables in a PostgreSQL ledger's database, transactions, and a
+change made in one process seen by a guard in another (Redis store, SQLite ledger file)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any, Callable
+
+import pytest
+import usage_guard as ug
+from postgres_harness import pg_url  # noqa: F401 - the fixture
+from redis_harness import RedisServer
+from test_quota import POLICY, TEAM, USER
+
+
+def test_postgres_tables_crud_and_counting(
+    pg_url: Callable[[], str],  # noqa: F811
+    clock: ug.ManualClock,
+) -> None:
+    url = pg_url()
+    guard = ug.Guard(ug.Policy.from_dict(POLICY), clock=clock, ledger=ug.PostgresLedger(url))
+    q = ug.QuotaService(guard, clock=clock, poll=False)
+    assert ug._core.QuotaDatabase(guard.ledger).dialect == "postgres"  # type: ignore[arg-type]
+    q.create_policy("research", TEAM, created_by="ops")
+    q.create_policy("alice", USER)
+    q.assign("research", "team:research")
+    q.assign("alice", ("user", "alice"), effective_from="2026-11-01T00:00:00Z")
+    with pytest.raises(ug.PolicyInUse):
+        q.delete_policy("research")
+    with pytest.raises(ValueError, match="a policy 'alice' exists already"):
+        q.create_policy("alice", USER)
+    assert q.record("user:alice", "ai.tokens.total", 300, request_id="p1", team="research")
+    assert not q.record("user:alice", "ai.tokens.total", 300, request_id="p1", team="research")
+    assert not q.check("user:alice", "ai.tokens.total", 1, team="research").allowed
+    assert q.check("team:research", "ai.tokens.total", 700).allowed
+    # A second service on the same database reads the same rows (and migrations run once).
+    other = ug.QuotaService(
+        ug.Guard(ug.Policy.from_dict(POLICY), clock=clock, ledger=ug.PostgresLedger(url)),
+        poll=False,
+    )
+    assert [(a["subject"], a["policy"]) for a in other.assignments()] == [
+        ("team:research", "research"),
+        ("user:alice", "alice"),
+    ]
+    assert other.policies()[1]["created_by"] == "ops"
+    rows = guard.ledger.query(user="alice")  # type: ignore[union-attr]
+    assert rows[0]["requests"] == 1 and rows[0]["input_tokens"] == 300
+
+
+def test_a_failed_change_writes_nothing(tmp_path: Any) -> None:
+    ledger = ug.SqliteLedger(str(tmp_path / "l.db"))
+    q = ug.QuotaService(ug.Guard(ug.Policy.from_dict(POLICY), ledger=ledger), poll=False)
+    q.create_policy("p", USER)
+    store = q.store
+    with pytest.raises(RuntimeError, match="boom"):
+        with store.tx() as tx:
+            tx.run("UPDATE quota_policies SET description = ? WHERE name = ?", "half", "p")
+            raise RuntimeError("boom")
+    assert q.policies()[0]["description"] == ""
+
+
+CHILD = """
+import sys, time
+import usage_guard as ug
+guard = ug.Guard(ug.Policy.from_dict({"models": {}}), store=ug.RedisStore(sys.argv[1], prefix="q2"),
+                 ledger=ug.SqliteLedger(sys.argv[2]))
+q = ug.QuotaService(guard)
+print("ready", flush=True)
+sys.stdin.readline()
+start = time.monotonic()
+while time.monotonic() - start < 10:
+    if q.effective_limit("team:research", "ai.tokens.total"):
+        print(f"seen {time.monotonic() - start:.3f}", flush=True)
+        break
+    time.sleep(0.01)
+else:
+    print("not seen", flush=True)
+"""
+
+
+def test_a_change_is_seen_by_another_process(redis_server: RedisServer, tmp_path: Any) -> None:
+    db = str(tmp_path / "l.db")
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(CHILD), redis_server.url, db],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ},
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "ready"
+        guard = ug.Guard(
+            ug.Policy.from_dict({"models": {}}),
+            store=ug.RedisStore(redis_server.url, prefix="q2"),
+            ledger=ug.SqliteLedger(db),
+        )
+        q = ug.QuotaService(guard, poll=False)
+        q.create_policy("research", TEAM)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        q.assign("research", "team:research")
+        answer = child.stdout.readline().split()
+        assert answer[0] == "seen", answer
+        print(f"seen by the other process after {answer[1]} s")
+    finally:
+        child.kill()
+        child.wait()
