@@ -57,7 +57,7 @@ def scripts(lua: str) -> dict[str, str]:
         "raise_until": read("raise_until"),
         "epoch": read("epoch"),
         "settle_parts": f"{common}\n{fence}\n{read('settle_parts')}",
-        "queue": read("queue"),
+        "wait_queues": read("wait_queues"),
         "carry": f"{common}\n{fence}\nlocal function settle_one(KEYS, ARGV)\n{settle}\nend\n"
         f"local function reserve_one(KEYS, ARGV)\n{known}\nend\n{read('carry')}",
     }
