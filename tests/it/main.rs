@@ -11,6 +11,7 @@ mod ceiling_fit;
 mod ceiling_fit_limits;
 mod ceiling_props;
 mod ceiling_providers;
+mod engine_walk;
 mod events;
 mod generic_rules;
 mod guard_concurrency;

@@ -18,7 +18,7 @@ use crate::guard::engine::batch::batch_ticket::{BatchRequest, BatchTicket};
 use crate::guard::engine::observe::event_stream::EventStream;
 use crate::guard::engine::observe::health::ProviderHealth;
 use crate::guard::engine::observe::metrics::{render, MetricFamily};
-use crate::guard::engine::observe::stats::{bump, log_store_error, Stats};
+use crate::guard::engine::observe::stats::Stats;
 use crate::guard::engine::quota::{QuotaRecord, RuleCounter};
 use crate::guard::engine::settle::settle_queue::{self, Retries, FLUSH_WAIT};
 use crate::guard::engine::settle::ticket::Ticket;
@@ -118,8 +118,11 @@ impl Guard {
             Vec::new()
         } else {
             self.shared.read(path, now).await.map_err(|e| {
-                bump(&self.shared.stats.store_errors);
-                log_store_error(self.shared.store.as_ref(), "usage", &e);
+                self.shared
+                    .stats
+                    .store_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                self.shared.store.as_ref().outage().log_failed("usage", &e);
                 Error::Refused(Box::new(Refusal::unavailable()))
             })?
         };

@@ -2,6 +2,7 @@
 //! generic rules a set of attributes matches (one store read, nothing reserved), and adding
 //! use that did not pass through admission to them, once per request id.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::handle::Guard;
@@ -16,7 +17,6 @@ use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, LimitType, Metric};
 use crate::guard::domain::window::Window;
 use crate::guard::engine::observe::events::Caller;
-use crate::guard::engine::observe::stats::{bump, log_store_error};
 use crate::guard::engine::settle::settling::settled_until;
 use crate::guard::ledger::LedgerRow;
 use crate::guard::store::CounterKey;
@@ -77,8 +77,13 @@ fn unavailable(
     operation: &'static str,
     e: &crate::guard::store::StoreError,
 ) -> Error {
-    bump(&guard.shared.stats.store_errors);
-    log_store_error(guard.shared.store.as_ref(), operation, e);
+    guard.shared.stats.store_errors.fetch_add(1, Relaxed);
+    guard
+        .shared
+        .store
+        .as_ref()
+        .outage()
+        .log_failed(operation, e);
     Error::Refused(Box::new(Refusal::unavailable()))
 }
 

@@ -21,7 +21,7 @@ use crate::guard::domain::policy::Policy;
 use crate::guard::engine::observe::event_stream::EventHub;
 use crate::guard::engine::observe::health::ProviderHealth;
 use crate::guard::engine::observe::metrics::Metrics;
-use crate::guard::engine::observe::stats::{store_answered, Stats};
+use crate::guard::engine::observe::stats::Stats;
 use crate::guard::engine::reserve::known::Known;
 use crate::guard::engine::settle::settle_queue::SettleQueue;
 use crate::guard::ledger::Ledger;
@@ -279,7 +279,7 @@ impl Shared {
         let (keys, previous_at) = read_keys(path, now);
         self.fill(path, &keys, now).await;
         let reads = self.store.read(keys, now).await?;
-        store_answered(self.store.as_ref());
+        self.store.as_ref().outage().answered();
         Ok(slot_reads(&reads, &previous_at))
     }
 

@@ -65,6 +65,17 @@ impl OutageLog {
         }
     }
 
+    /// [`OutageLog::failed`], for a caller that only reports the failure (the engine: every
+    /// store failure it meets is logged here, once per outage).
+    pub(crate) fn log_failed(&self, operation: &str, error: &StoreError) {
+        self.failed(operation, error);
+    }
+
+    /// [`OutageLog::succeeded`], for a caller that only reports that the store answered.
+    pub(crate) fn answered(&self) {
+        self.succeeded();
+    }
+
     /// Failed operations in the current outage (0 while healthy).
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn affected(&self) -> u64 {

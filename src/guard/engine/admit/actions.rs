@@ -32,11 +32,13 @@ impl Guard {
         if ticket.fitted().is_some_and(|f| f.lowered) {
             metrics.fitted();
         }
-        let caller = || Caller {
-            principal: ticket.path().user.clone(),
-            model: Some(Arc::from(ticket.model())),
-        };
-        self.emit(ticket.warnings(), caller).await;
+        if !ticket.warnings().is_empty() {
+            let caller = || Caller {
+                principal: ticket.path().user.clone(),
+                model: Some(Arc::from(ticket.model())),
+            };
+            self.emit(ticket.warnings(), caller).await;
+        }
         Ok(ticket)
     }
 

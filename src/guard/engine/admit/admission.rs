@@ -1,6 +1,7 @@
 //! Admission of a single call: resolve → count → read → decide → fit → reserve, through the
 //! one admission loop (`reserve/reserve_loop.rs`).
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use crate::ceiling::{self, Api, FitOptions, PromptCount};
@@ -11,7 +12,6 @@ use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::{Settings, UncappedOutput, MAX_AMOUNT};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::engine::handle::Guard;
-use crate::guard::engine::observe::stats::{bump, log_store_error};
 use crate::guard::engine::reserve::reserve_loop::ReserveEnd;
 use crate::guard::engine::settle::admitted_request::AdmittedRequest;
 use crate::guard::engine::settle::ticket::{ReservedParts, Ticket, TicketParts};
@@ -76,7 +76,7 @@ impl Guard {
         if path.is_unlimited() {
             let ceiling = unlimited_ceiling(&demand, settings);
             let fitted = fit(&ceiling).map_err(|e| self.count_refusal(e))?;
-            bump(&self.shared.stats.admitted);
+            self.shared.stats.admitted.fetch_add(1, Relaxed);
             return Ok(ticket(None, ceiling, fitted, false));
         }
         let end = self
@@ -95,33 +95,37 @@ impl Guard {
                 ))
             }
             ReserveEnd::StoreFailed(error) if self.ledger_answers(&path, settings) => {
-                bump(&self.shared.stats.store_errors);
-                log_store_error(self.shared.store.as_ref(), "admit", &error);
+                self.shared.stats.store_errors.fetch_add(1, Relaxed);
+                self.shared
+                    .store
+                    .as_ref()
+                    .outage()
+                    .log_failed("admit", &error);
                 let plan = self.decide_from_ledger(&path, &demand, settings).await?;
                 let fitted = fit(&plan.ceiling).map_err(|e| self.count_refusal(e))?;
-                bump(&self.shared.stats.admitted);
+                self.shared.stats.admitted.fetch_add(1, Relaxed);
                 Ok(self.unheld_ticket(id.clone(), &path, &plan, admitted_at, fitted))
             }
             ReserveEnd::StoreFailed(error) => {
                 self.store_failed(&path, settings, &error)?;
                 let ceiling = unlimited_ceiling(&demand, settings);
                 let fitted = fit(&ceiling).map_err(|e| self.count_refusal(e))?;
-                bump(&self.shared.stats.uncounted);
-                bump(&self.shared.stats.admitted);
+                self.shared.stats.uncounted.fetch_add(1, Relaxed);
+                self.shared.stats.admitted.fetch_add(1, Relaxed);
                 Ok(ticket(None, ceiling, fitted, true))
             }
         }
     }
 
     pub(crate) fn refuse(&self, refusal: Refusal) -> Error {
-        bump(&self.shared.stats.refused);
+        self.shared.stats.refused.fetch_add(1, Relaxed);
         Error::Refused(Box::new(refusal))
     }
 
     /// Counts a refusal made outside `decide` (a request that cannot fit); other errors pass.
     pub(crate) fn count_refusal(&self, error: Error) -> Error {
         if matches!(error, Error::Refused(_)) {
-            bump(&self.shared.stats.refused);
+            self.shared.stats.refused.fetch_add(1, Relaxed);
         }
         error
     }
@@ -129,16 +133,20 @@ impl Guard {
     /// The store failed: refuses as unavailable when a rule could refuse the call; else the
     /// call may run uncounted (`Ok`).
     fn store_failed(&self, path: &Path, settings: &Settings, error: &StoreError) -> Result<()> {
-        bump(&self.shared.stats.store_errors);
-        log_store_error(self.shared.store.as_ref(), "admit", error);
+        self.shared.stats.store_errors.fetch_add(1, Relaxed);
+        self.shared
+            .store
+            .as_ref()
+            .outage()
+            .log_failed("admit", error);
         let could_refuse = path
             .ceilings
             .iter()
             .chain(path.sources.iter().flat_map(|s| s.rules.iter()))
             .any(|r| !settings.fail_open.contains(&r.rule.metric));
         if could_refuse {
-            bump(&self.shared.stats.unavailable);
-            bump(&self.shared.stats.refused);
+            self.shared.stats.unavailable.fetch_add(1, Relaxed);
+            self.shared.stats.refused.fetch_add(1, Relaxed);
             return Err(Error::Refused(Box::new(Refusal::unavailable())));
         }
         Ok(())

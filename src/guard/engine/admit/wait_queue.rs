@@ -18,7 +18,6 @@ use crate::guard::domain::refusal::{Reason, Refusal};
 use crate::guard::domain::rule::LimitType;
 use crate::guard::engine::admit::admission::AdmitRequest;
 use crate::guard::engine::handle::Guard;
-use crate::guard::engine::observe::stats::log_store_error;
 use crate::guard::engine::settle::ticket::Ticket;
 use crate::guard::engine::settle::wake::{self, seen, LEAVES, ROOMS};
 use crate::guard::engine::shared::Shared;
@@ -77,7 +76,7 @@ impl Drop for Place {
 async fn leave(store: Arc<dyn CounterStore>, queues: Vec<String>, ticket: u64) {
     if let Some(q) = store.queues() {
         if let Err(e) = q.leave(queues, ticket).await {
-            log_store_error(store.as_ref(), "queue leave", &e);
+            store.as_ref().outage().log_failed("queue leave", &e);
         }
     }
     wake::left();
@@ -223,7 +222,13 @@ impl Guard {
         let joined = q.join(spots.to_vec(), only_if_busy, now + LAPSE_MS, now);
         joined
             .await
-            .map_err(|e| log_store_error(self.shared.store.as_ref(), "queue join", &e))
+            .map_err(|e| {
+                self.shared
+                    .store
+                    .as_ref()
+                    .outage()
+                    .log_failed("queue join", &e)
+            })
             .ok()
     }
 
@@ -261,7 +266,11 @@ impl Guard {
                         break;
                     }
                     Err(e) => {
-                        log_store_error(self.shared.store.as_ref(), "queue poll", &e);
+                        self.shared
+                            .store
+                            .as_ref()
+                            .outage()
+                            .log_failed("queue poll", &e);
                         0
                     }
                 };

@@ -4,6 +4,7 @@
 //! `<batch id>/<result id>` is settled in one atomic store step whose record is its mark, so
 //! each result is billed once and each share given back once, across crashes too.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,7 +16,6 @@ use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, Metric};
 use crate::guard::engine::admit::admission::{demand, AdmitRequest};
 use crate::guard::engine::handle::Guard;
-use crate::guard::engine::observe::stats::{bump, log_store_error};
 use crate::guard::engine::reserve::reserve_loop::ReserveEnd;
 use crate::guard::engine::settle::ticket::ReservedParts;
 use crate::guard::engine::shared::{Resolved, Shared};
@@ -99,7 +99,7 @@ impl Guard {
         let request_ids: Vec<String> = requests.into_iter().map(|r| r.id).collect();
         let id = format!("b{}", self.shared.ticket_id());
         if path.is_unlimited() {
-            bump(&self.shared.stats.admitted);
+            self.shared.stats.admitted.fetch_add(1, Relaxed);
             return Ok(self.batch(id, &path, None, (request_ids, attributes)));
         }
         let in_full = |plan: &mut Plan, reads: &[SlotRead], now: Millis| {
@@ -121,7 +121,11 @@ impl Guard {
                 Ok(self.batch(id, &path, reserved, (request_ids, attributes)))
             }
             ReserveEnd::StoreFailed(e) => {
-                log_store_error(self.shared.store.as_ref(), "admit_batch", &e);
+                self.shared
+                    .store
+                    .as_ref()
+                    .outage()
+                    .failed("admit_batch", &e);
                 Err(unavailable())
             }
         }

@@ -7,13 +7,13 @@
 
 use crate::error::{Error, Result};
 use crate::guard::engine::batch::batch_ticket::{unavailable, BatchTicket};
-use crate::guard::engine::observe::stats::{bump, log_store_error, store_answered};
 use crate::guard::engine::settle::billing::{
     check_usage, ledger_row, record, usage_adds, BillInfo, Billed, Recorded, Usage,
 };
 use crate::guard::engine::settle::retry::{retry_until_answered, Followers};
 use crate::guard::engine::settle::settling::SETTLED_KEEP_MS;
 use crate::guard::store::{PartSettle, PartsSettle, SettleOutcome};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// How many parts one `finish` step settles: 4,000 parts take 8 round trips, each a short
 /// script.
@@ -59,16 +59,20 @@ impl BatchTicket {
         }]);
         billed.recorded = match self.shared.store.settle_parts(&settle, now).await {
             Ok(outcomes) => {
-                store_answered(self.shared.store.as_ref());
+                self.shared.store.as_ref().outage().answered();
                 if outcomes.first() != Some(&SettleOutcome::Settled) {
                     return Ok(None);
                 }
                 Recorded::Yes
             }
             Err(e) => {
-                bump(&self.shared.stats.settle_failures);
-                bump(&self.shared.stats.store_errors);
-                log_store_error(self.shared.store.as_ref(), "bill_part", &e);
+                self.shared.stats.settle_failures.fetch_add(1, Relaxed);
+                self.shared.stats.store_errors.fetch_add(1, Relaxed);
+                self.shared
+                    .store
+                    .as_ref()
+                    .outage()
+                    .log_failed("bill_part", &e);
                 let what = format!("the bill of batch part {}/{result_id}", self.id);
                 // The part's record lives far longer than the retries: never billed twice.
                 retry_until_answered(
@@ -85,7 +89,7 @@ impl BatchTicket {
                 Recorded::Pending
             }
         };
-        bump(&self.shared.stats.billed);
+        self.shared.stats.billed.fetch_add(1, Relaxed);
         if let Some(ledger) = self.shared.ledger.get() {
             record(
                 ledger.as_ref(),
@@ -120,17 +124,21 @@ impl BatchTicket {
                 .settle_parts(&settle, now)
                 .await
                 .map_err(|e| {
-                    bump(&self.shared.stats.store_errors);
-                    log_store_error(self.shared.store.as_ref(), "batch finish", &e);
+                    self.shared.stats.store_errors.fetch_add(1, Relaxed);
+                    self.shared
+                        .store
+                        .as_ref()
+                        .outage()
+                        .failed("batch finish", &e);
                     unavailable()
                 })?;
-            store_answered(self.shared.store.as_ref());
+            self.shared.store.as_ref().outage().answered();
             given += outcomes
                 .iter()
                 .filter(|o| **o == SettleOutcome::Settled)
                 .count();
         }
-        bump(&self.shared.stats.released);
+        self.shared.stats.released.fetch_add(1, Relaxed);
         Ok(given)
     }
 }

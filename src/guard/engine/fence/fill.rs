@@ -7,6 +7,7 @@
 //! sums the rows whose recorded attributes the rule counts (`domain::recorded`).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use crate::lock::Mutex;
@@ -17,7 +18,6 @@ use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::refilled;
 use crate::guard::domain::recorded::{rule_conditions, RowCondition};
 use crate::guard::domain::rule::{CounterId, Scope};
-use crate::guard::engine::observe::stats::{bump, log_store_error};
 use crate::guard::ledger::{Ledger, SumFilter};
 use crate::guard::store::{CounterKey, CounterStore};
 
@@ -192,7 +192,7 @@ pub(crate) async fn fill_keys(
         let used = match crate::runtime::blocking(sum) {
             Ok(used) => used,
             Err(e) => {
-                bump(&state.ledger_errors);
+                state.ledger_errors.fetch_add(1, Relaxed);
                 log::warn!("fill {}: {e}; trying again in a minute", key.render());
                 state
                     .fills()
@@ -206,11 +206,11 @@ pub(crate) async fn fill_keys(
         match store.fill(key.clone(), used, retain, now).await {
             Ok(did) => {
                 if did {
-                    bump(&state.filled);
+                    state.filled.fetch_add(1, Relaxed);
                 }
                 state.know(&key);
             }
-            Err(e) => log_store_error(store, "fill", &e),
+            Err(e) => store.outage().log_failed("fill", &e),
         }
     }
 }

@@ -7,12 +7,12 @@
 //! `HOLD_AGAIN_MS` (`FenceAnswer::HoldingAgain`), long enough for every other guard to have
 //! held its calls again, so none is admitted into the room they still use.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::guard::domain::clock::Millis;
 use crate::guard::engine::handle::Guard;
-use crate::guard::engine::observe::stats::bump;
 use crate::guard::engine::shared::Shared;
 use crate::guard::store::{Fence, ReserveItem, ReserveOutcome};
 
@@ -84,7 +84,9 @@ impl Guard {
                 .reserve_fenced(id, items, minute, now, fence)
                 .await;
             match placed {
-                Ok(ReserveOutcome::Reserved) => bump(&self.shared.stats.calls_held_again),
+                Ok(ReserveOutcome::Reserved) => {
+                    self.shared.stats.calls_held_again.fetch_add(1, Relaxed);
+                }
                 Ok(_) => {} // settled meanwhile: nothing to hold
                 Err(e) => {
                     log::warn!(

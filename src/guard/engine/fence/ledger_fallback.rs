@@ -16,6 +16,7 @@
 //! answers again (retried by ticket id, as every bill is).
 
 use std::sync::atomic::Ordering;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,6 @@ use crate::guard::domain::policy::{Settings, SpendFailureMode};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{Metric, Scope};
 use crate::guard::engine::handle::Guard;
-use crate::guard::engine::observe::stats::bump;
 use crate::guard::engine::settle::admitted_request::AdmittedRequest;
 use crate::guard::engine::settle::ticket::{ReservedParts, Ticket, TicketParts};
 use crate::guard::engine::shared::{read_keys, slot_reads, Shared};
@@ -102,9 +102,9 @@ impl Guard {
             })
             .count();
         for _ in 0..skipped {
-            bump(&self.shared.stats.budget_unanswerable);
+            self.shared.stats.budget_unanswerable.fetch_add(1, Relaxed);
         }
-        bump(&self.shared.stats.ledger_answered);
+        self.shared.stats.ledger_answered.fetch_add(1, Relaxed);
         let sums = self
             .ledger_sums(filters, settings.ledger_fallback_max_concurrent)
             .await?;
@@ -151,7 +151,7 @@ impl Guard {
     async fn ledger_sums(&self, filters: Vec<Option<SumFilter>>, max: u64) -> Result<Vec<u64>> {
         let unavailable = |why: String| {
             log::warn!("usage_guard: spend failure mode allow: {why}; the call is refused");
-            bump(&self.shared.stats.unavailable);
+            self.shared.stats.unavailable.fetch_add(1, Relaxed);
             self.refuse(Refusal::unavailable())
         };
         let Some(ledger) = self.ledger().cloned() else {

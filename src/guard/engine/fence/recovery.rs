@@ -5,6 +5,7 @@
 //! again from the ledger when next read. Without one, only an empty store on a guard's first
 //! use is adopted; anything else waits for the operator's `recover(attest=true)`.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use super::fill::is_refilled;
@@ -14,7 +15,6 @@ use crate::guard::domain::clock::Millis;
 use crate::guard::domain::policy::{Settings, StoreChecks};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::engine::handle::Guard;
-use crate::guard::engine::observe::stats::bump;
 use crate::guard::ledger::{AuditQuery, AuditRow, STORE_EPOCH};
 use crate::guard::store::{Fence, FenceAnswer, ReserveItem, StoreCheck, StoreError};
 
@@ -73,8 +73,8 @@ impl Guard {
 
     /// The refusal of a call whose fenced rules cannot be trusted.
     pub(crate) fn refuse_recovering(&self) -> Error {
-        bump(&self.shared.stats.recovering);
-        bump(&self.shared.stats.unavailable);
+        self.shared.stats.recovering.fetch_add(1, Relaxed);
+        self.shared.stats.unavailable.fetch_add(1, Relaxed);
         self.refuse(Refusal::recovering())
     }
 
@@ -118,7 +118,7 @@ impl Guard {
                 log::info!(
                     "counter store: no epoch and no counters; adopted it (epoch {generation})"
                 );
-                bump(&self.shared.stats.epochs_written);
+                self.shared.stats.epochs_written.fetch_add(1, Relaxed);
                 self.trust(&generation, now).await;
                 return Ok(AfterFence::Retry);
             }
@@ -229,7 +229,7 @@ impl Guard {
                     "counter store: wrote a new epoch {token} (counters refill from the ledger)"
                 );
                 self.record_epoch(&token, now, if lost { "recovered" } else { "first_start" });
-                bump(&self.shared.stats.epochs_written);
+                self.shared.stats.epochs_written.fetch_add(1, Relaxed);
                 self.trust(&token, now).await;
             }
             Ok(done)
@@ -257,7 +257,7 @@ impl Guard {
         let _one = self.shared.epoch.one().lock().await;
         let store = &self.shared.store;
         let unavailable = |e: StoreError| {
-            crate::guard::engine::observe::stats::log_store_error(store.as_ref(), "recover", &e);
+            store.as_ref().outage().log_failed("recover", &e);
             Error::Refused(Box::new(Refusal::unavailable()))
         };
         let token = new_generation(now);
@@ -289,7 +289,7 @@ impl Guard {
         }
         log::warn!("counter store: recovered by the operator (epoch {token})");
         self.record_epoch(&token, now, "operator");
-        bump(&self.shared.stats.epochs_written);
+        self.shared.stats.epochs_written.fetch_add(1, Relaxed);
         self.trust(&token, now).await;
         Ok(token)
     }

@@ -1,8 +1,7 @@
-//! Counts an operator can watch, and the one place store failures are logged.
+//! Counts an operator can watch (each bumped where it happens, `fetch_add(1, Ordering::Relaxed)`; store
+//! failures are logged once per outage by the store's `OutageLog`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use crate::guard::store::{CounterStore, StoreError};
 
 /// Counts an operator can watch.
 #[derive(Debug, Default)]
@@ -74,20 +73,4 @@ impl Stats {
             ("budget_unanswerable", read(&self.budget_unanswerable)),
         ]
     }
-}
-
-/// Adds one to a count.
-pub(crate) fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Logs a failed operation of `store`: once when its outage starts (the others are counted).
-pub(crate) fn log_store_error(store: &dyn CounterStore, operation: &str, error: &StoreError) {
-    store.outage().failed(operation, error);
-}
-
-/// Notes that `store` answered: ends its outage in progress, logging how many operations it
-/// affected (one atomic load while the store is healthy).
-pub(crate) fn store_answered(store: &dyn CounterStore) {
-    store.outage().succeeded();
 }

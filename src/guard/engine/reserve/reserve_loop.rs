@@ -13,6 +13,7 @@
 //!   without a read. A refusal, or a ceiling lowered by what is left, is only ever decided
 //!   from values read in this admission: from known values it reads first.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::values::{known_reserve, Decided, Values};
@@ -23,7 +24,6 @@ use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::Settings;
 use crate::guard::engine::fence::recovery::AfterFence;
 use crate::guard::engine::handle::Guard;
-use crate::guard::engine::observe::stats::{bump, store_answered};
 use crate::guard::engine::settle::settling::{self, in_background, whole};
 use crate::guard::engine::shared::Shared;
 use crate::guard::store::{
@@ -119,17 +119,17 @@ impl Guard {
                     return Ok(ReserveEnd::Placed(placed));
                 }
                 KnownOutcome::Reserve(ReserveOutcome::Conflict { item }) => {
-                    bump(&self.shared.stats.reserve_retries);
+                    self.shared.stats.reserve_retries.fetch_add(1, Relaxed);
                     let reads = answered.as_ref().map_or(values.reads, |(_, r)| r.clone());
                     conflict = Some((plan, item, reads));
                     attempts += 1;
                 }
                 KnownOutcome::Moved => {
-                    bump(&self.shared.stats.reserve_retries);
+                    self.shared.stats.reserve_retries.fetch_add(1, Relaxed);
                     attempts += 1;
                 }
                 KnownOutcome::Reserve(ReserveOutcome::Fenced(fenced)) => {
-                    store_answered(self.shared.store.as_ref());
+                    self.shared.store.as_ref().outage().answered();
                     self.shared.known.forget_all();
                     fences += 1;
                     match self.after_fence(fenced, &generation, now).await {
@@ -165,8 +165,8 @@ impl Guard {
         fresh: Option<&[SlotRead]>,
         now: Millis,
     ) -> Reservation<T> {
-        store_answered(self.shared.store.as_ref());
-        bump(&self.shared.stats.admitted);
+        self.shared.store.as_ref().outage().answered();
+        self.shared.stats.admitted.fetch_add(1, Relaxed);
         if let Some(fresh) = fresh {
             plan.warnings = decide::warnings_after_reserve(path, fresh, now);
         }
@@ -294,7 +294,7 @@ impl Drop for InFlight<'_> {
         if !self.armed {
             return;
         }
-        bump(&self.shared.stats.given_up);
+        self.shared.stats.given_up.fetch_add(1, Relaxed);
         let now = self.shared.clock.now_ms();
         let settle = whole(
             self.id,

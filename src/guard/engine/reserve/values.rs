@@ -9,7 +9,6 @@ use crate::guard::domain::path::Path;
 use crate::guard::domain::policy::Settings;
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::engine::handle::Guard;
-use crate::guard::engine::observe::stats::store_answered;
 use crate::guard::engine::shared::{read_keys, slot_reads};
 use crate::guard::store::{CounterKey, CounterRead, KnownAnswer, KnownReserve, StoreError};
 
@@ -67,7 +66,7 @@ impl Guard {
             }
         }
         let flat = self.shared.store.read(values.keys.clone(), now).await?;
-        store_answered(self.shared.store.as_ref());
+        self.shared.store.as_ref().outage().answered();
         if self.shared.ways.from_known {
             self.shared.known.remember(&values.keys, &flat, now);
         }

@@ -4,11 +4,11 @@
 //! A caller waiting for the answer (`bill(wait=True)`) hears the retry's, for a while; a bill's
 //! retry keeps a place in its guard's queue, so `close()` and exit wait for it.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::guard::domain::clock::Millis;
-use crate::guard::engine::observe::stats::{bump, store_answered};
 use crate::guard::engine::settle::settle_queue::RetryPlace;
 use crate::guard::engine::shared::Shared;
 use crate::guard::store::{CounterStore, Settle, SettleOutcome, StoreFuture};
@@ -122,8 +122,8 @@ pub(crate) fn retry_until_answered<W, R>(
             };
             match outcome {
                 Ok(answer) => {
-                    store_answered(shared.store.as_ref());
-                    bump(&shared.stats.settles_retried);
+                    shared.store.as_ref().outage().answered();
+                    shared.stats.settles_retried.fetch_add(1, Relaxed);
                     if let Some(waiting) = waiting {
                         let _ = waiting.reply.send(Some(answer));
                     }

@@ -4,11 +4,11 @@
 //! given back the same way. Settles are idempotent by id in every store, so a retry whose
 //! first attempt landed after all does nothing.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::guard::domain::clock::Millis;
-use crate::guard::engine::observe::stats::{bump, log_store_error, store_answered};
 use crate::guard::engine::settle::retry::{retry, Waiting, WAIT_FOR_RETRY};
 use crate::guard::engine::settle::settle_queue::Job;
 use crate::guard::engine::shared::Shared;
@@ -64,11 +64,11 @@ pub(crate) async fn settle(
 ) -> Option<SettleOutcome> {
     match shared.store.settle(&settle, now).await {
         Ok(outcome) => {
-            store_answered(shared.store.as_ref());
+            shared.store.as_ref().outage().answered();
             Some(outcome)
         }
         Err(e) => {
-            bump(&shared.stats.settle_failures);
+            shared.stats.settle_failures.fetch_add(1, Relaxed);
             failed(shared, operation, &e);
             retry(shared.clone(), settle, operation, None);
             None
@@ -165,7 +165,7 @@ impl<'a> Carried<'a> {
             self.shared
                 .stats
                 .settles_carried
-                .fetch_add(settles.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                .fetch_add(settles.len() as u64, Relaxed);
         }
         let replies = std::mem::take(&mut self.replies);
         answer_jobs(self.shared, settles, replies, answers);
@@ -217,13 +217,13 @@ fn answer_jobs(
     for ((settle, reply), answer) in settles.into_iter().zip(replies).zip(answers) {
         match answer {
             Ok(outcome) => {
-                store_answered(shared.store.as_ref());
+                shared.store.as_ref().outage().answered();
                 if let Some(reply) = reply {
                     let _ = reply.send(Some(outcome));
                 }
             }
             Err(e) => {
-                bump(&shared.stats.settle_failures);
+                shared.stats.settle_failures.fetch_add(1, Relaxed);
                 failed(shared, "bill", &e);
                 let waiting = reply.map(|reply| Waiting {
                     reply,
@@ -250,10 +250,10 @@ pub(crate) fn in_background(
     crate::runtime::run_or_spawn(async move {
         let now = shared.clock.now_ms();
         match shared.store.settle(&settle, now).await {
-            Ok(_) => store_answered(shared.store.as_ref()),
+            Ok(_) => shared.store.as_ref().outage().answered(),
             Err(e) => {
                 if release {
-                    bump(&shared.stats.settle_failures);
+                    shared.stats.settle_failures.fetch_add(1, Relaxed);
                 }
                 failed(&shared, operation, &e);
                 retry(shared, settle, operation, None);
@@ -263,6 +263,6 @@ pub(crate) fn in_background(
 }
 
 fn failed(shared: &Shared, operation: &str, error: &StoreError) {
-    bump(&shared.stats.store_errors);
-    log_store_error(shared.store.as_ref(), operation, error);
+    shared.stats.store_errors.fetch_add(1, Relaxed);
+    shared.store.as_ref().outage().log_failed(operation, error);
 }

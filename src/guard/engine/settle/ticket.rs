@@ -1,6 +1,7 @@
 //! Tickets: what an admitted call holds. A ticket settles once: the first of `bill` and
 //! `release` wins, and the other does nothing, also when called from two threads at once.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -13,7 +14,6 @@ use crate::guard::domain::decide::{Plan, RuleWarning, UsageCeiling};
 use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, Metric};
-use crate::guard::engine::observe::stats::bump;
 use crate::guard::engine::settle::admitted_request::AdmittedRequest;
 use crate::guard::engine::settle::billing::{check_usage, ledger_row, record, usage_adds};
 pub use crate::guard::engine::settle::billing::{BillInfo, Billed, Recorded, Usage};
@@ -249,7 +249,7 @@ impl Ticket {
             self.settle(adds, now, "bill").await
         };
         wake::room_freed();
-        bump(&shared.stats.billed);
+        shared.stats.billed.fetch_add(1, Relaxed);
         shared.metrics.billed(billed.amounts());
         if let Some(ledger) = shared.ledger.get() {
             record(
@@ -277,7 +277,7 @@ impl Ticket {
         let now = self.state.parts.shared.clock.now_ms();
         self.settle(Vec::new(), now, "release").await;
         wake::room_freed();
-        bump(&self.state.parts.shared.stats.released);
+        self.state.parts.shared.stats.released.fetch_add(1, Relaxed);
         true
     }
 

@@ -2,11 +2,11 @@
 //! `open_calls.rs`), and its holds given back when it is dropped unsettled.
 
 use std::sync::atomic::Ordering;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
 
 use super::{Ticket, TicketState};
 use crate::guard::engine::fence::open_calls::OpenCall;
-use crate::guard::engine::observe::stats::bump;
 use crate::guard::engine::settle::settling;
 use crate::guard::store::HoldRef;
 
@@ -42,7 +42,7 @@ impl Drop for TicketState {
             return;
         }
         let shared = &self.parts.shared;
-        bump(&shared.stats.dropped);
+        shared.stats.dropped.fetch_add(1, Relaxed);
         shared.metrics.hold_closed();
         let holds = std::mem::take(&mut self.parts.holds);
         let now = shared.clock.now_ms();
