@@ -61,7 +61,7 @@ pub use guard::engine::quota::{QuotaRecord, RuleCounter};
 pub use guard::engine::settle::ticket::{BillInfo, Billed, Recorded, Ticket, Usage};
 pub use guard::ledger::{
     AuditQuery, AuditRow, GroupBy, Ledger, LedgerError, LedgerRow, RowCondition, RowField,
-    SumFilter, UsageGroup, UsageQuery,
+    RowMaker, SumFilter, UsageGroup, UsageQuery,
 };
 #[cfg(feature = "postgres")]
 pub use guard::ledger::{Postgres, PostgresLedger};
