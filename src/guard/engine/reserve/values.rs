@@ -66,7 +66,15 @@ impl Guard {
                 return Ok(values);
             }
         }
-        let flat = self.shared.store.read(values.keys.clone(), now).await?;
+        // Only a guard that decides from known values needs the keys again (to remember
+        // what was read, and to check a reserve's answer against); the read way hands them
+        // to the store.
+        let keys = if self.shared.ways.from_known {
+            values.keys.clone()
+        } else {
+            std::mem::take(&mut values.keys)
+        };
+        let flat = self.shared.store.read(keys, now).await?;
         store_answered(self.shared.store.as_ref());
         if self.shared.ways.from_known {
             self.shared.known.remember(&values.keys, &flat, now);
