@@ -72,7 +72,7 @@ pub use guard::engine::settle::ticket::{BillInfo, Billed, Recorded, Ticket, Usag
 pub use guard::ledger::SqlLedger;
 pub use guard::ledger::{
     AuditQuery, AuditRow, GroupBy, Ledger, LedgerError, LedgerRow, RowCondition, RowField,
-    SumFilter, UsageGroup, UsageQuery,
+    RowMaker, SumFilter, UsageGroup, UsageQuery,
 };
 #[cfg(feature = "postgres")]
 pub use guard::ledger::{Postgres, PostgresLedger};

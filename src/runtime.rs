@@ -131,11 +131,15 @@ pub(crate) async fn offload<R: Send + 'static>(work: impl FnOnce() -> R + Send +
 /// in-memory store operation) return from one poll with a no-op waker, skipping the
 /// executor's thread parking; others are driven by `futures::executor::block_on`. The thread
 /// is marked meanwhile (`may_block`): a store may make its round trips here.
+// Inlined: a call moves the future (an admission's is kilobytes) into the callee's frame,
+// a `memcpy` on every call; inlined, it is built where it is polled.
+#[inline(always)]
 pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
     let _marked = MayBlock::mark();
     block_on_here(future)
 }
 
+#[inline(always)]
 fn block_on_here<F: std::future::Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

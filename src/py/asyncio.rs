@@ -18,13 +18,16 @@ static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// A coroutine's work with a panic in any poll turned into `InternalError`: the future
 /// always resolves, and never with PyO3's `PanicException` (a `BaseException`).
-struct Caught<F>(std::pin::Pin<Box<F>>);
+/// The work is held inline (one allocation per coroutine, the box of `Caught`).
+struct Caught<F>(F);
 
 impl<F: Future<Output = PyResult<T>>, T> Future for Caught<F> {
     type Output = PyResult<T>;
 
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = self.0.as_mut();
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: structural pinning of the one field: `Caught` never moves it out, has no
+        // `Drop` of its own, and is `Unpin` only when the work is.
+        let inner = unsafe { self.map_unchecked_mut(|c| &mut c.0) };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))).unwrap_or_else(
             |panic| {
                 Poll::Ready(Err(super::errors::internal_error(
@@ -137,7 +140,7 @@ where
     let event_loop = get_loop.call0(py)?.into_bound(py);
     let future = event_loop.call_method0(intern!(py, "create_future"))?;
     let runtime = crate::runtime::shared();
-    let mut work = Box::pin(Caught(Box::pin(work)));
+    let mut work = Box::pin(Caught(work));
     if first_poll == FirstPoll::Inline {
         let polled = py.detach(|| {
             let _context = runtime.enter();

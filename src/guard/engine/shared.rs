@@ -345,23 +345,19 @@ pub(crate) fn read_keys(path: &Path, now: Millis) -> (Vec<CounterKey>, Vec<Optio
 /// `format!("t-{prefix:012x}-{n:x}")` without the formatting machinery, which took about
 /// 6 % of an in-memory admit + bill's instructions.
 fn ticket_id_text(prefix: u64, n: u64) -> String {
-    fn push_hex(out: &mut String, value: u64, min_digits: u32) {
+    // Bytes, not chars: a `String::push` encodes each char as UTF-8 on every admit.
+    fn push_hex(out: &mut Vec<u8>, value: u64, min_digits: u32) {
         let digits = (64 - value.leading_zeros()).div_ceil(4).max(min_digits);
         for shift in (0..digits).rev() {
-            let nibble = ((value >> (shift * 4)) & 0xf) as u8;
-            out.push(char::from(if nibble < 10 {
-                b'0' + nibble
-            } else {
-                b'a' + nibble - 10
-            }));
+            out.push(b"0123456789abcdef"[((value >> (shift * 4)) & 0xf) as usize]);
         }
     }
-    let mut id = String::with_capacity(32);
-    id.push_str("t-");
+    let mut id = Vec::with_capacity(32);
+    id.extend_from_slice(b"t-");
     push_hex(&mut id, prefix, 12);
-    id.push('-');
+    id.push(b'-');
     push_hex(&mut id, n, 1);
-    id
+    String::from_utf8(id).unwrap_or_default()
 }
 
 #[cfg(test)]

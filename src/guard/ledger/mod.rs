@@ -165,6 +165,9 @@ impl UsageGroup {
 #[error("usage ledger error: {0}")]
 pub struct LedgerError(pub String);
 
+/// A ledger row still to be built (by the writer thread, off the billing thread).
+pub type RowMaker = Box<dyn FnOnce() -> LedgerRow + Send>;
+
 /// Where billed calls are recorded. `record` queues; it waits only for backpressure (the
 /// writer is behind) or, on a durable ledger, for its row's commit, and never longer than a
 /// bounded time when the database is gone. Everything else waits for the writer thread.
@@ -173,6 +176,11 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
     /// while the writer is behind; a durable ledger returns once the row is committed. A row
     /// the writer cannot take in time (database gone, queue full) is dropped and counted.
     fn record(&self, row: LedgerRow);
+    /// [`Ledger::record`] of the row `make` builds. A ledger with a writer thread builds it
+    /// there: billing only queues it.
+    fn record_made(&self, make: RowMaker) {
+        self.record(make())
+    }
     /// Waits until every row queued before the call is written (a closed ledger: nothing
     /// to wait for, `close` wrote them).
     fn flush(&self) -> Result<(), LedgerError>;
@@ -236,7 +244,12 @@ pub(crate) fn flush_all() -> Vec<String> {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// The day (`YYYY-MM-DD`, UTC) of an instant.
 pub(crate) fn day_of(at_ms: Millis) -> String {
+    use chrono::Datelike;
     match chrono::DateTime::from_timestamp_millis(at_ms) {
+        // What `%Y-%m-%d` writes for a four-digit year, without parsing the format per row.
+        Some(t) if (0..=9999).contains(&t.year()) => {
+            format!("{:04}-{:02}-{:02}", t.year(), t.month(), t.day())
+        }
         Some(t) => t.format("%Y-%m-%d").to_string(),
         None => "invalid".into(),
     }

@@ -81,7 +81,11 @@ impl<D> SqlLedger<D> {
 
 impl<D: std::fmt::Debug + Send + Sync> Ledger for SqlLedger<D> {
     fn record(&self, row: LedgerRow) {
-        self.writer.record(row)
+        self.writer.record(Box::new(move || row))
+    }
+
+    fn record_made(&self, make: super::RowMaker) {
+        self.writer.record(make)
     }
 
     fn flush(&self) -> Result<(), LedgerError> {

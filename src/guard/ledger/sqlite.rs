@@ -135,9 +135,20 @@ impl SqlDialect for Sqlite {
 
     fn insert(conn: &mut Connection, rows: &[LedgerRow]) -> Result<(), String> {
         let tx = immediate(conn)?;
-        for chunk in rows.chunks(sql::chunk_rows(Dialect::Sqlite)) {
-            let mut insert = tx
-                .prepare_cached(&sql::insert_sql(Dialect::Sqlite, chunk.len()))
+        let mut left = rows;
+        while !left.is_empty() {
+            let most = left.len().min(sql::chunk_rows(Dialect::Sqlite));
+            let n = INSERT_ROWS.into_iter().find(|n| *n <= most).unwrap_or(1);
+            let (chunk, rest) = left.split_at(n);
+            left = rest;
+            let mut insert = INSERTS
+                .with(|texts| {
+                    let mut texts = texts.borrow_mut();
+                    let text = texts
+                        .entry(n)
+                        .or_insert_with(|| sql::insert_sql(Dialect::Sqlite, n));
+                    tx.prepare_cached(text)
+                })
                 .map_err(text)?;
             insert
                 .execute(params_from_iter(sql::insert_all_params(chunk)))
@@ -168,6 +179,19 @@ impl SqlDialect for Sqlite {
     ) -> Result<Vec<Vec<SqlValue>>, String> {
         rows(conn, sql, params).map_err(text)
     }
+}
+
+/// The rows of one insert statement: a transaction's rows go in statements of these sizes,
+/// largest first, so four statements are ever prepared (parsing a multi-row insert costs
+/// more than running it; one per count of rows would be parsed again at nearly every
+/// commit of a few rows, the statement cache holding 16). Each fits SQLite's bound on
+/// parameters (`sql::chunk_rows`).
+const INSERT_ROWS: [usize; 4] = [512, 64, 8, 1];
+
+thread_local! {
+    /// The text of each insert of `INSERT_ROWS` (its placeholders formatted once).
+    static INSERTS: std::cell::RefCell<std::collections::HashMap<usize, String>> =
+        std::cell::RefCell::default();
 }
 
 /// A write transaction that takes the write lock first (waiting out other writers, such as

@@ -204,9 +204,9 @@ impl Writer {
         rx.recv().map_err(|_| gone())?
     }
 
-    /// Queues a row (waiting while the queue is full); a durable writer returns once the
-    /// row is committed.
-    pub(crate) fn record(&self, row: LedgerRow) {
+    /// Queues a row, built on the writer thread (waiting while the queue is full); a durable
+    /// writer returns once the row is committed.
+    pub(crate) fn record(&self, row: super::RowMaker) {
         let Some(queue) = self.current() else {
             self.dropped.fetch_add(1, Ordering::AcqRel);
             return;
@@ -349,7 +349,7 @@ fn run(backend: Box<dyn Backend>, queue: &Queue) {
         let msgs = queue.take(wait);
         for msg in msgs {
             match msg {
-                Msg::Row(row) => l.pending.push(*row),
+                Msg::Row(make) => l.pending.push(make()),
                 m => {
                     if !answer(&mut l, m) {
                         return;
@@ -364,7 +364,7 @@ fn run(backend: Box<dyn Backend>, queue: &Queue) {
 /// Answers a non-row message; false when the loop must stop.
 fn answer(l: &mut Loop<'_>, msg: Msg) -> bool {
     match msg {
-        Msg::Row(row) => l.pending.push(*row),
+        Msg::Row(make) => l.pending.push(make()),
         Msg::Audit(row) => l.push_audit(*row),
         Msg::Audited(query, reply) => {
             let _ = reply.send(

@@ -31,11 +31,12 @@ impl Backend for Counting {
     }
 }
 
-fn row(id: &str) -> LedgerRow {
-    LedgerRow {
+fn row(id: &str) -> crate::guard::ledger::RowMaker {
+    let row = LedgerRow {
         ticket_id: id.into(),
         ..LedgerRow::default()
-    }
+    };
+    Box::new(move || row)
 }
 
 /// A parent thread inside the writer handle in the instant of a fork (it holds the lock

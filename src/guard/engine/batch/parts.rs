@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use crate::guard::engine::batch::batch_ticket::{unavailable, BatchTicket};
 use crate::guard::engine::settle::billing::{
-    check_usage, ledger_row, record, usage_adds, BillInfo, Billed, Recorded, Usage,
+    check_usage, record, usage_adds, BillInfo, Billed, Recorded, Usage,
 };
 use crate::guard::engine::settle::retry::{retry_until_answered, Followers};
 use crate::guard::engine::settle::settling::SETTLED_KEEP_MS;
@@ -93,7 +93,12 @@ impl BatchTicket {
         if let Some(ledger) = self.shared.ledger.get() {
             record(
                 ledger.as_ref(),
-                ledger_row(&self.path, &self.source, part, now, &billed, info),
+                &self.path,
+                &self.source,
+                part,
+                now,
+                &billed,
+                info,
             );
         }
         Ok(Some(billed))

@@ -65,7 +65,15 @@ impl Guard {
                 return Ok(values);
             }
         }
-        let flat = self.shared.store.read(values.keys.clone(), now).await?;
+        // Only a guard that decides from known values needs the keys again (to remember
+        // what was read, and to check a reserve's answer against); the read way hands them
+        // to the store.
+        let keys = if self.shared.ways.from_known {
+            values.keys.clone()
+        } else {
+            std::mem::take(&mut values.keys)
+        };
+        let flat = self.shared.store.read(keys, now).await?;
         self.shared.store.as_ref().outage().answered();
         if self.shared.ways.from_known {
             self.shared.known.remember(&values.keys, &flat, now);

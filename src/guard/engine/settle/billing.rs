@@ -101,10 +101,22 @@ pub struct BillInfo {
     pub metadata: Option<serde_json::Value>,
 }
 
-/// Hands a row to the ledger. A durable ledger (or one applying backpressure) blocks until
-/// its row is committed (`runtime::blocking`: on a worker, `bill_async`'s, tokio knows).
-pub(crate) fn record(ledger: &dyn Ledger, row: LedgerRow) {
-    crate::runtime::blocking(|| ledger.record(row));
+/// Hands the bill's row to the ledger, built by `ledger_row` where the ledger builds it (its
+/// writer thread): the billing thread only queues what the row is made of. A durable ledger
+/// (or one applying backpressure) blocks until its row is committed (`runtime::blocking`: on
+/// a worker, `bill_async`'s, tokio knows).
+pub(crate) fn record(
+    ledger: &dyn Ledger,
+    path: &Arc<Path>,
+    source: &SourceRef,
+    ticket_id: String,
+    now: Millis,
+    billed: &Billed,
+    info: BillInfo,
+) {
+    let (path, source, billed) = (path.clone(), source.clone(), *billed);
+    let make = move || ledger_row(&path, &source, ticket_id, now, &billed, info);
+    crate::runtime::blocking(|| ledger.record_made(Box::new(make)));
 }
 
 /// The ledger row of a bill.

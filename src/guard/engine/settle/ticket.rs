@@ -15,7 +15,7 @@ use crate::guard::domain::path::{Path, SourceRef};
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, Metric};
 use crate::guard::engine::settle::admitted_request::AdmittedRequest;
-use crate::guard::engine::settle::billing::{check_usage, ledger_row, record, usage_adds};
+use crate::guard::engine::settle::billing::{check_usage, record, usage_adds};
 pub use crate::guard::engine::settle::billing::{BillInfo, Billed, Recorded, Usage};
 use crate::guard::engine::settle::settling;
 use crate::guard::engine::settle::wake;
@@ -252,16 +252,16 @@ impl Ticket {
         shared.stats.billed.fetch_add(1, Relaxed);
         shared.metrics.billed(billed.amounts());
         if let Some(ledger) = shared.ledger.get() {
+            let parts = &self.state.parts;
+            let id = parts.id.clone();
             record(
                 ledger.as_ref(),
-                ledger_row(
-                    &self.state.parts.path,
-                    &self.state.parts.source,
-                    self.state.parts.id.clone(),
-                    now,
-                    &billed,
-                    info,
-                ),
+                &parts.path,
+                &parts.source,
+                id,
+                now,
+                &billed,
+                info,
             );
         }
         Ok(Some(billed))
