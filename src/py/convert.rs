@@ -2,6 +2,7 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString};
 use serde_json::Value;
 
@@ -223,13 +224,36 @@ pub(crate) fn required(name: &str, value: &Bound<'_, PyAny>, range: Range) -> Py
     whole_in(name, value, range)
 }
 
+/// The keys of a bill's dict, in its order.
+const BILLED_KEYS: [&str; 7] = [
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost_micros",
+    "compute_ms",
+    "recorded",
+];
+static BILLED: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+
 /// What a bill recorded, as a dict (`None` when the ticket had already settled).
 pub(crate) fn billed_to_py<'py>(
     py: Python<'py>,
     billed: Option<Billed>,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
     let Some(b) = billed else { return Ok(None) };
-    let d = PyDict::new(py);
+    // A copy of a dict that has the 7 keys already (one allocation): a new dict grows its
+    // table once on the way to 7 keys (~450 instructions, 4 % of a sync bill's).
+    let d = BILLED
+        .get_or_try_init(py, || {
+            let keys = PyDict::new(py);
+            for key in BILLED_KEYS {
+                keys.set_item(PyString::intern(py, key), py.None())?;
+            }
+            PyResult::Ok(keys.unbind())
+        })?
+        .bind(py)
+        .copy()?;
     d.set_item(intern!(py, "input_tokens"), b.input_tokens)?;
     d.set_item(intern!(py, "cached_input_tokens"), b.cached_input_tokens)?;
     d.set_item(intern!(py, "output_tokens"), b.output_tokens)?;

@@ -134,7 +134,7 @@ impl CounterStore for RivalStore {
         minute: i64,
         now: i64,
     ) -> StoreFuture<'_, ReserveOutcome> {
-        Box::pin(async move {
+        StoreFuture::boxed(async move {
             if self.races.load(Ordering::SeqCst) == 0 {
                 return self.inner.reserve(ticket, items, minute, now).await;
             }

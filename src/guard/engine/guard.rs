@@ -1,6 +1,7 @@
 //! The guard's public surface: every public `Guard` method, each a short delegation to the
 //! room that does the work (`admit/`, `batch/`, `settle/`, `observe/`, the fence).
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -191,8 +192,11 @@ impl Guard {
     /// refused by a `throttle` rule, or finding others already waiting in one of its queues,
     /// waits in the queue, first in first out (at most `throttle_max_wait`, at most
     /// `throttle_max_queue` waiting) and is admitted or refused then.
-    pub async fn admit(&self, request: AdmitRequest) -> Result<Ticket> {
-        self.admit_with_actions(request).await
+    ///
+    /// (The work's own future, not a wrapper around it: one state machine less to build and
+    /// move on every call.)
+    pub fn admit(&self, request: AdmitRequest) -> impl Future<Output = Result<Ticket>> + '_ {
+        self.admit_with_actions(request)
     }
 
     /// Admits from synchronous code (blocks the calling thread until the store answers).

@@ -121,10 +121,10 @@ impl<'s> dyn CounterStore + 's {
     pub fn epoch(&self) -> StoreFuture<'_, EpochRead> {
         match self.fencing() {
             Some(f) => f.epoch(),
-            None => Box::pin(std::future::ready(Ok(EpochRead {
+            None => StoreFuture::ready(Ok(EpochRead {
                 generation: Some(String::new()),
                 trusted: true,
-            }))),
+            })),
         }
     }
 
@@ -132,7 +132,7 @@ impl<'s> dyn CounterStore + 's {
     pub fn epoch_generation(&self) -> StoreFuture<'_, Option<String>> {
         match self.fencing() {
             Some(f) => f.epoch_generation(),
-            None => Box::pin(std::future::ready(Ok(Some(String::new())))),
+            None => StoreFuture::ready(Ok(Some(String::new()))),
         }
     }
 
@@ -140,7 +140,7 @@ impl<'s> dyn CounterStore + 's {
     pub fn epoch_lock(&self, token: String, ttl_ms: u64) -> StoreFuture<'_, bool> {
         match self.fencing() {
             Some(f) => f.epoch_lock(token, ttl_ms),
-            None => Box::pin(std::future::ready(Ok(true))),
+            None => StoreFuture::ready(Ok(true)),
         }
     }
 
@@ -148,7 +148,7 @@ impl<'s> dyn CounterStore + 's {
     pub fn epoch_unlock(&self, token: String) -> StoreFuture<'_, ()> {
         match self.fencing() {
             Some(f) => f.epoch_unlock(token),
-            None => Box::pin(std::future::ready(Ok(()))),
+            None => StoreFuture::ready(Ok(())),
         }
     }
 
@@ -163,7 +163,7 @@ impl<'s> dyn CounterStore + 's {
     ) -> StoreFuture<'_, bool> {
         match self.fencing() {
             Some(f) => f.set_epoch(generation, now, token, adopt, hold_again_until),
-            None => Box::pin(std::future::ready(Ok(true))),
+            None => StoreFuture::ready(Ok(true)),
         }
     }
 
@@ -176,7 +176,7 @@ impl<'s> dyn CounterStore + 's {
         if let Some(b) = self.background_settling() {
             return b.settle_many(settles, now);
         }
-        Box::pin(async move {
+        StoreFuture::boxed(async move {
             let mut out = Vec::with_capacity(settles.len());
             for settle in settles {
                 out.push(self.settle(settle, now).await);

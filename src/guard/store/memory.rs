@@ -332,7 +332,7 @@ impl CounterStore for MemoryStore {
     }
 
     fn read(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<CounterRead>> {
-        Box::pin(std::future::ready(Ok(self.read_now(&keys, now))))
+        StoreFuture::ready(Ok(self.read_now(&keys, now)))
     }
 
     fn reserve(
@@ -343,12 +343,12 @@ impl CounterStore for MemoryStore {
         now: Millis,
     ) -> StoreFuture<'_, ReserveOutcome> {
         let outcome = self.reserve_now(ticket, &items, expiry_minute, now);
-        Box::pin(std::future::ready(Ok(outcome)))
+        StoreFuture::ready(Ok(outcome))
     }
 
     fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
         let outcome = self.settle_now(settle, now);
-        Box::pin(std::future::ready(Ok(outcome)))
+        StoreFuture::ready(Ok(outcome))
     }
 
     fn settle_parts(
@@ -356,11 +356,11 @@ impl CounterStore for MemoryStore {
         settle: &PartsSettle,
         now: Millis,
     ) -> StoreFuture<'_, Vec<SettleOutcome>> {
-        Box::pin(std::future::ready(Ok(self.settle_parts_now(settle, now))))
+        StoreFuture::ready(Ok(self.settle_parts_now(settle, now)))
     }
 
     fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {
-        Box::pin(std::future::ready(Ok(self.filled_now(&keys, now))))
+        StoreFuture::ready(Ok(self.filled_now(&keys, now)))
     }
 
     fn fill(
@@ -371,12 +371,12 @@ impl CounterStore for MemoryStore {
         now: Millis,
     ) -> StoreFuture<'_, bool> {
         let filled = self.fill_now(&key, ledger_used, retain_until, now);
-        Box::pin(std::future::ready(Ok(filled)))
+        StoreFuture::ready(Ok(filled))
     }
 
     fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {
         let set = self.mark_once_now(&mark, keep_until, now);
-        Box::pin(std::future::ready(Ok(set)))
+        StoreFuture::ready(Ok(set))
     }
 
     fn raise_until(
@@ -387,7 +387,7 @@ impl CounterStore for MemoryStore {
         now: Millis,
     ) -> StoreFuture<'_, ()> {
         self.raise_until_now(&key, until, &note, now);
-        Box::pin(std::future::ready(Ok(())))
+        StoreFuture::ready(Ok(()))
     }
 
     fn read_until(
@@ -395,6 +395,6 @@ impl CounterStore for MemoryStore {
         keys: Vec<String>,
         now: Millis,
     ) -> StoreFuture<'_, Vec<Option<(Millis, String)>>> {
-        Box::pin(std::future::ready(Ok(self.read_until_now(&keys, now))))
+        StoreFuture::ready(Ok(self.read_until_now(&keys, now)))
     }
 }

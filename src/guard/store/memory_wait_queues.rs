@@ -106,7 +106,7 @@ impl WaitQueues for MemoryQueues {
         now: Millis,
     ) -> StoreFuture<'_, QueueJoin> {
         let joined = self.join_now(&spots, only_if_busy, alive_until, now);
-        Box::pin(std::future::ready(Ok(joined)))
+        StoreFuture::ready(Ok(joined))
     }
 
     fn ahead(
@@ -117,16 +117,16 @@ impl WaitQueues for MemoryQueues {
         now: Millis,
     ) -> StoreFuture<'_, Option<u64>> {
         let ahead = self.ahead_now(&queues, ticket, alive_until, now);
-        Box::pin(std::future::ready(Ok(ahead)))
+        StoreFuture::ready(Ok(ahead))
     }
 
     fn leave(&self, queues: Vec<String>, ticket: u64) -> StoreFuture<'_, ()> {
         self.leave_now(&queues, ticket);
-        Box::pin(std::future::ready(Ok(())))
+        StoreFuture::ready(Ok(()))
     }
 
     fn length(&self, queue: String, now: Millis) -> StoreFuture<'_, u64> {
         let len = self.state.lock().prune(&queue, now);
-        Box::pin(std::future::ready(Ok(len)))
+        StoreFuture::ready(Ok(len))
     }
 }

@@ -66,8 +66,45 @@ pub enum StoreCheck {
 #[error("counter store error: {0}")]
 pub struct StoreError(pub String);
 
-/// A store operation in flight.
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+/// A store operation in flight: an answer already made (the memory store answers at once,
+/// with no allocation), or the boxed work of a store that waits on the network.
+pub struct StoreFuture<'a, T>(Answer<'a, T>);
+
+enum Answer<'a, T> {
+    Ready(Option<Result<T, StoreError>>),
+    Boxed(Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>),
+}
+
+impl<'a, T> StoreFuture<'a, T> {
+    /// An operation already answered.
+    pub fn ready(answer: Result<T, StoreError>) -> Self {
+        StoreFuture(Answer::Ready(Some(answer)))
+    }
+
+    /// An operation still to run.
+    pub fn boxed(work: impl Future<Output = Result<T, StoreError>> + Send + 'a) -> Self {
+        StoreFuture(Answer::Boxed(Box::pin(work)))
+    }
+}
+
+// The answer is moved out, never pinned: the future is `Unpin` whatever `T` is.
+impl<T> Unpin for StoreFuture<'_, T> {}
+
+impl<T> Future for StoreFuture<'_, T> {
+    type Output = Result<T, StoreError>;
+
+    fn poll(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match &mut self.get_mut().0 {
+            Answer::Ready(answer) => {
+                std::task::Poll::Ready(answer.take().expect("a store answer is polled once"))
+            }
+            Answer::Boxed(work) => work.as_mut().poll(cx),
+        }
+    }
+}
 
 /// Where counters live. Implementations make `reserve` and `settle` atomic across all
 /// their items, and ignore (and clean) expired holds. Holds belong to a counter, not to a
@@ -136,7 +173,7 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
     /// counter as filled, so none is ever filled (counters then start at 0 after a restart).
     fn filled(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<bool>> {
         let _ = now;
-        Box::pin(std::future::ready(Ok(vec![true; keys.len()])))
+        StoreFuture::ready(Ok(vec![true; keys.len()]))
     }
 
     /// Fills a counter from the ledger, in one step: unless it is already marked filled,
@@ -150,14 +187,14 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
         now: Millis,
     ) -> StoreFuture<'_, bool> {
         let _ = (key, ledger_used, retain_until, now);
-        Box::pin(std::future::ready(Ok(false)))
+        StoreFuture::ready(Ok(false))
     }
 
     /// The latest outcome of the store checks; with `wait`, when none has finished yet,
     /// runs one (coalesced with any in flight) and answers its outcome. The default: passed.
     fn store_check(&self, wait: bool) -> StoreFuture<'_, StoreCheck> {
         let _ = wait;
-        Box::pin(std::future::ready(Ok(StoreCheck::Passed)))
+        StoreFuture::ready(Ok(StoreCheck::Passed))
     }
 
     /// Sets the mark `mark` (any text; stores escape it) if it is not set, keeping it until
@@ -165,9 +202,9 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
     /// without marks cannot bill batch results exactly once, so batches are refused on it.
     fn mark_once(&self, mark: String, keep_until: Millis, now: Millis) -> StoreFuture<'_, bool> {
         let _ = (mark, keep_until, now);
-        Box::pin(std::future::ready(Err(StoreError(
+        StoreFuture::ready(Err(StoreError(
             "this counter store has no marks (batches need them)".into(),
-        ))))
+        )))
     }
 
     /// Sets the note `key` (any text; stores escape it) to `(until, note)` unless it holds a
@@ -182,7 +219,7 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
         now: Millis,
     ) -> StoreFuture<'_, ()> {
         let _ = (key, until, note, now);
-        Box::pin(std::future::ready(Ok(())))
+        StoreFuture::ready(Ok(()))
     }
 
     /// The notes at `keys`, in order, written by `raise_until`: `(until, note)` for each still
@@ -193,7 +230,7 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
         now: Millis,
     ) -> StoreFuture<'_, Vec<Option<(Millis, String)>>> {
         let _ = now;
-        Box::pin(std::future::ready(Ok(vec![None; keys.len()])))
+        StoreFuture::ready(Ok(vec![None; keys.len()]))
     }
 
     /// In one step, for every part of `settle` (in order) whose record says it has not done
@@ -207,8 +244,8 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
         now: Millis,
     ) -> StoreFuture<'_, Vec<SettleOutcome>> {
         let _ = (settle, now);
-        Box::pin(std::future::ready(Err(StoreError(
+        StoreFuture::ready(Err(StoreError(
             "this counter store cannot settle batch parts (batches need it)".into(),
-        ))))
+        )))
     }
 }

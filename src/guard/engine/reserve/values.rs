@@ -58,7 +58,8 @@ impl Guard {
             values.reads = reads;
             return Ok(values);
         }
-        if !force_read {
+        // Only a guard that decides from known values has any (the others never remember).
+        if !force_read && self.shared.ways.from_known {
             if let Some(flat) = self.shared.known.fresh(&values.keys, now) {
                 values.reads = slot_reads(&flat, &values.previous_at);
                 values.exact = false;

@@ -115,7 +115,7 @@ impl RedisStore {
 
     pub(super) fn check_store(&self, wait: bool) -> StoreFuture<'static, StoreCheck> {
         let inner = self.inner.clone();
-        Box::pin(async move {
+        StoreFuture::boxed(async move {
             Ok(if wait {
                 Checks::wait(&inner).await
             } else {

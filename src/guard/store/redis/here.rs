@@ -40,7 +40,7 @@ impl RedisStore {
             Checks::after_operation(&inner, outcome.is_ok());
             outcome
         });
-        Box::pin(async move {
+        StoreFuture::boxed(async move {
             handle
                 .await
                 .map_err(|e| store_error(what, format!("task failed: {e}")))?
@@ -79,5 +79,5 @@ where
         false => store_error(what, e),
     });
     Checks::after_operation(inner, outcome.is_ok());
-    Ok(Box::pin(std::future::ready(outcome)))
+    Ok(StoreFuture::ready(outcome))
 }

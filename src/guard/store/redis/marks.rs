@@ -15,7 +15,7 @@ impl RedisStore {
         now: Millis,
     ) -> StoreFuture<'_, Vec<bool>> {
         if keys.is_empty() {
-            return Box::pin(std::future::ready(Ok(Vec::new())));
+            return StoreFuture::ready(Ok(Vec::new()));
         }
         let mut redis_keys = Args::with_capacity(keys.len() + 1, 96 * (keys.len() + 1));
         for key in &keys {
@@ -98,7 +98,7 @@ impl RedisStore {
         now: Millis,
     ) -> StoreFuture<'_, Vec<Option<(Millis, String)>>> {
         if keys.is_empty() {
-            return Box::pin(std::future::ready(Ok(Vec::new())));
+            return StoreFuture::ready(Ok(Vec::new()));
         }
         let redis_keys: Vec<String> = keys.iter().map(|k| self.note_key(k)).collect();
         self.run("read_until", move |_, mut conn| async move {

@@ -297,7 +297,7 @@ impl Fencing for RedisStore {
         fence: Fence,
     ) -> StoreFuture<'_, ReserveOutcome> {
         if items.is_empty() {
-            return Box::pin(std::future::ready(Ok(ReserveOutcome::Reserved)));
+            return StoreFuture::ready(Ok(ReserveOutcome::Reserved));
         }
         let (redis_keys, args) = self.reserve_call(&ticket, &items, expiry_minute, now, fence);
         self.run("reserve", move |inner, mut conn| async move {

@@ -14,7 +14,7 @@ impl RedisStore {
         now: Millis,
     ) -> StoreFuture<'_, Vec<SettleOutcome>> {
         if settle.parts.is_empty() {
-            return Box::pin(std::future::ready(Ok(Vec::new())));
+            return StoreFuture::ready(Ok(Vec::new()));
         }
         let mut keys = Args::default();
         keys.push_with(|out| self.write_ticket_key(&settle.ticket, out));

@@ -21,7 +21,7 @@ impl RedisStore {
         now: Millis,
     ) -> StoreFuture<'static, Vec<CounterRead>> {
         if keys.is_empty() {
-            return Box::pin(std::future::ready(Ok(Vec::new())));
+            return StoreFuture::ready(Ok(Vec::new()));
         }
         let mut redis_keys = Args::with_capacity(2 * keys.len(), 96 * 2 * keys.len());
         for key in &keys {
@@ -48,7 +48,7 @@ impl RedisStore {
         now: Millis,
     ) -> StoreFuture<'static, SettleOutcome> {
         let Some((redis_keys, args)) = self.settle_call(settle, now) else {
-            return Box::pin(std::future::ready(Ok(SettleOutcome::Settled)));
+            return StoreFuture::ready(Ok(SettleOutcome::Settled));
         };
         self.run("settle", move |inner, mut conn| async move {
             let answer: i64 = invoke(&inner.scripts.settle, &redis_keys, &args, &mut conn).await?;
@@ -73,7 +73,7 @@ impl RedisStore {
             settles.iter().map(|s| self.settle_call(s, now)).collect();
         if calls.iter().all(Option::is_none) {
             let done = settles.iter().map(|_| Ok(SettleOutcome::Settled)).collect();
-            return Box::pin(std::future::ready(Ok(done)));
+            return StoreFuture::ready(Ok(done));
         }
         self.run("settle", move |inner, mut conn| async move {
             let script = &inner.scripts.settle;

@@ -49,7 +49,7 @@ impl WaitQueues for RedisStore {
         let mut args = vec![now, alive_until, i64::from(only_if_busy)];
         args.extend(spots.iter().map(|s| s.max_len.min(i64::MAX as u64) as i64));
         let call = self.queue_call::<(i64, i64)>("queue join", keys, args);
-        Box::pin(async move {
+        StoreFuture::boxed(async move {
             Ok(match call.await? {
                 (0, _) => QueueJoin::Clear,
                 (1, ticket) => QueueJoin::Joined(ticket as u64),
@@ -68,13 +68,13 @@ impl WaitQueues for RedisStore {
         let keys = self.queue_keys(queues.iter().map(String::as_str));
         let args = vec![now, alive_until, ticket as i64];
         let call = self.queue_call::<i64>("queue ahead", keys, args);
-        Box::pin(async move { Ok(u64::try_from(call.await?).ok()) })
+        StoreFuture::boxed(async move { Ok(u64::try_from(call.await?).ok()) })
     }
 
     fn leave(&self, queues: Vec<String>, ticket: u64) -> StoreFuture<'_, ()> {
         let keys = self.queue_keys(queues.iter().map(String::as_str));
         let call = self.queue_call::<i64>("queue leave", keys, vec![0, 0, ticket as i64]);
-        Box::pin(async move {
+        StoreFuture::boxed(async move {
             call.await?;
             Ok(())
         })
@@ -83,6 +83,6 @@ impl WaitQueues for RedisStore {
     fn length(&self, queue: String, now: Millis) -> StoreFuture<'_, u64> {
         let keys = self.queue_keys(std::iter::once(queue.as_str()));
         let call = self.queue_call::<i64>("queue length", keys, vec![now, now]);
-        Box::pin(async move { Ok(call.await?.max(0) as u64) })
+        StoreFuture::boxed(async move { Ok(call.await?.max(0) as u64) })
     }
 }
