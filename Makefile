@@ -33,6 +33,7 @@ bench: .venv/bin/python ## Run the benchmarks: criterion, then one table of ever
 	.venv/bin/pip install -q limits tiktoken redis
 	VIRTUAL_ENV=$(CURDIR)/.venv .venv/bin/maturin develop --release --quiet
 	.venv/bin/python benches/table.py --criterion $(or $(CARGO_TARGET_DIR),target)/criterion
+	.venv/bin/python benches/gateway.py
 
 fmt: ## Format Rust and Python sources
 	cargo fmt --all

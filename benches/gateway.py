@@ -16,8 +16,9 @@ this one on the crate's runtime (the in-memory store, a Direct Limit with a toke
 requests rule, no ledger); LiteLLM's proxy (`litellm --config`, one uvicorn worker, a master
 key, no database) in its own process; the clients are threads with one keep-alive connection
 each. All share this machine's cores, so the figures are an upper bound on what each adds.
-LiteLLM is looked for at --litellm, then $UG_BENCH_LITELLM, then `litellm` on PATH; install
-it in its own venv (`python3 -m venv /tmp/ll && /tmp/ll/bin/pip install 'litellm[proxy]'`).
+LiteLLM is looked for at --litellm, then $UG_BENCH_LITELLM, then the proxy venv the test
+suite makes (`.venv-litellm-proxy`, pinned in tests_py/litellm-proxy-requirements.txt), then
+`litellm` on PATH.
 """
 
 from __future__ import annotations
@@ -152,7 +153,9 @@ def start_fake() -> tuple[subprocess.Popen[str], str]:
 def find_litellm(given: Optional[str]) -> Optional[str]:
     if given == "none":
         return None
-    return given or os.environ.get("UG_BENCH_LITELLM") or shutil.which("litellm")
+    suite_venv = ROOT / ".venv-litellm-proxy" / "bin" / "litellm"
+    made = str(suite_venv) if suite_venv.exists() else None
+    return given or os.environ.get("UG_BENCH_LITELLM") or made or shutil.which("litellm")
 
 
 def start_litellm(binary: str, fake_url: str, port: int) -> subprocess.Popen[bytes]:
