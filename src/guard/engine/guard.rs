@@ -192,10 +192,9 @@ impl Guard {
     /// refused by a `throttle` rule, or finding others already waiting in one of its queues,
     /// waits in the queue, first in first out (at most `throttle_max_wait`, at most
     /// `throttle_max_queue` waiting) and is admitted or refused then.
-    ///
-    /// (The work's own future, not a wrapper around it: one state machine less to build and
-    /// move on every call.)
     pub fn admit(&self, request: AdmitRequest) -> impl Future<Output = Result<Ticket>> + '_ {
+        // The work's own future, not an `async` wrapper around it: one state machine less to
+        // build and move on every call.
         self.admit_with_actions(request)
     }
 
