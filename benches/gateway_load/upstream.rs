@@ -77,7 +77,13 @@ pub struct Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SIGTERM, not SIGKILL: on SIGTERM nginx's master stops its worker; a killed master
+        // leaves the worker running, still listening on the port.
+        let pid = self.child.id().to_string();
+        let terminated = Command::new("kill").args(["-TERM", &pid]).status();
+        if !terminated.is_ok_and(|s| s.success()) {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
