@@ -1,7 +1,8 @@
 """How one store's load spreads over a Redis Cluster's masters: the share of scripts and of
 Redis time on each master, scripts per admission and Redis µs per admission, for N users
-each calling admit + bill (a person's rule and a Model Total), on a local 3-master cluster and
-on one server for comparison.
+each calling admit + bill (a person's rule and a Model Total), on a local 3-master cluster in
+the shared layout and with slot groups (`slot_groups=True`; once more with the person's rule
+alone, where no group is hot), and on one server for comparison.
 
 Run: .venv/bin/python benches/cluster_scale.py [--users N] [--calls K]
 
@@ -41,9 +42,21 @@ POLICY = {
 }
 
 
-def run(store: ug.RedisStore, nodes: list[RedisServer], users: int, calls: int) -> list[str]:
+PERSON_ONLY = {
+    "models": POLICY["models"],
+    "limits": {"public": POLICY["limits"]["public"]},
+}
+
+
+def run(
+    store: ug.RedisStore,
+    nodes: list[RedisServer],
+    users: int,
+    calls: int,
+    policy: dict = POLICY,
+) -> list[str]:
     """admit + bill (waited for) `calls` times for each of `users` users; one line per node."""
-    guard = ug.Guard(ug.Policy.from_dict(POLICY), store=store)
+    guard = ug.Guard(ug.Policy.from_dict(policy), store=store)
     guard.admit("warm-up", "gpt-5", prompt_tokens=10, max_tokens=10).bill(10, 10, wait=True)
     for node in nodes:
         node.cli("CONFIG", "RESETSTAT")
@@ -86,8 +99,13 @@ def main() -> None:
     cluster = RedisCluster()
     try:
         store = ug.RedisStore.cluster(cluster.urls, prefix="scale")
-        print("3-master cluster:")
+        print("3-master cluster, shared layout:")
         print("\n".join(run(store, cluster.nodes, args.users, args.calls)))
+        store = ug.RedisStore.cluster(cluster.urls, prefix="scale", slot_groups=True)
+        print("3-master cluster, slot groups:")
+        print("\n".join(run(store, cluster.nodes, args.users, args.calls)))
+        print("3-master cluster, slot groups, the person's rule alone (no Model Total):")
+        print("\n".join(run(store, cluster.nodes, args.users, args.calls, PERSON_ONLY)))
     finally:
         cluster.stop()
     single = RedisServer()

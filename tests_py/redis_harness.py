@@ -185,3 +185,74 @@ def budget_worker(
     asyncio.run(main())
     guard.close()  # the bills still queued for the background, before the pool ends the process
     return totals
+
+
+# Six people with small budgets of their own and one small Model Total: with slot groups each
+# admission reserves in two groups (the person's and the model's), spread over the masters.
+GROUP_USERS = [f"g{i}" for i in range(6)]
+GROUP_PERSON_BUDGET = 3_000
+GROUP_MODEL_BUDGET = 12_000
+GROUPS_POLICY = {
+    "models": {"gpt-5": {"provider": "openai", "max_output_tokens": 400}},
+    "limits": {
+        "public": [
+            {
+                "model": "gpt-5",
+                "each_person": [
+                    {"metric": "tokens", "amount": GROUP_PERSON_BUDGET, "window": "day"}
+                ],
+            }
+        ],
+        "model_total": [
+            {
+                "model": "gpt-5",
+                "rules": [{"metric": "tokens", "amount": GROUP_MODEL_BUDGET, "window": "day"}],
+            }
+        ],
+    },
+}
+
+
+def groups_worker(
+    urls: list[str], prefix: str, tasks: int, calls: int, seed: int, start: Any
+) -> dict[str, Any]:
+    """`budget_worker` on a cluster store with slot groups and `GROUPS_POLICY`: each call by
+    one of `GROUP_USERS` at random. Returns the tokens reported per person."""
+    import asyncio
+    import random
+
+    import usage_guard as ug
+
+    rng = random.Random(seed)
+    store = ug.RedisStore.cluster(urls, prefix, slot_groups=True)
+    guard = ug.Guard(ug.Policy.from_dict(GROUPS_POLICY), store=store)
+    totals: dict[str, Any] = {"reported": {u: 0 for u in GROUP_USERS}, "admitted": 0}
+    totals.update(refused=0, bill_none=0)
+
+    async def task() -> None:
+        for _ in range(calls):
+            user, prompt = rng.choice(GROUP_USERS), rng.randint(10, 100)
+            try:
+                ticket = await guard.admit_async(
+                    user, "gpt-5", prompt_tokens=prompt, max_tokens=rng.randint(50, 400)
+                )
+            except ug.UsageLimitError:
+                totals["refused"] += 1
+                await asyncio.sleep(0.001)
+                continue
+            totals["admitted"] += 1
+            await asyncio.sleep(rng.random() * 0.02)
+            output = rng.randint(0, ticket.ceiling["tokens"] - prompt)
+            billed = await ticket.bill_async(input_tokens=prompt, output_tokens=output)
+            if billed is None:
+                totals["bill_none"] += 1
+            else:
+                totals["reported"][user] += prompt + output
+
+    async def main() -> None:
+        await asyncio.gather(*(task() for _ in range(tasks)))
+
+    start.wait(60)
+    asyncio.run(main())
+    guard.close()
+    return totals

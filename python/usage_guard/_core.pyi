@@ -106,16 +106,28 @@ class MemoryStore:
 @final
 class RedisStore:
     def __new__(
-        cls, url: str, prefix: str = "ug", timeout: Optional[float] = None
+        cls,
+        url: str,
+        prefix: str = "ug",
+        timeout: Optional[float] = None,
+        *,
+        slot_groups: bool = False,
     ) -> RedisStore: ...
     @classmethod
     def cluster(
-        cls, urls: Sequence[str], prefix: str = "ug", timeout: Optional[float] = None
+        cls,
+        urls: Sequence[str],
+        prefix: str = "ug",
+        timeout: Optional[float] = None,
+        *,
+        slot_groups: bool = False,
     ) -> RedisStore: ...
     @property
     def prefix(self) -> str: ...
     @property
     def timeout(self) -> float: ...
+    @property
+    def slot_groups(self) -> bool: ...
 
 @final
 class Ticket:

@@ -12,13 +12,16 @@ use crate::guard::store::{RedisStore, StoreError, REDIS_TIMEOUT_RANGE};
 /// (`RedisStore.cluster([urls], prefix="ug", timeout=None)`), shared by every guard, in any
 /// process, that uses the same server and prefix. Connects on first use and reconnects by
 /// itself. `timeout` (seconds, 0.001 to 60; `None` is 1 s) bounds connecting and each
-/// answer; one operation fails after at most 2.5 × `timeout`.
+/// answer; one operation fails after at most 2.5 × `timeout`. `slot_groups=True` places each
+/// owner's counters (a person's, a team's, a model's) under a hash tag of their own, so a
+/// cluster spreads one store's load over its masters (docs/redis.md, "Slot groups").
 #[pyclass(name = "RedisStore", module = "usage_guard._core", frozen)]
 pub struct PyRedisStore {
     pub inner: RedisStore,
     target: String,
     prefix: String,
     timeout: f64,
+    slot_groups: bool,
 }
 
 /// The `timeout` argument as a duration in the accepted range.
@@ -47,26 +50,36 @@ fn setup_error(argument: &str, given: &str, e: StoreError) -> Error {
 #[pymethods]
 impl PyRedisStore {
     #[new]
-    #[pyo3(signature = (url, prefix = "ug", timeout = None))]
-    fn new(url: &str, prefix: &str, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (url, prefix = "ug", timeout = None, *, slot_groups = false))]
+    fn new(
+        url: &str,
+        prefix: &str,
+        timeout: Option<&Bound<'_, PyAny>>,
+        slot_groups: bool,
+    ) -> PyResult<Self> {
         let duration = timeout.map(timeout_of).transpose()?.unwrap_or(DEFAULT);
+        let store = match slot_groups {
+            true => RedisStore::connect_grouped(url, prefix, duration),
+            false => RedisStore::connect_with_timeout(url, prefix, duration),
+        };
         Ok(Self {
-            inner: RedisStore::connect_with_timeout(url, prefix, duration)
-                .map_err(|e| setup_error("url", url, e))?,
+            inner: store.map_err(|e| setup_error("url", url, e))?,
             target: url.to_string(),
             prefix: prefix.to_string(),
             timeout: duration.as_secs_f64(),
+            slot_groups,
         })
     }
 
     /// A store on a Redis Cluster reachable through any of `urls`.
     #[classmethod]
-    #[pyo3(signature = (urls, prefix = "ug", timeout = None))]
+    #[pyo3(signature = (urls, prefix = "ug", timeout = None, *, slot_groups = false))]
     fn cluster(
         _cls: &Bound<'_, PyType>,
         urls: &Bound<'_, PyAny>,
         prefix: &str,
         timeout: Option<&Bound<'_, PyAny>>,
+        slot_groups: bool,
     ) -> PyResult<Self> {
         const ACCEPTED: &str = "must be a list of node URLs (str)";
         let duration = timeout.map(timeout_of).transpose()?.unwrap_or(DEFAULT);
@@ -77,12 +90,16 @@ impl PyRedisStore {
             .extract()
             .map_err(|_| Error::wrong_type("urls", urls.get_type(), ACCEPTED))?;
         let given = format!("{urls:?}");
+        let store = match slot_groups {
+            true => RedisStore::cluster_grouped(&urls, prefix, duration),
+            false => RedisStore::cluster_with_timeout(&urls, prefix, duration),
+        };
         Ok(Self {
-            inner: RedisStore::cluster_with_timeout(&urls, prefix, duration)
-                .map_err(|e| setup_error("urls", &given, e))?,
+            inner: store.map_err(|e| setup_error("urls", &given, e))?,
             target: format!("cluster {}", urls.join(",")),
             prefix: prefix.to_string(),
             timeout: duration.as_secs_f64(),
+            slot_groups,
         })
     }
 
@@ -98,9 +115,20 @@ impl PyRedisStore {
         self.timeout
     }
 
+    /// Whether each owner's counters have a slot group (hash tag) of their own.
+    #[getter]
+    fn slot_groups(&self) -> bool {
+        self.slot_groups
+    }
+
     fn __repr__(&self) -> String {
+        let groups = if self.slot_groups {
+            ", slot_groups=True"
+        } else {
+            ""
+        };
         format!(
-            "RedisStore({:?}, prefix={:?}, timeout={})",
+            "RedisStore({:?}, prefix={:?}, timeout={}{groups})",
             self.target, self.prefix, self.timeout
         )
     }

@@ -32,6 +32,7 @@ mod redis_carry_props;
 mod redis_known;
 mod refusal_http;
 mod store_checks;
+mod store_groups;
 mod store_redis;
 mod uncapped_output;
 mod windows;

@@ -1,5 +1,6 @@
 //! One store test-suite, run against the memory store, a real redis-server and a real
-//! 3-master Redis Cluster, so the three provably agree.
+//! 3-master Redis Cluster, each Redis in the shared layout and with slot groups, so all five
+//! provably agree.
 #![cfg(feature = "redis")]
 
 use crate::common;
@@ -20,6 +21,8 @@ use std::sync::Arc;
 use common::redis_server::{RedisCluster, RedisServer};
 use usage_guard::{CounterStore, MemoryStore, RedisStore};
 
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A store under test and the servers it needs (kept alive as long as the store).
 pub struct Fixture {
     pub store: Arc<dyn CounterStore>,
@@ -34,6 +37,10 @@ pub enum Kind {
     Memory,
     Redis,
     Cluster,
+    /// A redis-server with slot groups (each owner's counters under a tag of their own).
+    GroupedRedis,
+    /// The cluster with slot groups: one operation's groups on several masters.
+    GroupedCluster,
 }
 
 /// A fresh store of `kind`; Redis stores get a prefix of their own.
@@ -45,9 +52,14 @@ pub fn fixture(kind: Kind, case: &str) -> Fixture {
             server: None,
             cluster: None,
         },
-        Kind::Redis => {
+        Kind::Redis | Kind::GroupedRedis => {
             let server = RedisServer::start();
-            let store = RedisStore::connect(&server.url(), &format!("t-{case}")).unwrap();
+            let prefix = format!("t-{case}");
+            let store = match kind {
+                Kind::GroupedRedis => RedisStore::connect_grouped(&server.url(), &prefix, TIMEOUT),
+                _ => RedisStore::connect(&server.url(), &prefix),
+            }
+            .unwrap();
             Fixture {
                 store: Arc::new(store.clone()),
                 redis: Some(store),
@@ -55,9 +67,16 @@ pub fn fixture(kind: Kind, case: &str) -> Fixture {
                 cluster: None,
             }
         }
-        Kind::Cluster => {
+        Kind::Cluster | Kind::GroupedCluster => {
             let cluster = RedisCluster::shared();
-            let store = RedisStore::cluster(&cluster.urls(), &format!("t-{case}")).unwrap();
+            let prefix = format!("t-{case}");
+            let store = match kind {
+                Kind::GroupedCluster => {
+                    RedisStore::cluster_grouped(&cluster.urls(), &prefix, TIMEOUT)
+                }
+                _ => RedisStore::cluster(&cluster.urls(), &prefix),
+            }
+            .unwrap();
             Fixture {
                 store: Arc::new(store.clone()),
                 redis: Some(store),
@@ -78,6 +97,12 @@ macro_rules! suite {
         }
         mod cluster {
             $(#[test] fn $case() { crate::store_redis::store_cases::$case(crate::store_redis::Kind::Cluster) })*
+        }
+        mod grouped_redis {
+            $(#[test] fn $case() { crate::store_redis::store_cases::$case(crate::store_redis::Kind::GroupedRedis) })*
+        }
+        mod grouped_cluster {
+            $(#[test] fn $case() { crate::store_redis::store_cases::$case(crate::store_redis::Kind::GroupedCluster) })*
         }
     };
 }

@@ -3,6 +3,7 @@
 usage-guard recover --redis redis://cache:6379/0 --prefix ug --ledger ledger.db
 usage-guard recover --redis redis://cache:6379/0 --attest
 usage-guard recover --cluster redis://n1:7000 redis://n2:7001 --prefix ug --attest
+usage-guard recover --cluster redis://n1:7000 --prefix ug --slot-groups --ledger ledger.db
 
 With a ledger, the counters are filled again from it as they are next read. Without one,
 `--attest` is the operator's statement that the counters may be trusted as they are
@@ -38,6 +39,12 @@ def add_recover_command(subparsers: Any) -> argparse.ArgumentParser:
     where.add_argument("--cluster", metavar="URL", nargs="+", help="Redis Cluster node URLs")
     p.add_argument("--prefix", default="ug", help="the store's key prefix (default: ug)")
     p.add_argument(
+        "--slot-groups",
+        action="store_true",
+        help="the store places each owner's counters in a slot group (RedisStore(..., "
+        "slot_groups=True))",
+    )
+    p.add_argument(
         "--ledger",
         metavar="URL",
         help="the usage ledger (sqlite:///relative.db, sqlite:////absolute.db, a file path, or "
@@ -61,8 +68,12 @@ def recover(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    store = RedisStore.cluster(args.cluster, args.prefix) if args.cluster else None
-    store = store or RedisStore(args.redis, args.prefix)
+    groups = bool(args.slot_groups)
+    store = (
+        RedisStore.cluster(args.cluster, args.prefix, slot_groups=groups)
+        if args.cluster
+        else RedisStore(args.redis, args.prefix, slot_groups=groups)
+    )
     ledger: Optional[Union[SqliteLedger, PostgresLedger]] = None
     if args.ledger is not None:
         try:

@@ -11,6 +11,7 @@ pub(crate) mod explain;
 pub(crate) mod generic;
 pub(crate) mod health;
 pub(crate) mod message;
+mod owner;
 pub(crate) mod path;
 pub(crate) mod policy;
 // The rate-limit headers: written by the gateway and by `usage_guard.http.headers`.

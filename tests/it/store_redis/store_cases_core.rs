@@ -470,11 +470,21 @@ pub fn weird_ids_never_collide(kind: Kind) {
         "user a and team a differ"
     );
     if let Some(redis) = &fx.redis {
+        let grouped = matches!(kind, Kind::GroupedRedis | Kind::GroupedCluster);
+        let mut tags = std::collections::HashSet::new();
         for key in &keys {
             let k = redis.redis_key(key);
-            assert!(k.starts_with("{t-weird}:c:"), "{k}");
+            let head = if grouped {
+                "{t-weird:2:u:"
+            } else {
+                "{t-weird}:c:"
+            };
+            assert!(k.starts_with(head), "{k}");
             assert!(!k[1..].contains('{') && k.matches('}').count() == 1, "{k}");
+            tags.insert(k[..=k.find('}').unwrap()].to_string());
         }
+        // With slot groups each user is a group of its own; else one tag for all.
+        assert_eq!(tags.len(), if grouped { ids.len() } else { 1 });
     }
 }
 

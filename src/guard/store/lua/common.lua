@@ -24,6 +24,30 @@ local function number_of(text)
   return tonumber(text)
 end
 
+-- The run_id of the Redis process running the script. A plain search, then a match anchored
+-- there: a pattern searched from every position of the ~1.5 kB answer costs more than the
+-- INFO command itself.
+local function run_id()
+  local info = redis.call('INFO', 'server')
+  local at = string.find(info, 'run_id:', 1, true)
+  return at and string.match(info, '^%x+', at + 7)
+end
+
+-- The generation fill marks are written and compared in (filled.lua, fill.lua): the epoch's
+-- `g`, '0' without one. For a slot group's copy of the epoch (`copy`), '!' (a mark never
+-- written by a fill that trusted it) unless the copy is there and written by this process: a
+-- group whose master restarted or failed over is filled again before it is trusted.
+local function fill_generation(epoch, copy)
+  if not copy then
+    return redis.call('HGET', epoch, 'g') or '0'
+  end
+  local e = redis.call('HMGET', epoch, 'g', 'r')
+  if not e[1] or e[2] ~= run_id() then
+    return '!'
+  end
+  return e[1]
+end
+
 -- Counter buckets this script has read or written: key -> {used, retain-until (nil if none)},
 -- as Redis holds them now (every write of `u` or `e` in these scripts keeps the entry so, or
 -- drops it), so a bucket a carried bill just added to is not read again by the reservation.

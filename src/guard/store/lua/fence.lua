@@ -28,14 +28,6 @@ do
 end
 local FENCE_ON = #FENCE_AT > 0
 
-local function fence_run_id()
-  -- A plain search, then a match anchored there: a pattern searched from every position
-  -- of the ~1.5 kB answer costs more than the INFO command itself.
-  local info = redis.call('INFO', 'server')
-  local at = string.find(info, 'run_id:', 1, true)
-  return at and string.match(info, '^%x+', at + 7)
-end
-
 -- The registry bucket of KEYS[i]: 'h' for a holds key, else the key's bucket.
 local function fence_bucket(i, key)
   if string.sub(FENCE_FLAGS, i, i) == 'h' then
@@ -54,7 +46,7 @@ local function fence_check_now(now)
     return nil
   end
   local epoch = redis.call('HMGET', FENCE_EPOCH, 'g', 'r', 'w')
-  if not epoch[1] or epoch[2] ~= fence_run_id() then
+  if not epoch[1] or epoch[2] ~= run_id() then
     return -2
   end
   if epoch[1] ~= FENCE_GEN then

@@ -27,7 +27,10 @@ impl RedisStore {
         now: Millis,
         fence: Fence,
     ) -> (Args, Args, Vec<bool>) {
-        let calls: Vec<_> = settles.iter().map(|s| self.settle_call(s, now)).collect();
+        let calls: Vec<_> = settles
+            .iter()
+            .map(|s| self.settle_call(&self.inner.home, s, now))
+            .collect();
         let sent: Vec<bool> = calls.iter().map(Option::is_some).collect();
         let (reserve_keys, mut reserve_args) = self.known_call(reserve, now, fence);
         let flags = reserve_args.pop().expect("known_call ends with the flags");

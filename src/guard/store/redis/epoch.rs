@@ -1,6 +1,7 @@
 //! The epoch fence's store side (docs/redis.md, "The epoch fence"): the epoch hash
-//! `{<prefix>}:epoch` (generation, the writing Redis process's `run_id`, and the registries
-//! of fenced counters), the recovery lock `{<prefix>}:epoch:lock`, and the store checks.
+//! `<store tag>:epoch` (generation, the writing Redis process's `run_id`, and the registries
+//! of fenced counters), the recovery lock `<store tag>:epoch:lock`, and the store checks.
+//! (With slot groups each group keeps a copy of the epoch: `groups.rs`.)
 
 use super::args::Args;
 use super::checks::Checks;
@@ -9,24 +10,29 @@ use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{EpochRead, StoreCheck, StoreFuture};
 
-/// The key of a store's epoch.
-pub(super) fn epoch_key(counter_head: &str) -> String {
-    // `{<prefix>}:c:` → `{<prefix>}:epoch`
-    let tag_end = counter_head.len() - "c:".len();
-    format!("{}epoch", &counter_head[..tag_end])
-}
-
-/// A glob pattern matching every counter key of the store (glob characters escaped).
-fn counter_pattern(counter_head: &str) -> String {
-    let mut out = String::with_capacity(counter_head.len() + 4);
-    for c in counter_head.chars() {
+/// A glob pattern matching `text` alone (glob characters escaped), then `*` if `any_after`.
+fn glob_of(text: &str, any_after: bool) -> String {
+    let mut out = String::with_capacity(text.len() + 4);
+    for c in text.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
             out.push('\\');
         }
         out.push(c);
     }
-    out.push('*');
+    if any_after {
+        out.push('*');
+    }
     out
+}
+
+/// What initial adoption looks for (`epoch.lua`: an epoch is adopted only where nothing
+/// matches): every counter key of the store; with slot groups, whose counters live in other
+/// slots, the list of the groups that ever held a fenced counter (`groups.rs`).
+fn used_pattern(store: &RedisStore) -> String {
+    match store.inner.group_head {
+        Some(_) => glob_of(&super::groups::groups_key(&store.inner.home), false),
+        None => glob_of(&store.inner.key_head, true),
+    }
 }
 
 impl RedisStore {
@@ -105,7 +111,7 @@ impl RedisStore {
         args.push_num(now);
         args.push(token.as_deref().unwrap_or_default());
         args.push(if adopt { "adopt" } else { "force" });
-        args.push(&counter_pattern(&self.inner.key_head));
+        args.push(&used_pattern(self));
         args.push_num(hold_again_until.max(0));
         self.run("epoch write", move |inner, mut conn| async move {
             let answer: String = invoke(&inner.scripts.epoch, &keys, &args, &mut conn).await?;
@@ -143,8 +149,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_epoch_lives_under_the_hash_tag() {
-        assert_eq!(epoch_key("{ug}:c:"), "{ug}:epoch");
-        assert_eq!(counter_pattern("{a*b}:c:"), "{a\\*b}:c:*");
+    fn adoption_patterns_escape_glob_characters() {
+        assert_eq!(glob_of("{a*b}:c:", true), "{a\\*b}:c:*");
+        assert_eq!(glob_of("{a?[b]}:groups", false), "{a\\?\\[b\\]}:groups");
     }
 }

@@ -3,6 +3,7 @@
 
 use super::args::Args;
 use super::checks::Checks;
+use super::keys::write_ticket_key;
 use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
@@ -17,7 +18,7 @@ impl RedisStore {
         let n = r.counters.len();
         let key_count = 2 + 2 * n + r.previous.len();
         let mut keys = Args::with_capacity(key_count, 96 * key_count);
-        keys.push_with(|out| self.write_ticket_key(&r.ticket, out));
+        keys.push_with(|out| write_ticket_key(&self.inner.home, &r.ticket, out));
         for key in &r.counters {
             keys.push_with(|out| self.write_redis_key(key, out));
             keys.push_with(|out| self.write_holds_key(key, out));

@@ -1,14 +1,18 @@
 //! The Redis store's single-key steps: fill marks (`filled`, `fill`), `mark_once` marks and
 //! `raise_until` notes (shared provider health), the last two under `{<prefix>}:m:`.
 
+use futures::future::join_all;
+
 use super::args::Args;
+use super::keys::write_epoch_key;
 use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{CounterKey, StoreFuture};
 
 impl RedisStore {
-    /// `filled`: one script call over every key (and the epoch).
+    /// `filled`: one script call over every key (and the epoch); with slot groups, one per
+    /// group, each against the group's copy of the epoch.
     pub(super) fn filled_call(
         &self,
         keys: Vec<CounterKey>,
@@ -17,21 +21,39 @@ impl RedisStore {
         if keys.is_empty() {
             return StoreFuture::ready(Ok(Vec::new()));
         }
-        let mut redis_keys = Args::with_capacity(keys.len() + 1, 96 * (keys.len() + 1));
-        for key in &keys {
-            redis_keys.push_with(|out| self.write_redis_key(key, out));
-        }
-        redis_keys.push(&self.inner.epoch_key);
+        let copy = if self.grouped() { "1" } else { "0" };
+        let calls: Vec<(Vec<usize>, Args)> = self
+            .split(keys.iter().map(|k| &*k.id))
+            .into_iter()
+            .map(|(tag, members)| {
+                let mut redis_keys = Args::with_capacity(members.len() + 1, 96 * members.len());
+                for &i in &members {
+                    redis_keys.push_with(|out| self.write_redis_key(&keys[i], out));
+                }
+                redis_keys.push_with(|out| write_epoch_key(&tag, out));
+                (members, redis_keys)
+            })
+            .collect();
         let mut args = Args::default();
         args.push_num(now);
-        self.run("filled", move |inner, mut conn| async move {
-            let marks: Vec<i64> =
-                invoke(&inner.scripts.filled, &redis_keys, &args, &mut conn).await?;
-            Ok(marks.into_iter().map(|m| m == 1).collect())
+        args.push(copy);
+        let count = keys.len();
+        self.run("filled", move |inner, conn| async move {
+            let sent = calls.iter().map(|(_, redis_keys)| {
+                let (mut conn, args, script) = (conn.clone(), &args, &inner.scripts.filled);
+                async move { invoke::<Vec<i64>, _>(script, redis_keys, args, &mut conn).await }
+            });
+            let mut out = vec![false; count];
+            for ((members, _), marks) in calls.iter().zip(join_all(sent).await) {
+                for (mark, &i) in marks?.into_iter().zip(members) {
+                    out[i] = mark == 1;
+                }
+            }
+            Ok(out)
         })
     }
 
-    /// `fill`: one script call.
+    /// `fill`: one script call (against the epoch of the counter's group).
     pub(super) fn fill_call(
         &self,
         key: CounterKey,
@@ -39,11 +61,13 @@ impl RedisStore {
         retain_until: Millis,
         now: Millis,
     ) -> StoreFuture<'_, bool> {
-        let redis_keys = Args::of([&self.redis_key(&key), &self.inner.epoch_key]);
+        let mut redis_keys = Args::of([&self.redis_key(&key)]);
+        redis_keys.push_with(|out| write_epoch_key(&self.tag_of(&key.id), out));
         let mut args = Args::default();
         args.push_num(now);
         args.push_num(ledger_used);
         args.push_num(retain_until);
+        args.push(if self.grouped() { "1" } else { "0" });
         self.run("fill", move |inner, mut conn| async move {
             let filled: i64 = invoke(&inner.scripts.fill, &redis_keys, &args, &mut conn).await?;
             Ok(filled == 1)

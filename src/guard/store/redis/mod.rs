@@ -1,18 +1,22 @@
 //! The Redis store: counters shared by every guard that points at one Redis or Redis Cluster.
 //!
 //! Each counter bucket is a hash (`u` used, `e` retain-until; the rest in `common.lua`) at
-//! `{<prefix>}:c:<counter>:<bucket>`; a counter's holds, whatever their bucket, are one hash of
-//! sums by expiry minute (`r<minute>`) at `{<prefix>}:h:<counter>`; a ticket's record is a
-//! string at `{<prefix>}:t:<ticket id>`. Every key shares the hash tag `{<prefix>}`, so one
+//! `<tag>:c:<counter>:<bucket>`; a counter's holds, whatever their bucket, are one hash of
+//! sums by expiry minute (`r<minute>`) at `<tag>:h:<counter>`; a ticket's record is a string
+//! at `<tag>:t:<ticket id>`. In the shared layout every key has the tag `{<prefix>}`, so one
 //! Lua script reads, reserves or settles several counters atomically, on one node or a
-//! cluster. Times are the caller's, never the server's.
+//! cluster; with slot groups (`groups.rs`) each owner's counters have a tag of their own and
+//! an operation runs one script per group. Times are the caller's, never the server's.
 
 mod args;
 mod blocking;
 mod carry;
 mod checks;
+mod connect;
 mod connection;
 mod epoch;
+mod group_reserve;
+mod groups;
 mod here;
 mod keys;
 mod known;
@@ -25,13 +29,8 @@ mod scripts;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManagerConfig;
-use redis::cluster::ClusterClient;
-use redis::Client;
-
 use checks::Checks;
-use connection::{check_timeout, store_error, Target};
-use keys::key_head;
+use connection::Target;
 use scripts::{invoke, Scripts};
 
 use super::{
@@ -49,11 +48,17 @@ pub(crate) use connection::TIMEOUT_RANGE;
 struct Inner {
     target: Target,
     scripts: Scripts,
-    /// `{<escaped prefix>}:c:`
+    /// The tag of the store's own keys: `{<escaped prefix>}`, or `{<escaped prefix>:2}` with
+    /// slot groups.
+    home: String,
+    /// With slot groups, the start of a group's tag: `{<escaped prefix>:2:` (the owner and
+    /// `}` follow); `None` in the shared layout.
+    group_head: Option<String>,
+    /// `<home>:c:`
     key_head: String,
-    /// `{<escaped prefix>}:m:`
+    /// `<home>:m:`
     mark_head: String,
-    /// `{<escaped prefix>}:epoch` and its recovery lock `…:lock`.
+    /// `<home>:epoch` and its recovery lock `…:lock`.
     epoch_key: String,
     lock_key: String,
     /// The ACL user the connection logs in as, if the URL names one (the store checks ask
@@ -61,10 +66,6 @@ struct Inner {
     acl_user: Option<String>,
     /// The store checks of this process (a forked child checks its own connection).
     checks: ForkLocal<Checks>,
-    /// `{<escaped prefix>}:h:`
-    holds_head: String,
-    /// `{<escaped prefix>}:t:`
-    ticket_head: String,
     /// The bound on one operation.
     operation_timeout: Duration,
     description: String,
@@ -92,116 +93,18 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("target", &self.inner.description)
-            .field("key_head", &self.inner.key_head)
+            .field("home", &self.inner.home)
+            .field("slot_groups", &self.inner.group_head.is_some())
             .finish()
-    }
-}
-
-impl RedisStore {
-    /// A store on one Redis node at `url` (`redis://host:port/db`), with every key under the
-    /// hash tag `{prefix}`. Only the URL is checked here: the connection is made on first use
-    /// and remade after failures, so a guard can start while Redis is down.
-    pub fn connect(url: &str, prefix: &str) -> Result<Self, StoreError> {
-        Self::connect_with_timeout(url, prefix, REDIS_TIMEOUT)
-    }
-
-    /// `connect`, with `timeout` (within `TIMEOUT_RANGE`) as the bound on connecting and on
-    /// each answer; one operation fails after at most 2.5 × `timeout`.
-    pub fn connect_with_timeout(
-        url: &str,
-        prefix: &str,
-        timeout: Duration,
-    ) -> Result<Self, StoreError> {
-        check_timeout(timeout)?;
-        let client = Client::open(url).map_err(|e| store_error("url", e))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500));
-        let user = client.get_connection_info().redis_settings().username();
-        let acl_user = user.map(str::to_string);
-        Ok(Self::with_target(
-            Target::single(client, config),
-            prefix,
-            url.to_string(),
-            timeout,
-            acl_user,
-        ))
-    }
-
-    /// A store on the Redis Cluster reachable through any of `urls`, with every key under the
-    /// hash tag `{prefix}` (so all of this store's counters live in one slot). Only the URLs
-    /// are checked here; the cluster is connected on first use.
-    pub fn cluster(urls: &[String], prefix: &str) -> Result<Self, StoreError> {
-        Self::cluster_with_timeout(urls, prefix, REDIS_TIMEOUT)
-    }
-
-    /// `cluster`, with `timeout` as in `connect_with_timeout`.
-    pub fn cluster_with_timeout(
-        urls: &[String],
-        prefix: &str,
-        timeout: Duration,
-    ) -> Result<Self, StoreError> {
-        check_timeout(timeout)?;
-        if urls.is_empty() {
-            return Err(StoreError("redis cluster: no node URL given".into()));
-        }
-        let client = ClusterClient::builder(urls.iter().map(String::as_str))
-            .connection_timeout(timeout)
-            .response_timeout(timeout)
-            .retries(2)
-            .build()
-            .map_err(|e| store_error("cluster urls", e))?;
-        let acl_user = Client::open(urls[0].as_str()).ok().and_then(|c| {
-            c.get_connection_info()
-                .redis_settings()
-                .username()
-                .map(str::to_string)
-        });
-        Ok(Self::with_target(
-            Target::cluster(client),
-            prefix,
-            format!("cluster {}", urls.join(",")),
-            timeout,
-            acl_user,
-        ))
-    }
-
-    fn with_target(
-        target: Target,
-        prefix: &str,
-        description: String,
-        timeout: Duration,
-        acl_user: Option<String>,
-    ) -> Self {
-        let counter_head = key_head(prefix, "c");
-        let epoch_key = epoch::epoch_key(&counter_head);
-        RedisStore {
-            inner: Arc::new(Inner {
-                target,
-                scripts: Scripts::new(),
-                lock_key: format!("{epoch_key}:lock"),
-                epoch_key,
-                key_head: counter_head,
-                mark_head: key_head(prefix, "m"),
-                acl_user,
-                checks: ForkLocal::empty(),
-                holds_head: key_head(prefix, "h"),
-                ticket_head: key_head(prefix, "t"),
-                // The hard bound on one operation, reconnecting included: 2.5 answers.
-                operation_timeout: timeout * 5 / 2,
-                description,
-                outage: OutageLog::new(),
-            }),
-        }
     }
 }
 
 impl CounterStore for RedisStore {
     fn read(&self, keys: Vec<CounterKey>, now: Millis) -> StoreFuture<'_, Vec<CounterRead>> {
-        self.read_call(keys, now)
+        match self.grouped() {
+            true => self.read_grouped(keys, now),
+            false => self.read_call(keys, now),
+        }
     }
 
     fn reserve(
@@ -215,7 +118,10 @@ impl CounterStore for RedisStore {
     }
 
     fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
-        self.settle_one_call(settle, now)
+        match self.grouped() {
+            true => self.settle_grouped(settle, now),
+            false => self.settle_one_call(settle, now),
+        }
     }
 
     fn outage(&self) -> &OutageLog {
@@ -252,8 +158,9 @@ impl CounterStore for RedisStore {
         Some(self)
     }
 
+    /// Not with slot groups (yet): there a reservation reads, then reserves per group.
     fn reserve_from_known(&self) -> Option<&dyn ReserveFromKnown> {
-        Some(self)
+        (!self.grouped()).then_some(self as &dyn ReserveFromKnown)
     }
 
     fn background_settling(&self) -> Option<&dyn BackgroundSettling> {
@@ -299,7 +206,12 @@ impl Fencing for RedisStore {
         if items.is_empty() {
             return StoreFuture::ready(Ok(ReserveOutcome::Reserved));
         }
-        let (redis_keys, args) = self.reserve_call(&ticket, &items, expiry_minute, now, fence);
+        if self.grouped() {
+            return self.reserve_grouped(ticket, items, expiry_minute, now, fence);
+        }
+        let home = &self.inner.home;
+        let (redis_keys, args) =
+            self.reserve_call(home, &ticket, &items, expiry_minute, now, fence);
         self.run("reserve", move |inner, mut conn| async move {
             let answer: i64 = invoke(&inner.scripts.reserve, &redis_keys, &args, &mut conn).await?;
             if answer == -2 {
@@ -374,6 +286,9 @@ impl BackgroundSettling for RedisStore {
         settles: &'a [Settle],
         now: Millis,
     ) -> StoreFuture<'a, Vec<Result<SettleOutcome, StoreError>>> {
-        self.settle_many_call(settles, now)
+        match self.grouped() {
+            true => self.settle_many_grouped(settles, now),
+            false => self.settle_many_call(settles, now),
+        }
     }
 }

@@ -47,7 +47,7 @@ impl RedisStore {
         settle: &Settle,
         now: Millis,
     ) -> StoreFuture<'static, SettleOutcome> {
-        let Some((redis_keys, args)) = self.settle_call(settle, now) else {
+        let Some((redis_keys, args)) = self.settle_call(&self.inner.home, settle, now) else {
             return StoreFuture::ready(Ok(SettleOutcome::Settled));
         };
         self.run("settle", move |inner, mut conn| async move {
@@ -69,8 +69,10 @@ impl RedisStore {
         settles: &[Settle],
         now: Millis,
     ) -> StoreFuture<'static, Answers> {
-        let calls: Vec<Option<(Args, Args)>> =
-            settles.iter().map(|s| self.settle_call(s, now)).collect();
+        let calls: Vec<Option<(Args, Args)>> = settles
+            .iter()
+            .map(|s| self.settle_call(&self.inner.home, s, now))
+            .collect();
         if calls.iter().all(Option::is_none) {
             let done = settles.iter().map(|_| Ok(SettleOutcome::Settled)).collect();
             return StoreFuture::ready(Ok(done));

@@ -19,6 +19,8 @@ const EPOCH_LUA: &str = include_str!("../lua/epoch.lua");
 const SETTLE_PARTS_LUA: &str = include_str!("../lua/settle_parts.lua");
 const QUEUE_LUA: &str = include_str!("../lua/wait_queues.lua");
 const CARRY_LUA: &str = include_str!("../lua/carry.lua");
+const UNRESERVE_LUA: &str = include_str!("../lua/unreserve.lua");
+const GROUPS_LUA: &str = include_str!("../lua/groups.lua");
 
 pub(super) struct Scripts {
     pub(super) read: Script,
@@ -35,6 +37,10 @@ pub(super) struct Scripts {
     /// Settles carried by a reservation: `settle.lua` and `reserve_known.lua` as functions
     /// of their own keys and arguments, called by `carry.lua`.
     pub(super) carry: Script,
+    /// Slot groups (`groups.rs`): a group's holds given back when another group refused,
+    /// and the store's list of groups.
+    pub(super) unreserve: Script,
+    pub(super) groups: Script,
 }
 
 impl Scripts {
@@ -52,6 +58,8 @@ impl Scripts {
             epoch: Script::new(EPOCH_LUA),
             settle_parts: with_common(&format!("{FENCE_LUA}\n{SETTLE_PARTS_LUA}")),
             queue: Script::new(QUEUE_LUA),
+            unreserve: with_common(UNRESERVE_LUA),
+            groups: Script::new(GROUPS_LUA),
             carry: with_common(&format!(
                 "{FENCE_LUA}\nlocal function settle_one(KEYS, ARGV)\n{SETTLE_LUA}\nend\n\
                  local function reserve_one(KEYS, ARGV)\n{RESERVE_KNOWN_LUA}\nend\n{CARRY_LUA}"

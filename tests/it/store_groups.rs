@@ -1,0 +1,210 @@
+//! Slot groups on a real 3-master Redis Cluster (docs/redis.md, "Slot groups"): a store's
+//! groups spread over the masters; a group that refuses leaves no hold in the others; the
+//! epoch fence runs per group, so a group whose copy of the epoch is lost fences the calls
+//! that touch it until a recovery, and only those.
+#![cfg(feature = "redis")]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::executor::block_on;
+use usage_guard::internals::{
+    expiry_minute, CounterKey, Fence, FenceAnswer, Fencing, ReserveItem, ReserveOutcome, Settle,
+    UsageAdd,
+};
+use usage_guard::{CounterStore, Millis, RedisStore};
+
+use crate::common::redis_server::{cli, RedisCluster};
+use crate::common::tokens_key_in;
+
+/// 2026-01-01T00:00:30Z.
+const T0: Millis = 1_767_225_630_000;
+const HOLD_MS: i64 = 15 * 60_000;
+
+fn store(cluster: &RedisCluster, prefix: &str) -> RedisStore {
+    RedisStore::cluster_grouped(&cluster.urls(), prefix, Duration::from_secs(1)).unwrap()
+}
+
+fn day(user: &str) -> CounterKey {
+    tokens_key_in(user, "day", T0 - 30_000)
+}
+
+fn item(key: &CounterKey, hold: u64, limit: Option<u64>) -> ReserveItem {
+    ReserveItem {
+        key: key.clone(),
+        hold,
+        limit,
+        carried: 0,
+        retain_until: T0 + 2 * 86_400_000,
+    }
+}
+
+fn bill(id: &str, key: &CounterKey, amount: u64) -> Settle {
+    Settle {
+        id: id.into(),
+        ticket: id.into(),
+        holds: Vec::new(),
+        expiry_minute: expiry_minute(T0, HOLD_MS),
+        adds: vec![UsageAdd {
+            key: key.clone(),
+            amount,
+            retain_until: T0 + 2 * 86_400_000,
+        }],
+        settled_until: T0 + HOLD_MS,
+    }
+}
+
+/// The port of the master that holds `key`.
+fn master_of(cluster: &RedisCluster, key: &str) -> u16 {
+    let slot = cli(cluster.nodes[0].port, &["CLUSTER", "KEYSLOT", key]);
+    let slot: u16 = slot.parse().unwrap();
+    let owner = cluster.nodes.iter().find(|n| {
+        let here = cli(n.port, &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
+        here.parse::<u64>().unwrap_or(0) > 0
+    });
+    owner.expect("a master holds the key").port
+}
+
+#[test]
+fn a_stores_groups_spread_over_every_master() {
+    let cluster = RedisCluster::shared();
+    let s = store(&cluster, "spread");
+    let users: Vec<String> = (0..60).map(|i| format!("user-{i}")).collect();
+    for (i, user) in users.iter().enumerate() {
+        block_on(s.settle(&bill(&format!("b{i}"), &day(user), 1), T0)).unwrap();
+    }
+    let mut per_master: HashMap<u16, usize> = HashMap::new();
+    for user in &users {
+        *per_master
+            .entry(master_of(&cluster, &s.redis_key(&day(user))))
+            .or_default() += 1;
+    }
+    // 60 groups over 3 masters: each master holds some (the shared layout puts all on one).
+    assert_eq!(per_master.len(), 3, "{per_master:?}");
+    assert!(per_master.values().all(|&n| n >= 8), "{per_master:?}");
+}
+
+#[test]
+fn a_group_that_refuses_leaves_no_hold_in_the_others() {
+    let cluster = RedisCluster::shared();
+    let s = store(&cluster, "give-back");
+    let (a, b, c) = (day("gb-a"), day("gb-b"), day("gb-c"));
+    let m = expiry_minute(T0, HOLD_MS);
+    block_on(s.settle(&bill("used", &b, 9), T0)).unwrap();
+    let items = vec![
+        item(&a, 5, Some(100)),
+        item(&c, 4, None),
+        item(&b, 5, Some(10)),
+    ];
+    let out = block_on(s.reserve("t1".into(), items, m, T0)).unwrap();
+    assert_eq!(out, ReserveOutcome::Conflict { item: 2 });
+    let reads = block_on(s.read(vec![a.clone(), b.clone(), c.clone()], T0)).unwrap();
+    let held: Vec<u64> = reads.iter().map(|r| r.held).collect();
+    assert_eq!(held, [0, 0, 0], "the holds a and c placed were given back");
+    // The ticket may reserve again (its records were dropped, not marked settled).
+    let again = vec![item(&a, 5, Some(100)), item(&c, 4, None)];
+    let out = block_on(s.reserve("t1".into(), again, m, T0)).unwrap();
+    assert_eq!(out, ReserveOutcome::Reserved);
+    let reads = block_on(s.read(vec![a.clone(), c.clone()], T0)).unwrap();
+    assert_eq!((reads[0].held, reads[1].held), (5, 4));
+    // Its settle gives back in each group once, and a second settle does nothing.
+    let settle = Settle {
+        holds: vec![
+            usage_guard::internals::HoldRef {
+                key: a.clone(),
+                amount: 5,
+            },
+            usage_guard::internals::HoldRef {
+                key: c.clone(),
+                amount: 4,
+            },
+        ],
+        adds: vec![UsageAdd {
+            key: a.clone(),
+            amount: 3,
+            retain_until: T0 + 86_400_000,
+        }],
+        ..bill("t1", &a, 0)
+    };
+    for _ in 0..2 {
+        block_on(s.settle(&settle, T0)).unwrap();
+    }
+    let reads = block_on(s.read(vec![a, c], T0)).unwrap();
+    assert_eq!((reads[0].used, reads[0].held, reads[1].held), (3, 0, 0));
+}
+
+fn fenced(
+    store: &RedisStore,
+    ticket: &str,
+    keys: &[&CounterKey],
+    generation: &str,
+) -> ReserveOutcome {
+    let items: Vec<ReserveItem> = keys.iter().map(|k| item(k, 1, Some(1_000))).collect();
+    let fence = Fence {
+        generation: generation.into(),
+        fenced: vec![true; items.len()],
+    };
+    let m = expiry_minute(T0, HOLD_MS);
+    block_on(store.reserve_fenced(ticket.into(), items, m, T0, fence)).unwrap()
+}
+
+#[test]
+fn a_group_that_lost_its_epoch_fences_only_the_calls_that_touch_it() {
+    let cluster = RedisCluster::shared();
+    let s = store(&cluster, "fence");
+    let (a, b) = (day("fence-a"), day("fence-b"));
+    assert!(block_on(s.set_epoch("g1".into(), T0, None, true, 0)).unwrap());
+    // Each group joins the store's epoch at its first fenced reserve.
+    assert_eq!(fenced(&s, "t1", &[&a, &b], "g1"), ReserveOutcome::Reserved);
+    let copy_of = |key: &CounterKey| {
+        let k = s.redis_key(key);
+        format!("{}:epoch", &k[..=k.find('}').unwrap()])
+    };
+    for key in [&a, &b] {
+        let copy = copy_of(key);
+        assert_eq!(cli(master_of(&cluster, &copy), &["HGET", &copy, "g"]), "g1");
+    }
+    // a's master loses a's copy (as a restart would): calls on a are fenced, calls on b not.
+    let copy = copy_of(&a);
+    cli(master_of(&cluster, &copy), &["DEL", &copy]);
+    let lost = fenced(&s, "t2", &[&a, &b], "g1");
+    assert_eq!(lost, ReserveOutcome::Fenced(FenceAnswer::Untrusted));
+    let read = block_on(s.read(vec![b.clone()], T0)).unwrap();
+    assert_eq!(
+        read[0].held, 1,
+        "t2's hold on b was given back (t1's stays)"
+    );
+    assert_eq!(fenced(&s, "t3", &[&b], "g1"), ReserveOutcome::Reserved);
+    // A recovery writes a new generation: a guard still on g1 hears stale, and on g2 every
+    // group joins again, a included.
+    assert!(block_on(s.set_epoch("g2".into(), T0, None, false, 0)).unwrap());
+    assert_eq!(
+        fenced(&s, "t4", &[&a], "g1"),
+        ReserveOutcome::Fenced(FenceAnswer::Stale)
+    );
+    assert_eq!(fenced(&s, "t5", &[&a, &b], "g2"), ReserveOutcome::Reserved);
+    for key in [&a, &b] {
+        let copy = copy_of(key);
+        assert_eq!(cli(master_of(&cluster, &copy), &["HGET", &copy, "g"]), "g2");
+    }
+    let reads = block_on(s.read(vec![a, b], T0)).unwrap();
+    assert_eq!(
+        (reads[0].held, reads[1].held),
+        (2, 3),
+        "t1 and t5 on a; t1, t3, t5 on b"
+    );
+}
+
+#[test]
+fn shared_and_grouped_stores_of_one_prefix_never_share_a_key() {
+    let cluster = RedisCluster::shared();
+    let grouped = store(&cluster, "both");
+    let shared = RedisStore::cluster(&cluster.urls(), "both").unwrap();
+    let key = day("both-a");
+    block_on(shared.settle(&bill("s1", &key, 7), T0)).unwrap();
+    assert_ne!(shared.redis_key(&key), grouped.redis_key(&key));
+    assert_eq!(
+        block_on(grouped.read(vec![key.clone()], T0)).unwrap()[0].used,
+        0
+    );
+}
