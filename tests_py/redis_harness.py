@@ -149,21 +149,36 @@ def budget_worker(
     (a barrier shared through a multiprocessing manager, so every process starts together),
     `tasks` asyncio tasks each admit and bill `calls` times on the shared budget. Returns the
     tokens its tickets reported."""
+    import usage_guard as ug
+
+    guard = ug.Guard(ug.Policy.from_dict(BUDGET_POLICY), store=ug.RedisStore(url, prefix))
+    totals = admit_and_bill(guard, ["alice"], tasks, calls, seed, start)
+    return {**totals, "reported": totals["reported"]["alice"]}
+
+
+def admit_and_bill(
+    guard: Any, users: list[str], tasks: int, calls: int, seed: int, start: Any
+) -> dict[str, Any]:
+    """Once `start` (a barrier) lets every process go: `tasks` asyncio tasks each admit and bill
+    `calls` times on gpt-5, each call by one of `users` at random with a random prompt and
+    output within the ticket's ceiling. Returns the tokens reported per user, the calls
+    admitted and refused, and the bills that answered None. Closes the guard (its queued
+    bills are sent before a pool ends the process)."""
     import asyncio
     import random
 
     import usage_guard as ug
 
     rng = random.Random(seed)
-    guard = ug.Guard(ug.Policy.from_dict(BUDGET_POLICY), store=ug.RedisStore(url, prefix))
-    totals = {"reported": 0, "admitted": 0, "refused": 0, "bill_none": 0}
+    totals: dict[str, Any] = {"reported": {u: 0 for u in users}, "admitted": 0}
+    totals.update(refused=0, bill_none=0)
 
     async def task() -> None:
         for _ in range(calls):
-            prompt = rng.randint(10, 100)
+            user, prompt = rng.choice(users), rng.randint(10, 100)
             try:
                 ticket = await guard.admit_async(
-                    "alice", "gpt-5", prompt_tokens=prompt, max_tokens=rng.randint(50, 400)
+                    user, "gpt-5", prompt_tokens=prompt, max_tokens=rng.randint(50, 400)
                 )
             except ug.UsageLimitError:
                 totals["refused"] += 1
@@ -176,14 +191,14 @@ def budget_worker(
             if billed is None:
                 totals["bill_none"] += 1
             else:
-                totals["reported"] += prompt + output
+                totals["reported"][user] += prompt + output
 
     async def main() -> None:
         await asyncio.gather(*(task() for _ in range(tasks)))
 
     start.wait(60)
     asyncio.run(main())
-    guard.close()  # the bills still queued for the background, before the pool ends the process
+    guard.close()
     return totals
 
 
@@ -218,41 +233,8 @@ def groups_worker(
 ) -> dict[str, Any]:
     """`budget_worker` on a cluster store with slot groups and `GROUPS_POLICY`: each call by
     one of `GROUP_USERS` at random. Returns the tokens reported per person."""
-    import asyncio
-    import random
-
     import usage_guard as ug
 
-    rng = random.Random(seed)
     store = ug.RedisStore.cluster(urls, prefix, slot_groups=True)
     guard = ug.Guard(ug.Policy.from_dict(GROUPS_POLICY), store=store)
-    totals: dict[str, Any] = {"reported": {u: 0 for u in GROUP_USERS}, "admitted": 0}
-    totals.update(refused=0, bill_none=0)
-
-    async def task() -> None:
-        for _ in range(calls):
-            user, prompt = rng.choice(GROUP_USERS), rng.randint(10, 100)
-            try:
-                ticket = await guard.admit_async(
-                    user, "gpt-5", prompt_tokens=prompt, max_tokens=rng.randint(50, 400)
-                )
-            except ug.UsageLimitError:
-                totals["refused"] += 1
-                await asyncio.sleep(0.001)
-                continue
-            totals["admitted"] += 1
-            await asyncio.sleep(rng.random() * 0.02)
-            output = rng.randint(0, ticket.ceiling["tokens"] - prompt)
-            billed = await ticket.bill_async(input_tokens=prompt, output_tokens=output)
-            if billed is None:
-                totals["bill_none"] += 1
-            else:
-                totals["reported"][user] += prompt + output
-
-    async def main() -> None:
-        await asyncio.gather(*(task() for _ in range(tasks)))
-
-    start.wait(60)
-    asyncio.run(main())
-    guard.close()
-    return totals
+    return admit_and_bill(guard, GROUP_USERS, tasks, calls, seed, start)
