@@ -7,6 +7,8 @@
 use crate::common;
 
 use common::redis_server::RedisServer;
+use std::time::Duration;
+
 use futures::executor::block_on;
 use usage_guard::internals::{
     expiry_minute, CounterKey, CounterRead, Fence, HoldRef, KnownOutcome, KnownReserve,
@@ -65,8 +67,13 @@ fn bill(id: &str, held: u64, used: u64) -> Settle {
     }
 }
 
-fn store(server: &RedisServer) -> RedisStore {
-    RedisStore::connect(&server.url(), "carry").unwrap()
+/// A store in the shared layout, or with slot groups (`grouped`).
+fn store(server: &RedisServer, grouped: bool) -> RedisStore {
+    match grouped {
+        true => RedisStore::connect_grouped(&server.url(), "carry", Duration::from_secs(1)),
+        false => RedisStore::connect(&server.url(), "carry"),
+    }
+    .unwrap()
 }
 
 fn carrying(
@@ -80,10 +87,9 @@ fn carrying(
     (answer.outcome, answer.counters[0], settled)
 }
 
-#[test]
-fn a_carried_bill_lands_before_the_reservation_and_only_once() {
+fn a_carried_bill_lands_before_the_reservation_and_only_once(grouped: bool) {
     let server = RedisServer::start();
-    let store = store(&server);
+    let store = store(&server, grouped);
     let first = block_on(store.reserve_known(reserve("t1", 300), T0, Fence::default()));
     assert_eq!(
         first.unwrap().outcome,
@@ -112,10 +118,9 @@ fn a_carried_bill_lands_before_the_reservation_and_only_once() {
     );
 }
 
-#[test]
-fn a_reservation_that_does_not_fit_still_lands_its_carried_bills_in_order() {
+fn a_reservation_that_does_not_fit_still_lands_its_carried_bills_in_order(grouped: bool) {
     let server = RedisServer::start();
-    let store = store(&server);
+    let store = store(&server, grouped);
     for ticket in ["a", "b"] {
         let placed = block_on(store.reserve_known(reserve(ticket, 400), T0, Fence::default()));
         assert_eq!(
@@ -141,4 +146,24 @@ fn a_reservation_that_does_not_fit_still_lands_its_carried_bills_in_order() {
     // The same reservation with nothing carried answers the same values.
     let again = block_on(store.reserve_known(reserve("t", 100), T0, Fence::default())).unwrap();
     assert_eq!(again.counters[0], CounterRead { used: 950, held: 0 });
+}
+
+/// Every case in both layouts.
+macro_rules! layouts {
+    ($($layout:ident: $grouped:expr),*) => {$(
+    mod $layout {
+        #[test]
+        fn a_carried_bill_lands_before_the_reservation_and_only_once() {
+            super::super::a_carried_bill_lands_before_the_reservation_and_only_once($grouped)
+        }
+        #[test]
+        fn a_reservation_that_does_not_fit_still_lands_its_carried_bills_in_order() {
+            super::super::a_reservation_that_does_not_fit_still_lands_its_carried_bills_in_order($grouped)
+        }
+    }
+    )*};
+}
+
+mod layouts {
+    layouts!(shared: false, grouped: true);
 }

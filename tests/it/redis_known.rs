@@ -6,6 +6,8 @@
 use crate::common;
 
 use common::redis_server::RedisServer;
+use std::time::Duration;
+
 use futures::executor::block_on;
 use usage_guard::internals::{
     expiry_minute, CounterKey, CounterRead, Fence, KnownOutcome, KnownReserve, ReserveFromKnown,
@@ -68,14 +70,18 @@ fn reserve(
     }
 }
 
-fn store(server: &RedisServer) -> RedisStore {
-    RedisStore::connect(&server.url(), "known").unwrap()
+/// A store in the shared layout, or with slot groups (`grouped`).
+fn store(server: &RedisServer, grouped: bool) -> RedisStore {
+    match grouped {
+        true => RedisStore::connect_grouped(&server.url(), "known", Duration::from_secs(1)),
+        false => RedisStore::connect(&server.url(), "known"),
+    }
+    .unwrap()
 }
 
-#[test]
-fn a_reserve_answers_the_fresh_values_including_its_holds() {
+fn a_reserve_answers_the_fresh_values_including_its_holds(grouped: bool) {
     let server = RedisServer::start();
-    let store = store(&server);
+    let store = store(&server, grouped);
     bill(&store, "b1", &key("alice", "day", DAY_START), 40);
     let answer = block_on(store.reserve_known(reserve("t1", None, None), T0, Fence::default()));
     let answer = answer.unwrap();
@@ -104,10 +110,9 @@ fn a_reserve_answers_the_fresh_values_including_its_holds() {
     );
 }
 
-#[test]
-fn a_conflict_places_nothing_and_answers_what_is_there() {
+fn a_conflict_places_nothing_and_answers_what_is_there(grouped: bool) {
     let server = RedisServer::start();
-    let store = store(&server);
+    let store = store(&server, grouped);
     bill(&store, "b1", &key("alice", "day", DAY_START), 950);
     let answer = block_on(store.reserve_known(reserve("t1", None, None), T0, Fence::default()));
     let answer = answer.unwrap();
@@ -118,10 +123,9 @@ fn a_conflict_places_nothing_and_answers_what_is_there() {
     assert_eq!(answer.counters[0], CounterRead { used: 950, held: 0 });
 }
 
-#[test]
-fn a_source_passed_over_that_has_room_now_moves_the_decision() {
+fn a_source_passed_over_that_has_room_now_moves_the_decision(grouped: bool) {
     let server = RedisServer::start();
-    let store = store(&server);
+    let store = store(&server, grouped);
     // The team's rule (amount 500) has nothing used: it has room, so passing it over no
     // longer holds.
     let answer =
@@ -141,10 +145,9 @@ fn a_source_passed_over_that_has_room_now_moves_the_decision() {
     assert_eq!(answer.counters[1], CounterRead { used: 500, held: 0 });
 }
 
-#[test]
-fn a_previous_bucket_that_grew_moves_the_decision() {
+fn a_previous_bucket_that_grew_moves_the_decision(grouped: bool) {
     let server = RedisServer::start();
-    let store = store(&server);
+    let store = store(&server, grouped);
     let previous = key("alice", "10 minutes", T0 - 30_000 - 600_000);
     bill(&store, "b1", &previous, 300);
     let stale = reserve("t1", None, Some((&previous, 200)));
@@ -157,4 +160,32 @@ fn a_previous_bucket_that_grew_moves_the_decision() {
         answer.outcome,
         KnownOutcome::Reserve(ReserveOutcome::Reserved)
     );
+}
+
+/// Every case in both layouts.
+macro_rules! layouts {
+    ($($layout:ident: $grouped:expr),*) => {$(
+    mod $layout {
+        #[test]
+        fn a_reserve_answers_the_fresh_values_including_its_holds() {
+            super::super::a_reserve_answers_the_fresh_values_including_its_holds($grouped)
+        }
+        #[test]
+        fn a_conflict_places_nothing_and_answers_what_is_there() {
+            super::super::a_conflict_places_nothing_and_answers_what_is_there($grouped)
+        }
+        #[test]
+        fn a_source_passed_over_that_has_room_now_moves_the_decision() {
+            super::super::a_source_passed_over_that_has_room_now_moves_the_decision($grouped)
+        }
+        #[test]
+        fn a_previous_bucket_that_grew_moves_the_decision() {
+            super::super::a_previous_bucket_that_grew_moves_the_decision($grouped)
+        }
+    }
+    )*};
+}
+
+mod layouts {
+    layouts!(shared: false, grouped: true);
 }

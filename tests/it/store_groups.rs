@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use usage_guard::internals::{
-    expiry_minute, CounterKey, Fence, FenceAnswer, Fencing, ReserveItem, ReserveOutcome, Settle,
-    UsageAdd,
+    expiry_minute, CounterKey, CounterRead, Fence, FenceAnswer, Fencing, HoldRef, KnownOutcome,
+    KnownReserve, ReserveFromKnown, ReserveItem, ReserveOutcome, Settle, SettleOutcome, UsageAdd,
 };
 use usage_guard::{CounterStore, Millis, RedisStore};
 
@@ -110,11 +110,11 @@ fn a_group_that_refuses_leaves_no_hold_in_the_others() {
     // Its settle gives back in each group once, and a second settle does nothing.
     let settle = Settle {
         holds: vec![
-            usage_guard::internals::HoldRef {
+            HoldRef {
                 key: a.clone(),
                 amount: 5,
             },
-            usage_guard::internals::HoldRef {
+            HoldRef {
                 key: c.clone(),
                 amount: 4,
             },
@@ -207,4 +207,139 @@ fn shared_and_grouped_stores_of_one_prefix_never_share_a_key() {
         block_on(grouped.read(vec![key.clone()], T0)).unwrap()[0].used,
         0
     );
+}
+
+/// A reservation from known values on alice's and the model's groups, with `hold` on each.
+fn known_on_two_groups(
+    ticket: &str,
+    alice: &CounterKey,
+    model: &CounterKey,
+    hold: u64,
+) -> KnownReserve {
+    KnownReserve {
+        ticket: ticket.into(),
+        counters: vec![alice.clone(), model.clone()],
+        previous: Vec::new(),
+        items: vec![
+            item(alice, hold, Some(1_000)),
+            item(model, hold, Some(1_000)),
+        ],
+        item_counters: vec![0, 1],
+        item_previous: vec![None, None],
+        skipped: Vec::new(),
+        expiry_minute: expiry_minute(T0, HOLD_MS),
+    }
+}
+
+#[test]
+fn bills_carried_by_a_reservation_land_in_each_group_before_it_once() {
+    let cluster = RedisCluster::shared();
+    let s = store(&cluster, "carry");
+    let (alice, bob) = (day("carry-a"), day("carry-b"));
+    let model = model_total();
+    let first = known_on_two_groups("t1", &alice, &model, 300);
+    let answer = block_on(s.reserve_known(first, T0, Fence::default())).unwrap();
+    assert_eq!(
+        answer.outcome,
+        KnownOutcome::Reserve(ReserveOutcome::Reserved)
+    );
+    // t1's bill spans both groups (carried in each); bob's is in a group the next
+    // reservation does not touch (sent beside it).
+    let t1 = Settle {
+        holds: vec![
+            HoldRef {
+                key: alice.clone(),
+                amount: 300,
+            },
+            HoldRef {
+                key: model.clone(),
+                amount: 300,
+            },
+        ],
+        adds: vec![add(&alice, 120), add(&model, 120)],
+        ..bill("t1", &alice, 0)
+    };
+    let bills = [t1, bill("b1", &bob, 7)];
+    for round in 0..2 {
+        let next = known_on_two_groups(&format!("t2-{round}"), &alice, &model, 200);
+        let (answer, settled) =
+            block_on(s.reserve_known_carrying(next, &bills, T0, Fence::default())).unwrap();
+        assert_eq!(
+            answer.outcome,
+            KnownOutcome::Reserve(ReserveOutcome::Reserved)
+        );
+        let settled: Vec<SettleOutcome> = settled.into_iter().map(Result::unwrap).collect();
+        let expected = if round == 0 {
+            SettleOutcome::Settled
+        } else {
+            SettleOutcome::AlreadySettled
+        };
+        assert_eq!(settled, vec![expected; 2], "round {round}");
+        // The reservation counted t1's bill, landed before it in each group.
+        let held = 200 * (round + 1);
+        assert_eq!(answer.counters, vec![read(120, held); 2], "round {round}");
+    }
+    assert_eq!(block_on(s.read(vec![bob], T0)).unwrap(), vec![read(7, 0)]);
+}
+
+/// A refused reservation from known values gives back what the other group placed, and the
+/// values it answers leave those holds out.
+#[test]
+fn a_known_reservation_refused_in_one_group_answers_without_the_others_holds() {
+    let cluster = RedisCluster::shared();
+    let s = store(&cluster, "known-refused");
+    let (alice, model) = (day("kr-a"), model_total());
+    block_on(s.settle(&bill("used", &model, 950), T0)).unwrap();
+    let answer = block_on(s.reserve_known(
+        known_on_two_groups("t1", &alice, &model, 100),
+        T0,
+        Fence::default(),
+    ));
+    let answer = answer.unwrap();
+    assert_eq!(
+        answer.outcome,
+        KnownOutcome::Reserve(ReserveOutcome::Conflict { item: 1 })
+    );
+    assert_eq!(answer.counters, vec![read(0, 0), read(950, 0)]);
+    assert_eq!(
+        block_on(s.read(vec![alice.clone()], T0)).unwrap(),
+        vec![read(0, 0)]
+    );
+    // The ticket reserves again once it fits.
+    let fits = known_on_two_groups("t1", &alice, &model, 50);
+    let answer = block_on(s.reserve_known(fits, T0, Fence::default())).unwrap();
+    assert_eq!(
+        answer.outcome,
+        KnownOutcome::Reserve(ReserveOutcome::Reserved)
+    );
+    assert_eq!(answer.counters, vec![read(0, 50), read(950, 50)]);
+}
+
+fn model_total() -> CounterKey {
+    use usage_guard::{CounterId, Metric, Scope, Window};
+    let window: Window = "day".parse().unwrap();
+    let id = CounterId::new(
+        Scope::ModelTotal,
+        None,
+        None,
+        Some("gpt-5".into()),
+        Metric::Tokens,
+        window,
+    );
+    CounterKey {
+        id: std::sync::Arc::new(id),
+        bucket: T0 - 30_000,
+    }
+}
+
+fn add(key: &CounterKey, amount: u64) -> UsageAdd {
+    UsageAdd {
+        key: key.clone(),
+        amount,
+        retain_until: T0 + 2 * 86_400_000,
+    }
+}
+
+fn read(used: u64, held: u64) -> CounterRead {
+    CounterRead { used, held }
 }

@@ -32,34 +32,9 @@ impl RedisStore {
             .map(|s| self.settle_call(&self.inner.home, s, now))
             .collect();
         let sent: Vec<bool> = calls.iter().map(Option::is_some).collect();
-        let (reserve_keys, mut reserve_args) = self.known_call(reserve, now, fence);
-        let flags = reserve_args.pop().expect("known_call ends with the flags");
-        let generation = reserve_args.pop().expect("then the generation");
+        let known = self.known_call(&self.inner.home, reserve, now, fence);
         let calls: Vec<_> = calls.into_iter().flatten().collect();
-        // settle_call ends with fence.lua's: the epoch key, then two empty arguments.
-        let settle_keys: usize = calls.iter().map(|(k, _)| k.len() - 1).sum();
-        let settle_args: usize = calls.iter().map(|(_, a)| a.len() - 2).sum();
-        let mut keys = Args::with_capacity(reserve_keys.len() + settle_keys, 96 * 64);
-        keys.extend_from(&reserve_keys, reserve_keys.len() - 1);
-        let mut args = Args::with_capacity(5 + 2 * calls.len() + settle_args, 16 * 160);
-        args.push_num(calls.len());
-        args.push_num(reserve_keys.len() - 1);
-        args.push_num(reserve_args.len());
-        for (settle_keys, settle_args) in &calls {
-            args.push_num(settle_keys.len() - 1);
-            args.push_num(settle_args.len() - 2);
-        }
-        args.extend_from(&reserve_args, reserve_args.len());
-        for (settle_keys, settle_args) in &calls {
-            keys.extend_from(settle_keys, settle_keys.len() - 1);
-            args.extend_from(settle_args, settle_args.len() - 2);
-        }
-        keys.push(reserve_keys.get(reserve_keys.len() - 1));
-        args.push(&generation);
-        args.push_with(|out| {
-            out.push_str(&flags);
-            out.extend(std::iter::repeat_n('0', settle_keys));
-        });
+        let (keys, args) = carry_of(known, &calls);
         (keys, args, sent)
     }
 
@@ -99,4 +74,37 @@ impl RedisStore {
             Ok((reserved, settled))
         })
     }
+}
+
+/// The keys and arguments of `carry.lua` from a `reserve_known.lua` call (`known`, built for
+/// the tag whose keys it reads) and the `settle.lua` calls it carries (each ending with
+/// fence.lua's epoch key and two empty arguments, taken off here: see `carry_args`).
+pub(super) fn carry_of(known: (Args, Args), calls: &[(Args, Args)]) -> (Args, Args) {
+    let (reserve_keys, mut reserve_args) = known;
+    let flags = reserve_args.pop().expect("known_call ends with the flags");
+    let generation = reserve_args.pop().expect("then the generation");
+    let settle_keys: usize = calls.iter().map(|(k, _)| k.len() - 1).sum();
+    let settle_args: usize = calls.iter().map(|(_, a)| a.len() - 2).sum();
+    let mut keys = Args::with_capacity(reserve_keys.len() + settle_keys, 96 * 64);
+    keys.extend_from(&reserve_keys, reserve_keys.len() - 1);
+    let mut args = Args::with_capacity(5 + 2 * calls.len() + settle_args, 16 * 160);
+    args.push_num(calls.len());
+    args.push_num(reserve_keys.len() - 1);
+    args.push_num(reserve_args.len());
+    for (settle_keys, settle_args) in calls {
+        args.push_num(settle_keys.len() - 1);
+        args.push_num(settle_args.len() - 2);
+    }
+    args.extend_from(&reserve_args, reserve_args.len());
+    for (settle_keys, settle_args) in calls {
+        keys.extend_from(settle_keys, settle_keys.len() - 1);
+        args.extend_from(settle_args, settle_args.len() - 2);
+    }
+    keys.push(reserve_keys.get(reserve_keys.len() - 1));
+    args.push(&generation);
+    args.push_with(|out| {
+        out.push_str(&flags);
+        out.extend(std::iter::repeat_n('0', settle_keys));
+    });
+    (keys, args)
 }

@@ -5,29 +5,50 @@
 use futures::future::join_all;
 use redis::RedisResult;
 
+use redis::Script;
+
 use super::args::Args;
 use super::connection::Conn;
 use super::groups::{groups_key, protocol_error};
 use super::keys::{write_epoch_key, write_ticket_key};
-use super::scripts::invoke;
+use super::scripts::{invoke, Scripts};
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
-use crate::guard::store::{Fence, ReserveItem, ReserveOutcome, StoreFuture};
+use crate::guard::store::{Fence, KnownOutcome, ReserveItem, ReserveOutcome, StoreFuture};
 
-/// One group's share of a reservation: its script's keys and arguments, and those of its
-/// give-back.
-struct GroupReserve {
-    tag: String,
-    members: Vec<usize>,
-    keys: Args,
-    args: Args,
+/// One group's share of a reservation (plain, from known values, or carrying settles): its
+/// script, keys and arguments, where the script's code is in its answer, and the keys and
+/// arguments of its give-back (`unreserve.lua`).
+pub(super) struct GroupCall {
+    pub(super) tag: String,
+    /// The original indices of the group's items.
+    pub(super) members: Vec<usize>,
+    pub(super) script: fn(&Scripts) -> &Script,
+    pub(super) keys: Args,
+    pub(super) args: Args,
+    /// The answer's values before the code (a carry script's settle outcomes).
+    pub(super) code_at: usize,
     back_keys: Args,
     back_args: Args,
 }
 
-/// A group's answer to a reserve, as the script's code: -1 reserved, -5 settled, a fence
-/// code (-2, -3, -4, -7), or the index (in the group) of the first item that did not fit.
-type Code = RedisResult<i64>;
+/// A group's answer: the script's integers. Its code (at `code_at`) is -1 reserved, -5
+/// settled, -6 moved (known values), a fence code (-2, -3, -4, -7), or the index (in the
+/// group) of the first item that did not fit.
+pub(super) type Answer = RedisResult<Vec<i64>>;
+
+/// The code of answer `a` of `call` (-1 when it has none: never sent).
+fn code_of(call: &GroupCall, a: &Answer) -> Option<i64> {
+    a.as_ref().ok().and_then(|v| v.get(call.code_at).copied())
+}
+
+/// A script's answer as integers: one integer, or an array of them.
+fn integers(value: redis::Value) -> RedisResult<Vec<i64>> {
+    match value {
+        redis::Value::Int(n) => Ok(vec![n]),
+        other => Ok(redis::from_redis_value(other)?),
+    }
+}
 
 impl RedisStore {
     /// `reserve` over slot groups (see the module): each group all-or-none, the others' holds
@@ -41,7 +62,7 @@ impl RedisStore {
         fence: Fence,
     ) -> StoreFuture<'static, ReserveOutcome> {
         let split = self.split(items.iter().map(|i| &*i.key.id));
-        let calls: Vec<GroupReserve> = split
+        let calls: Vec<GroupCall> = split
             .into_iter()
             .map(|(tag, members)| {
                 self.group_reserve(tag, members, &ticket, &items, minute, now, &fence)
@@ -49,7 +70,13 @@ impl RedisStore {
             .collect();
         let store = self.clone();
         self.run("reserve", move |_, conn| async move {
-            store.place(&conn, &calls, &fence.generation, now).await
+            let answers = store.attempt(&conn, &calls, &fence.generation, now).await;
+            let placed = placed(&calls, &answers);
+            let outcome = outcome_of(&calls, answers);
+            if !matches!(outcome, Ok(ReserveOutcome::Reserved)) {
+                store.give_back(&conn, &calls, &placed).await?;
+            }
+            outcome
         })
     }
 
@@ -64,102 +91,126 @@ impl RedisStore {
         minute: i64,
         now: Millis,
         fence: &Fence,
-    ) -> GroupReserve {
+    ) -> GroupCall {
         let sub: Vec<ReserveItem> = members.iter().map(|&i| items[i].clone()).collect();
-        let fenced = members
-            .iter()
-            .map(|&i| fence.fenced.get(i).copied().unwrap_or(false));
-        let sub_fence = Fence {
-            generation: fence.generation.clone(),
-            fenced: fenced.collect(),
-        };
+        let sub_fence = sub_fence(fence, &members);
         let (keys, args) = self.reserve_call(&tag, ticket, &sub, minute, now, sub_fence);
-        let mut back_keys = Args::with_capacity(1 + sub.len(), 96 * (1 + sub.len()));
+        let mut call = self.group_call(tag, members, ticket, minute, now, &sub);
+        (call.keys, call.args) = (keys, args);
+        call
+    }
+
+    /// A group's call with its give-back for `items` (the script, keys and arguments: a plain
+    /// reserve's with none, for the caller to set).
+    pub(super) fn group_call(
+        &self,
+        tag: String,
+        members: Vec<usize>,
+        ticket: &str,
+        minute: i64,
+        now: Millis,
+        items: &[ReserveItem],
+    ) -> GroupCall {
+        let mut back_keys = Args::with_capacity(1 + items.len(), 96 * (1 + items.len()));
         back_keys.push_with(|out| write_ticket_key(&tag, ticket, out));
-        let mut back_args = Args::with_capacity(2 + sub.len(), 12 * (2 + sub.len()));
+        let mut back_args = Args::with_capacity(2 + items.len(), 12 * (2 + items.len()));
         back_args.push_num(now);
         back_args.push_num(minute);
-        for item in &sub {
+        for item in items {
             back_keys.push_with(|out| self.write_holds_key(&item.key, out));
             back_args.push_num(item.hold);
         }
-        GroupReserve {
+        GroupCall {
             tag,
             members,
-            keys,
-            args,
+            script: |s| &s.reserve,
+            keys: Args::default(),
+            args: Args::default(),
+            code_at: 0,
             back_keys,
             back_args,
         }
     }
 
-    /// Sends every group's reservation, brings groups whose copy of the epoch is behind up to
-    /// the guard's `generation` and sends theirs again (once), then answers: reserved when
-    /// every group reserved, else the refusal (after the holds placed are given back).
-    async fn place(
+    /// Sends every group's call, brings groups whose copy of the epoch is behind up to the
+    /// guard's `generation` and sends theirs again (once; a carry's settles answer settled if
+    /// either sending settled them), unless a group refused. Answers per group.
+    pub(super) async fn attempt(
         &self,
         conn: &Conn,
-        calls: &[GroupReserve],
+        calls: &[GroupCall],
         generation: &str,
         now: Millis,
-    ) -> RedisResult<ReserveOutcome> {
+    ) -> Vec<Answer> {
         let all: Vec<usize> = (0..calls.len()).collect();
-        let mut codes = self.send_reserves(conn, calls, &all).await;
+        let mut answers = self.send(conn, calls, &all).await;
+        let codes: Vec<Option<i64>> = calls
+            .iter()
+            .zip(&answers)
+            .map(|(c, a)| code_of(c, a))
+            .collect();
         let behind: Vec<usize> = (0..calls.len())
-            .filter(|&g| matches!(codes[g], Ok(-2) | Ok(-3)))
+            .filter(|&g| matches!(codes[g], Some(-2) | Some(-3)))
             .collect();
         let refused = codes
             .iter()
-            .any(|c| matches!(c, Ok(c) if *c >= 0 || *c == -5));
-        if self.grouped() && !generation.is_empty() && !behind.is_empty() && !refused {
-            let mut joined = Vec::new();
-            for &g in &behind {
-                let code = *codes[g].as_ref().unwrap_or(&-2);
-                match self
-                    .join_group(conn, &calls[g].tag, generation, code, now)
-                    .await
-                {
-                    Ok(None) => joined.push(g),
-                    Ok(Some(fenced)) => codes[g] = Ok(fenced),
-                    Err(e) => codes[g] = Err(e),
+            .any(|c| matches!(c, Some(c) if *c >= 0 || *c == -5 || *c == -6));
+        if generation.is_empty() || behind.is_empty() || refused {
+            return answers;
+        }
+        let mut joined = Vec::new();
+        for &g in &behind {
+            let code = codes[g].unwrap_or(-2);
+            match self
+                .join_group(conn, &calls[g].tag, generation, code, now)
+                .await
+            {
+                Ok(None) => joined.push(g),
+                Ok(Some(fenced)) => {
+                    if let Ok(values) = &mut answers[g] {
+                        values.truncate(calls[g].code_at);
+                        values.push(fenced);
+                    }
+                }
+                Err(e) => answers[g] = Err(e),
+            }
+        }
+        let again = self.send(conn, calls, &joined).await;
+        for (g, answer) in joined.into_iter().zip(again) {
+            let first = std::mem::replace(&mut answers[g], answer);
+            if let (Ok(first), Ok(now)) = (first, &mut answers[g]) {
+                for (a, b) in now.iter_mut().zip(first).take(calls[g].code_at) {
+                    *a = (*a).min(b);
                 }
             }
-            let again = self.send_reserves(conn, calls, &joined).await;
-            for (g, code) in joined.into_iter().zip(again) {
-                codes[g] = code;
-            }
         }
-        let placed: Vec<usize> = (0..calls.len())
-            .filter(|&g| matches!(codes[g], Ok(-1)))
-            .collect();
-        let outcome = outcome_of(calls, codes);
-        if !matches!(outcome, Ok(ReserveOutcome::Reserved)) {
-            self.give_back(conn, calls, &placed).await?;
-        }
-        outcome
+        answers
     }
 
-    /// The reservations of the groups `which`, sent together; answers in that order.
-    async fn send_reserves(
+    /// The calls of the groups `which`, sent together; answers in that order.
+    pub(super) async fn send(
         &self,
         conn: &Conn,
-        calls: &[GroupReserve],
+        calls: &[GroupCall],
         which: &[usize],
-    ) -> Vec<Code> {
-        let script = &self.inner.scripts.reserve;
+    ) -> Vec<Answer> {
         let sent = which.iter().map(|&g| {
             let mut conn = conn.clone();
             let call = &calls[g];
-            async move { invoke::<i64, _>(script, &call.keys, &call.args, &mut conn).await }
+            let script = (call.script)(&self.inner.scripts);
+            async move {
+                let value: redis::Value = invoke(script, &call.keys, &call.args, &mut conn).await?;
+                integers(value)
+            }
         });
         join_all(sent).await
     }
 
     /// Gives back the holds the groups `which` placed (`unreserve.lua`), all together.
-    async fn give_back(
+    pub(super) async fn give_back(
         &self,
         conn: &Conn,
-        calls: &[GroupReserve],
+        calls: &[GroupCall],
         which: &[usize],
     ) -> RedisResult<()> {
         let script = &self.inner.scripts.unreserve;
@@ -181,7 +232,7 @@ impl RedisStore {
     /// `generation` (see the module). `None` when it did (reserve again), else the fence's
     /// code to answer: -3 when the store's epoch is not the guard's, -2 when the group was
     /// listed under it (its master lost it).
-    async fn join_group(
+    pub(super) async fn join_group(
         &self,
         conn: &Conn,
         tag: &str,
@@ -224,14 +275,47 @@ impl RedisStore {
     }
 }
 
+/// The groups whose reservation is placed (answered -1).
+pub(super) fn placed(calls: &[GroupCall], answers: &[Answer]) -> Vec<usize> {
+    (0..calls.len())
+        .filter(|&g| code_of(&calls[g], &answers[g]) == Some(-1))
+        .collect()
+}
+
+/// `fence` for the items `members` of a group.
+pub(super) fn sub_fence(fence: &Fence, members: &[usize]) -> Fence {
+    let fenced = members
+        .iter()
+        .map(|&i| fence.fenced.get(i).copied().unwrap_or(false));
+    Fence {
+        generation: fence.generation.clone(),
+        fenced: fenced.collect(),
+    }
+}
+
 /// The reserve's answer from every group's code: an error if any group failed; else a
 /// conflict (on the first item, in the caller's order, that did not fit), settled, or a
 /// fence's answer, if any group answered one; else reserved.
-fn outcome_of(calls: &[GroupReserve], codes: Vec<Code>) -> RedisResult<ReserveOutcome> {
+fn outcome_of(calls: &[GroupCall], answers: Vec<Answer>) -> RedisResult<ReserveOutcome> {
+    let mut codes = Vec::with_capacity(answers.len());
+    for (call, answer) in calls.iter().zip(answers) {
+        let answer = answer?;
+        let code = answer.get(call.code_at).copied();
+        codes.push(code.ok_or_else(|| protocol_error("reserve", "an empty answer".into()))?);
+    }
+    match outcome_of_codes(calls, &codes)? {
+        KnownOutcome::Reserve(outcome) => Ok(outcome),
+        KnownOutcome::Moved => Err(protocol_error("reserve", "a code -6".into())),
+    }
+}
+
+/// The outcome from every group's code (as `outcome_of`; -6, moved, only when no group
+/// answered anything else but reserved).
+pub(super) fn outcome_of_codes(calls: &[GroupCall], codes: &[i64]) -> RedisResult<KnownOutcome> {
     let mut conflict: Option<usize> = None;
-    let (mut settled, mut fenced) = (false, None);
-    for (call, code) in calls.iter().zip(codes) {
-        match code? {
+    let (mut settled, mut fenced, mut moved) = (false, None, false);
+    for (call, &code) in calls.iter().zip(codes) {
+        match code {
             -1 => {}
             -5 => settled = true,
             c if c >= 0 => {
@@ -239,16 +323,19 @@ fn outcome_of(calls: &[GroupReserve], codes: Vec<Code>) -> RedisResult<ReserveOu
                 let item = item.ok_or_else(|| protocol_error("reserve", format!("item {c}")))?;
                 conflict = Some(conflict.map_or(item, |i: usize| i.min(item)));
             }
+            -6 => moved = true,
             c => match super::known::fence_answer(c) {
                 Some(answer) => fenced = fenced.or(Some(answer)),
                 None => return Err(protocol_error("reserve", format!("an unknown code {c}"))),
             },
         }
     }
-    Ok(match (conflict, settled, fenced) {
-        (Some(item), _, _) => ReserveOutcome::Conflict { item },
-        (None, true, _) => ReserveOutcome::Settled,
-        (None, false, Some(answer)) => ReserveOutcome::Fenced(answer),
-        (None, false, None) => ReserveOutcome::Reserved,
+    let reserve = KnownOutcome::Reserve;
+    Ok(match (conflict, settled, fenced, moved) {
+        (Some(item), ..) => reserve(ReserveOutcome::Conflict { item }),
+        (None, true, ..) => reserve(ReserveOutcome::Settled),
+        (None, false, Some(answer), _) => reserve(ReserveOutcome::Fenced(answer)),
+        (None, false, None, true) => KnownOutcome::Moved,
+        (None, false, None, false) => reserve(ReserveOutcome::Reserved),
     })
 }

@@ -129,7 +129,7 @@ impl RedisStore {
         }
         self.run("settle", move |inner, conn| async move {
             let script = &inner.scripts.settle;
-            let sent = calls.iter().map(|(keys, args)| {
+            let sent = calls.iter().map(|(_, keys, args)| {
                 let mut conn = conn.clone();
                 async move { invoke::<i64, _>(script, keys, args, &mut conn).await }
             });
@@ -143,8 +143,8 @@ impl RedisStore {
         })
     }
 
-    /// Each group's `settle.lua` call for `settle` (none when nothing is to be done).
-    pub(super) fn settle_groups(&self, settle: &Settle, now: Millis) -> Vec<(Args, Args)> {
+    /// Each group's tag and `settle.lua` call for `settle` (none when nothing is to be done).
+    pub(super) fn settle_groups(&self, settle: &Settle, now: Millis) -> Vec<(String, Args, Args)> {
         let ids = settle.holds.iter().map(|h| &*h.key.id);
         let split = self.split(ids.chain(settle.adds.iter().map(|a| &*a.key.id)));
         let holds = settle.holds.len();
@@ -160,8 +160,11 @@ impl RedisStore {
             ..shell(settle)
         };
         split
-            .iter()
-            .filter_map(|(tag, members)| self.settle_call(tag, &part(members), now))
+            .into_iter()
+            .filter_map(|(tag, members)| {
+                let (keys, args) = self.settle_call(&tag, &part(&members), now)?;
+                Some((tag, keys, args))
+            })
             .collect()
     }
 
@@ -172,14 +175,14 @@ impl RedisStore {
         settles: &[Settle],
         now: Millis,
     ) -> StoreFuture<'static, Vec<Result<SettleOutcome, crate::guard::store::StoreError>>> {
-        let calls: Vec<Vec<(Args, Args)>> =
+        let calls: Vec<Vec<(String, Args, Args)>> =
             settles.iter().map(|s| self.settle_groups(s, now)).collect();
         self.run("settle", move |inner, conn| async move {
             let script = &inner.scripts.settle;
             let sent = calls.iter().map(|groups| {
                 let conn = conn.clone();
                 async move {
-                    let each = groups.iter().map(|(keys, args)| {
+                    let each = groups.iter().map(|(_, keys, args)| {
                         let mut conn = conn.clone();
                         async move { invoke::<i64, _>(script, keys, args, &mut conn).await }
                     });

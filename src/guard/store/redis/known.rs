@@ -3,7 +3,7 @@
 
 use super::args::Args;
 use super::checks::Checks;
-use super::keys::write_ticket_key;
+use super::keys::{write_epoch_key, write_ticket_key};
 use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
@@ -14,11 +14,17 @@ use crate::guard::store::{
 
 impl RedisStore {
     /// The keys and arguments of `reserve_known.lua` (with `fence.lua`'s at the end).
-    pub(super) fn known_call(&self, r: &KnownReserve, now: Millis, fence: Fence) -> (Args, Args) {
+    pub(super) fn known_call(
+        &self,
+        tag: &str,
+        r: &KnownReserve,
+        now: Millis,
+        fence: Fence,
+    ) -> (Args, Args) {
         let n = r.counters.len();
         let key_count = 2 + 2 * n + r.previous.len();
         let mut keys = Args::with_capacity(key_count, 96 * key_count);
-        keys.push_with(|out| write_ticket_key(&self.inner.home, &r.ticket, out));
+        keys.push_with(|out| write_ticket_key(tag, &r.ticket, out));
         for key in &r.counters {
             keys.push_with(|out| self.write_redis_key(key, out));
             keys.push_with(|out| self.write_holds_key(key, out));
@@ -63,7 +69,7 @@ impl RedisStore {
         // fence.lua takes these off the end: the epoch, the generation and one flag per key
         // (the record '0'; per counter its bucket '1' and its holds 'h' when a fenced item
         // is on it; previous buckets '0').
-        keys.push(&self.inner.epoch_key);
+        keys.push_with(|out| write_epoch_key(tag, out));
         args.push(&fence.generation);
         args.push_with(|flags| {
             flags.push('0');
@@ -81,7 +87,7 @@ impl RedisStore {
         now: Millis,
         fence: Fence,
     ) -> StoreFuture<'static, KnownAnswer> {
-        let (keys, args) = self.known_call(&reserve, now, fence);
+        let (keys, args) = self.known_call(&self.inner.home, &reserve, now, fence);
         let (n, p) = (reserve.counters.len(), reserve.previous.len());
         self.run("reserve", move |inner, mut conn| async move {
             let script = &inner.scripts.reserve_known;
@@ -106,6 +112,16 @@ pub(super) fn fence_answer(code: i64) -> Option<FenceAnswer> {
         -7 => FenceAnswer::HoldingAgain,
         _ => return None,
     })
+}
+
+/// The code a reserve script answers for the fence's `answer` (`fence_answer`'s inverse).
+pub(super) fn fence_code(answer: FenceAnswer) -> i64 {
+    match answer {
+        FenceAnswer::Untrusted => -2,
+        FenceAnswer::Stale => -3,
+        FenceAnswer::CounterLost => -4,
+        FenceAnswer::HoldingAgain => -7,
+    }
 }
 
 /// The script's answer: a code, then (unless it did not look) the values.

@@ -15,6 +15,7 @@ mod checks;
 mod connect;
 mod connection;
 mod epoch;
+mod group_known;
 mod group_reserve;
 mod groups;
 mod here;
@@ -158,9 +159,8 @@ impl CounterStore for RedisStore {
         Some(self)
     }
 
-    /// Not with slot groups (yet): there a reservation reads, then reserves per group.
     fn reserve_from_known(&self) -> Option<&dyn ReserveFromKnown> {
-        (!self.grouped()).then_some(self as &dyn ReserveFromKnown)
+        Some(self)
     }
 
     fn background_settling(&self) -> Option<&dyn BackgroundSettling> {
@@ -266,7 +266,10 @@ impl ReserveFromKnown for RedisStore {
         now: Millis,
         fence: Fence,
     ) -> StoreFuture<'_, KnownAnswer> {
-        self.reserve_known_call(reserve, now, fence)
+        match self.grouped() {
+            true => self.reserve_known_grouped(reserve, now, fence),
+            false => self.reserve_known_call(reserve, now, fence),
+        }
     }
 
     fn reserve_known_carrying<'a>(
@@ -276,7 +279,10 @@ impl ReserveFromKnown for RedisStore {
         now: Millis,
         fence: Fence,
     ) -> StoreFuture<'a, (KnownAnswer, Vec<Result<SettleOutcome, StoreError>>)> {
-        self.carry_call(reserve, settles, now, fence)
+        match self.grouped() {
+            true => self.carry_grouped(reserve, settles, now, fence),
+            false => self.carry_call(reserve, settles, now, fence),
+        }
     }
 }
 
