@@ -1,7 +1,9 @@
 """The epoch fence (issue 10 item 3): a Redis that lost its state (restarted empty on the same
 port, a counter deleted) never reads as unspent capacity. Fenced rules are refused with
 `budget_recovering` until the ledger refills the counters (one guard recovers) or the
-operator attests; unfenced rules go on as before. Real redis-server, real SQLite ledger."""
+operator attests; unfenced rules go on as before. Real redis-server, real SQLite ledger.
+Every test runs in both store layouts: shared, and with slot groups (the fence per group,
+docs/redis.md "Slot groups")."""
 
 from __future__ import annotations
 
@@ -52,8 +54,23 @@ def used(guard: ug.Guard) -> int:
     return int(guard.usage("alice", "m")["rules"][0]["used"])
 
 
+SLOT_GROUPS = False
+
+
+@pytest.fixture(autouse=True, params=["shared", "slot_groups"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs each test in both layouts (`store` and `pattern` follow it)."""
+    monkeypatch.setattr(sys.modules[__name__], "SLOT_GROUPS", request.param == "slot_groups")
+
+
 def store(server: RedisServer, prefix: str = "fence") -> ug.RedisStore:
-    return ug.RedisStore(server.url, prefix)
+    return ug.RedisStore(server.url, prefix, slot_groups=SLOT_GROUPS)
+
+
+def pattern(prefix: str, kind: str) -> str:
+    """A glob of the store's `kind` keys (`c` counters, `h` holds) in the layout under test."""
+    tag = "{" + prefix + (":2:*}" if SLOT_GROUPS else "}")
+    return f"{tag}:{kind}:*"
 
 
 def reconnect(guard: ug.Guard) -> None:
@@ -131,7 +148,7 @@ def test_a_lost_counter_is_fenced(redis_server: RedisServer, clock: ug.ManualClo
     guard = ug.Guard(policy(), store=store(redis_server, "lost"), clock=clock)
     for _ in range(3):
         call(guard)
-    keys = redis_server.cli("--scan", "--pattern", "{lost}:c:*").split()
+    keys = redis_server.cli("--scan", "--pattern", pattern("lost", "c")).split()
     assert len(keys) == 1
     redis_server.cli("del", keys[0])  # the epoch stays; the counter it lists is gone
     assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
@@ -143,7 +160,7 @@ def test_a_counter_lost_after_its_first_bill_is_fenced(
     """A reserve no longer writes the bucket: the bill that first wrote it lists it."""
     guard = ug.Guard(policy(), store=store(redis_server, "first"), clock=clock)
     call(guard)
-    keys = redis_server.cli("--scan", "--pattern", "{first}:c:*").split()
+    keys = redis_server.cli("--scan", "--pattern", pattern("first", "c")).split()
     assert len(keys) == 1
     redis_server.cli("del", keys[0])
     assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
@@ -157,7 +174,7 @@ def test_a_released_ticket_is_no_lost_counter(
     guard = ug.Guard(policy(), store=store(redis_server, "rel"), clock=clock)
     for _ in range(3):
         guard.admit("alice", "m", prompt_tokens=50, max_tokens=50).release()
-    assert redis_server.cli("--scan", "--pattern", "{rel}:c:*").split() == []
+    assert redis_server.cli("--scan", "--pattern", pattern("rel", "c")).split() == []
     call(guard)
     assert used(guard) == CALL_COST
 
@@ -167,7 +184,7 @@ def test_a_lost_holds_key_is_fenced(redis_server: RedisServer, clock: ug.ManualC
     so the next reserve is fenced (not admitted into capacity the open call still uses)."""
     guard = ug.Guard(policy(), store=store(redis_server, "lh"), clock=clock)
     open_call = guard.admit("alice", "m", prompt_tokens=50, max_tokens=50)
-    keys = redis_server.cli("--scan", "--pattern", "{lh}:h:*").split()
+    keys = redis_server.cli("--scan", "--pattern", pattern("lh", "h")).split()
     assert len(keys) == 1
     redis_server.cli("del", keys[0])
     assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
@@ -434,6 +451,7 @@ def test_cli_recover_lifts_the_fence(redis_server: RedisServer) -> None:
     redis_server.restart()
     assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"
     base = [sys.executable, "-m", "usage_guard.cli", "recover", "--redis", redis_server.url]
+    base += ["--slot-groups"] if SLOT_GROUPS else []
     no_attest = subprocess.run([*base, "--prefix", "cli"], capture_output=True, text=True)
     assert no_attest.returncode == 2 and "--attest" in no_attest.stderr
     done = subprocess.run(
@@ -463,7 +481,7 @@ def test_a_lost_counter_a_bill_recreates_stays_fenced(
             "alice", "m", [{"custom_id": "r0", "prompt_tokens": 50, "max_tokens": 50}]
         )
         bill = lambda: batch.bill_part("r0", 50, 50)  # noqa: E731
-    keys = redis_server.cli("--scan", "--pattern", "{" + prefix + "}:c:*").split()
+    keys = redis_server.cli("--scan", "--pattern", pattern(prefix, "c")).split()
     assert len(keys) == 1
     redis_server.cli("del", keys[0])
     assert bill() is not None
@@ -484,7 +502,7 @@ def test_a_counter_only_a_batch_part_bill_wrote_is_fenced_when_lost(
         "alice", "m", [{"custom_id": "r0", "prompt_tokens": 50, "max_tokens": 50}]
     )
     assert batch.bill_part("r0", 50, 50) is not None
-    keys = redis_server.cli("--scan", "--pattern", "{onlyp}:c:*").split()
+    keys = redis_server.cli("--scan", "--pattern", pattern("onlyp", "c")).split()
     assert len(keys) == 1
     redis_server.cli("del", keys[0])
     assert refused_reason(guard) == "USAGE_LIMITS_RECOVERING"

@@ -6,6 +6,7 @@ the ledger instead of starting over. Without a ledger, unfenced metrics start ov
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,19 @@ import pytest
 import usage_guard as ug
 from redis_harness import RedisServer
 from test_epoch_fence import HOLD_AGAIN_SECONDS
+
+SLOT_GROUPS = False
+
+
+@pytest.fixture(autouse=True, params=["shared", "slot_groups"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs each test in both store layouts (`make_store` follows it)."""
+    monkeypatch.setattr(sys.modules[__name__], "SLOT_GROUPS", request.param == "slot_groups")
+
+
+def make_store(url: str, prefix: str) -> ug.RedisStore:
+    return ug.RedisStore(url, prefix, slot_groups=SLOT_GROUPS)
+
 
 MODEL: dict[str, Any] = {"provider": "openai", "prices": {"input": 1.0, "output": 1.0}}
 
@@ -66,7 +80,7 @@ def test_the_same_guard_keeps_the_day_after_a_restart(
     """900 of 1,000 tokens billed; Redis restarts empty; another 900-token call is refused
     (before: admitted, 1,800 billed), and the 100 left still fit."""
     ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
-    store = ug.RedisStore(redis_server.url, "tok")
+    store = make_store(redis_server.url, "tok")
     guard = ug.Guard(tokens_policy(window), store=store, clock=clock, ledger=ledger)
     big_call(guard)
     ledger.flush()
@@ -84,14 +98,14 @@ def test_a_new_guard_keeps_the_day_after_a_restart(
 ) -> None:
     ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
     first = ug.Guard(
-        tokens_policy(), store=ug.RedisStore(redis_server.url, "new"), clock=clock, ledger=ledger
+        tokens_policy(), store=make_store(redis_server.url, "new"), clock=clock, ledger=ledger
     )
     big_call(first)
     first.close()
     ledger.flush()
     redis_server.restart()
     later = ug.Guard(
-        tokens_policy(), store=ug.RedisStore(redis_server.url, "new"), clock=clock, ledger=ledger
+        tokens_policy(), store=make_store(redis_server.url, "new"), clock=clock, ledger=ledger
     )
     assert refused_after_the_restart(later, clock) == "USAGE_LIMIT_DOES_NOT_FIT"
     # The first guard, still alive, keeps it too.
@@ -106,7 +120,7 @@ def test_without_a_ledger_tokens_start_over_as_check_says(
     policy = tokens_policy()
     assert "tokens per day" in policy.restart_cost
     assert "start over" in policy.restart_cost
-    guard = ug.Guard(policy, store=ug.RedisStore(redis_server.url, "bare"), clock=clock)
+    guard = ug.Guard(policy, store=make_store(redis_server.url, "bare"), clock=clock)
     big_call(guard)
     redis_server.restart()
     admit_after_the_restart(guard, clock, prompt_tokens=450, max_tokens=450).release()
@@ -117,7 +131,7 @@ def test_short_sliding_windows_are_not_fenced_with_a_ledger(
 ) -> None:
     """A sliding window under an hour is not refilled, so not fenced: it starts over."""
     ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
-    store = ug.RedisStore(redis_server.url, "short")
+    store = make_store(redis_server.url, "short")
     guard = ug.Guard(tokens_policy("10m"), store=store, clock=clock, ledger=ledger)
     big_call(guard)
     redis_server.restart()
@@ -192,7 +206,7 @@ def test_a_generic_rule_keeps_its_day_after_a_restart(
     policy = rule_policy(rule)
     assert "tokens per day refilled from the guard's ledger" in policy.restart_cost
     ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
-    store = ug.RedisStore(redis_server.url, "rules")
+    store = make_store(redis_server.url, "rules")
     guard = ug.Guard(policy, store=store, clock=clock, ledger=ledger)
     rule_call(guard, counted).bill(input_tokens=450, output_tokens=450, wait=True)
     ledger.flush()
@@ -202,7 +216,7 @@ def test_a_generic_rule_keeps_its_day_after_a_restart(
     ticket.bill(input_tokens=450, output_tokens=450, wait=True)
     # The restart is also answered for a guard made after it.
     later = ug.Guard(
-        policy, store=ug.RedisStore(redis_server.url, "rules"), clock=clock, ledger=ledger
+        policy, store=make_store(redis_server.url, "rules"), clock=clock, ledger=ledger
     )
     assert refused_rule_call(later, clock, counted) == "USAGE_LIMIT_DOES_NOT_FIT"
     assert billed_tokens(ledger) == 1800
