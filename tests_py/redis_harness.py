@@ -98,24 +98,44 @@ class RedisServer:
 
 
 class RedisCluster:
-    """A real 3-master Redis Cluster (`redis-cli --cluster create`)."""
+    """A real 3-master Redis Cluster (`redis-cli --cluster create`), with `replicas` replicas
+    of each master (a killed master's replica takes over after the node timeout, 2 s)."""
 
-    def __init__(self) -> None:
+    def __init__(self, replicas: int = 0) -> None:
         extra = ("--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
-        self.nodes = [RedisServer(extra=extra) for _ in range(3)]
+        # A replica syncs at once (the default waits 5 s for others to share the transfer).
+        extra += ("--repl-diskless-sync-delay", "0")
+        self.nodes = [RedisServer(extra=extra) for _ in range(3 * (1 + replicas))]
         addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
         subprocess.run(
-            ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "0"]
+            ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", str(replicas)]
             + ["--cluster-yes"],
             capture_output=True,
             check=True,
         )
-        deadline = time.monotonic() + 20
-        for node in self.nodes:
-            while "cluster_state:ok" not in node.cli("cluster", "info"):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the cluster did not become ok")
-                time.sleep(0.05)
+        self.wait_ok()
+
+    def wait_ok(self, seconds: float = 20) -> None:
+        """Returns once every running node says the cluster is ok, there are 3 masters and
+        every replica is in sync with its master (so a replica can take over)."""
+        deadline = time.monotonic() + seconds
+
+        def ready(node: RedisServer) -> bool:
+            if node.proc is None:
+                return True
+            role = node.cli("info", "replication")
+            synced = "role:master" in role or "master_link_status:up" in role
+            return synced and "cluster_state:ok" in node.cli("cluster", "info")
+
+        while not (all(ready(n) for n in self.nodes) and len(self.masters()) == 3):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not become ok")
+            time.sleep(0.05)
+
+    def masters(self) -> list[RedisServer]:
+        """The running nodes that are masters now."""
+        running = [n for n in self.nodes if n.proc is not None]
+        return [n for n in running if n.cli("role").splitlines()[:1] == ["master"]]
 
     @property
     def urls(self) -> list[str]:

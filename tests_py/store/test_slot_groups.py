@@ -1,12 +1,16 @@
 """Slot groups from Python (docs/redis.md, "Slot groups"): 4 guard processes x 16 asyncio
 tasks on small budgets spread over a 3-master cluster, every admission reserving in two
-groups (the person's and the model's)."""
+groups (the person's and the model's); a master killed with its replica promoted fences its
+groups, and the ledger refills them."""
 
 from __future__ import annotations
 
 import multiprocessing
 import subprocess
+import time
+from pathlib import Path
 
+import pytest
 import usage_guard as ug
 from redis_harness import (
     GROUP_MODEL_BUDGET,
@@ -16,6 +20,7 @@ from redis_harness import (
     RedisCluster,
     groups_worker,
 )
+from test_epoch_fence import HOLD_AGAIN_SECONDS
 
 
 def scan(port: int, pattern: str) -> list[str]:
@@ -60,5 +65,93 @@ def test_processes_on_slot_groups_never_bill_past_a_budget() -> None:
         assert total <= GROUP_MODEL_BUDGET
         # The people's counters are on more than one master (the shared layout: one).
         assert len(holding) >= 2, holding
+    finally:
+        cluster.stop()
+
+
+# 1 token = $0.001 in and out: a call of 50 + 50 tokens costs $0.10; each person's day $1.00
+# (a fenced cost rule, refilled from the ledger after a loss).
+COST_POLICY = {
+    "models": {"m": {"provider": "openai", "prices": {"input": 1000.0, "output": 1000.0}}},
+    "limits": {
+        "public": [
+            {"model": "m", "each_person": [{"metric": "cost", "amount": 1.0, "window": "day"}]}
+        ]
+    },
+}
+
+
+def admitted(guard: ug.Guard, user: str) -> ug.Ticket:
+    """The next call of `user`, once the store answers (a failover may refuse a few as
+    unavailable while the client finds the new master)."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return guard.admit(user, "m", prompt_tokens=50, max_tokens=50)
+        except ug.UsageLimitsUnavailable as e:
+            if e.reason != "USAGE_LIMITS_UNAVAILABLE":
+                raise
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{user}: still {e.reason}") from e
+            time.sleep(0.05)
+
+
+def test_a_failed_over_master_fences_its_groups_and_the_ledger_refills_them(
+    clock: ug.ManualClock, tmp_path: Path
+) -> None:
+    """A master killed with its replica promoted: the calls of people whose groups lived on
+    other masters go on at once; the first call of a person on the lost master makes the
+    guard recover (the group's copy of the epoch was written by the dead process), and after
+    the hold-again wait that person's day is refilled from the ledger: never overspent."""
+    cluster = RedisCluster(replicas=1)
+    try:
+        store = ug.RedisStore.cluster(cluster.urls, "fo", slot_groups=True)
+        ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
+        policy = ug.Policy.from_dict(COST_POLICY)
+        guard = ug.Guard(policy, store=store, clock=clock, ledger=ledger)
+        users = [f"p{i}" for i in range(12)]
+        for user in users:
+            for _ in range(3):
+                guard.admit(user, "m", prompt_tokens=50, max_tokens=50).bill(50, 50, wait=True)
+        ledger.flush()
+        on: dict[int, list[str]] = {}
+        home = ""
+        for master in cluster.masters():
+            if scan(master.port, "{fo:2}:epoch"):
+                home = str(master.port)
+            for user in users:
+                if scan(master.port, "{fo:2:u:" + user + "}:c:*"):
+                    on.setdefault(master.port, []).append(user)
+        # The master to kill holds people's groups but not the store's own group (whose loss
+        # is the store's epoch's: every group would wait for the recovery).
+        lost_port = next(p for p in on if str(p) != home)
+        lost = on[lost_port][0]
+        kept = next(u for p, us in on.items() if p != lost_port for u in us)
+        next(n for n in cluster.nodes if n.port == lost_port).kill()
+        cluster.wait_ok()
+        # A person on another master: admitted at once, no recovery yet.
+        admitted(guard, kept).bill(50, 50, wait=True)
+        assert guard.stats()["epochs_written"] == 1  # the first start's only
+        # The person on the lost master: the guard recovers; fenced calls wait out the
+        # hold-again time, then the day is refilled from the ledger (0.30 used).
+        with pytest.raises(ug.UsageLimitsUnavailable) as refused:
+            admitted(guard, lost)
+        assert refused.value.reason == "USAGE_LIMITS_RECOVERING"
+        assert guard.stats()["epochs_written"] == 2
+        clock.advance(HOLD_AGAIN_SECONDS + 1)
+        calls = 0
+        while True:
+            try:
+                ticket = admitted(guard, lost)
+            except ug.UsageLimitError as e:
+                assert e.reason == "USAGE_LIMIT_REACHED"
+                break
+            ticket.bill(50, 50, wait=True)
+            calls += 1
+        assert calls == 7  # 3 before the loss + 7 = the day's 10
+        guard.close()
+        rows = {g["user"]: g["cost_micros"] for g in ledger.query(group_by=["user"])}
+        assert rows[lost] == 1_000_000
+        assert rows[kept] == 400_000
     finally:
         cluster.stop()
