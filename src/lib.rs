@@ -78,9 +78,9 @@ pub use guard::ledger::{
 pub use guard::ledger::{Postgres, PostgresLedger};
 #[cfg(feature = "sqlite")]
 pub use guard::ledger::{Sqlite, SqliteLedger};
-#[cfg(feature = "redis")]
-pub use guard::store::RedisStore;
 pub use guard::store::{CounterStore, MemoryStore, StoreCheck, StoreError};
+#[cfg(feature = "redis")]
+pub use guard::store::{Migrated, RedisStore};
 
 /// Not a stable API: the parts of the crate that are public only so that its own integration
 /// tests (`tests/it/`, the shared store suite in `tests/it/common/`) and benches can drive

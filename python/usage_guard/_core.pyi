@@ -15,6 +15,7 @@ from .types import (
     LimitType,
     Metric,
     MetricFamily,
+    Migrated,
     PersonUsage,
     PromptCount,
     Provider,
@@ -128,6 +129,7 @@ class RedisStore:
     def timeout(self) -> float: ...
     @property
     def slot_groups(self) -> bool: ...
+    def migrate_from_shared(self) -> Migrated: ...
 
 @final
 class Ticket:

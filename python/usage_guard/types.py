@@ -32,6 +32,7 @@ __all__ = [
     "Metric",
     "MetricFamily",
     "MetricSample",
+    "Migrated",
     "PersonUsage",
     "PromptCount",
     "Provider",
@@ -108,6 +109,13 @@ class Ceiling(TypedDict):
     max_output_tokens: int
     min_output_tokens: int
     margin: float
+
+
+class Migrated(TypedDict):
+    """What `RedisStore.migrate_from_shared` copied into the store's slot groups."""
+
+    counters: int
+    holds: int
 
 
 class Source(TypedDict):

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyString, PyType};
+use pyo3::types::{PyBool, PyDict, PyString, PyType};
 
 use crate::error::Error;
 use crate::guard::store::{RedisStore, StoreError, REDIS_TIMEOUT_RANGE};
@@ -119,6 +119,29 @@ impl PyRedisStore {
     #[getter]
     fn slot_groups(&self) -> bool {
         self.slot_groups
+    }
+
+    /// Copies the counters and holds of this prefix's shared-layout store into this store's
+    /// slot groups, never lowering what is there (safe to run twice); returns
+    /// `{"counters": n, "holds": n}` copied. A store without slot groups raises `ValueError`;
+    /// a store that does not answer, `UsageLimitsUnavailable`.
+    fn migrate_from_shared<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if !self.slot_groups {
+            let accepted = "migrate_from_shared needs a store made with slot_groups=True";
+            return Err(Error::invalid("slot_groups", "False", accepted).into());
+        }
+        let store = self.inner.clone();
+        let done = py.detach(move || crate::runtime::block_on(store.migrate_from_shared()));
+        let done = done.map_err(|e| {
+            log::warn!("migrate_from_shared: {e}");
+            Error::Refused(Box::new(
+                crate::guard::domain::refusal::Refusal::unavailable(),
+            ))
+        })?;
+        let out = PyDict::new(py);
+        out.set_item("counters", done.counters)?;
+        out.set_item("holds", done.holds)?;
+        Ok(out)
     }
 
     fn __repr__(&self) -> String {

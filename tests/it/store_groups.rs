@@ -343,3 +343,47 @@ fn add(key: &CounterKey, amount: u64) -> UsageAdd {
 fn read(used: u64, held: u64) -> CounterRead {
     CounterRead { used, held }
 }
+
+#[test]
+fn a_shared_stores_counters_and_holds_move_into_their_groups_once() {
+    let cluster = RedisCluster::shared();
+    let shared = RedisStore::cluster(&cluster.urls(), "mig").unwrap();
+    let grouped = store(&cluster, "mig");
+    let (alice, bob, model) = (day("mig-a"), day("mig-b"), model_total());
+    block_on(shared.settle(&bill("b1", &alice, 40), T0)).unwrap();
+    block_on(shared.settle(&bill("b2", &bob, 7), T0)).unwrap();
+    block_on(shared.settle(&bill("b3", &model, 47), T0)).unwrap();
+    let m = expiry_minute(T0, HOLD_MS);
+    let open = vec![item(&alice, 5, Some(1_000)), item(&model, 5, None)];
+    assert_eq!(
+        block_on(shared.reserve("open".into(), open, m, T0)).unwrap(),
+        ReserveOutcome::Reserved
+    );
+    let all = vec![alice.clone(), bob.clone(), model.clone()];
+    let expected = vec![read(40, 5), read(7, 0), read(47, 5)];
+    assert_eq!(block_on(shared.read(all.clone(), T0)).unwrap(), expected);
+    assert_eq!(
+        block_on(grouped.read(all.clone(), T0)).unwrap(),
+        vec![read(0, 0); 3]
+    );
+    let moved = block_on(grouped.migrate_from_shared()).unwrap();
+    assert_eq!((moved.counters, moved.holds), (3, 2));
+    assert_eq!(block_on(grouped.read(all.clone(), T0)).unwrap(), expected);
+    // The copies keep the time to live of what they copy.
+    let copy = grouped.redis_key(&alice);
+    let ttl: i64 = cli(master_of(&cluster, &copy), &["PTTL", &copy])
+        .parse()
+        .unwrap();
+    let original = shared.redis_key(&alice);
+    let was: i64 = cli(master_of(&cluster, &original), &["PTTL", &original])
+        .parse()
+        .unwrap();
+    assert!(ttl > 0 && (was - ttl).abs() < 5_000, "{ttl} vs {was}");
+    // Use counted in the new layout meanwhile, then a second run: nothing twice, nothing lost.
+    block_on(grouped.settle(&bill("b4", &bob, 3), T0)).unwrap();
+    block_on(grouped.migrate_from_shared()).unwrap();
+    let after = vec![read(40, 5), read(10, 0), read(47, 5)];
+    assert_eq!(block_on(grouped.read(all, T0)).unwrap(), after);
+    // Only a store with slot groups migrates.
+    assert!(block_on(shared.migrate_from_shared()).is_err());
+}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from redis_harness import (
     GROUP_USERS,
     GROUPS_POLICY,
     RedisCluster,
+    RedisServer,
     groups_worker,
 )
 from test_epoch_fence import HOLD_AGAIN_SECONDS
@@ -155,3 +157,31 @@ def test_a_failed_over_master_fences_its_groups_and_the_ledger_refills_them(
         assert rows[kept] == 400_000
     finally:
         cluster.stop()
+
+
+def test_the_migrate_command_moves_a_shared_stores_day_into_slot_groups(
+    redis_server: RedisServer,
+) -> None:
+    """`usage-guard migrate`: what a guard of the shared layout counted is what a guard with
+    slot groups finds after it; a second run changes nothing; a store without slot groups
+    cannot migrate."""
+    policy = ug.Policy.from_dict(GROUPS_POLICY)
+    old = ug.Guard(policy, store=ug.RedisStore(redis_server.url, "mv"))
+    for user in GROUP_USERS[:3]:
+        old.admit(user, "gpt-5", prompt_tokens=100, max_tokens=100).bill(100, 50, wait=True)
+    open_call = old.admit(GROUP_USERS[0], "gpt-5", prompt_tokens=100, max_tokens=100)
+    before = {u: old.usage(u, "gpt-5")["rules"][0] for u in GROUP_USERS[:3]}
+    assert before[GROUP_USERS[0]]["reserved"] > 0
+    command = [sys.executable, "-m", "usage_guard.cli", "migrate", "--redis", redis_server.url]
+    command += ["--prefix", "mv"]
+    for _ in range(2):
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        # 3 people's buckets and the Model Total's; their 4 holds keys (the open call's
+        # holds, and the others' given back to 0 until their minute is over).
+        assert done.stdout.strip() == "migrated: 4 counters, 4 holds keys"
+        new = ug.Guard(policy, store=ug.RedisStore(redis_server.url, "mv", slot_groups=True))
+        for user, rule in before.items():
+            assert new.usage(user, "gpt-5")["rules"][0] == rule, user
+    open_call.release()
+    with pytest.raises(ValueError, match="slot_groups"):
+        ug.RedisStore(redis_server.url, "mv").migrate_from_shared()

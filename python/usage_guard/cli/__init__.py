@@ -6,14 +6,17 @@ usage-guard check POLICY_FILE   validate a policy file and print every error, wa
                                 warnings fail too)
 usage-guard audit --ledger URL  the events recorded in a ledger's audit log (--json)
 usage-guard recover ...         lift the epoch fence after the counter store lost its state
+usage-guard migrate ...         move a Redis store's counters from the shared layout into
+                                slot groups
 usage-guard serve ...           the HTTP gateway (OpenAI, Anthropic, Ollama endpoints)
 usage-guard dashboard ...       the usage dashboard for a library deployment (no gateway)
 usage-guard quota ...           stored quota policies: list, show, create, assign, usage, check
 usage-guard init --preset SIZE  write a conservative starter quota policy (small|medium|large)
 
 This module builds the parser and dispatches; each command is a module of this package that
-adds its subparser (`policy_check`, `usage`, `audit`, `recover`, `serve`, `dashboard`, `quota`
-with `init`, and `demo`, loaded only when run); `common` holds what several commands share.
+adds its subparser (`policy_check`, `usage`, `audit`, `recover`, `migrate`, `serve`,
+`dashboard`, `quota` with `init`, and `demo`, loaded only when run); `common` holds what
+several commands share.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from .. import __version__
 from .audit import add_audit_command
 from .dashboard import add_dashboard_command
+from .migrate import add_migrate_command
 from .policy_check import check
 from .quota import add_quota_commands
 from .recover import add_recover_command
@@ -81,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_usage_command(commands)
     add_audit_command(commands)
     add_recover_command(commands)
+    add_migrate_command(commands)
     add_serve_command(commands)
     add_dashboard_command(commands)
     add_quota_commands(commands)
@@ -92,7 +97,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "check":
             return check(args.policy_file, strict=args.strict)
-        if args.command in ("usage", "audit", "recover", "serve", "dashboard", "quota", "init"):
+        commands = ("usage", "audit", "recover", "migrate", "serve", "dashboard", "quota")
+        if args.command in (*commands, "init"):
             return int(args.func(args))
         from .demo import run_day
 

@@ -1,4 +1,5 @@
-"""What several commands share: how they read an instant and a counter store's URL."""
+"""What several commands share: how they read an instant and a counter store's URL, and the
+Redis store arguments of `recover` and `migrate`."""
 
 from __future__ import annotations
 
@@ -32,3 +33,25 @@ def store_from_url(url: str, prefix: str) -> Optional[Union[MemoryStore, RedisSt
     if url.startswith(("redis://", "rediss://")):
         return RedisStore(url, prefix)
     return None
+
+
+def add_redis_arguments(p: argparse.ArgumentParser) -> None:
+    """`--redis URL` or `--cluster URL...`, `--prefix` and `--slot-groups`."""
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--redis", metavar="URL", help="the Redis URL (redis://host:port/db)")
+    where.add_argument("--cluster", metavar="URL", nargs="+", help="Redis Cluster node URLs")
+    p.add_argument("--prefix", default="ug", help="the store's key prefix (default: ug)")
+    p.add_argument(
+        "--slot-groups",
+        action="store_true",
+        help="the store places each owner's counters in a slot group (RedisStore(..., "
+        "slot_groups=True))",
+    )
+
+
+def redis_store(args: argparse.Namespace) -> RedisStore:
+    """The store `add_redis_arguments` describes."""
+    groups = bool(args.slot_groups)
+    if args.cluster:
+        return RedisStore.cluster(args.cluster, args.prefix, slot_groups=groups)
+    return RedisStore(args.redis, args.prefix, slot_groups=groups)

@@ -18,9 +18,10 @@ import argparse
 import sys
 from typing import Any, Optional, Union
 
-from .._core import Guard, Policy, PostgresLedger, RedisStore, SqliteLedger
+from .._core import Guard, Policy, PostgresLedger, SqliteLedger
 from ..errors import UsageLimitError
 from ..ledger_url import open_ledger
+from .common import add_redis_arguments, redis_store
 
 
 def add_recover_command(subparsers: Any) -> argparse.ArgumentParser:
@@ -34,16 +35,7 @@ def add_recover_command(subparsers: Any) -> argparse.ArgumentParser:
             "Give the ledger to have counters filled again from it, or --attest."
         ),
     )
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--redis", metavar="URL", help="the Redis URL (redis://host:port/db)")
-    where.add_argument("--cluster", metavar="URL", nargs="+", help="Redis Cluster node URLs")
-    p.add_argument("--prefix", default="ug", help="the store's key prefix (default: ug)")
-    p.add_argument(
-        "--slot-groups",
-        action="store_true",
-        help="the store places each owner's counters in a slot group (RedisStore(..., "
-        "slot_groups=True))",
-    )
+    add_redis_arguments(p)
     p.add_argument(
         "--ledger",
         metavar="URL",
@@ -68,12 +60,7 @@ def recover(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    groups = bool(args.slot_groups)
-    store = (
-        RedisStore.cluster(args.cluster, args.prefix, slot_groups=groups)
-        if args.cluster
-        else RedisStore(args.redis, args.prefix, slot_groups=groups)
-    )
+    store = redis_store(args)
     ledger: Optional[Union[SqliteLedger, PostgresLedger]] = None
     if args.ledger is not None:
         try:

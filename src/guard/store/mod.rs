@@ -18,7 +18,7 @@ pub use capabilities::{BackgroundSettling, Fencing, ReserveFromKnown};
 pub use memory::MemoryStore;
 pub use outage::OutageLog;
 #[cfg(feature = "redis")]
-pub use redis::RedisStore;
+pub use redis::{Migrated, RedisStore};
 #[cfg(feature = "python")]
 pub(crate) use redis::{REDIS_TIMEOUT, TIMEOUT_RANGE as REDIS_TIMEOUT_RANGE};
 pub use wait_queues::{QueueJoin, QueueSpot, WaitQueues};

@@ -22,6 +22,7 @@ mod here;
 mod keys;
 mod known;
 mod marks;
+mod migrate;
 mod parts;
 mod pipeline;
 mod redis_wait_queues;
@@ -45,6 +46,7 @@ use crate::guard::domain::clock::Millis;
 pub(crate) use connection::REDIS_TIMEOUT;
 #[cfg(feature = "python")]
 pub(crate) use connection::TIMEOUT_RANGE;
+pub use migrate::Migrated;
 
 struct Inner {
     target: Target,

@@ -21,6 +21,8 @@ const QUEUE_LUA: &str = include_str!("../lua/wait_queues.lua");
 const CARRY_LUA: &str = include_str!("../lua/carry.lua");
 const UNRESERVE_LUA: &str = include_str!("../lua/unreserve.lua");
 const GROUPS_LUA: &str = include_str!("../lua/groups.lua");
+const MIGRATE_READ_LUA: &str = include_str!("../lua/migrate_read.lua");
+const MIGRATE_WRITE_LUA: &str = include_str!("../lua/migrate_write.lua");
 
 pub(super) struct Scripts {
     pub(super) read: Script,
@@ -41,6 +43,9 @@ pub(super) struct Scripts {
     /// and the store's list of groups.
     pub(super) unreserve: Script,
     pub(super) groups: Script,
+    /// The upgrade from the shared layout (`migrate.rs`).
+    pub(super) migrate_read: Script,
+    pub(super) migrate_write: Script,
 }
 
 impl Scripts {
@@ -60,6 +65,8 @@ impl Scripts {
             queue: Script::new(QUEUE_LUA),
             unreserve: with_common(UNRESERVE_LUA),
             groups: Script::new(GROUPS_LUA),
+            migrate_read: Script::new(MIGRATE_READ_LUA),
+            migrate_write: Script::new(MIGRATE_WRITE_LUA),
             carry: with_common(&format!(
                 "{FENCE_LUA}\nlocal function settle_one(KEYS, ARGV)\n{SETTLE_LUA}\nend\n\
                  local function reserve_one(KEYS, ARGV)\n{RESERVE_KNOWN_LUA}\nend\n{CARRY_LUA}"
