@@ -185,3 +185,16 @@ def test_the_migrate_command_moves_a_shared_stores_day_into_slot_groups(
     open_call.release()
     with pytest.raises(ValueError, match="slot_groups"):
         ug.RedisStore(redis_server.url, "mv").migrate_from_shared()
+
+
+def test_serve_and_dashboard_take_slot_groups() -> None:
+    from usage_guard.cli import build_parser
+    from usage_guard.cli.common import store_from_url
+
+    for command in ("serve", "dashboard"):
+        argv = [command, "--policy", "p.toml", "--store", "redis://127.0.0.1:1/0"]
+        argv += ["--ledger", "l.db", "--slot-groups"]
+        args = build_parser().parse_args(argv)
+        store = store_from_url(args.store, args.prefix, args.slot_groups)
+        assert isinstance(store, ug.RedisStore) and store.slot_groups, command
+    assert not ug.RedisStore("redis://127.0.0.1:1/0").slot_groups

@@ -25,13 +25,16 @@ def instant(text: str) -> str:
     return parsed.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def store_from_url(url: str, prefix: str) -> Optional[Union[MemoryStore, RedisStore]]:
-    """The counter store `--store` names: `memory`, or a `redis://` / `rediss://` URL; None
-    for anything else (the command says what is accepted)."""
+def store_from_url(
+    url: str, prefix: str, slot_groups: bool = False
+) -> Optional[Union[MemoryStore, RedisStore]]:
+    """The counter store `--store` names: `memory`, or a `redis://` / `rediss://` URL (with
+    `--slot-groups`, `slot_groups=True`); None for anything else (the command says what is
+    accepted)."""
     if url == "memory":
         return MemoryStore()
     if url.startswith(("redis://", "rediss://")):
-        return RedisStore(url, prefix)
+        return RedisStore(url, prefix, slot_groups=slot_groups)
     return None
 
 

@@ -50,6 +50,11 @@ def add_dashboard_command(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--prefix", default="ug", help="the Redis store's key prefix (default: ug)")
     p.add_argument(
+        "--slot-groups",
+        action="store_true",
+        help="the Redis store places each owner's counters in a slot group (docs/redis.md)",
+    )
+    p.add_argument(
         "--ledger",
         required=True,
         metavar="URL",
@@ -77,7 +82,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
     except PolicyError as e:
         return _fail(str(e))
     try:
-        store = store_from_url(args.store, args.prefix)
+        store = store_from_url(args.store, args.prefix, args.slot_groups)
         if store is None:
             return _fail(f"--store {args.store!r}: accepted: memory, redis://...", 2)
         ledger: Union[SqliteLedger, PostgresLedger] = open_ledger(args.ledger)

@@ -42,6 +42,11 @@ def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--prefix", default="ug", help="the Redis store's key prefix (default: ug)")
     p.add_argument(
+        "--slot-groups",
+        action="store_true",
+        help="the Redis store places each owner's counters in a slot group (docs/redis.md)",
+    )
+    p.add_argument(
         "--ledger",
         metavar="URL",
         help="the usage ledger: sqlite:///relative.db, sqlite:////absolute.db or a file path "
@@ -62,7 +67,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except PolicyError as e:
         print(f"usage-guard serve: {e}", file=sys.stderr)
         return 1
-    store = store_from_url(args.store, args.prefix)
+    store = store_from_url(args.store, args.prefix, args.slot_groups)
     if store is None:
         print(
             f"usage-guard serve: --store {args.store!r}: accepted: memory, redis://...",
