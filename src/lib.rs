@@ -35,6 +35,12 @@ mod runtime;
 #[cfg(feature = "python")]
 mod py;
 
+/// Feature `mimalloc`: glibc's malloc took a quarter of the gateway's serving threads under
+/// load (docs/performance.md, "The allocator").
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub use ceiling::{
     answer_text, count_request, count_tokens, fit, known_model, reported_usage,
     requested_max_output, stopped_at_max, tokenizer_for, usage_capped, Api, Encoding, FitOptions,

@@ -106,10 +106,12 @@ fn ladder(policy: &Policy, checked: &Checked) -> Vec<String> {
 }
 
 async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body) -> Response<Body> {
-    let checked = match check(&app, endpoint, &headers, body).await {
+    let mut checked = match check(&app, endpoint, &headers, body).await {
         Ok(c) => c,
         Err(response) => return response,
     };
+    // The body as the caller sent it: copied for each candidate but the last, which takes it.
+    let mut original = Some(std::mem::take(&mut checked.request));
     let policy = app.guard.policy();
     let ladder = ladder(&policy, &checked);
     let mut hops = Hops::default();
@@ -133,7 +135,8 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
             hops.skip(u.until);
             continue;
         }
-        let request = with_model(&checked, model);
+        let last = i + 1 == ladder.len();
+        let request = with_model(&mut original, last, &checked.model, model);
         let admitted = attempt.admit(model, &request).await;
         let (call, upstream) = match admitted.map(|c| degraded(&policy, endpoint, c, upstream)) {
             Ok(Ok(sent)) => sent,
@@ -162,7 +165,7 @@ async fn call(app: Arc<App>, endpoint: Endpoint, headers: HeaderMap, body: Body)
         let served = Served {
             upstream: &upstream,
             resolution: (i > 0).then(|| hops.resolution(&checked.model, model)),
-            last: i + 1 == ladder.len(),
+            last,
         };
         match attempt.send(served, call, request).await {
             Ok(response) => return response,
@@ -212,10 +215,13 @@ fn degraded(
     }
 }
 
-/// The caller's request with `model` in it (as the caller sent it for the model asked for).
-fn with_model(checked: &Checked, model: &str) -> Value {
-    let mut request = checked.request.clone();
-    if model != checked.model {
+/// The caller's request with `model` in it (the `last` candidate takes `original`).
+fn with_model(original: &mut Option<Value>, last: bool, asked: &str, model: &str) -> Value {
+    let mut request = match last {
+        true => original.take().unwrap_or_default(),
+        false => original.clone().unwrap_or_default(),
+    };
+    if model != asked {
         request["model"] = json!(model);
     }
     request

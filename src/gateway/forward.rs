@@ -12,6 +12,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
 
+use super::answer_usage::usage_part;
 use super::headers::head;
 use super::health::{credential, header_pairs, outcome};
 use super::metrics::Metrics;
@@ -268,7 +269,8 @@ impl Forward<'_> {
     /// was sent with: the provider served it.
     async fn bill_answer(&self, bytes: &[u8], call: Call) {
         let (api, word) = (self.endpoint.api, self.upstream.provider.as_str());
-        let answer = serde_json::from_slice::<Value>(bytes).ok();
+        // The usage's part of the answer; the whole is parsed only if its text is counted.
+        let answer = usage_part(bytes, api);
         let reported = match &answer {
             Some(v) => reported_usage(v, api),
             None if !api.is_embeddings() => {
@@ -287,8 +289,9 @@ impl Forward<'_> {
                  counted and its output text counted"
             );
         }
+        let whole = || serde_json::from_slice::<Value>(bytes).ok();
         let delivered = match (&answer, counted) {
-            (Some(v), true) => answer_text(v, api),
+            (Some(_), true) => whole().map_or_else(String::new, |v| answer_text(&v, api)),
             _ => String::new(),
         };
         let usage = call.usage_counted(reported, delivered).await;

@@ -10,7 +10,7 @@
 //! cost in the IETF fields only); a metric no rule counts gets no header.
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Response};
 
 use crate::ceiling::HttpShape;
 use crate::guard::domain::clock::{iso8601, Millis};
@@ -162,16 +162,15 @@ pub(crate) fn restriction(view: &UsageView, max_output_tokens: Option<u64>) -> S
 /// ([`from_upstream`]), for the answer.
 pub(crate) fn head(upstream: &reqwest::Response) -> Response<Body> {
     let mut response = Response::new(Body::empty());
-    *response.status_mut() =
-        StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    *response.status_mut() = upstream.status();
+    // Room for what passes and the gateway's own headers (`rate_limit`, the marks), so the
+    // map is not regrown while they are added.
+    let headers = response.headers_mut();
+    headers.reserve(24);
     for (name, value) in upstream.headers() {
         if from_upstream(name.as_str()) {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(name.as_str().as_bytes()),
-                HeaderValue::from_bytes(value.as_bytes()),
-            ) {
-                response.headers_mut().append(n, v);
-            }
+            // The same types on both sides: a name and a value are shared, not copied.
+            headers.append(name.clone(), value.clone());
         }
     }
     response

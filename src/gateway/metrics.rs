@@ -50,17 +50,26 @@ pub(crate) struct Metrics {
 impl Metrics {
     /// Adds one to the family `name` (one of [`FAMILIES`], without `_total`) with `labels`.
     pub(crate) fn count(&self, name: &'static str, labels: &[(&str, &str)]) {
-        let labels = labels
+        let mut labelled = self.labelled.lock();
+        let family = labelled.entry(name).or_default();
+        // A label set seen before (every call after a family's first few) is found
+        // without copying its strings: a family holds a few dozen sets at most.
+        let same = |set: &Vec<(String, String)>| {
+            set.len() == labels.len()
+                && set
+                    .iter()
+                    .zip(labels)
+                    .all(|((k, v), (l, w))| k == l && v == w)
+        };
+        if let Some(n) = family.iter_mut().find(|(set, _)| same(set)).map(|(_, n)| n) {
+            *n += 1;
+            return;
+        }
+        let set = labels
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        *self
-            .labelled
-            .lock()
-            .entry(name)
-            .or_default()
-            .entry(labels)
-            .or_default() += 1;
+        *family.entry(set).or_default() += 1;
     }
 
     /// Records how long the upstream took to answer (its headers).

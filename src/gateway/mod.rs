@@ -4,13 +4,14 @@
 //! only the fitted keys changed, streamed back as it arrives, and billed from the usage the
 //! provider reports (or what was delivered, when a stream ends early).
 //!
-//! Files import one way: body, shape, keys, metrics, upstream, conn, otel_ids ←
+//! Files import one way: body, shape, keys, metrics, upstream, conn, otel_ids, answer_usage ←
 //! otel ←
 //! headers ← relay ←
 //! forward ← proxy ← admin ← health, fallback_hops ← fallback ← dashboard_api ← dashboard ←
 //! threads, descriptors, otel_export ← listen ← server.
 
 mod admin;
+mod answer_usage;
 mod body;
 mod conn;
 mod dashboard;

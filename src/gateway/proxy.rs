@@ -206,6 +206,7 @@ pub(crate) fn outgoing(mut request: Value, call: &Call, ask_usage: bool) -> Byte
 /// A call whose key, body, model and upstream were checked.
 pub(crate) struct Checked {
     pub(crate) key: GatewayKey,
+    /// The body as parsed (the fallback ladder takes it: `Value::Null` after).
     pub(crate) request: Value,
     pub(crate) model: String,
     pub(crate) stream: bool,

@@ -249,11 +249,59 @@ pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response<Body> 
 /// Sets each `(name, value)` header (skipping any that is not a valid header).
 pub(crate) fn set_headers(response: &mut Response<Body>, headers: Vec<(String, String)>) {
     for (name, value) in headers {
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(&value),
+        // The value's bytes are taken as they are (checked, not copied).
+        if let (Some(n), Ok(v)) = (
+            header_name(&name),
+            HeaderValue::from_maybe_shared(Bytes::from(value)),
         ) {
             response.headers_mut().insert(n, v);
         }
+    }
+}
+
+/// The names of the headers the gateway sets on every answer (its rate-limit headers, who
+/// served it): made once, then shared (a name of another header is parsed and copied).
+const OWN_HEADERS: [&str; 17] = [
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "anthropic-ratelimit-requests-limit",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-tokens-limit",
+    "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-tokens-reset",
+    "ratelimit-policy",
+    "ratelimit",
+    "x-usage-restriction",
+    "x-served-provider",
+    "x-model-resolution",
+];
+
+/// `name` as a header name; `None` when it is not one.
+fn header_name(name: &str) -> Option<HeaderName> {
+    match OWN_HEADERS.iter().position(|n| *n == name) {
+        Some(i) => Some(HeaderName::from_static(OWN_HEADERS[i])),
+        None => HeaderName::from_bytes(name.as_bytes()).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderName;
+
+    /// A name of the gateway's own headers is the name parsed; another is parsed as before,
+    /// and what is no header name stays none.
+    #[test]
+    fn own_header_names_are_the_names_parsed() {
+        let others = ["x-request-id", "Content-Type", "no spaces", ""];
+        for name in super::OWN_HEADERS.iter().chain(&others) {
+            let parsed = HeaderName::from_bytes(name.as_bytes()).ok();
+            assert_eq!(super::header_name(name), parsed, "{name:?}");
+        }
+        assert!(super::header_name("no spaces").is_none());
     }
 }

@@ -53,9 +53,13 @@ pub(crate) fn request(
     path: &str,
     passed: &[(&'static str, HeaderValue)],
 ) -> reqwest::RequestBuilder {
-    let mut request = client
-        .post(format!("{}{}", upstream.base_url, path))
-        .header("content-type", "application/json");
+    let url = format!("{}{}", upstream.base_url, path);
+    let mut request = match parsed(&url) {
+        Some(url) => client.post(url),
+        // Not a URL: the call fails when sent, as reqwest reports it.
+        None => client.post(url),
+    }
+    .header("content-type", "application/json");
     for (name, value) in passed {
         request = request.header(*name, value.clone());
     }
@@ -74,6 +78,31 @@ pub(crate) fn request(
         };
     }
     request
+}
+
+thread_local! {
+    /// The upstream URLs this thread has called, parsed: an upstream's calls go to the few
+    /// paths of its endpoints, and parsing one (IDNA included) cost more than the call's
+    /// admission.
+    static PARSED: std::cell::RefCell<Vec<(String, reqwest::Url)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// At most this many URLs are kept per thread (the upstreams' endpoints; health probes).
+const PARSED_KEPT: usize = 64;
+
+/// `url` parsed (from this thread's cache when it was before); `None` when it is no URL.
+fn parsed(url: &str) -> Option<reqwest::Url> {
+    PARSED.with_borrow_mut(|seen| {
+        if let Some((_, u)) = seen.iter().find(|(s, _)| s == url) {
+            return Some(u.clone());
+        }
+        let u = reqwest::Url::parse(url).ok()?;
+        if seen.len() < PARSED_KEPT {
+            seen.push((url.to_string(), u.clone()));
+        }
+        Some(u)
+    })
 }
 
 /// Every difference between the upstreams the gateway started with and `new`'s, as an

@@ -194,10 +194,29 @@ pub fn usage_paths(api: Api) -> &'static [&'static [&'static str]] {
 
 /// The count at `pointer` as [`count`] reads it; 0 when absent.
 fn n(value: &Value, pointer: &str) -> u64 {
-    value
-        .pointer(pointer)
+    at(value, pointer)
         .and_then(|v| count(v, pointer))
         .unwrap_or(0)
+}
+
+/// `value.pointer(pointer)` without its copy of every token (a bill reads four counts).
+fn at<'a>(value: &'a Value, pointer: &str) -> Option<&'a Value> {
+    if pointer.contains('~') {
+        return value.pointer(pointer);
+    }
+    let tokens = pointer.strip_prefix('/');
+    if pointer.is_empty() {
+        return Some(value);
+    }
+    tokens?.split('/').try_fold(value, |v, token| match v {
+        Value::Object(map) => map.get(token),
+        Value::Array(list) => {
+            // As `Value::pointer` reads an index: no sign, no leading zero.
+            let plain = !token.starts_with('+') && (!token.starts_with('0') || token.len() == 1);
+            list.get(token.parse::<usize>().ok().filter(|_| plain)?)
+        }
+        _ => None,
+    })
 }
 
 /// A reported count: `None` for null; a whole number from 0 (an integer, or a float with no
@@ -278,6 +297,42 @@ impl Refusal {
             status: kind.status(),
             headers,
             body,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// `at` finds what `Value::pointer` finds, for names, indexes, escapes and misses.
+    #[test]
+    fn at_reads_as_a_json_pointer_does() {
+        let v = json!({
+            "usage": {"prompt_tokens": 3, "details": {"cached": 1}, "list": [5, {"x": 6}]},
+            "a/b": 1, "m~n": 2, "": {"": 7}, "0": 8,
+        });
+        let pointers = [
+            "",
+            "/",
+            "//",
+            "/usage",
+            "/usage/prompt_tokens",
+            "/usage/details/cached",
+            "/usage/list/0",
+            "/usage/list/1/x",
+            "/usage/list/01",
+            "/usage/list/+1",
+            "/usage/list/2",
+            "/usage/prompt_tokens/x",
+            "/a~1b",
+            "/m~0n",
+            "/0",
+            "usage",
+            "/missing/x",
+        ];
+        for p in pointers {
+            assert_eq!(super::at(&v, p), v.pointer(p), "{p:?}");
         }
     }
 }
