@@ -56,7 +56,11 @@ fn guards_joining_one_new_group_at_once_never_read_it_as_lost() {
         .iter()
         .filter(|o| **o != ReserveOutcome::Reserved)
         .collect();
-    assert!(fenced.is_empty(), "{} of 80 fenced: {fenced:?}", fenced.len());
+    assert!(
+        fenced.is_empty(),
+        "{} of 80 fenced: {fenced:?}",
+        fenced.len()
+    );
 }
 
 /// A group that joined generation g1, then a recovery writes g2 (another group's master was
@@ -82,7 +86,10 @@ fn a_group_lost_after_a_recovery_it_has_not_joined_yet_is_not_trusted() {
         block_on(fenced_of(&s, "t1", &[&key], 1, 1_000, "g1")).unwrap(),
         ReserveOutcome::Reserved
     );
-    assert_eq!(block_on(s.read(vec![key.clone()], T0)).unwrap(), vec![read(900, 1)]);
+    assert_eq!(
+        block_on(s.read(vec![key.clone()], T0)).unwrap(),
+        vec![read(900, 1)]
+    );
     // A recovery (another group's loss) writes g2.
     assert!(block_on(s.set_epoch("g2".into(), T0, None, false, 0)).unwrap());
     // The group's master restarts empty: every key under the group's tag is gone.
