@@ -110,20 +110,26 @@ fn a_group_lost_after_a_recovery_it_has_not_joined_yet_is_not_trusted() {
 /// The upgrade copy run after guards of the new layout already counted use on a counter: the
 /// shared layout's use and the new layout's are use of different calls, so the counter holds
 /// their sum (docs/redis.md: "running it twice, or after guards of the new layout counted use,
-/// loses and doubles nothing"); a second run adds nothing more.
+/// loses and doubles nothing"), unless the bucket was filled from the ledger, whose sum
+/// counts the old use already; a second run adds nothing more.
 #[test]
 fn the_upgrade_copy_after_new_use_keeps_both_uses() {
     let cluster = RedisCluster::shared();
     let shared = RedisStore::cluster(&cluster.urls(), "mig-late").unwrap();
     let grouped = store(&cluster, "mig-late");
-    let bob = day("mig-late-b");
+    let (bob, carol) = (day("mig-late-b"), day("mig-late-c"));
     block_on(shared.settle(&bill("old", &bob, 7), T0)).unwrap();
     block_on(grouped.settle(&bill("new", &bob, 3), T0)).unwrap();
+    // carol's bucket was filled from the ledger in the new layout (the ledger's 7 is the old
+    // layout's use), then billed 3: the copy must not add the 7 a second time.
+    block_on(shared.settle(&bill("old-c", &carol, 7), T0)).unwrap();
+    assert!(block_on(grouped.fill(carol.clone(), 7, T0 + 86_400_000, T0)).unwrap());
+    block_on(grouped.settle(&bill("new-c", &carol, 3), T0)).unwrap();
     for _ in 0..2 {
         block_on(grouped.migrate_from_shared()).unwrap();
         assert_eq!(
-            block_on(grouped.read(vec![bob.clone()], T0)).unwrap(),
-            vec![read(10, 0)]
+            block_on(grouped.read(vec![bob.clone(), carol.clone()], T0)).unwrap(),
+            vec![read(10, 0), read(10, 0)]
         );
     }
 }
