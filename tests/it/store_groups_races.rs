@@ -68,6 +68,7 @@ fn guards_joining_one_new_group_at_once_never_read_it_as_lost() {
 /// g2: its counters are gone. The next fenced reserve must not trust the empty group as new
 /// (the shared layout's fence answers `Untrusted` for the same loss).
 #[test]
+#[ignore = "unfixed (review of issue 34): such a group is joined as new and trusted; run with --ignored"]
 fn a_group_lost_after_a_recovery_it_has_not_joined_yet_is_not_trusted() {
     let cluster = RedisCluster::shared();
     let s = store(&cluster, "old-gen");
