@@ -48,6 +48,26 @@ pub(crate) fn whole(
     }
 }
 
+/// The settle of a ticket's bill or release: `whole`, by the ticket's id. A ticket that holds
+/// nothing (admitted from the ledger after its reservation's round trip failed) settles under
+/// an id of its own, `<id>/unheld`: the failed reservation is given back by the ticket's id
+/// (`InFlight`), and that settled mark would otherwise make the bill read as settled already,
+/// its use never reaching the counters the next admissions read.
+pub(crate) fn of_ticket(
+    id: &str,
+    holds: Vec<HoldRef>,
+    expiry_minute: i64,
+    adds: Vec<UsageAdd>,
+    now: Millis,
+) -> Settle {
+    let unheld = holds.is_empty();
+    let mut settle = whole(id, holds, expiry_minute, adds, now);
+    if unheld {
+        settle.id.push_str("/unheld");
+    }
+    settle
+}
+
 /// How long a settled mark made at `now` is kept.
 pub(crate) fn settled_until(now: Millis) -> Millis {
     now + SETTLED_KEEP_MS

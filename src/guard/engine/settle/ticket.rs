@@ -286,7 +286,7 @@ impl Ticket {
         if parts.holds.is_empty() && adds.is_empty() {
             return Recorded::Yes;
         }
-        let settle = settling::whole(
+        let settle = settling::of_ticket(
             &parts.id,
             parts.holds.clone(),
             parts.expiry_minute,
@@ -305,7 +305,7 @@ impl Ticket {
         if parts.holds.is_empty() && adds.is_empty() {
             return Recorded::Yes;
         }
-        let settle = settling::whole(
+        let settle = settling::of_ticket(
             &parts.id,
             parts.holds.clone(),
             parts.expiry_minute,
