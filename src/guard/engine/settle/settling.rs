@@ -48,21 +48,13 @@ pub(crate) fn whole(
     }
 }
 
-/// The settle of a ticket's bill or release: `whole`, by the ticket's id. A ticket that holds
-/// nothing (admitted from the ledger after its reservation's round trip failed) settles under
-/// an id of its own, `<id>/unheld`: the failed reservation is given back by the ticket's id
-/// (`InFlight`), and that settled mark would otherwise make the bill read as settled already,
-/// its use never reaching the counters the next admissions read.
-pub(crate) fn of_ticket(
-    id: &str,
-    holds: Vec<HoldRef>,
-    expiry_minute: i64,
-    adds: Vec<UsageAdd>,
-    now: Millis,
-) -> Settle {
-    let unheld = holds.is_empty();
-    let mut settle = whole(id, holds, expiry_minute, adds, now);
-    if unheld {
+/// `settle`, a ticket's bill or release (`whole`, by the ticket's id), under an id of its own,
+/// `<id>/unheld`, when it gives back no holds (a ticket admitted from the ledger after its
+/// reservation's round trip failed): the failed reservation is given back by the ticket's id
+/// (`InFlight`), and that settled mark would otherwise make the bill read as settled
+/// already, its use never reaching the counters the next admissions read.
+pub(crate) fn of_ticket(mut settle: Settle) -> Settle {
+    if settle.holds.is_empty() {
         settle.id.push_str("/unheld");
     }
     settle
