@@ -33,6 +33,7 @@ mod redis_known;
 mod refusal_http;
 mod store_checks;
 mod store_groups;
+mod store_groups_races;
 mod store_redis;
 mod uncapped_output;
 mod windows;

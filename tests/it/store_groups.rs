@@ -18,18 +18,18 @@ use crate::common::redis_server::{cli, RedisCluster};
 use crate::common::tokens_key_in;
 
 /// 2026-01-01T00:00:30Z.
-const T0: Millis = 1_767_225_630_000;
-const HOLD_MS: i64 = 15 * 60_000;
+pub(crate) const T0: Millis = 1_767_225_630_000;
+pub(crate) const HOLD_MS: i64 = 15 * 60_000;
 
-fn store(cluster: &RedisCluster, prefix: &str) -> RedisStore {
+pub(crate) fn store(cluster: &RedisCluster, prefix: &str) -> RedisStore {
     RedisStore::cluster_grouped(&cluster.urls(), prefix, Duration::from_secs(1)).unwrap()
 }
 
-fn day(user: &str) -> CounterKey {
+pub(crate) fn day(user: &str) -> CounterKey {
     tokens_key_in(user, "day", T0 - 30_000)
 }
 
-fn item(key: &CounterKey, hold: u64, limit: Option<u64>) -> ReserveItem {
+pub(crate) fn item(key: &CounterKey, hold: u64, limit: Option<u64>) -> ReserveItem {
     ReserveItem {
         key: key.clone(),
         hold,
@@ -39,7 +39,7 @@ fn item(key: &CounterKey, hold: u64, limit: Option<u64>) -> ReserveItem {
     }
 }
 
-fn bill(id: &str, key: &CounterKey, amount: u64) -> Settle {
+pub(crate) fn bill(id: &str, key: &CounterKey, amount: u64) -> Settle {
     Settle {
         id: id.into(),
         ticket: id.into(),
@@ -55,7 +55,7 @@ fn bill(id: &str, key: &CounterKey, amount: u64) -> Settle {
 }
 
 /// The port of the master that holds `key`.
-fn master_of(cluster: &RedisCluster, key: &str) -> u16 {
+pub(crate) fn master_of(cluster: &RedisCluster, key: &str) -> u16 {
     let slot = cli(cluster.nodes[0].port, &["CLUSTER", "KEYSLOT", key]);
     let slot: u16 = slot.parse().unwrap();
     let owner = cluster.nodes.iter().find(|n| {
@@ -133,7 +133,7 @@ fn a_group_that_refuses_leaves_no_hold_in_the_others() {
     assert_eq!((reads[0].used, reads[0].held, reads[1].held), (3, 0, 0));
 }
 
-fn fenced(
+pub(crate) fn fenced(
     store: &RedisStore,
     ticket: &str,
     keys: &[&CounterKey],
@@ -315,7 +315,7 @@ fn a_known_reservation_refused_in_one_group_answers_without_the_others_holds() {
     assert_eq!(answer.counters, vec![read(0, 50), read(950, 50)]);
 }
 
-fn model_total() -> CounterKey {
+pub(crate) fn model_total() -> CounterKey {
     use usage_guard::{CounterId, Metric, Scope, Window};
     let window: Window = "day".parse().unwrap();
     let id = CounterId::new(
@@ -340,7 +340,7 @@ fn add(key: &CounterKey, amount: u64) -> UsageAdd {
     }
 }
 
-fn read(used: u64, held: u64) -> CounterRead {
+pub(crate) fn read(used: u64, held: u64) -> CounterRead {
     CounterRead { used, held }
 }
 

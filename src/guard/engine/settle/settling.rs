@@ -48,6 +48,18 @@ pub(crate) fn whole(
     }
 }
 
+/// `settle`, a ticket's bill or release (`whole`, by the ticket's id), under an id of its own,
+/// `<id>/unheld`, when it gives back no holds (a ticket admitted from the ledger after its
+/// reservation's round trip failed): the failed reservation is given back by the ticket's id
+/// (`InFlight`), and that settled mark would otherwise make the bill read as settled
+/// already, its use never reaching the counters the next admissions read.
+pub(crate) fn of_ticket(mut settle: Settle) -> Settle {
+    if settle.holds.is_empty() {
+        settle.id.push_str("/unheld");
+    }
+    settle
+}
+
 /// How long a settled mark made at `now` is kept.
 pub(crate) fn settled_until(now: Millis) -> Millis {
     now + SETTLED_KEEP_MS

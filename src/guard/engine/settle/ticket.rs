@@ -286,13 +286,13 @@ impl Ticket {
         if parts.holds.is_empty() && adds.is_empty() {
             return Recorded::Yes;
         }
-        let settle = settling::whole(
+        let settle = settling::of_ticket(settling::whole(
             &parts.id,
             parts.holds.clone(),
             parts.expiry_minute,
             adds,
             now,
-        );
+        ));
         match settling::settle(&parts.shared, settle, operation, now).await {
             Some(_) => Recorded::Yes,
             None => Recorded::Pending,
@@ -305,13 +305,13 @@ impl Ticket {
         if parts.holds.is_empty() && adds.is_empty() {
             return Recorded::Yes;
         }
-        let settle = settling::whole(
+        let settle = settling::of_ticket(settling::whole(
             &parts.id,
             parts.holds.clone(),
             parts.expiry_minute,
             adds,
             now,
-        );
+        ));
         if !wait {
             settling::queue(&parts.shared, settle, None);
             return Recorded::Queued;

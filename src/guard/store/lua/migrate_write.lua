@@ -1,26 +1,45 @@
 -- migrate_write: writes keys read from a shared-layout store into their slot group
--- (migrate.rs). KEYS = the keys (one group's); ARGV = per key: time to live (ms, -1 none),
--- field count, then field, value, ... Each use (`u`), retain-until (`e`) and hold (`r<minute>`)
--- becomes the larger of what is there and what was read, so copying twice, or over use the
--- new layout already counted, never counts low and never counts a copy twice; other fields
--- (fill marks, fence marks) are left behind. The time to live is never shortened.
-local at = 1
+-- (migrate.rs). KEYS = the keys (one group's), then the group's record of what was copied (a
+-- hash: '<key> <field>' -> the amount copied); ARGV = per key: time to live (ms, -1 none),
+-- field count, then field, value, ... Use (`u`) and holds (`r<minute>`) read from the shared
+-- layout are use and holds of other calls than those the new layout counted, so what was
+-- read beyond what an earlier run copied is added (copying twice never counts a copy twice,
+-- and use the new layout counted first is kept); a bucket filled from the ledger (`s`), whose
+-- sum counts the shared layout's use already, takes the larger instead. Retain-until (`e`)
+-- becomes the larger; other fields (fill marks, fence marks) are left behind. No time to
+-- live is ever shortened.
+local copied = table.remove(KEYS)
+local at, longest = 1, 0
 for _, key in ipairs(KEYS) do
   local ttl, count = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
   at = at + 2
+  local filled = redis.call('HEXISTS', key, 's') == 1
   for _ = 1, count do
     local field, value = ARGV[at], ARGV[at + 1]
     at = at + 2
-    local kind = string.sub(field, 1, 1)
-    if field == 'u' or field == 'e' or (kind == 'r' and tonumber(string.sub(field, 2))) then
+    local hold = string.sub(field, 1, 1) == 'r' and tonumber(string.sub(field, 2)) ~= nil
+    if field == 'e' or (field == 'u' and filled) then
       local there = tonumber(redis.call('HGET', key, field) or '0')
       if tonumber(value) > there then
         redis.call('HSET', key, field, value)
+      end
+    elseif field == 'u' or hold then
+      local name = key .. ' ' .. field
+      local before = tonumber(redis.call('HGET', copied, name) or '0')
+      if tonumber(value) > before then
+        redis.call('HINCRBY', key, field, tonumber(value) - before)
+        redis.call('HSET', copied, name, value)
       end
     end
   end
   if ttl > 0 and redis.call('EXISTS', key) == 1 and redis.call('PTTL', key) < ttl then
     redis.call('PEXPIRE', key, ttl)
   end
+  if ttl > longest then
+    longest = ttl
+  end
+end
+if longest > 0 and redis.call('PTTL', copied) < longest then
+  redis.call('PEXPIRE', copied, longest)
 end
 return #KEYS

@@ -232,6 +232,11 @@ impl RedisStore {
     /// `generation` (see the module). `None` when it did (reserve again), else the fence's
     /// code to answer: -3 when the store's epoch is not the guard's, -2 when the group was
     /// listed under it (its master lost it).
+    ///
+    /// The copy is written before the group is listed, so a group listed under `generation`
+    /// had its copy then: a `lost` answer is confirmed by reading the copy again, since the
+    /// reserve's look may have come before another guard's join of the same new group (then
+    /// the copy is there, of `generation` and this master's process: reserve again).
     pub(super) async fn join_group(
         &self,
         conn: &Conn,
@@ -240,39 +245,57 @@ impl RedisStore {
         code: i64,
         now: Millis,
     ) -> RedisResult<Option<i64>> {
-        let (mut a, mut b) = (conn.clone(), conn.clone());
-        let keys = Args::of([&self.inner.epoch_key, &groups_key(&self.inner.home)]);
-        let mut args = Args::of(["join", tag, generation]);
+        let list_keys = Args::of([&self.inner.epoch_key, &groups_key(&self.inner.home)]);
+        let mut args = Args::of(["check", tag, generation]);
         args.push_num(code);
-        let answer: Vec<String> = invoke(&self.inner.scripts.groups, &keys, &args, &mut a).await?;
+        let scripts = &self.inner.scripts;
+        let answer: Vec<String> =
+            invoke(&scripts.groups, &list_keys, &args, &mut conn.clone()).await?;
         let hold_again_until = match answer.first().map(String::as_str) {
             Some("join") => answer.get(1).cloned().unwrap_or_else(|| "0".into()),
-            Some("lost") => return Ok(Some(-2)),
+            Some("lost") => {
+                let (copy, trusted): (String, i64) = invoke(
+                    &scripts.epoch,
+                    &copy_keys(tag),
+                    &Args::of(["read"]),
+                    &mut conn.clone(),
+                )
+                .await?;
+                return Ok((copy != generation || trusted != 1).then_some(-2));
+            }
             Some("stale") => return Ok(Some(-3)),
             other => return Err(protocol_error("groups", format!("an answer {other:?}"))),
         };
         // The group's copy, written as the store's epoch is (`epoch.lua`, forced: no lock).
-        let mut keys = Args::default();
-        keys.push_with(|out| write_epoch_key(tag, out));
-        keys.push_with(|out| {
-            write_epoch_key(tag, out);
-            out.push_str(":lock");
-        });
         let mut args = Args::of(["write", generation]);
         args.push_num(now);
         for arg in ["", "force", ""] {
             args.push(arg);
         }
         args.push(&hold_again_until);
-        let written: String = invoke(&self.inner.scripts.epoch, &keys, &args, &mut b).await?;
-        match written.as_str() {
-            "ok" => Ok(None),
-            other => Err(protocol_error(
-                "groups",
-                format!("a copy answered {other:?}"),
-            )),
+        let written: String =
+            invoke(&scripts.epoch, &copy_keys(tag), &args, &mut conn.clone()).await?;
+        if written != "ok" {
+            let why = format!("a copy answered {written:?}");
+            return Err(protocol_error("groups", why));
         }
+        // Listed once the copy is there (not when the store's epoch moved on meanwhile: the
+        // copy is then behind, and the next reserve joins again).
+        let args = Args::of(["list", tag, generation]);
+        let _: i64 = invoke(&scripts.groups, &list_keys, &args, &mut conn.clone()).await?;
+        Ok(None)
     }
+}
+
+/// The keys of `epoch.lua` on group `tag`'s copy of the epoch: the copy, then its lock.
+fn copy_keys(tag: &str) -> Args {
+    let mut keys = Args::default();
+    keys.push_with(|out| write_epoch_key(tag, out));
+    keys.push_with(|out| {
+        write_epoch_key(tag, out);
+        out.push_str(":lock");
+    });
+    keys
 }
 
 /// The groups whose reservation is placed (answered -1).

@@ -1,7 +1,7 @@
 //! The upgrade from the shared layout to slot groups (docs/redis.md, "Slot groups"): a store
 //! with slot groups copies the counters and holds the same prefix's shared-layout store holds
 //! into their groups (`migrate_read.lua` pages through the shared store's one slot,
-//! `migrate_write.lua` writes each group's keys, never lowering what is there).
+//! `migrate_write.lua` writes each group's keys, adding what earlier runs did not copy).
 
 use std::collections::HashMap;
 
@@ -30,9 +30,10 @@ struct Read {
 impl RedisStore {
     /// Copies what the shared-layout store of this store's prefix (`{<prefix>}`) holds —
     /// counter buckets and holds — into this store's slot groups, each to its owner's group.
-    /// Each use, retain-until and hold becomes the larger of what the group has and what was
-    /// read, so a second run, or use counted in the new layout meanwhile, is never counted
-    /// twice or lost; times to live are kept. Ticket records, marks and the epoch are not
+    /// Use and holds read beyond what an earlier run copied are added (a bucket already filled
+    /// from the ledger, whose sum counts the old layout's use, takes the larger), and each
+    /// retain-until becomes the larger, so a second run, or use counted in the new layout
+    /// before or after, is never counted twice or lost; times to live are kept. Ticket records, marks and the epoch are not
     /// copied: stop the guards of the old layout first (their open calls' holds are copied
     /// and expire as they would have). Fails on a store without slot groups.
     pub fn migrate_from_shared(&self) -> StoreFuture<'static, Migrated> {
@@ -100,7 +101,9 @@ impl RedisStore {
             }
             count += 1;
         }
-        for (keys, args) in groups.values() {
+        for (tag, (keys, args)) in &mut groups {
+            // The group's record of what earlier runs copied (`migrate_write.lua`).
+            keys.push(&format!("{tag}:migrated"));
             let _: i64 = invoke(&self.inner.scripts.migrate_write, keys, args, conn).await?;
         }
         Ok(count)

@@ -1,0 +1,136 @@
+//! Slot groups under the conditions a review looked for (docs/redis.md, "Slot groups"): guards
+//! joining one new group at once, a group that loses its keys after a recovery but before it
+//! joined the recovery's generation, and the upgrade copy over use the new layout counted
+//! first.
+#![cfg(feature = "redis")]
+
+use futures::executor::block_on;
+use futures::future::join_all;
+use usage_guard::internals::{
+    expiry_minute, CounterKey, Fence, FenceAnswer, Fencing, ReserveItem, ReserveOutcome,
+    StoreFuture,
+};
+use usage_guard::{CounterStore, RedisStore};
+
+use crate::common::redis_server::{cli, RedisCluster};
+use crate::store_groups::{bill, day, item, master_of, read, store, HOLD_MS, T0};
+
+/// A fenced reservation of `hold` on each of `keys` (limit `limit`) under `generation`.
+fn fenced_of<'a>(
+    store: &'a RedisStore,
+    ticket: &str,
+    keys: &[&CounterKey],
+    hold: u64,
+    limit: u64,
+    generation: &str,
+) -> StoreFuture<'a, ReserveOutcome> {
+    let items: Vec<ReserveItem> = keys.iter().map(|k| item(k, hold, Some(limit))).collect();
+    let fence = Fence {
+        generation: generation.into(),
+        fenced: vec![true; items.len()],
+    };
+    let m = expiry_minute(T0, HOLD_MS);
+    store.reserve_fenced(ticket.into(), items, m, T0, fence)
+}
+
+/// Two guards whose first calls on a new person (a group never listed) arrive together: both
+/// find the group without a copy of the epoch, and both join it. Neither may read the other's
+/// join as the group's master having lost it (that answers `Untrusted`, and a guard with a
+/// ledger then recovers: a new generation, every guard's fenced calls wait the hold-again
+/// time).
+#[test]
+fn guards_joining_one_new_group_at_once_never_read_it_as_lost() {
+    let cluster = RedisCluster::shared();
+    let (one, two) = (store(&cluster, "join-race"), store(&cluster, "join-race"));
+    assert!(block_on(one.set_epoch("g1".into(), T0, None, true, 0)).unwrap());
+    let mut outcomes = Vec::new();
+    for person in 0..20 {
+        let key = day(&format!("race-{person}"));
+        let calls = (0..4).map(|i| {
+            let guard = if i % 2 == 0 { &one } else { &two };
+            fenced_of(guard, &format!("t{person}-{i}"), &[&key], 1, 1_000, "g1")
+        });
+        outcomes.extend(block_on(join_all(calls)).into_iter().map(Result::unwrap));
+    }
+    let fenced: Vec<&ReserveOutcome> = outcomes
+        .iter()
+        .filter(|o| **o != ReserveOutcome::Reserved)
+        .collect();
+    assert!(
+        fenced.is_empty(),
+        "{} of 80 fenced: {fenced:?}",
+        fenced.len()
+    );
+}
+
+/// A group that joined generation g1, then a recovery writes g2 (another group's master was
+/// lost), then this group's master restarts empty before any fenced call touched it under
+/// g2: its counters are gone. The next fenced reserve must not trust the empty group as new
+/// (the shared layout's fence answers `Untrusted` for the same loss).
+#[test]
+#[ignore = "unfixed (review of issue 34): such a group is joined as new and trusted; run with --ignored"]
+fn a_group_lost_after_a_recovery_it_has_not_joined_yet_is_not_trusted() {
+    let cluster = RedisCluster::shared();
+    let s = store(&cluster, "old-gen");
+    assert!(block_on(s.set_epoch("g1".into(), T0, None, true, 0)).unwrap());
+    let home = "{old-gen:2}:epoch";
+    let home_master = master_of(&cluster, home);
+    // A person whose group is on another master than the store's own keys, with 900 used.
+    let key = (0..)
+        .map(|i| day(&format!("og-{i}")))
+        .find(|k| {
+            block_on(s.settle(&bill(&format!("b-{}", k.id.render()), k, 900), T0)).unwrap();
+            master_of(&cluster, &s.redis_key(k)) != home_master
+        })
+        .unwrap();
+    assert_eq!(
+        block_on(fenced_of(&s, "t1", &[&key], 1, 1_000, "g1")).unwrap(),
+        ReserveOutcome::Reserved
+    );
+    assert_eq!(
+        block_on(s.read(vec![key.clone()], T0)).unwrap(),
+        vec![read(900, 1)]
+    );
+    // A recovery (another group's loss) writes g2.
+    assert!(block_on(s.set_epoch("g2".into(), T0, None, false, 0)).unwrap());
+    // The group's master restarts empty: every key under the group's tag is gone.
+    let counter = s.redis_key(&key);
+    let tag = &counter[..=counter.find('}').unwrap()];
+    let master = master_of(&cluster, &counter);
+    let pattern = format!("{}*", tag.replace('{', "\\{").replace('}', "\\}"));
+    let keys = cli(master, &["--scan", "--pattern", &pattern]);
+    assert!(keys.lines().count() >= 3, "{keys}");
+    for k in keys.lines() {
+        cli(master, &["DEL", k]);
+    }
+    // 900 of 1,000 were used before the loss: 500 more must not be reserved as if nothing was.
+    let outcome = block_on(fenced_of(&s, "t2", &[&key], 500, 1_000, "g2")).unwrap();
+    assert_eq!(outcome, ReserveOutcome::Fenced(FenceAnswer::Untrusted));
+}
+
+/// The upgrade copy run after guards of the new layout already counted use on a counter: the
+/// shared layout's use and the new layout's are use of different calls, so the counter holds
+/// their sum (docs/redis.md: "running it twice, or after guards of the new layout counted use,
+/// loses and doubles nothing"), unless the bucket was filled from the ledger, whose sum
+/// counts the old use already; a second run adds nothing more.
+#[test]
+fn the_upgrade_copy_after_new_use_keeps_both_uses() {
+    let cluster = RedisCluster::shared();
+    let shared = RedisStore::cluster(&cluster.urls(), "mig-late").unwrap();
+    let grouped = store(&cluster, "mig-late");
+    let (bob, carol) = (day("mig-late-b"), day("mig-late-c"));
+    block_on(shared.settle(&bill("old", &bob, 7), T0)).unwrap();
+    block_on(grouped.settle(&bill("new", &bob, 3), T0)).unwrap();
+    // carol's bucket was filled from the ledger in the new layout (the ledger's 7 is the old
+    // layout's use), then billed 3: the copy must not add the 7 a second time.
+    block_on(shared.settle(&bill("old-c", &carol, 7), T0)).unwrap();
+    assert!(block_on(grouped.fill(carol.clone(), 7, T0 + 86_400_000, T0)).unwrap());
+    block_on(grouped.settle(&bill("new-c", &carol, 3), T0)).unwrap();
+    for _ in 0..2 {
+        block_on(grouped.migrate_from_shared()).unwrap();
+        assert_eq!(
+            block_on(grouped.read(vec![bob.clone(), carol.clone()], T0)).unwrap(),
+            vec![read(10, 0), read(10, 0)]
+        );
+    }
+}
