@@ -84,7 +84,9 @@ pub use guard::ledger::{
 pub use guard::ledger::{Postgres, PostgresLedger};
 #[cfg(feature = "sqlite")]
 pub use guard::ledger::{Sqlite, SqliteLedger};
-pub use guard::store::{CounterStore, MemoryStore, StoreCheck, StoreError};
+pub use guard::store::{
+    CounterStore, LeaseOptions, LeasedStore, MemoryStore, StoreCheck, StoreError,
+};
 #[cfg(feature = "redis")]
 pub use guard::store::{Migrated, RedisStore};
 

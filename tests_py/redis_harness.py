@@ -249,12 +249,19 @@ GROUPS_POLICY = {
 
 
 def groups_worker(
-    urls: list[str], prefix: str, tasks: int, calls: int, seed: int, start: Any
+    urls: list[str],
+    prefix: str,
+    tasks: int,
+    calls: int,
+    seed: int,
+    start: Any,
+    lease_above: float | None = None,
 ) -> dict[str, Any]:
-    """`budget_worker` on a cluster store with slot groups and `GROUPS_POLICY`: each call by
-    one of `GROUP_USERS` at random. Returns the tokens reported per person."""
+    """`budget_worker` on a cluster store with slot groups and `GROUPS_POLICY` (leasing the
+    Model Total above `lease_above` calls a second, when set): each call by one of
+    `GROUP_USERS` at random. Returns the tokens reported per person."""
     import usage_guard as ug
 
-    store = ug.RedisStore.cluster(urls, prefix, slot_groups=True)
+    store = ug.RedisStore.cluster(urls, prefix, slot_groups=True, lease_above=lease_above)
     guard = ug.Guard(ug.Policy.from_dict(GROUPS_POLICY), store=store)
     return admit_and_bill(guard, GROUP_USERS, tasks, calls, seed, start)

@@ -11,6 +11,7 @@ from .types import (
     Ceiling,
     ErrorShape,
     Event,
+    LeaseState,
     LedgerGroup,
     LimitType,
     Metric,
@@ -113,6 +114,7 @@ class RedisStore:
         timeout: Optional[float] = None,
         *,
         slot_groups: bool = False,
+        lease_above: Optional[float] = None,
     ) -> RedisStore: ...
     @classmethod
     def cluster(
@@ -122,6 +124,7 @@ class RedisStore:
         timeout: Optional[float] = None,
         *,
         slot_groups: bool = False,
+        lease_above: Optional[float] = None,
     ) -> RedisStore: ...
     @property
     def prefix(self) -> str: ...
@@ -129,6 +132,10 @@ class RedisStore:
     def timeout(self) -> float: ...
     @property
     def slot_groups(self) -> bool: ...
+    @property
+    def lease_above(self) -> Optional[float]: ...
+    def lease_state(self) -> LeaseState: ...
+    def give_back_leases(self) -> int: ...
     def migrate_from_shared(self) -> Migrated: ...
 
 @final

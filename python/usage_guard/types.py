@@ -27,6 +27,7 @@ __all__ = [
     "EventKind",
     "GuardedAnswer",
     "GuardedStreamAnswer",
+    "LeaseState",
     "LedgerGroup",
     "LimitType",
     "Metric",
@@ -109,6 +110,16 @@ class Ceiling(TypedDict):
     max_output_tokens: int
     min_output_tokens: int
     margin: float
+
+
+class LeaseState(TypedDict):
+    """This process's leases on a `RedisStore` (`RedisStore.lease_state()`)."""
+
+    leases: int
+    """Counters leased now."""
+    unused: int
+    """What the slices hold that no open call took: headroom other guards cannot use until
+    the slices are renewed or given back (each counter's own unit, summed)."""
 
 
 class Migrated(TypedDict):

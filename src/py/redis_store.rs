@@ -6,7 +6,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString, PyType};
 
 use crate::error::Error;
-use crate::guard::store::{RedisStore, StoreError, REDIS_TIMEOUT_RANGE};
+use std::sync::Arc;
+
+use crate::guard::store::{
+    CounterStore, LeaseOptions, LeasedStore, RedisStore, StoreError, REDIS_TIMEOUT_RANGE,
+};
 
 /// Counters in Redis (`RedisStore(url, prefix="ug", timeout=None)`) or Redis Cluster
 /// (`RedisStore.cluster([urls], prefix="ug", timeout=None)`), shared by every guard, in any
@@ -15,9 +19,17 @@ use crate::guard::store::{RedisStore, StoreError, REDIS_TIMEOUT_RANGE};
 /// answer; one operation fails after at most 2.5 × `timeout`. `slot_groups=True` places each
 /// owner's counters (a person's, a team's, a model's) under a hash tag of their own, so a
 /// cluster spreads one store's load over its masters (docs/redis.md, "Slot groups").
+/// `lease_above=N` leases a shared counter (a Model Total, a team's budget) once this process
+/// reserves on it N times a second or more (0: at once): calls are checked against a slice
+/// held here, and the store hears of them in batches (docs/redis.md, "Leases").
 #[pyclass(name = "RedisStore", module = "usage_guard._core", frozen)]
 pub struct PyRedisStore {
     pub inner: RedisStore,
+    /// What guards on this object use: `inner`, or `inner` leasing (one lease book for every
+    /// guard of the process on this object).
+    pub store: Arc<dyn CounterStore>,
+    leased: Option<LeasedStore>,
+    lease_above: Option<f64>,
     target: String,
     prefix: String,
     timeout: f64,
@@ -42,6 +54,44 @@ fn timeout_of(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
 
 const DEFAULT: Duration = crate::guard::store::REDIS_TIMEOUT;
 
+/// The `lease_above` argument: calls per second, a finite number >= 0.
+fn lease_above_of(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
+    const ACCEPTED: &str = "must be None or a number of calls per second >= 0";
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let given = || value.repr().map(|r| r.to_string()).unwrap_or_default();
+    if value.cast::<PyBool>().is_ok() {
+        return Err(Error::wrong_type("lease_above", given(), ACCEPTED).into());
+    }
+    let rate: f64 = value
+        .extract()
+        .map_err(|_| Error::wrong_type("lease_above", given(), ACCEPTED))?;
+    if !rate.is_finite() || rate < 0.0 {
+        return Err(Error::invalid("lease_above", given(), ACCEPTED).into());
+    }
+    Ok(Some(rate))
+}
+
+/// The store guards use: `inner`, leasing above `lease_above` calls a second when set.
+fn with_leases(
+    inner: &RedisStore,
+    lease_above: Option<f64>,
+) -> (Arc<dyn CounterStore>, Option<LeasedStore>) {
+    let plain: Arc<dyn CounterStore> = Arc::new(inner.clone());
+    match lease_above {
+        None => (plain, None),
+        Some(rate) => {
+            let options = LeaseOptions {
+                above_per_second: rate,
+                ..LeaseOptions::default()
+            };
+            let leased = LeasedStore::new(plain, options);
+            (Arc::new(leased.clone()), Some(leased))
+        }
+    }
+}
+
 /// A store that cannot be set up from `argument` (`url` or `urls`).
 fn setup_error(argument: &str, given: &str, e: StoreError) -> Error {
     Error::invalid(argument, given, format!("cannot set up a Redis store: {e}"))
@@ -50,20 +100,27 @@ fn setup_error(argument: &str, given: &str, e: StoreError) -> Error {
 #[pymethods]
 impl PyRedisStore {
     #[new]
-    #[pyo3(signature = (url, prefix = "ug", timeout = None, *, slot_groups = false))]
+    #[pyo3(signature = (url, prefix = "ug", timeout = None, *, slot_groups = false, lease_above = None))]
     fn new(
         url: &str,
         prefix: &str,
         timeout: Option<&Bound<'_, PyAny>>,
         slot_groups: bool,
+        lease_above: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let lease_above = lease_above_of(lease_above)?;
         let duration = timeout.map(timeout_of).transpose()?.unwrap_or(DEFAULT);
         let store = match slot_groups {
             true => RedisStore::connect_grouped(url, prefix, duration),
             false => RedisStore::connect_with_timeout(url, prefix, duration),
         };
+        let inner = store.map_err(|e| setup_error("url", url, e))?;
+        let (store, leased) = with_leases(&inner, lease_above);
         Ok(Self {
-            inner: store.map_err(|e| setup_error("url", url, e))?,
+            inner,
+            store,
+            leased,
+            lease_above,
             target: url.to_string(),
             prefix: prefix.to_string(),
             timeout: duration.as_secs_f64(),
@@ -73,14 +130,16 @@ impl PyRedisStore {
 
     /// A store on a Redis Cluster reachable through any of `urls`.
     #[classmethod]
-    #[pyo3(signature = (urls, prefix = "ug", timeout = None, *, slot_groups = false))]
+    #[pyo3(signature = (urls, prefix = "ug", timeout = None, *, slot_groups = false, lease_above = None))]
     fn cluster(
         _cls: &Bound<'_, PyType>,
         urls: &Bound<'_, PyAny>,
         prefix: &str,
         timeout: Option<&Bound<'_, PyAny>>,
         slot_groups: bool,
+        lease_above: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let lease_above = lease_above_of(lease_above)?;
         const ACCEPTED: &str = "must be a list of node URLs (str)";
         let duration = timeout.map(timeout_of).transpose()?.unwrap_or(DEFAULT);
         if urls.cast::<PyString>().is_ok() {
@@ -94,8 +153,13 @@ impl PyRedisStore {
             true => RedisStore::cluster_grouped(&urls, prefix, duration),
             false => RedisStore::cluster_with_timeout(&urls, prefix, duration),
         };
+        let inner = store.map_err(|e| setup_error("urls", &given, e))?;
+        let (store, leased) = with_leases(&inner, lease_above);
         Ok(Self {
-            inner: store.map_err(|e| setup_error("urls", &given, e))?,
+            inner,
+            store,
+            leased,
+            lease_above,
             target: format!("cluster {}", urls.join(",")),
             prefix: prefix.to_string(),
             timeout: duration.as_secs_f64(),
@@ -119,6 +183,43 @@ impl PyRedisStore {
     #[getter]
     fn slot_groups(&self) -> bool {
         self.slot_groups
+    }
+
+    /// The call rate (per second, on one counter) above which shared counters are leased;
+    /// `None`: never.
+    #[getter]
+    fn lease_above(&self) -> Option<f64> {
+        self.lease_above
+    }
+
+    /// This process's leases on the store: `{"leases": n, "unused": amount}`, the counters
+    /// leased now and what their slices hold that no open call took (headroom other guards
+    /// cannot use meanwhile; in each counter's own unit, summed).
+    fn lease_state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        let (leases, unused) = self
+            .leased
+            .as_ref()
+            .map_or((0, 0), |l| (l.leases(), l.unused()));
+        out.set_item("leases", leases)?;
+        out.set_item("unused", unused)?;
+        Ok(out)
+    }
+
+    /// Gives back this process's leases on the store (what no open call took), adding the
+    /// use billed against them; answers how many could not be given back. `Guard.close()`
+    /// and interpreter exit do this too.
+    fn give_back_leases(&self, py: Python<'_>) -> usize {
+        match &self.leased {
+            None => 0,
+            Some(leased) => {
+                let leased = leased.clone();
+                py.detach(move || {
+                    let _runtime = crate::runtime::shared().enter();
+                    crate::runtime::block_on(leased.give_back())
+                })
+            }
+        }
     }
 
     /// Copies the counters and holds of this prefix's shared-layout store into this store's
@@ -150,8 +251,12 @@ impl PyRedisStore {
         } else {
             ""
         };
+        let leases = self
+            .lease_above
+            .map(|rate| format!(", lease_above={rate}"))
+            .unwrap_or_default();
         format!(
-            "RedisStore({:?}, prefix={:?}, timeout={}{groups})",
+            "RedisStore({:?}, prefix={:?}, timeout={}{groups}{leases})",
             self.target, self.prefix, self.timeout
         )
     }

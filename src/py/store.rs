@@ -41,7 +41,7 @@ pub(crate) fn extract_store(store: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<dy
         return Ok(memory.get().inner.clone());
     }
     if let Ok(redis) = store.cast::<super::redis_store::PyRedisStore>() {
-        return Ok(Arc::new(redis.get().inner.clone()));
+        return Ok(redis.get().store.clone());
     }
     Err(Error::wrong_type(
         "store",

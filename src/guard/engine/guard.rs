@@ -178,6 +178,14 @@ impl Guard {
                 FLUSH_WAIT.as_secs()
             );
         }
+        // Then the leases, with the use those bills added to them.
+        let leases = tokio::time::timeout(FLUSH_WAIT, self.shared.store.give_back_leases());
+        match crate::runtime::block_on(leases) {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => log::warn!("usage_guard: close() could not give back {n} leases"),
+            Ok(Err(e)) => log::warn!("usage_guard: close() could not give back leases: {e}"),
+            Err(_) => log::warn!("usage_guard: close() stopped waiting for leases"),
+        }
         match self.shared.ledger.get() {
             Some(ledger) => ledger.flush(),
             None => Ok(()),
@@ -291,5 +299,5 @@ impl Guard {
 /// background (call it before the process exits; the Python package does at interpreter
 /// exit); returns how many were still queued when the wait ended.
 pub fn flush_all_blocking(limit: std::time::Duration) -> u64 {
-    settle_queue::flush_all_blocking(limit)
+    settle_queue::flush_all_and_leases_blocking(limit)
 }

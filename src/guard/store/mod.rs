@@ -2,6 +2,7 @@
 //! usage atomically; it never decides. The same decision code serves every store.
 
 mod capabilities;
+mod lease;
 mod memory;
 mod memory_tickets;
 mod memory_wait_queues;
@@ -15,6 +16,8 @@ use std::pin::Pin;
 
 pub(crate) use capabilities::StoreWays;
 pub use capabilities::{BackgroundSettling, Fencing, ReserveFromKnown};
+pub(crate) use lease::give_back_everywhere;
+pub use lease::{LeaseOptions, LeasedStore};
 pub use memory::MemoryStore;
 pub use outage::OutageLog;
 #[cfg(feature = "redis")]
@@ -195,6 +198,13 @@ pub trait CounterStore: Send + Sync + std::fmt::Debug {
     fn store_check(&self, wait: bool) -> StoreFuture<'_, StoreCheck> {
         let _ = wait;
         StoreFuture::ready(Ok(StoreCheck::Passed))
+    }
+
+    /// Gives back what this process leased of the store's counters (`LeasedStore`), with the
+    /// use billed against it; answers how many leases could not be. The default leases
+    /// nothing.
+    fn give_back_leases(&self) -> StoreFuture<'_, usize> {
+        StoreFuture::ready(Ok(0))
     }
 
     /// Sets the mark `mark` (any text; stores escape it) if it is not set, keeping it until

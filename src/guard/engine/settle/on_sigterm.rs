@@ -13,8 +13,6 @@
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use super::settle_queue;
-
 /// The write end of the pipe the exit thread of process [`OWNER`] reads (-1: none).
 static PIPE: AtomicI32 = AtomicI32::new(-1);
 /// The process whose exit thread reads [`PIPE`]: a process without one (a forked child
@@ -162,7 +160,7 @@ fn wait_for_signal(read: i32) -> bool {
 const EXIT_BUDGET: Duration = Duration::from_secs(5);
 
 fn flush_then_end() {
-    let left = settle_queue::flush_all_blocking(EXIT_BUDGET);
+    let left = super::settle_queue::flush_all_and_leases_blocking(EXIT_BUDGET);
     if left > 0 {
         log::error!(
             "at SIGTERM: {left} queued or retried bills were not settled within {} s",

@@ -254,6 +254,19 @@ pub(crate) fn flush_all_blocking(limit: Duration) -> u64 {
     crate::runtime::block_on(flush_all(limit))
 }
 
+/// [`flush_all_blocking`], then the leases of every leasing store of the process are given
+/// back with the use those bills added to them (in what is left of `limit`). Answers how
+/// many settles were still queued or retried.
+pub(crate) fn flush_all_and_leases_blocking(limit: Duration) -> u64 {
+    let started = std::time::Instant::now();
+    let left = flush_all_blocking(limit);
+    let leases = crate::guard::store::give_back_everywhere(limit.saturating_sub(started.elapsed()));
+    if leases > 0 {
+        log::error!("at exit: {leases} leases were not given back (they expire on their own)");
+    }
+    left
+}
+
 /// Waits (at most `limit` in all) for every queue of the process, retries of bills the store
 /// did not answer included; returns how many settles were still queued or retried when the
 /// wait ended.

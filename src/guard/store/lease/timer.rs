@@ -1,0 +1,85 @@
+//! The timer of a leasing store: it tells the store the use billed against leases, renews
+//! leases that are lost, low or near their expiry, and gives back idle ones; and the give-back
+//! of every lease (at `close()` and exit).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::renew::{renew_now, Renewed};
+use super::Core;
+use crate::guard::domain::clock::Millis;
+use crate::guard::domain::rule::CounterId;
+
+/// A lease no call reserved on for this many refreshes is given back.
+const IDLE_REFRESHES: Millis = 40;
+
+/// Ends every lease of this process (the timer's `stop` renewal): answers how many could
+/// not be given back.
+pub(super) async fn give_back_all(core: &Arc<Core>) -> usize {
+    let mut failed = usize::from(!super::flush::flush(core, core.now()).await);
+    let ids: Vec<Arc<CounterId>> = {
+        let book = core.book().lock();
+        book.slots
+            .iter()
+            .filter(|(_, s)| s.lease.is_some())
+            .map(|(id, _)| id.clone())
+            .collect()
+    };
+    for id in ids {
+        let now = core.now();
+        if !matches!(
+            renew_now(core, id, 0, 0, None, now, true).await,
+            Ok(Renewed::Stopped)
+        ) {
+            failed += 1;
+        }
+    }
+    failed
+}
+
+/// Starts this process's timer for `core` once.
+pub(super) fn ensure_timer(core: &Arc<Core>) {
+    let started = core.timer.get();
+    if started.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let weak = Arc::downgrade(core);
+    let every = Duration::from_millis(core.options.refresh_ms as u64);
+    crate::runtime::shared().spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(core) = weak.upgrade() else { return };
+            tick(&core).await;
+        }
+    });
+}
+
+/// One pass of the timer: tells the store the use billed against leases; renews leases
+/// that are lost, low or near their expiry; gives back leases no call used lately and
+/// draining ones no call holds.
+async fn tick(core: &Arc<Core>) {
+    let now = core.now();
+    super::flush::flush(core, now).await;
+    let (refresh, ttl) = (core.options.refresh_ms, core.options.ttl_ms);
+    let due: Vec<(Arc<CounterId>, bool)> = {
+        let book = core.book().lock();
+        book.slots
+            .iter()
+            .filter(|(_, s)| !s.renewing)
+            .filter_map(|(id, s)| {
+                let lease = s.lease.as_ref()?;
+                let age = now - lease.renewed_at;
+                let idle = lease.taken == 0
+                    && (lease.draining || now - s.last_call >= IDLE_REFRESHES * refresh);
+                let low = !lease.draining && lease.free() < lease.granted / 4;
+                let due = idle || lease.lost || low || age >= ttl / 4;
+                due.then(|| (id.clone(), idle))
+            })
+            .collect()
+    };
+    for (id, idle) in due {
+        if let Err(e) = renew_now(core, id, 0, 0, None, now, idle).await {
+            log::warn!("usage_guard: renewing a lease failed: {e}");
+        }
+    }
+}
