@@ -34,6 +34,7 @@ mod refusal_http;
 mod store_checks;
 mod store_groups;
 mod store_groups_races;
+mod store_leases;
 mod store_redis;
 mod uncapped_output;
 mod windows;

@@ -76,9 +76,12 @@ pub(crate) struct Core {
     book: ForkLocal<Mutex<Book>>,
     seq: AtomicU64,
     prefix: u64,
-    /// The latest `now` a caller passed, and when (for the timer, which has no clock).
+    /// The latest `now` a caller passed, and when (ns since `origin`), for the timer, which
+    /// has no clock. Atomics, not a lock: a forked child may use them whatever its parent's
+    /// threads were doing.
     last_now: AtomicI64,
-    last_at: Mutex<std::time::Instant>,
+    last_at: AtomicU64,
+    origin: std::time::Instant,
     /// Woken when a renewal ends (calls wait for it rather than go to the store).
     renewed: tokio::sync::Notify,
     /// Whether this process's timer runs (per fork generation).
@@ -111,11 +114,15 @@ impl LeasedStore {
             seq: AtomicU64::new(0),
             prefix: fastrand::u64(..) ^ u64::from(std::process::id()),
             last_now: AtomicI64::new(0),
-            last_at: Mutex::new(std::time::Instant::now()),
+            last_at: AtomicU64::new(0),
+            origin: std::time::Instant::now(),
             timer: ForkLocal::empty(),
             renewed: tokio::sync::Notify::new(),
         });
-        STORES.lock().push(Arc::downgrade(&core));
+        let mut stores = STORES.lock();
+        stores.retain(|store| store.strong_count() > 0);
+        stores.push(Arc::downgrade(&core));
+        drop(stores);
         LeasedStore { core }
     }
 
@@ -143,7 +150,12 @@ impl LeasedStore {
 /// queued for the background settled), waiting at most `limit`; answers how many could not
 /// be. Returns at once, with no runtime, when this process holds no lease.
 pub(crate) fn give_back_everywhere(limit: std::time::Duration) -> usize {
-    let cores: Vec<Arc<Core>> = STORES.lock().iter().filter_map(Weak::upgrade).collect();
+    // Not waited for: a child forked while its parent registered a store would wait for ever.
+    let Some(stores) = STORES.try_lock() else {
+        return 0;
+    };
+    let cores: Vec<Arc<Core>> = stores.iter().filter_map(Weak::upgrade).collect();
+    drop(stores);
     let cores: Vec<Arc<Core>> = cores
         .into_iter()
         .filter(|core| core.book().lock().slots.values().any(|s| s.lease.is_some()))
@@ -174,14 +186,16 @@ impl Core {
     /// Notes `now` for the timer.
     fn saw(&self, now: Millis) {
         if self.last_now.swap(now, Ordering::Relaxed) != now {
-            *self.last_at.lock() = std::time::Instant::now();
+            let at = self.origin.elapsed().as_nanos() as u64;
+            self.last_at.store(at, Ordering::Relaxed);
         }
     }
 
     /// The timer's idea of now: the latest `now` a caller passed, plus the time since.
     fn now(&self) -> Millis {
-        let elapsed = self.last_at.lock().elapsed().as_millis() as Millis;
-        self.last_now.load(Ordering::Relaxed) + elapsed
+        let at = self.last_at.load(Ordering::Relaxed);
+        let elapsed = (self.origin.elapsed().as_nanos() as u64).saturating_sub(at) / 1_000_000;
+        self.last_now.load(Ordering::Relaxed) + elapsed as Millis
     }
 
     fn lease_id(&self) -> String {

@@ -2,6 +2,7 @@
 //! lease, a hold taken from a slice, a bill added to a slice's use) and what is handed to
 //! the store inside, with the indices of everything mapped between the two.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use super::book::{leasable, Book, Takes};
@@ -24,17 +25,29 @@ const RENEWAL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// A lease this close to its expiry is renewed before a call takes from it.
 const EXPIRY_MARGIN_MS: Millis = 30_000;
 
-/// Reads `keys`: a counter this process leases from its lease, the rest from the store.
+/// Reads `keys`: a counter this process leases from its lease (the store's answer at the
+/// last renewal, with this process's use since), the rest from the store. Near the amount
+/// (less than two calls' holds left) a leased counter is read from the store too, its
+/// lease's free part not counted as held: a refusal is never decided from a stale value.
 pub(super) async fn read(
     core: &Arc<Core>,
     keys: Vec<CounterKey>,
     now: Millis,
 ) -> Result<Vec<CounterRead>, StoreError> {
     let mut out: Vec<Option<CounterRead>> = vec![None; keys.len()];
+    let mut own_free = vec![0u64; keys.len()];
     {
         let book = core.book().lock();
         for (i, key) in keys.iter().enumerate() {
-            out[i] = usable(&book, &key.id, now).map(|lease| lease.read(key));
+            let Some(lease) = usable(&book, &key.id, now) else {
+                continue;
+            };
+            let read = lease.read(key);
+            let largest = book.slots.get(&key.id).map_or(0, |s| s.largest);
+            match lease.limit.saturating_sub(read.total()) < largest.saturating_mul(2) {
+                true => own_free[i] = lease.free(),
+                false => out[i] = Some(read),
+            }
         }
     }
     let asked: Vec<CounterKey> = (0..keys.len())
@@ -43,8 +56,12 @@ pub(super) async fn read(
         .collect();
     if !asked.is_empty() {
         let mut answered = core.inner.read(asked, now).await?.into_iter();
-        for slot in out.iter_mut().filter(|s| s.is_none()) {
-            *slot = Some(answered.next().unwrap_or_default());
+        for (slot, free) in out.iter_mut().zip(&own_free) {
+            if slot.is_none() {
+                let mut read = answered.next().unwrap_or_default();
+                read.held = read.held.saturating_sub(*free);
+                *slot = Some(read);
+            }
         }
     }
     Ok(out.into_iter().map(Option::unwrap_or_default).collect())
@@ -154,9 +171,7 @@ async fn take_leasing(
         renewed.as_mut().enable();
         match take(core, ticket, items, minute, now, round < LEASING_ROUNDS) {
             Taking::Done(flags) => return Ok(Ok(flags)),
-            Taking::Wait => {
-                let _ = tokio::time::timeout(RENEWAL_WAIT, renewed).await;
-            }
+            Taking::Wait => wait_for(renewed, RENEWAL_WAIT).await,
             Taking::Renew(wanted) => {
                 for (id, need, limit, i) in wanted {
                     let on = fence.map(|f| {
@@ -175,6 +190,24 @@ async fn take_leasing(
         }
     }
     unreachable!("the last round takes without leasing, and so is done")
+}
+
+/// Waits until `renewed` fires or `limit` passes. The timer runs on the crate's runtime:
+/// a caller may poll from any thread (a memory store's admission runs on the caller's).
+async fn wait_for(
+    mut renewed: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+    limit: std::time::Duration,
+) {
+    let mut sleep = crate::runtime::shared().spawn(async move { tokio::time::sleep(limit).await });
+    std::future::poll_fn(|cx| {
+        let woken = renewed.as_mut().poll(cx).is_ready();
+        match woken || std::pin::Pin::new(&mut sleep).poll(cx).is_ready() {
+            true => std::task::Poll::Ready(()),
+            false => std::task::Poll::Pending,
+        }
+    })
+    .await;
+    sleep.abort();
 }
 
 /// `reserve` (fenced with `fence`): leased items from their slices, the rest in the store.
@@ -206,6 +239,9 @@ pub(super) async fn reserve(
     });
     let rest = kept.iter().map(|&i| items[i].clone()).collect();
     let outcome = pass(core, ticket.clone(), rest, minute, now, fence).await;
+    if let Ok(ReserveOutcome::Fenced(_)) = outcome {
+        lose_all(core);
+    }
     let outcome = outcome.inspect_err(|_| drop(core.book().lock().put_back(&ticket)))?;
     Ok(match outcome {
         ReserveOutcome::Reserved => ReserveOutcome::Reserved,
@@ -218,6 +254,15 @@ pub(super) async fn reserve(
             other
         }
     })
+}
+
+/// The store answered with its fence (restarted, failed over, emptied): the leases may be
+/// gone with it, so each is renewed (under the fence) before a call takes from it again.
+fn lose_all(core: &Core) {
+    let mut book = core.book().lock();
+    for lease in book.slots.values_mut().filter_map(|s| s.lease.as_mut()) {
+        lease.lost = true;
+    }
 }
 
 async fn pass(
@@ -361,6 +406,9 @@ pub(super) async fn reserve_known(
         }
     };
     let (answer, settled) = answered;
+    if let KnownOutcome::Reserve(ReserveOutcome::Fenced(_)) = answer.outcome {
+        lose_all(core);
+    }
     if answer.outcome != KnownOutcome::Reserve(ReserveOutcome::Reserved) {
         core.book().lock().put_back(&ticket);
     }
