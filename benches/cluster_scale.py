@@ -2,7 +2,8 @@
 Redis time on each master, scripts per admission and Redis µs per admission, for N users
 each calling admit + bill (a person's rule and a Model Total), on a local 3-master cluster in
 the shared layout and with slot groups (`slot_groups=True`; once more with the person's rule
-alone, where no group is hot), and on one server for comparison.
+alone, where no group is hot; once more with the Model Total leased, `lease_above=20`), and on
+one server for comparison.
 
 Run: .venv/bin/python benches/cluster_scale.py [--users N] [--calls K]
 
@@ -89,6 +90,24 @@ def run(
     return lines
 
 
+def model_group(nodes: list[RedisServer], prefix: str, admissions: int) -> str:
+    """What the leases cost the Model Total's master: scripts on the model's group (three per
+    lease: read, reserve, the old one's settle; one per flush), against the admissions."""
+    tag = "{" + prefix + ":2:m:gpt-5}"
+    for node in nodes:
+        records = node.cli("--scan", "--pattern", f"{tag}:t:lease-*").split()
+        if records:
+            flushes = sum("%2Ff" in r for r in records)
+            leases = len(records) - flushes
+            scripts = 3 * leases + flushes
+            share = admissions / max(scripts, 1)
+            return (
+                f"    the model's group on :{node.port}: {leases} leases, {flushes} flushes: "
+                f"{scripts} scripts for {admissions} admissions (1/{share:.0f})"
+            )
+    return "    no lease was taken"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=1000)
@@ -106,6 +125,11 @@ def main() -> None:
         print("\n".join(run(store, cluster.nodes, args.users, args.calls)))
         print("3-master cluster, slot groups, the person's rule alone (no Model Total):")
         print("\n".join(run(store, cluster.nodes, args.users, args.calls, PERSON_ONLY)))
+        prefix = "leased"
+        store = ug.RedisStore.cluster(cluster.urls, prefix, slot_groups=True, lease_above=20)
+        print("3-master cluster, slot groups, the Model Total leased (lease_above=20):")
+        print("\n".join(run(store, cluster.nodes, args.users, args.calls)))
+        print(model_group(cluster.nodes, prefix, args.users * args.calls))
     finally:
         cluster.stop()
     single = RedisServer()
