@@ -183,3 +183,69 @@ fn a_settle_retried_after_its_lease_ended_counts_once() {
     let read = inner.read_now(&[key], now)[0];
     assert_eq!((read.used, read.held), (50, 0));
 }
+
+#[test]
+fn a_call_reserved_in_the_store_bills_there_even_while_a_lease_exists() {
+    let inner = Arc::new(MemoryStore::new());
+    let options = LeaseOptions {
+        above_per_second: 0.0,
+        ..LeaseOptions::default()
+    };
+    let leased = LeasedStore::new(inner.clone(), options);
+    let clock = Arc::new(ManualClock::new(at(NOW)));
+    let guard = Guard::new(
+        policy(&model_total_policy()),
+        Arc::new(leased.clone()),
+        clock,
+    );
+    let (key, now) = (model_key(&guard), at(NOW));
+    let call_minute = usage_guard::internals::expiry_minute(now, 15 * 60_000);
+    // A batch's reservation (held 25 h) never takes from a lease: it is the store's.
+    let batch_minute = usage_guard::internals::expiry_minute(now, 25 * 3_600_000);
+    let item = |hold| ReserveItem {
+        key: key.clone(),
+        hold,
+        limit: Some(AMOUNT),
+        carried: 0,
+        retain_until: now + 86_400_000,
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let leased_call = leased.reserve("t1".into(), vec![item(100)], call_minute, now);
+        assert_eq!(leased_call.await.unwrap(), ReserveOutcome::Reserved);
+        assert_eq!(leased.leases(), 1);
+        let held_with_lease = inner.read_now(std::slice::from_ref(&key), now)[0].held;
+        let batch = leased.reserve("b1".into(), vec![item(300)], batch_minute, now);
+        assert_eq!(batch.await.unwrap(), ReserveOutcome::Reserved);
+        let read = inner.read_now(std::slice::from_ref(&key), now)[0];
+        assert_eq!(
+            read.held,
+            held_with_lease + 300,
+            "the batch holds in the store"
+        );
+        let settle = Settle {
+            id: "b1".into(),
+            ticket: "b1".into(),
+            holds: vec![HoldRef {
+                key: key.clone(),
+                amount: 300,
+            }],
+            expiry_minute: batch_minute,
+            adds: vec![UsageAdd {
+                key: key.clone(),
+                amount: 70,
+                retain_until: now + 86_400_000,
+            }],
+            settled_until: now + 300_000,
+        };
+        leased.settle(&settle, now).await.unwrap();
+        // Its use is the store's at once, and the lease's hold is untouched: were it added
+        // to the lease's use, a flush would give it back from the lease's hold a second
+        // time (the counter would count low).
+        let read = inner.read_now(std::slice::from_ref(&key), now)[0];
+        assert_eq!((read.used, read.held), (70, held_with_lease));
+    });
+    guard.close().unwrap();
+    let read = inner.read_now(&[key], now)[0];
+    assert_eq!(read.used, 70);
+}

@@ -227,6 +227,12 @@ async fn place(
         .lease
         .as_ref()
         .map_or((0, 0, 0), |l| (l.placed, l.taken, l.pending_total()));
+    // The old lease is given back right after, so the check may count its hold as free; not
+    // a lease the store may have lost (its give-back would give nothing back).
+    let credit = match before.lease.as_ref().is_some_and(|l| l.lost) {
+        true => 0,
+        false => placed.saturating_sub(pending),
+    };
     if taken + slice == 0 {
         return Ok(Ok((String::new(), 0, 0)));
     }
@@ -237,7 +243,7 @@ async fn place(
     let mut item = ReserveItem {
         key: new.key.clone(),
         hold: taken + slice,
-        limit: (slice > 0).then(|| new.limit.saturating_add(placed).saturating_sub(pending)),
+        limit: (slice > 0).then(|| new.limit.saturating_add(credit)),
         carried: new.carried,
         retain_until: new.key.id.window.retain_until(new.key.bucket),
     };

@@ -87,7 +87,8 @@ enum Taking {
 }
 
 /// Takes `ticket`'s items from leases where it can, all or none per call. With `renew`,
-/// answers the counters to lease first instead of passing them to the store.
+/// answers the counters to lease first instead of passing them to the store; a call's
+/// `first` round counts it towards each counter's rate.
 fn take(
     core: &Core,
     ticket: &str,
@@ -95,6 +96,7 @@ fn take(
     minute: i64,
     now: Millis,
     renew: bool,
+    first: bool,
 ) -> Taking {
     let mut book = core.book().lock();
     if minute * 60_000 > now + CALL_HOLD_MAX_MS {
@@ -117,7 +119,9 @@ fn take(
             continue;
         }
         let slot = book.slots.entry(item.key.id.clone()).or_default();
-        slot.count(item.hold, now);
+        if first {
+            slot.count(item.hold, now);
+        }
         let fits = usable(&book, &item.key.id, now).is_some_and(|l| l.free() >= item.hold);
         let slot = book.slots.get_mut(&item.key.id).expect("counted above");
         if fits {
@@ -127,7 +131,10 @@ fn take(
             flags.push(true);
             continue;
         }
-        let wants = slot.lease.is_some() || slot.rate >= above && now >= slot.stopped_until;
+        // A draining lease (its counter near the amount) is renewed by the timer, not by
+        // every call: leasing stopped until `stopped_until`.
+        let leased = slot.lease.as_ref().is_some_and(|l| !l.draining);
+        let wants = now >= slot.stopped_until && (leased || slot.rate_now(now) >= above);
         if renew && wants && item.limit.is_some() {
             match slot.renewing {
                 true => wait = true,
@@ -169,7 +176,15 @@ async fn take_leasing(
         let renewed = core.renewed.notified();
         tokio::pin!(renewed);
         renewed.as_mut().enable();
-        match take(core, ticket, items, minute, now, round < LEASING_ROUNDS) {
+        match take(
+            core,
+            ticket,
+            items,
+            minute,
+            now,
+            round < LEASING_ROUNDS,
+            round == 0,
+        ) {
             Taking::Done(flags) => return Ok(Ok(flags)),
             Taking::Wait => wait_for(renewed, RENEWAL_WAIT).await,
             Taking::Renew(wanted) => {
@@ -284,17 +299,20 @@ async fn pass(
 }
 
 /// `settle` with what leases answer taken out: the holds its ticket took from slices are
-/// put back there, and use on a leased counter is added to its slice's use (once per settle
-/// id). `None` when nothing is left for the store.
+/// put back there, and its use on those counters is added to their slices' use (once per
+/// settle id). `None` when nothing is left for the store.
 pub(super) fn strip(core: &Core, settle: &Settle, now: Millis) -> Option<Settle> {
     let mut book = core.book().lock();
-    let taken = book.put_back(&settle.ticket);
-    let mut local: Vec<Arc<CounterId>> = taken.iter().map(|(id, _)| id.clone()).collect();
-    if let Some(earlier) = book
-        .handled(&settle.ticket)
-        .or_else(|| book.handled(&settle.id))
-    {
-        local.extend(earlier);
+    let taken: Vec<Arc<CounterId>> = book
+        .put_back(&settle.ticket)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    // A retry of this settle: what it answered here the first time.
+    let earlier = book.handled(&settle.id);
+    let mut local = taken.clone();
+    if let Some(before) = earlier.as_ref().or(book.handled(&settle.ticket).as_ref()) {
+        local.extend(before.iter().cloned());
     }
     let holds: Vec<_> = settle
         .holds
@@ -302,20 +320,20 @@ pub(super) fn strip(core: &Core, settle: &Settle, now: Millis) -> Option<Settle>
         .filter(|h| !local.contains(&h.key.id))
         .cloned()
         .collect();
-    let already = book.handled(&settle.id).is_some();
+    // Only use of a call that took from a lease is that lease's: a call reserved in the
+    // store (or a record with no call) adds its use there, as its hold was there.
     let mut adds = Vec::with_capacity(settle.adds.len());
-    let mut added = Vec::new();
     for add in &settle.adds {
-        let done_before = already && local.contains(&add.key.id);
-        if done_before || !already && book.add_use(&add.key, add.amount) {
-            added.push(add.key.id.clone());
-        } else {
+        let here = match &earlier {
+            Some(before) => before.contains(&add.key.id),
+            None => taken.contains(&add.key.id) && book.add_use(&add.key, add.amount),
+        };
+        if !here {
             adds.push(add.clone());
         }
     }
-    if !taken.is_empty() || !added.is_empty() {
-        local.extend(added);
-        book.mark_handled(&settle.id, &settle.ticket, local, settle.settled_until, now);
+    if !taken.is_empty() {
+        book.mark_handled(&settle.id, &settle.ticket, taken, settle.settled_until, now);
     }
     drop(book);
     if holds.len() == settle.holds.len() && adds.len() == settle.adds.len() {
