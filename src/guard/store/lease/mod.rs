@@ -18,11 +18,14 @@ mod book;
 mod flush;
 mod narrow;
 mod renew;
+mod settles;
 mod split;
 mod timer;
 
+pub(crate) use timer::give_back_everywhere;
+
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
@@ -97,9 +100,6 @@ impl std::fmt::Debug for LeasedStore {
     }
 }
 
-/// Every leasing store of this process, for the leases given back at exit.
-static STORES: Mutex<Vec<Weak<Core>>> = Mutex::new(Vec::new());
-
 impl LeasedStore {
     /// `inner`, leasing its shared counters as `options` say. `options.share` is clamped to
     /// (0, 1].
@@ -119,7 +119,7 @@ impl LeasedStore {
             timer: ForkLocal::empty(),
             renewed: tokio::sync::Notify::new(),
         });
-        let mut stores = STORES.lock();
+        let mut stores = timer::STORES.lock();
         stores.retain(|store| store.strong_count() > 0);
         stores.push(Arc::downgrade(&core));
         drop(stores);
@@ -144,38 +144,6 @@ impl LeasedStore {
     pub async fn give_back(&self) -> usize {
         timer::give_back_all(&self.core).await
     }
-}
-
-/// Gives back the leases of every leasing store of this process (at exit, after the bills
-/// queued for the background settled), waiting at most `limit`; answers how many could not
-/// be. Returns at once, with no runtime, when this process holds no lease.
-pub(crate) fn give_back_everywhere(limit: std::time::Duration) -> usize {
-    // Not waited for: a child forked while its parent registered a store would wait for ever.
-    let Some(stores) = STORES.try_lock() else {
-        return 0;
-    };
-    let cores: Vec<Arc<Core>> = stores.iter().filter_map(Weak::upgrade).collect();
-    drop(stores);
-    let cores: Vec<Arc<Core>> = cores
-        .into_iter()
-        .filter(|core| core.book().lock().slots.values().any(|s| s.lease.is_some()))
-        .collect();
-    if cores.is_empty() {
-        return 0;
-    }
-    let _runtime = crate::runtime::shared().enter();
-    let all = async {
-        let mut left = 0;
-        for core in &cores {
-            left += timer::give_back_all(core).await;
-        }
-        left
-    };
-    crate::runtime::block_on(async {
-        tokio::time::timeout(limit, all)
-            .await
-            .unwrap_or(cores.len())
-    })
 }
 
 impl Core {
@@ -230,7 +198,7 @@ impl CounterStore for LeasedStore {
 
     fn settle(&self, settle: &Settle, now: Millis) -> StoreFuture<'_, SettleOutcome> {
         self.core.saw(now);
-        match split::strip(&self.core, settle, now) {
+        match settles::strip(&self.core, settle, now) {
             Some(rest) => {
                 StoreFuture::boxed(async move { self.core.inner.settle(&rest, now).await })
             }
@@ -382,7 +350,7 @@ impl ReserveFromKnown for LeasedStore {
         self.core.saw(now);
         let stripped = settles
             .iter()
-            .map(|s| split::strip(&self.core, s, now))
+            .map(|s| settles::strip(&self.core, s, now))
             .collect();
         StoreFuture::boxed(split::reserve_known(
             &self.core, reserve, stripped, now, fence,
@@ -399,8 +367,8 @@ impl BackgroundSettling for LeasedStore {
         self.core.saw(now);
         let stripped: Vec<Option<Settle>> = settles
             .iter()
-            .map(|s| split::strip(&self.core, s, now))
+            .map(|s| settles::strip(&self.core, s, now))
             .collect();
-        StoreFuture::boxed(split::settle_many(&self.core, stripped, now))
+        StoreFuture::boxed(settles::settle_many(&self.core, stripped, now))
     }
 }

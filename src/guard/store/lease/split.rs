@@ -298,75 +298,6 @@ async fn pass(
     }
 }
 
-/// `settle` with what leases answer taken out: the holds its ticket took from slices are
-/// put back there, and its use on those counters is added to their slices' use (once per
-/// settle id). `None` when nothing is left for the store.
-pub(super) fn strip(core: &Core, settle: &Settle, now: Millis) -> Option<Settle> {
-    let mut book = core.book().lock();
-    let taken: Vec<Arc<CounterId>> = book
-        .put_back(&settle.ticket)
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
-    // A retry of this settle: what it answered here the first time.
-    let earlier = book.handled(&settle.id);
-    let mut local = taken.clone();
-    if let Some(before) = earlier.as_ref().or(book.handled(&settle.ticket).as_ref()) {
-        local.extend(before.iter().cloned());
-    }
-    let holds: Vec<_> = settle
-        .holds
-        .iter()
-        .filter(|h| !local.contains(&h.key.id))
-        .cloned()
-        .collect();
-    // Only use of a call that took from a lease is that lease's: a call reserved in the
-    // store (or a record with no call) adds its use there, as its hold was there.
-    let mut adds = Vec::with_capacity(settle.adds.len());
-    for add in &settle.adds {
-        let here = match &earlier {
-            Some(before) => before.contains(&add.key.id),
-            None => taken.contains(&add.key.id) && book.add_use(&add.key, add.amount),
-        };
-        if !here {
-            adds.push(add.clone());
-        }
-    }
-    if !taken.is_empty() {
-        book.mark_handled(&settle.id, &settle.ticket, taken, settle.settled_until, now);
-    }
-    drop(book);
-    if holds.len() == settle.holds.len() && adds.len() == settle.adds.len() {
-        return Some(settle.clone());
-    }
-    (!holds.is_empty() || !adds.is_empty()).then(|| Settle {
-        holds,
-        adds,
-        ..settle.clone()
-    })
-}
-
-/// `settle_many` of stripped settles: those with nothing left answer `Settled` here.
-pub(super) async fn settle_many(
-    core: &Core,
-    stripped: Vec<Option<Settle>>,
-    now: Millis,
-) -> Result<Vec<Result<SettleOutcome, StoreError>>, StoreError> {
-    let sent: Vec<Settle> = stripped.iter().flatten().cloned().collect();
-    let mut answered = if sent.is_empty() {
-        Vec::new().into_iter()
-    } else {
-        core.inner.settle_many(&sent, now).await?.into_iter()
-    };
-    Ok(stripped
-        .iter()
-        .map(|s| match s {
-            Some(_) => answered.next().unwrap_or(Ok(SettleOutcome::Settled)),
-            None => Ok(SettleOutcome::Settled),
-        })
-        .collect())
-}
-
 /// `reserve_known_carrying` (with no settles, `reserve_known`): the leased items taken from
 /// slices, the leased counters answered from their leases, the rest (with the stripped
 /// settles) in one step of the store inside.
@@ -382,7 +313,7 @@ pub(super) async fn reserve_known(
     {
         Ok(flags) => flags,
         Err(fenced) => {
-            let settled = settle_many(core, stripped, now).await?;
+            let settled = super::settles::settle_many(core, stripped, now).await?;
             let answer = KnownAnswer {
                 outcome: KnownOutcome::Reserve(fenced),
                 counters: Vec::new(),

@@ -2,13 +2,49 @@
 //! leases that are lost, low or near their expiry, and gives back idle ones; and the give-back
 //! of every lease (at `close()` and exit).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::renew::{renew_now, Renewed};
 use super::Core;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::CounterId;
+use crate::lock::Mutex;
+
+/// Every leasing store of this process, for the leases given back at exit.
+pub(super) static STORES: Mutex<Vec<Weak<Core>>> = Mutex::new(Vec::new());
+
+/// Gives back the leases of every leasing store of this process (at exit, after the bills
+/// queued for the background settled), waiting at most `limit`; answers how many could not
+/// be. Returns at once, with no runtime, when this process holds no lease.
+pub(crate) fn give_back_everywhere(limit: std::time::Duration) -> usize {
+    // Not waited for: a child forked while its parent registered a store would wait for ever.
+    let Some(stores) = STORES.try_lock() else {
+        return 0;
+    };
+    let cores: Vec<Arc<Core>> = stores.iter().filter_map(Weak::upgrade).collect();
+    drop(stores);
+    let cores: Vec<Arc<Core>> = cores
+        .into_iter()
+        .filter(|core| core.book().lock().slots.values().any(|s| s.lease.is_some()))
+        .collect();
+    if cores.is_empty() {
+        return 0;
+    }
+    let _runtime = crate::runtime::shared().enter();
+    let all = async {
+        let mut left = 0;
+        for core in &cores {
+            left += give_back_all(core).await;
+        }
+        left
+    };
+    crate::runtime::block_on(async {
+        tokio::time::timeout(limit, all)
+            .await
+            .unwrap_or(cores.len())
+    })
+}
 
 /// A lease no call reserved on for this many refreshes is given back.
 const IDLE_REFRESHES: Millis = 40;
