@@ -26,15 +26,15 @@ def instant(text: str) -> str:
 
 
 def store_from_url(
-    url: str, prefix: str, slot_groups: bool = False
+    url: str, prefix: str, slot_groups: bool = False, lease_above: Optional[float] = None
 ) -> Optional[Union[MemoryStore, RedisStore]]:
     """The counter store `--store` names: `memory`, or a `redis://` / `rediss://` URL (with
-    `--slot-groups`, `slot_groups=True`); None for anything else (the command says what is
-    accepted)."""
+    `--slot-groups`, `slot_groups=True`; with `--lease-above N`, `lease_above=N`); None for
+    anything else (the command says what is accepted)."""
     if url == "memory":
         return MemoryStore()
     if url.startswith(("redis://", "rediss://")):
-        return RedisStore(url, prefix, slot_groups=slot_groups)
+        return RedisStore(url, prefix, slot_groups=slot_groups, lease_above=lease_above)
     return None
 
 

@@ -47,6 +47,13 @@ def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
         help="the Redis store places each owner's counters in a slot group (docs/redis.md)",
     )
     p.add_argument(
+        "--lease-above",
+        type=float,
+        metavar="N",
+        help="lease a counter every call shares (a Model Total) once this process reserves on "
+        'it N times a second (0: at once); Redis stores only (docs/redis.md, "Leases")',
+    )
+    p.add_argument(
         "--ledger",
         metavar="URL",
         help="the usage ledger: sqlite:///relative.db, sqlite:////absolute.db or a file path "
@@ -67,7 +74,18 @@ def run_serve(args: argparse.Namespace) -> int:
     except PolicyError as e:
         print(f"usage-guard serve: {e}", file=sys.stderr)
         return 1
-    store = store_from_url(args.store, args.prefix, args.slot_groups)
+    if args.lease_above is not None and not args.store.startswith(("redis://", "rediss://")):
+        print(
+            f"usage-guard serve: --lease-above needs a Redis store (--store redis://...), "
+            f"not {args.store!r}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        store = store_from_url(args.store, args.prefix, args.slot_groups, args.lease_above)
+    except ValueError as e:
+        print(f"usage-guard serve: --lease-above: {e}", file=sys.stderr)
+        return 2
     if store is None:
         print(
             f"usage-guard serve: --store {args.store!r}: accepted: memory, redis://...",
