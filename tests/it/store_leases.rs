@@ -32,6 +32,23 @@ rules = [{{ metric = \"tokens\", amount = {AMOUNT}, window = \"day\" }}]
     )
 }
 
+/// A memory store, the same store leasing from the first call, and a guard on the latter.
+fn leasing_guard() -> (Arc<MemoryStore>, LeasedStore, Guard) {
+    let inner = Arc::new(MemoryStore::new());
+    let options = LeaseOptions {
+        above_per_second: 0.0,
+        ..LeaseOptions::default()
+    };
+    let leased = LeasedStore::new(inner.clone(), options);
+    let clock = Arc::new(ManualClock::new(at(NOW)));
+    let guard = Guard::new(
+        policy(&model_total_policy()),
+        Arc::new(leased.clone()),
+        clock,
+    );
+    (inner, leased, guard)
+}
+
 /// The Model Total's key in the store inside.
 fn model_key(guard: &Guard) -> CounterKey {
     let path = guard.path(Some("u0"), "gpt-5").unwrap();
@@ -49,18 +66,7 @@ fn model_key(guard: &Guard) -> CounterKey {
 
 #[test]
 fn threads_leasing_a_model_total_never_hold_and_use_more_than_its_amount() {
-    let inner = Arc::new(MemoryStore::new());
-    let options = LeaseOptions {
-        above_per_second: 0.0,
-        ..LeaseOptions::default()
-    };
-    let leased = LeasedStore::new(inner.clone(), options);
-    let clock = Arc::new(ManualClock::new(at(NOW)));
-    let guard = Guard::new(
-        policy(&model_total_policy()),
-        Arc::new(leased.clone()),
-        clock,
-    );
+    let (inner, leased, guard) = leasing_guard();
     let key = model_key(&guard);
     let done = Arc::new(AtomicBool::new(false));
     let sampler = {
@@ -129,18 +135,7 @@ fn threads_leasing_a_model_total_never_hold_and_use_more_than_its_amount() {
 
 #[test]
 fn a_settle_retried_after_its_lease_ended_counts_once() {
-    let inner = Arc::new(MemoryStore::new());
-    let options = LeaseOptions {
-        above_per_second: 0.0,
-        ..LeaseOptions::default()
-    };
-    let leased = LeasedStore::new(inner.clone(), options);
-    let clock = Arc::new(ManualClock::new(at(NOW)));
-    let guard = Guard::new(
-        policy(&model_total_policy()),
-        Arc::new(leased.clone()),
-        clock,
-    );
+    let (inner, leased, guard) = leasing_guard();
     let (key, now) = (model_key(&guard), at(NOW));
     let minute = usage_guard::internals::expiry_minute(now, 15 * 60_000);
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -186,18 +181,7 @@ fn a_settle_retried_after_its_lease_ended_counts_once() {
 
 #[test]
 fn a_call_reserved_in_the_store_bills_there_even_while_a_lease_exists() {
-    let inner = Arc::new(MemoryStore::new());
-    let options = LeaseOptions {
-        above_per_second: 0.0,
-        ..LeaseOptions::default()
-    };
-    let leased = LeasedStore::new(inner.clone(), options);
-    let clock = Arc::new(ManualClock::new(at(NOW)));
-    let guard = Guard::new(
-        policy(&model_total_policy()),
-        Arc::new(leased.clone()),
-        clock,
-    );
+    let (inner, leased, guard) = leasing_guard();
     let (key, now) = (model_key(&guard), at(NOW));
     let call_minute = usage_guard::internals::expiry_minute(now, 15 * 60_000);
     // A batch's reservation (held 25 h) never takes from a lease: it is the store's.
