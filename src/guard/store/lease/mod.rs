@@ -77,8 +77,9 @@ pub(crate) struct Core {
     options: LeaseOptions,
     /// This process's leases: a forked child starts with none (its parent's are not its own).
     book: ForkLocal<Mutex<Book>>,
-    seq: AtomicU64,
-    prefix: u64,
+    /// This process's lease ids: a random prefix drawn in this process (a forked child draws
+    /// its own: siblings never reuse each other's ids, nor the parent's) and a count.
+    ids: ForkLocal<(u64, AtomicU64)>,
     /// The latest `now` a caller passed, and when (ns since `origin`), for the timer, which
     /// has no clock. Atomics, not a lock: a forked child may use them whatever its parent's
     /// threads were doing.
@@ -111,8 +112,7 @@ impl LeasedStore {
             inner,
             options,
             book: ForkLocal::empty(),
-            seq: AtomicU64::new(0),
-            prefix: fastrand::u64(..) ^ u64::from(std::process::id()),
+            ids: ForkLocal::empty(),
             last_now: AtomicI64::new(0),
             last_at: AtomicU64::new(0),
             origin: std::time::Instant::now(),
@@ -167,9 +167,24 @@ impl Core {
     }
 
     fn lease_id(&self) -> String {
-        let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        format!("lease-{:012x}-{n:x}", self.prefix & 0xffff_ffff_ffff)
+        let (prefix, seq) = self.ids.get_or(|| (random_prefix(), AtomicU64::new(0)));
+        let n = seq.fetch_add(1, Ordering::Relaxed);
+        format!("lease-{:012x}-{n:x}", prefix & 0xffff_ffff_ffff)
     }
+}
+
+/// 48 random bits, different in every process: a forked child inherits its parent's random
+/// state, so the pid and the time are mixed in.
+fn random_prefix() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mixed = fastrand::u64(..) ^ u64::from(std::process::id()).rotate_left(29) ^ nanos;
+    // One round of a 64-bit finalizer (splitmix64) spreads the mixed bits over all 48.
+    let mut z = mixed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl CounterStore for LeasedStore {
