@@ -7,8 +7,11 @@ counting only inside `evalShaCommand`, and prints instructions per script. The s
 built from `--lua` (default: this tree's `src/guard/store/lua`), so one captured stream can be
 replayed against an edited script to see what an edit saves before building anything.
 
-Run: .venv/bin/python benches/lua_cost.py [--calls N] [--lua DIR ...] [--top N]
-(--top N also prints the N costliest functions of each replay, inclusive, per script.)
+Run: .venv/bin/python benches/lua_cost.py [--calls N] [--lua DIR ...] [--top N] [--vary]
+(--top N also prints the N costliest functions of each replay, inclusive, per script;
+--vary asks each call for a different max_tokens, so its holds differ from the last call's as
+in real traffic: by default every call is the same, and a carried bill's give-back cancels
+the next reservation's hold of the same size.)
 Needs `valgrind` (apt-get install valgrind); the build installed in the venv makes the stream.
 """
 
@@ -67,8 +70,9 @@ def sha(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
-def capture(calls: int) -> list[list[bytes]]:
-    """The EVALSHA commands of `calls` sync admit + bill, in order (MONITOR)."""
+def capture(calls: int, vary: bool = False) -> list[list[bytes]]:
+    """The EVALSHA commands of `calls` sync admit + bill, in order (MONITOR); with `vary`,
+    each call asks a different max_tokens."""
     server = RedisServer()
     try:
         sock = socket.create_connection(("127.0.0.1", server.port))
@@ -91,8 +95,9 @@ def capture(calls: int) -> list[list[bytes]]:
         reader.start()
         time.sleep(0.3)
         guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), store=ug.RedisStore(server.url, "b6"))
-        for _ in range(calls):
-            guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000).bill(1100, 800)
+        for i in range(calls):
+            max_tokens = 4000 + (i % 97) * 10 if vary else 4000
+            guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=max_tokens).bill(1100, 800)
         guard.close()
         time.sleep(1.0)
         stop.set()
@@ -163,10 +168,13 @@ def main() -> None:
     parser.add_argument(
         "--built-from", default=LUA, help="the script folder of the installed build (its SHAs)"
     )
+    parser.add_argument(
+        "--vary", action="store_true", help="a different max_tokens per call (holds differ)"
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
-    commands = capture(args.calls)
+    commands = capture(args.calls, args.vary)
     names = {sha(text): name for name, text in scripts(args.built_from).items()}
     kinds: dict[str, int] = {}
     for command in commands:

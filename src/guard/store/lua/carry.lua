@@ -22,9 +22,6 @@ if ticket_state(KEYS[1], now) == nil then
 end
 local out = array(s)
 local key_at, arg_at = rk + 1, 4 + 2 * s + ra
--- A give-back of the reservation's own field (r<its minute>) waits for the reservation, which
--- reads that holds hash anyway: the field is then written once (GIVE_BACKS).
-GIVE_BACK_FIELD = 'r' .. ARGV[4 + 2 * s + 1]
 for j = 1, s do
   local k, a = tonumber(ARGV[2 + 2 * j]), tonumber(ARGV[3 + 2 * j])
   out[j] = settle_one(slice(KEYS, key_at, k), slice(ARGV, arg_at, a))
@@ -37,7 +34,6 @@ else
   -- its keys come first (and it reads none past them): no copy
   reserved = reserve_one(KEYS, slice(ARGV, 4 + 2 * s, ra))
 end
-flush_give_backs()
 -- settle answers then reserve_known's, in one table sized once
 local answer = array(s + #reserved)
 for j = 1, s do

@@ -128,15 +128,6 @@ local function counter_until(key, now)
   return until_ms or 0, stored, listing
 end
 
--- Give-backs a carried settle left to the reservation after it (carry.lua), of the
--- reservation's own field GIVE_BACK_FIELD, one per holds hash: key -> minus the amount
--- (text) until load_holds reads the hash; then what it does to the field as stored: a number
--- to add (the field stays at or above zero), or true (the field goes: it was never there).
--- The reservation writes the field once with its hold (place_hold: nothing at all when the
--- hold equals what was given back); flush_give_backs writes the others.
-local GIVE_BACKS = {}
-local GIVE_BACK_FIELD = nil
-
 -- The live holds of a counter at `now` (its holds hash), and whether it has the field `field`
 -- (then a reserve already kept the hash as long as that field's holds: live_at_least).
 -- Deletes the expired and negative fields; a field given back to zero stays until its minute
@@ -145,11 +136,6 @@ local GIVE_BACK_FIELD = nil
 -- converted.
 local function load_holds(key, now, field)
   local flat = redis.call('HGETALL', key)
-  -- a carried give-back of `field` (GIVE_BACKS), counted as if it were written
-  local owed = field ~= '' and GIVE_BACKS[key]
-  if owed then
-    GIVE_BACKS[key] = true -- the field goes, unless it is found below
-  end
   local held, dead, has = 0, nil, false
   for i = 1, #flat, 2 do
     local name, value = flat[i], flat[i + 1]
@@ -168,21 +154,12 @@ local function load_holds(key, now, field)
     end
     if live then
       local amount = number_of(value)
-      local owing = owed and name == field
-      if owing then
-        -- as the give-back leaves it: below zero it goes (GIVE_BACKS stays true)
-        local given = tonumber(owed)
-        amount = amount + given
-        if amount >= 0 then
-          GIVE_BACKS[key] = given
-        end
-      end
-      if amount >= 0 then
-        held = held + amount
-        has = has or name == field
-      elseif not owing then
+      if amount < 0 then
         dead = dead or {}
         dead[#dead + 1] = name
+      else
+        held = held + amount
+        has = has or name == field
       end
     end
   end
@@ -190,39 +167,6 @@ local function load_holds(key, now, field)
     redis.call('HDEL', key, unpack(dead))
   end
   return held, has
-end
-
--- Adds the hold `text` (its number `hold`) to `field` of holds hash `key` (HINCRBY), with the
--- give-back a carried settle left for it (GIVE_BACKS, as load_holds found it): one write, or
--- none when the two cancel out.
-local function place_hold(key, field, text, hold)
-  local change = GIVE_BACKS[key]
-  if change == nil or type(change) == 'string' then -- (a string: left for flush_give_backs)
-    redis.call('HINCRBY', key, field, text)
-    return
-  end
-  GIVE_BACKS[key] = nil
-  if change == true then
-    redis.call('HSET', key, field, text)
-  elseif change + hold ~= 0 then
-    redis.call('HINCRBY', key, field, change + hold)
-  end
-end
-
--- Writes the give-backs GIVE_BACKS still holds (their reservation placed nothing there, or
--- did not run), each as a settle does.
-local function flush_give_backs()
-  for key, change in pairs(GIVE_BACKS) do
-    if change == true then
-      redis.call('HDEL', key, GIVE_BACK_FIELD)
-    elseif type(change) == 'number' then
-      redis.call('HINCRBY', key, GIVE_BACK_FIELD, change)
-    elseif redis.call('HINCRBY', key, GIVE_BACK_FIELD, change) < 0 then
-      redis.call('HDEL', key, GIVE_BACK_FIELD)
-    end
-  end
-  GIVE_BACKS = {}
-  GIVE_BACK_FIELD = nil
 end
 
 -- Ticket records this script read or wrote: key -> {state, until} (false: none), so a record

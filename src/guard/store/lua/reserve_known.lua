@@ -96,7 +96,7 @@ for i = 1, m do
   end
   if hold > 0 then
     local key = KEYS[2 * c + 1]
-    place_hold(key, field, ARGV[b + 2], hold)
+    redis.call('HINCRBY', key, field, ARGV[b + 2])
     if not kept_for_minute[c] then
       live_at_least(key, hold_until, now)
     end

@@ -28,11 +28,7 @@ if landed then
     -- Never there (HINCRBY made it negative) goes; zero stays for the next hold of the
     -- minute (load_holds).
     local key = KEYS[2 + i]
-    if not live then
-      redis.call('HDEL', key, field)
-    elseif field == GIVE_BACK_FIELD and GIVE_BACKS[key] == nil then
-      GIVE_BACKS[key] = ARGV[4 + i] -- written with the reservation's hold (carry.lua)
-    elseif redis.call('HINCRBY', key, field, ARGV[4 + i]) < 0 then
+    if not live or redis.call('HINCRBY', key, field, ARGV[4 + i]) < 0 then
       redis.call('HDEL', key, field)
     end
   end
