@@ -30,13 +30,14 @@ local function number_of(text)
   return SMALL[text] or tonumber(text)
 end
 
--- The run_id of the Redis process running the script. A plain search, then a match anchored
--- there: a pattern searched from every position of the ~1.5 kB answer costs more than the
--- INFO command itself.
+-- The run_id of the Redis process running the script. A plain search, then the 40 characters
+-- a run_id always has (CONFIG_RUN_ID_SIZE): a pattern searched from every position of the
+-- ~1.5 kB answer costs more than the INFO command itself, and even one anchored there ~4,000
+-- instructions. (epoch.lua reads it the same way: the two must agree.)
 local function run_id()
   local info = redis.call('INFO', 'server')
   local at = string.find(info, 'run_id:', 1, true)
-  return at and string.match(info, '^%x+', at + 7)
+  return at and string.sub(info, at + 7, at + 46)
 end
 
 -- The generation fill marks are written and compared in (filled.lua, fill.lua): the epoch's

@@ -156,10 +156,11 @@ local function fence_list(gen, bucket, key, until_ms, now)
 end
 
 -- After a reserve (whose fence_check passed): lists each fenced key in `kept` (its KEYS index
--- -> until when it is kept: a bucket found, a holds key holds were placed in, until `minute` starts).
--- A bucket whose `l` is the generation, or a holds hash whose `k` is <generation>:<minute>,
--- is listed that long already (LISTED, as the check read it): the registry is not read. Else
--- the key is listed and marked so (`k` also keeps the holds hash: its presence mark).
+-- -> until when it is kept: a bucket found; a holds key holds were placed in, until `minute`
+-- starts). A bucket whose `l` is the generation, or a holds hash whose `k` is
+-- <generation>:<minute>, is listed that long already (LISTED, as the check and load_holds read
+-- them): the registry is not read. Else the key is listed and marked so (`k` also keeps the
+-- holds hash: its presence mark).
 local function fence_register(kept, now, minute)
   if not FENCE_ON then
     return

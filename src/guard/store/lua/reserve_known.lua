@@ -41,12 +41,9 @@ local at_prev = 1 + 2 * n
 for j = 1, p do
   out[at_prev + j] = load_counter(KEYS[at_prev + j], now)
 end
-local function answer(code)
-  out[1] = code
-  return out
-end
 if state == 'h' then
-  return answer(-1)
+  out[1] = -1
+  return out
 end
 -- counted = used + live holds + carried; it fits when counted < limit and hold <= limit -
 -- counted (the difference is exact in doubles up to 2^53, the sum may round).
@@ -59,13 +56,15 @@ for i = 1, m do
   local c, hold, limit = number_of(ARGV[b + 1]), number_of(ARGV[b + 2]), ARGV[b + 3]
   -- '0': no previous bucket (most rules); compared as text, converting only the others
   if ARGV[b + 5] ~= '0' and out[at_prev + number_of(ARGV[b + 5])] > tonumber(ARGV[b + 6]) then
-    return answer(-6)
+    out[1] = -6
+    return out
   end
   if limit ~= '' then
     local counted = out[2 * c] + out[2 * c + 1] + number_of(ARGV[b + 4])
     local cap = tonumber(limit)
     if counted >= cap or hold > cap - counted then
-      return answer(i - 1)
+      out[1] = i - 1
+      return out
     end
   end
   items[3 * i - 2], items[3 * i - 1], items[3 * i] = c, hold, b
@@ -82,7 +81,8 @@ for _ = 1, number_of(ARGV[k]) do
     end
   end
   if room then
-    return answer(-6)
+    out[1] = -6
+    return out
   end
   k = k + 1 + rules * 3
 end
@@ -106,4 +106,5 @@ for i = 1, m do
 end
 set_ticket(KEYS[1], 'h', hold_until, now)
 fence_register(kept, now, minute)
-return answer(-1)
+out[1] = -1
+return out
