@@ -7,8 +7,14 @@ counting only inside `evalShaCommand`, and prints instructions per script. The s
 built from `--lua` (default: this tree's `src/guard/store/lua`), so one captured stream can be
 replayed against an edited script to see what an edit saves before building anything.
 
-Run: .venv/bin/python benches/lua_cost.py [--calls N] [--lua DIR ...] [--top N]
-(--top N also prints the N costliest functions of each replay, inclusive, per script.)
+Run: .venv/bin/python benches/lua_cost.py [--calls N] [--lua DIR ...] [--top N] [--vary]
+(--top N also prints the N costliest functions of each replay, inclusive, per script;
+--time also replays the stream on a plain redis-server, each folder in turn, 5 rounds, and
+prints the best round's µs per script from INFO commandstats and the server's main-thread CPU
+per script: the goal's unit, though it moves with the machine's load;
+--vary asks each call for a different max_tokens, so its holds differ from the last call's as
+in real traffic: by default every call is the same, and a carried bill's give-back cancels
+the next reservation's hold of the same size.)
 Needs `valgrind` (apt-get install valgrind); the build installed in the venv makes the stream.
 """
 
@@ -67,8 +73,9 @@ def sha(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
-def capture(calls: int) -> list[list[bytes]]:
-    """The EVALSHA commands of `calls` sync admit + bill, in order (MONITOR)."""
+def capture(calls: int, vary: bool = False) -> list[list[bytes]]:
+    """The EVALSHA commands of `calls` sync admit + bill, in order (MONITOR); with `vary`,
+    each call asks a different max_tokens."""
     server = RedisServer()
     try:
         sock = socket.create_connection(("127.0.0.1", server.port))
@@ -91,8 +98,9 @@ def capture(calls: int) -> list[list[bytes]]:
         reader.start()
         time.sleep(0.3)
         guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), store=ug.RedisStore(server.url, "b6"))
-        for _ in range(calls):
-            guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000).bill(1100, 800)
+        for i in range(calls):
+            max_tokens = 4000 + (i % 97) * 10 if vary else 4000
+            guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=max_tokens).bill(1100, 800)
         guard.close()
         time.sleep(1.0)
         stop.set()
@@ -138,6 +146,33 @@ def replay(
     return total / len(commands), len(commands)
 
 
+def replay_timed(commands: list[list[bytes]], names: dict[str, str], lua: str) -> tuple:
+    """(µs per script in INFO commandstats, server main-thread CPU µs per script) for
+    `commands` replayed with the scripts of `lua` on a fresh plain redis-server."""
+    texts = scripts(lua)
+    server = RedisServer()
+    try:
+        client = redis.Redis(port=server.port)
+        for text in texts.values():
+            client.script_load(text)
+        client.config_resetstat()
+
+        def cpu() -> float:
+            info = client.info("cpu")
+            return float(info["used_cpu_user_main_thread"] + info["used_cpu_sys_main_thread"])
+
+        started = cpu()
+        for command in commands:
+            name = names.get(command[1].decode())
+            script = sha(texts[name]) if name else command[1].decode()
+            client.execute_command("EVALSHA", script, *command[2:])
+        used = cpu() - started
+        stats = client.info("commandstats")["cmdstat_evalsha"]
+        return stats["usec"] / stats["calls"], used / len(commands) * 1e6
+    finally:
+        server.stop()
+
+
 def print_top(annotated: str, top: int, scripts: int) -> None:
     """The `top` functions of callgrind_annotate's inclusive listing, per script, past the
     ones every instruction counted is under (main, the event loop, `evalShaCommand`…)."""
@@ -163,10 +198,16 @@ def main() -> None:
     parser.add_argument(
         "--built-from", default=LUA, help="the script folder of the installed build (its SHAs)"
     )
+    parser.add_argument(
+        "--vary", action="store_true", help="a different max_tokens per call (holds differ)"
+    )
+    parser.add_argument(
+        "--time", action="store_true", help="also the µs per script on a plain redis-server"
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
-    commands = capture(args.calls)
+    commands = capture(args.calls, args.vary)
     names = {sha(text): name for name, text in scripts(args.built_from).items()}
     kinds: dict[str, int] = {}
     for command in commands:
@@ -178,6 +219,17 @@ def main() -> None:
         print(
             f"{os.path.relpath(lua)}: {per_script:,.0f} instructions per script ({count} scripts)"
         )
+    if args.time:
+        best: dict[str, tuple] = {}
+        for _ in range(5):  # the folders in turn, so the machine's load falls on each alike
+            for lua in args.lua or [LUA]:
+                timed = replay_timed(commands, names, lua)
+                best[lua] = min(best.get(lua, timed), timed)
+        for lua, (usec, cpu) in best.items():
+            print(
+                f"{os.path.relpath(lua)}: {usec:.1f} µs per script (INFO commandstats), "
+                f"{cpu:.1f} µs of the server's main-thread CPU (best of 5 rounds)"
+            )
 
 
 if __name__ == "__main__":

@@ -8,25 +8,21 @@
 -- The fence is checked first (unless the ticket has a record), then the settles (each as
 -- settle.lua: once per id), then the reservation, which so counts them. Answers {one answer per
 -- settle (0 settled, 1 already), then reserve_known's answer}.
-local function slice(t, from, count)
-  local out = {}
-  for i = 1, count do
-    out[i] = t[from + i - 1]
-  end
-  return out
-end
-local s, rk, ra = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local s, rk, ra = number_of(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 -- The fence judges the store as the reservation found it, before the settles: a settle
 -- adding to a counter lost meanwhile recreates its key, which must not hide the loss.
 local fenced = nil
-if ticket_state(KEYS[1], tonumber(ARGV[4 + 2 * s])) == nil then
-  fenced = fence_check(tonumber(ARGV[4 + 2 * s]))
+local now = tonumber(ARGV[4 + 2 * s])
+if ticket_state(KEYS[1], now) == nil then
+  fenced = fence_check(now)
 end
-local out = {}
+local out = array(s)
 local key_at, arg_at = rk + 1, 4 + 2 * s + ra
 for j = 1, s do
   local k, a = tonumber(ARGV[2 + 2 * j]), tonumber(ARGV[3 + 2 * j])
-  out[j] = settle_one(slice(KEYS, key_at, k), slice(ARGV, arg_at, a))
+  -- (copies by one table constructor each, sized once: not grown one by one)
+  local keys, args = {unpack(KEYS, key_at, key_at + k - 1)}, {unpack(ARGV, arg_at, arg_at + a - 1)}
+  out[j] = settle_one(keys, args)
   key_at, arg_at = key_at + k, arg_at + a
 end
 local reserved
@@ -34,9 +30,14 @@ if fenced then
   reserved = {fenced}
 else
   -- its keys come first (and it reads none past them): no copy
-  reserved = reserve_one(KEYS, slice(ARGV, 4 + 2 * s, ra))
+  reserved = reserve_one(KEYS, {unpack(ARGV, 4 + 2 * s, 3 + 2 * s + ra)})
 end
-for _, v in ipairs(reserved) do
-  out[#out + 1] = v
+-- settle answers then reserve_known's, in one table sized once
+local answer = array(s + #reserved)
+for j = 1, s do
+  answer[j] = out[j]
 end
-return out
+for j = 1, #reserved do
+  answer[s + j] = reserved[j]
+end
+return answer

@@ -9,28 +9,35 @@
 -- A counter's holds (of every bucket) are one hash beside it:
 --   r<minute> holds that expire at the start of <minute> (minutes since the epoch)
 --   k         present while the epoch fence lists the key (fence.lua): so the hash outlives
---             its last hold given back, and only a lost key is missing
+--             its last hold given back, and only a lost key is missing. Its value,
+--             <generation>:<minute>, says that generation's registry lists the key at least
+--             until that minute starts, so a reserve need not read the registry ('1' before)
 -- A ticket's record is a string: h<until> its reservation landed and is held;
 -- s<until> settled after its reservation landed; n<until> settled, nothing landed.
 -- Times come from the caller's clock, never the server's, so a manual clock drives these
 -- scripts exactly like the memory store. Amounts stay below 2^53, so Lua numbers are exact.
 
--- The number a text argument or reply stands for; '0', the most common, without tonumber
--- (which costs ~2,000 instructions: more than a command's reply field).
+-- Small whole numbers by their text: the counts and indexes of a call's arguments, and '0',
+-- the most common value.
+local SMALL = {
+  ['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4,
+  ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8, ['9'] = 9,
+}
+
+-- The number a text argument or reply stands for; a small one by a look-up rather than
+-- tonumber (which costs ~2,000 instructions: more than a command's reply field).
 local function number_of(text)
-  if text == '0' then
-    return 0
-  end
-  return tonumber(text)
+  return SMALL[text] or tonumber(text)
 end
 
--- The run_id of the Redis process running the script. A plain search, then a match anchored
--- there: a pattern searched from every position of the ~1.5 kB answer costs more than the
--- INFO command itself.
+-- The run_id of the Redis process running the script. A plain search, then the 40 characters
+-- a run_id always has (CONFIG_RUN_ID_SIZE): a pattern searched from every position of the
+-- ~1.5 kB answer costs more than the INFO command itself, and even one anchored there ~4,000
+-- instructions. (epoch.lua reads it the same way: the two must agree.)
 local function run_id()
   local info = redis.call('INFO', 'server')
   local at = string.find(info, 'run_id:', 1, true)
-  return at and string.match(info, '^%x+', at + 7)
+  return at and string.sub(info, at + 7, at + 46)
 end
 
 -- The generation fill marks are written and compared in (filled.lua, fill.lua): the epoch's
@@ -48,24 +55,51 @@ local function fill_generation(epoch, copy)
   return e[1]
 end
 
+-- An array of `n` slots (nil until set), sized once: a table grown one assignment at a time
+-- is rehashed at every power of two, which inside Redis costs more than a command (a copy of
+-- 60 arguments grown so cost ~40,000 instructions). `#` of it is not meaningful until every
+-- slot is set.
+local NOTHING = {}
+local function array(n)
+  return {unpack(NOTHING, 1, n)}
+end
+
 -- Counter buckets this script has read or written: key -> {used, retain-until (nil if none)},
 -- as Redis holds them now (every write of `u` or `e` in these scripts keeps the entry so, or
 -- drops it), so a bucket a carried bill just added to is not read again by the reservation.
 local BUCKETS = {}
+
+-- What the fence's check read of a fenced bucket, for the script's first use of it (every
+-- write of the bucket comes after that use): its HMGET answer {x, u, s, e, l}. Taken
+-- (dropped) by load_counter or counter_until.
+local FENCE_READ = {}
+
+-- The listing marks of the fenced keys as this script last read or wrote them (false: none):
+-- a bucket's `l`, a holds hash's `k` (fence_register).
+local LISTED = {}
 
 -- Loads a counter bucket at `now` (deleting it when it is past its retention). Returns used,
 -- 0 (holds live in the holds hash), retain-until (0 if none).
 local function load_counter(key, now)
   local known = BUCKETS[key]
   if not known then
-    local values = redis.call('HMGET', key, 'u', 'e')
-    known = {tonumber(values[1]) or 0, tonumber(values[2])}
+    local used, until_text
+    local read = FENCE_READ[key]
+    if read then
+      FENCE_READ[key] = nil
+      used, until_text = read[2], read[4]
+    else
+      local values = redis.call('HMGET', key, 'u', 'e')
+      used, until_text = values[1], values[2]
+    end
+    known = {tonumber(used) or 0, tonumber(until_text)}
     BUCKETS[key] = known
   end
   local until_ms = known[2]
   if until_ms ~= nil and until_ms <= now then
     redis.call('DEL', key)
     BUCKETS[key] = {0, nil}
+    LISTED[key] = false
     return 0, 0, 0
   end
   return known[1], 0, until_ms or 0
@@ -76,14 +110,23 @@ end
 -- none) and the bucket's `l` field (the fence generation whose registry lists it as kept at
 -- least that long: fence_register_adds).
 local function counter_until(key, now)
-  local values = redis.call('HMGET', key, 'e', 'l')
-  local until_ms = tonumber(values[1])
+  local stored, listing
+  local read = FENCE_READ[key]
+  if read then
+    FENCE_READ[key] = nil
+    stored, listing = read[4], read[5]
+  else
+    local values = redis.call('HMGET', key, 'e', 'l')
+    stored, listing = values[1], values[2]
+  end
+  local until_ms = tonumber(stored)
   if until_ms ~= nil and until_ms <= now then
     redis.call('DEL', key)
     BUCKETS[key] = {0, nil}
+    LISTED[key] = false
     return 0, nil, nil
   end
-  return until_ms or 0, values[1], values[2]
+  return until_ms or 0, stored, listing
 end
 
 -- The live holds of a counter at `now` (its holds hash), and whether it has the field `field`
@@ -98,7 +141,11 @@ local function load_holds(key, now, field)
   for i = 1, #flat, 2 do
     local name, value = flat[i], flat[i + 1]
     local live = name == field
-    if not live and name ~= 'k' then -- 'k': the fence's presence mark, not a hold
+    if name == 'k' then -- the fence's presence mark, not a hold
+      if LISTED[key] ~= nil then
+        LISTED[key] = value
+      end
+    elseif not live then
       local minute = tonumber(string.sub(name, 2))
       live = minute ~= nil and minute * 60000 > now
       if not live then
@@ -176,6 +223,7 @@ local function keep_until(key, until_ms, current, now)
   end
   redis.call('HSET', key, 'e', string.format('%d', until_ms))
   redis.call('HDEL', key, 'l')
+  LISTED[key] = false
   live_at_least(key, until_ms, now)
   local known = BUCKETS[key]
   if known then

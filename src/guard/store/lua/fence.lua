@@ -18,15 +18,33 @@ local FENCE_EPOCH = table.remove(KEYS)
 local FENCE_FLAGS = table.remove(ARGV)
 local FENCE_GEN = table.remove(ARGV)
 -- The indices of the fenced keys ('1' or 'h'), found once: the checks below visit only these.
+-- (Plain searches, one per flag: a pattern tried at every position costs ~200 instructions a
+-- character.)
 local FENCE_AT = {}
 do
-  local at = string.find(FENCE_FLAGS, '[1h]')
+  local at = string.find(FENCE_FLAGS, '1', 1, true)
   while at do
     FENCE_AT[#FENCE_AT + 1] = at
-    at = string.find(FENCE_FLAGS, '[1h]', at + 1)
+    at = string.find(FENCE_FLAGS, '1', at + 1, true)
+  end
+  at = string.find(FENCE_FLAGS, 'h', 1, true)
+  while at do
+    FENCE_AT[#FENCE_AT + 1] = at
+    at = string.find(FENCE_FLAGS, 'h', at + 1, true)
   end
 end
 local FENCE_ON = #FENCE_AT > 0
+-- The store's generation (the epoch's `g`) as this script read it (false: no epoch; nil: not
+-- read yet). No script writes `g` but epoch.lua, so it is read once.
+local EPOCH_G = nil
+
+-- The store's generation: EPOCH_G, read with one HGET the first time.
+local function store_generation()
+  if EPOCH_G == nil then
+    EPOCH_G = redis.call('HGET', FENCE_EPOCH, 'g') or false
+  end
+  return EPOCH_G
+end
 
 -- The registry bucket of KEYS[i]: 'h' for a holds key, else the key's bucket.
 local function fence_bucket(i, key)
@@ -46,6 +64,7 @@ local function fence_check_now(now)
     return nil
   end
   local epoch = redis.call('HMGET', FENCE_EPOCH, 'g', 'r', 'w')
+  EPOCH_G = epoch[1]
   if not epoch[1] or epoch[2] ~= run_id() then
     return -2
   end
@@ -64,13 +83,17 @@ local function fence_check_now(now)
     if flag == '1' then
       -- A bucket always has one of u, s, e; x is set by a bill that recreated it after it was
       -- lost (fence_lost): the loss still counts while that generation is trusted.
-      local v = redis.call('HMGET', KEYS[i], 'x', 'u', 's', 'e')
+      -- What is read is kept for the script's first use of the bucket (FENCE_READ).
+      local v = redis.call('HMGET', KEYS[i], 'x', 'u', 's', 'e', 'l')
       if v[1] == FENCE_GEN then
         return -4
       end
       missing = not (v[2] or v[3] or v[4])
+      FENCE_READ[KEYS[i]], LISTED[KEYS[i]] = v, v[5]
     elseif flag == 'h' then
+      -- (not read whole: a carried bill gives holds back before the reservation reads it)
       missing = redis.call('EXISTS', KEYS[i]) == 0
+      LISTED[KEYS[i]] = false -- load_holds sets its `k`
     end
     if missing then
       local bucket = fence_bucket(i, KEYS[i])
@@ -132,20 +155,33 @@ local function fence_list(gen, bucket, key, until_ms, now)
   return true
 end
 
--- After a reserve (whose fence_check passed): lists each fenced key in `kept` (key -> until
--- when it is kept: a bucket found, a holds key holds were placed in). A holds key listed
--- gets its `k` field.
-local function fence_register(kept, now)
+-- After a reserve (whose fence_check passed): lists each fenced key in `kept` (its KEYS index
+-- -> until when it is kept: a bucket found; a holds key holds were placed in, until `minute`
+-- starts). A bucket whose `l` is the generation, or a holds hash whose `k` is
+-- <generation>:<minute>, is listed that long already (LISTED, as the check and load_holds read
+-- them): the registry is not read. Else the key is listed and marked so (`k` also keeps the
+-- holds hash: its presence mark).
+local function fence_register(kept, now, minute)
   if not FENCE_ON then
     return
   end
+  local mark = nil
   for _, i in ipairs(FENCE_AT) do
     local key = KEYS[i]
-    local until_ms = kept[key]
+    local until_ms = kept[i]
     if until_ms and until_ms > now then
       local bucket = fence_bucket(i, key)
-      if fence_list(FENCE_GEN, bucket, key, until_ms, now) and bucket == 'h' then
-        redis.call('HSET', key, 'k', '1')
+      if bucket == 'h' then
+        mark = mark or (FENCE_GEN .. ':' .. minute)
+        if LISTED[key] ~= mark then
+          fence_list(FENCE_GEN, bucket, key, until_ms, now)
+          redis.call('HSET', key, 'k', mark)
+          LISTED[key] = mark
+        end
+      elseif LISTED[key] ~= FENCE_GEN then
+        fence_list(FENCE_GEN, bucket, key, until_ms, now)
+        redis.call('HSET', key, 'l', FENCE_GEN)
+        LISTED[key] = FENCE_GEN
       end
     end
   end
@@ -157,7 +193,7 @@ end
 -- (field x), so the fence still sees the loss (fence_check_now) until a recovery writes a new
 -- generation: a recreated key holding one bill's use must not read as the counter.
 local function fence_lost(key, now)
-  local gen = redis.call('HGET', FENCE_EPOCH, 'g')
+  local gen = store_generation()
   if not gen then
     return nil
   end
@@ -169,23 +205,28 @@ local function fence_lost(key, now)
   return nil
 end
 
--- After a settle added use: lists each bucket in `added` (key -> its retain-until) under the
--- store's generation, if it has an epoch (without one, fenced reserves are refused anyway),
--- and records that generation in the bucket's `l`. `listed` (key -> its `l`, for the buckets
--- whose retain-until did not move) skips those already listed under that generation.
-local function fence_register_adds(added, listed, now)
+-- After a settle added use to the `count` buckets keys[k], keys[k + 1]...: lists each (its
+-- retain-until in `added`, by position from 1) under the store's generation, if it has an
+-- epoch (without one, fenced reserves are refused anyway), and records that generation in
+-- the bucket's `l`. `listed` (its `l`, for the buckets whose retain-until did not move)
+-- skips those already listed under that generation.
+local function fence_register_adds(keys, k, count, added, listed, now)
   local gen = nil
-  for key, until_ms in pairs(added) do
+  for i = 1, count do
+    local key, until_ms = keys[k + i - 1], added[i]
     if until_ms > now then
       if gen == nil then
-        gen = redis.call('HGET', FENCE_EPOCH, 'g') or false
+        gen = store_generation()
       end
       if not gen then
         return
       end
-      if listed[key] ~= gen then
+      if listed[i] ~= gen then
         fence_list(gen, string.match(key, ':(%-?%d+)$') or '0', key, until_ms, now)
         redis.call('HSET', key, 'l', gen)
+        if LISTED[key] ~= nil then
+          LISTED[key] = gen
+        end
       end
     end
   end
@@ -197,7 +238,7 @@ end
 -- until its retain-until (never shortened) and listed in the fence's registry
 -- (fence_register_adds: a bucket's `l` says it is listed already).
 local function fence_add_use(keys, k, args, a, count, now)
-  local added, listed = {}, {}
+  local added, listed = array(count), array(count)
   for i = 0, count - 1 do
     local key = keys[k + i]
     local retain_text = args[a + 2 * i + 1]
@@ -209,18 +250,18 @@ local function fence_add_use(keys, k, args, a, count, now)
     end
     -- The same retain-until as stored (every bill of a bucket but its first): nothing moves.
     if retain_text == stored then
-      added[key] = current
-      listed[key] = listing
+      added[i + 1] = current
+      listed[i + 1] = listing
       BUCKETS[key] = {used, current}
     else
       local retain = tonumber(retain_text)
       local moved = keep_until(key, retain, current, now)
       if not moved then
-        listed[key] = listing
+        listed[i + 1] = listing
       end
-      added[key] = math.max(retain, current)
+      added[i + 1] = math.max(retain, current)
       BUCKETS[key] = {used, (moved and retain) or tonumber(stored)}
     end
   end
-  fence_register_adds(added, listed, now)
+  fence_register_adds(keys, k, count, added, listed, now)
 end

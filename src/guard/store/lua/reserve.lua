@@ -20,14 +20,15 @@ if fenced then
   return fenced
 end
 local items = (#KEYS - 1) / 2
--- what the fence lists: each bucket found, each holds key given a hold (key -> kept until)
-local kept = {}
+-- what the fence lists: each bucket found, each holds key given a hold (KEYS index -> kept
+-- until)
+local kept = array(#KEYS)
 for i = 1, items do
   local base = 2 + (i - 1) * 3
   local limit = ARGV[base + 2]
   if limit ~= '' then
     local used, _, until_ms = load_counter(KEYS[2 * i], now)
-    kept[KEYS[2 * i]] = until_ms
+    kept[2 * i] = until_ms
     local held = load_holds(KEYS[2 * i + 1], now, '')
     local counted = used + held + tonumber(ARGV[base + 3])
     local cap = tonumber(limit)
@@ -44,9 +45,9 @@ for i = 1, items do
     local key = KEYS[2 * i + 1]
     redis.call('HINCRBY', key, 'r' .. minute, hold)
     live_at_least(key, hold_until, now)
-    kept[key] = hold_until
+    kept[2 * i + 1] = hold_until
   end
 end
 set_ticket(KEYS[1], 'h', hold_until, now)
-fence_register(kept, now)
+fence_register(kept, now, minute)
 return -1

@@ -25,86 +25,86 @@ if state == nil then
     return {fenced}
   end
 end
-local n, p = tonumber(ARGV[3]), tonumber(ARGV[4])
-local used, held, until_of, prev, kept_for_minute = {}, {}, {}, {}, {}
+local n, p = number_of(ARGV[3]), number_of(ARGV[4])
+-- The answer, filled in place (arrays sized once): out[2c] used and out[2c + 1] held of
+-- counter c, out[1 + 2n + j] previous bucket j; out[1] the code.
+local out = array(1 + 2 * n + p)
+local until_of, kept_for_minute = array(n), array(n)
 local field = 'r' .. minute
 local live_field = hold_until > now and field or ''
 for c = 1, n do
   local u, _, until_ms = load_counter(KEYS[2 * c], now)
-  used[c], until_of[c] = u, until_ms
-  held[c], kept_for_minute[c] = load_holds(KEYS[2 * c + 1], now, live_field)
+  out[2 * c], until_of[c] = u, until_ms
+  out[2 * c + 1], kept_for_minute[c] = load_holds(KEYS[2 * c + 1], now, live_field)
 end
+local at_prev = 1 + 2 * n
 for j = 1, p do
-  prev[j] = load_counter(KEYS[1 + 2 * n + j], now)
-end
-local function answer(code)
-  local out = {code}
-  for c = 1, n do
-    out[#out + 1] = used[c]
-    out[#out + 1] = held[c]
-  end
-  for j = 1, p do
-    out[#out + 1] = prev[j]
-  end
-  return out
+  out[at_prev + j] = load_counter(KEYS[at_prev + j], now)
 end
 if state == 'h' then
-  return answer(-1)
+  out[1] = -1
+  return out
 end
 -- counted = used + live holds + carried; it fits when counted < limit and hold <= limit -
 -- counted (the difference is exact in doubles up to 2^53, the sum may round).
 local a = 5 + p
-local m = tonumber(ARGV[a])
-local items = {}
+local m = number_of(ARGV[a])
+-- per item fitted: its counter, its hold, its first argument's index
+local items = array(3 * m)
 for i = 1, m do
   local b = a + (i - 1) * 6
-  local c, hold, limit = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), ARGV[b + 3]
+  local c, hold, limit = number_of(ARGV[b + 1]), number_of(ARGV[b + 2]), ARGV[b + 3]
   -- '0': no previous bucket (most rules); compared as text, converting only the others
-  if ARGV[b + 5] ~= '0' and prev[tonumber(ARGV[b + 5])] > tonumber(ARGV[b + 6]) then
-    return answer(-6)
+  if ARGV[b + 5] ~= '0' and out[at_prev + number_of(ARGV[b + 5])] > tonumber(ARGV[b + 6]) then
+    out[1] = -6
+    return out
   end
   if limit ~= '' then
-    local counted = used[c] + held[c] + number_of(ARGV[b + 4])
+    local counted = out[2 * c] + out[2 * c + 1] + number_of(ARGV[b + 4])
     local cap = tonumber(limit)
     if counted >= cap or hold > cap - counted then
-      return answer(i - 1)
+      out[1] = i - 1
+      return out
     end
   end
-  items[i] = {c, hold, limit ~= '', ARGV[b + 2]}
+  items[3 * i - 2], items[3 * i - 1], items[3 * i] = c, hold, b
 end
 local k = a + m * 6 + 1
-for _ = 1, tonumber(ARGV[k]) do
-  local rules = tonumber(ARGV[k + 1])
+for _ = 1, number_of(ARGV[k]) do
+  local rules = number_of(ARGV[k + 1])
   local room = true
   for r = 1, rules do
     local b = k + 1 + (r - 1) * 3
-    local c = tonumber(ARGV[b + 1])
-    if used[c] + held[c] + number_of(ARGV[b + 3]) >= tonumber(ARGV[b + 2]) then
+    local c = number_of(ARGV[b + 1])
+    if out[2 * c] + out[2 * c + 1] + number_of(ARGV[b + 3]) >= tonumber(ARGV[b + 2]) then
       room = false
     end
   end
   if room then
-    return answer(-6)
+    out[1] = -6
+    return out
   end
   k = k + 1 + rules * 3
 end
--- what the fence lists: each bucket found, each holds key given a hold (key -> kept until)
-local kept = {}
-for _, item in ipairs(items) do
-  local c, hold, limited = item[1], item[2], item[3]
-  if limited then
-    kept[KEYS[2 * c]] = until_of[c]
+-- what the fence lists: each bucket found, each holds key given a hold (KEYS index -> kept
+-- until)
+local kept = array(2 * n + 1)
+for i = 1, m do
+  local c, hold, b = items[3 * i - 2], items[3 * i - 1], items[3 * i]
+  if ARGV[b + 3] ~= '' then
+    kept[2 * c] = until_of[c]
   end
   if hold > 0 then
     local key = KEYS[2 * c + 1]
-    redis.call('HINCRBY', key, field, item[4])
+    redis.call('HINCRBY', key, field, ARGV[b + 2])
     if not kept_for_minute[c] then
       live_at_least(key, hold_until, now)
     end
-    kept[key] = hold_until
-    held[c] = held[c] + hold
+    kept[2 * c + 1] = hold_until
+    out[2 * c + 1] = out[2 * c + 1] + hold
   end
 end
 set_ticket(KEYS[1], 'h', hold_until, now)
-fence_register(kept, now)
-return answer(-1)
+fence_register(kept, now, minute)
+out[1] = -1
+return out

@@ -10,7 +10,7 @@
 local now = tonumber(ARGV[1])
 local field = 'r' .. ARGV[2]
 local live = tonumber(ARGV[2]) * 60000 > now
-local holds = tonumber(ARGV[3])
+local holds = number_of(ARGV[3])
 local whole = KEYS[1] == KEYS[2]
 local mark = ticket_state(KEYS[1], now)
 if mark ~= nil and not (whole and mark == 'h') then
