@@ -79,13 +79,33 @@ def _wait_all(pids: list[int], within: float = CHILD_DEADLINE_S) -> list[object]
     return [results[pid] for pid in pids]
 
 
+# The same fork in each store layout: shared, slot groups, and slot groups leasing a Model
+# Total (each child leases on its own; the parent keeps its lease).
+LAYOUTS = {
+    "shared": {},
+    "slot_groups": {"slot_groups": True},
+    "leased": {"slot_groups": True, "lease_above": 0},
+}
+WITH_MODEL_TOTAL = {
+    **POLICY,
+    "limits": {
+        **POLICY["limits"],
+        "model_total": [
+            {"model": "m", "rules": [{"metric": "tokens", "amount": 1_000_000, "window": "day"}]}
+        ],
+    },
+}
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_guard_on_redis_with_a_ledger_survives_fork(
-    redis_server: RedisServer, tmp_path: Path
+    redis_server: RedisServer, tmp_path: Path, layout: str
 ) -> None:
     ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
-    store = ug.RedisStore(redis_server.url, prefix="fork")
-    guard = ug.Guard(ug.Policy.from_dict(POLICY), store=store, ledger=ledger)
+    store = ug.RedisStore(redis_server.url, prefix=f"fork-{layout}", **LAYOUTS[layout])
+    policy = ug.Policy.from_dict(WITH_MODEL_TOTAL if layout == "leased" else POLICY)
+    guard = ug.Guard(policy, store=store, ledger=ledger)
     _call(guard, 1)  # the parent's connection, runtime and writer are live before the fork
     asyncio.run(_call_async(guard, 2))
     ledger.flush()
@@ -102,6 +122,11 @@ def test_guard_on_redis_with_a_ledger_survives_fork(
     children = sum(10 + n + 100 + n for n in range(CHILDREN))
     used = guard.usage("alice", "m")["rules"][0]["used"]
     assert used == 1 + 2 + 3 + children
+    if layout == "leased":
+        guard.close()  # the parent's lease given back, its use told to the store
+        fresh = ug.RedisStore(redis_server.url, prefix="fork-leased", slot_groups=True)
+        model = ug.Guard(policy, store=fresh).usage("alice", "m")["ceilings"][0]
+        assert (model["used"], model["reserved"]) == (1 + 2 + 3 + children, 0)
     ledger.flush()
     rows = ledger.query(user="alice")
     assert sum(r["requests"] for r in rows) == 3 + 2 * CHILDREN

@@ -40,19 +40,32 @@ local function run_id()
   return at and string.sub(info, at + 7, at + 46)
 end
 
--- The generation fill marks are written and compared in (filled.lua, fill.lua): the epoch's
--- `g`, '0' without one. For a slot group's copy of the epoch (`copy`), '!' (a mark never
--- written by a fill that trusted it) unless the copy is there and written by this process: a
--- group whose master restarted or failed over is filled again before it is trusted.
+-- The mark a fill writes (filled.lua, fill.lua), and a second mark also taken as filled (or
+-- nil): the epoch's `g`, '0' without one. For a slot group's copy of the epoch (`copy`):
+-- while the copy is missing or was written by another Redis process, '!<run_id>' (a fill
+-- made on this process before the group was joined; a group whose master restarted or
+-- failed over is filled again before it is trusted). Once the copy is this process's, its
+-- `g`, and a '!<run_id>' mark of this same process is taken as filled too: that fill read
+-- the ledger on data this process still holds (a loss takes the counter and its mark with
+-- it, or changes the process), and filling it again would count twice a bill that reached
+-- the ledger before the counter.
 local function fill_generation(epoch, copy)
   if not copy then
-    return redis.call('HGET', epoch, 'g') or '0'
+    return redis.call('HGET', epoch, 'g') or '0', nil
   end
   local e = redis.call('HMGET', epoch, 'g', 'r')
-  if not e[1] or e[2] ~= run_id() then
-    return '!'
+  local here = run_id()
+  local early = '!' .. (here or '')
+  if not e[1] or e[2] ~= here then
+    return early, nil
   end
-  return e[1]
+  return e[1], early
+end
+
+-- Whether counter `key`'s fill mark is `generation` or `also` (fill_generation).
+local function marked_filled(key, generation, also)
+  local s = redis.call('HGET', key, 's')
+  return s == generation or (also ~= nil and s == also)
 end
 
 -- An array of `n` slots (nil until set), sized once: a table grown one assignment at a time

@@ -6,9 +6,9 @@
 -- (a recovery) thus has every counter filled again.
 local now = tonumber(ARGV[1])
 local key = KEYS[1]
-local generation = fill_generation(KEYS[2], ARGV[4] == '1')
+local generation, also = fill_generation(KEYS[2], ARGV[4] == '1')
 local used, _, current = load_counter(key, now)
-if redis.call('HGET', key, 's') == generation then
+if marked_filled(key, generation, also) then
   return 0
 end
 redis.call('HSET', key, 's', generation)
