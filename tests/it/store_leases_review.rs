@@ -1,0 +1,172 @@
+//! Leased shared counters under adversarial orderings (a review of `LeasedStore`): what a
+//! lease answers must keep the store contract (`CounterStore`, src/guard/store/mod.rs) and
+//! the guarantees of docs/redis.md "Leases" — every bill counted once, no hold left, never
+//! past the amount.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use common::*;
+use usage_guard::internals::{CounterKey, HoldRef, ReserveItem, ReserveOutcome, Settle, UsageAdd};
+use usage_guard::CounterStore;
+use usage_guard::{Guard, LeaseOptions, LeasedStore, ManualClock, MemoryStore, Usage};
+
+const NOW: &str = "2026-11-30T10:00:00Z";
+
+fn model_total_policy(amount: u64) -> String {
+    format!(
+        "{GPT5}
+[[limits.public]]
+model = \"gpt-5\"
+each_person = [{{ metric = \"tokens\", amount = 1000000, window = \"day\" }}]
+
+[[limits.model_total]]
+model = \"gpt-5\"
+rules = [{{ metric = \"tokens\", amount = {amount}, window = \"day\" }}]
+"
+    )
+}
+
+fn leasing(inner: &Arc<MemoryStore>) -> LeasedStore {
+    let options = LeaseOptions {
+        above_per_second: 0.0,
+        ..LeaseOptions::default()
+    };
+    LeasedStore::new(inner.clone(), options)
+}
+
+/// The Model Total's key in the store inside.
+fn model_key(guard: &Guard) -> CounterKey {
+    let path = guard.path(Some("u0"), "gpt-5").unwrap();
+    let id = path
+        .counters
+        .iter()
+        .find(|c| c.scope == usage_guard::Scope::ModelTotal)
+        .unwrap()
+        .clone();
+    CounterKey {
+        bucket: id.window.bucket_start(at(NOW)),
+        id,
+    }
+}
+
+fn usage(input: u64, output: u64) -> Usage {
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        ..Usage::default()
+    }
+}
+
+#[test]
+fn bills_on_a_lease_reach_the_store_when_the_guard_is_dropped_without_close() {
+    let inner = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(at(NOW)));
+    let key = {
+        let leased = leasing(&inner);
+        let guard = Guard::new(
+            policy(&model_total_policy(20_000)),
+            Arc::new(leased.clone()),
+            clock,
+        );
+        let ticket = guard.admit_blocking(call("u1", "gpt-5", 20, 200)).unwrap();
+        assert_eq!(leased.leases(), 1, "the call was taken from a lease");
+        assert!(ticket.bill_blocking(usage(20, 100)).unwrap().is_some());
+        model_key(&guard)
+        // The guard and its store go away here, no `close()` (a script's function
+        // returning, a gateway's worker replaced): the bill was answered.
+    };
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let read = inner.read_now(&[key], at(NOW))[0];
+    assert_eq!(
+        read.used, 120,
+        "a bill the guard answered is missing: {read:?}"
+    );
+}
+
+#[test]
+fn a_call_billed_after_close_reaches_the_store() {
+    let inner = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(at(NOW)));
+    let key = {
+        let leased = leasing(&inner);
+        let guard = Guard::new(
+            policy(&model_total_policy(20_000)),
+            Arc::new(leased.clone()),
+            clock,
+        );
+        let ticket = guard.admit_blocking(call("u1", "gpt-5", 20, 200)).unwrap();
+        assert_eq!(leased.leases(), 1);
+        guard.close().unwrap();
+        // The open call ends after close(): its bill is answered...
+        let billed = ticket.bill_blocking(usage(20, 100));
+        assert!(billed.is_ok(), "{billed:?}");
+        model_key(&guard)
+    };
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    // ... so it is counted, and nothing stays held.
+    let read = inner.read_now(&[key], at(NOW))[0];
+    assert_eq!(read.used, 120, "{read:?}");
+    assert_eq!(read.held, 0, "{read:?}");
+}
+
+#[test]
+#[ignore = "found in review: a late reservation is placed from a lease (fix follows)"]
+fn a_reservation_landing_after_its_ticket_settled_takes_nothing_from_a_lease() {
+    let inner = Arc::new(MemoryStore::new());
+    let leased = leasing(&inner);
+    let clock = Arc::new(ManualClock::new(at(NOW)));
+    let guard = Guard::new(
+        policy(&model_total_policy(20_000)),
+        Arc::new(leased.clone()),
+        clock,
+    );
+    let (key, now) = (model_key(&guard), at(NOW));
+    let minute = usage_guard::internals::expiry_minute(now, 15 * 60_000);
+    let item = ReserveItem {
+        key: key.clone(),
+        hold: 100,
+        limit: Some(20_000),
+        carried: 0,
+        retain_until: now + 86_400_000,
+    };
+    let give_up = |ticket: &str| Settle {
+        id: ticket.into(),
+        ticket: ticket.into(),
+        holds: vec![HoldRef {
+            key: key.clone(),
+            amount: 100,
+        }],
+        expiry_minute: minute,
+        adds: Vec::<UsageAdd>::new(),
+        settled_until: now + 300_000,
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        // A lease exists (another call).
+        let first = leased
+            .reserve("t0".into(), vec![item.clone()], minute, now)
+            .await;
+        assert_eq!(first.unwrap(), ReserveOutcome::Reserved);
+        leased.settle(&give_up("t0"), now).await.unwrap();
+        // A call given up before its reservation landed (the store contract: a reservation
+        // that lands after its ticket settled places nothing).
+        leased.settle(&give_up("t1"), now).await.unwrap();
+        let late = leased
+            .reserve("t1".into(), vec![item.clone()], minute, now)
+            .await;
+        assert_ne!(
+            late.unwrap(),
+            ReserveOutcome::Reserved,
+            "placed after its settle"
+        );
+        assert_eq!(leased.give_back().await, 0);
+    });
+    let read = inner.read_now(&[key], now)[0];
+    assert_eq!(
+        read.held, 0,
+        "a hold stays after every lease was given back"
+    );
+    assert_eq!(leased.leases(), 0);
+}
