@@ -112,7 +112,6 @@ fn a_call_billed_after_close_reaches_the_store() {
 }
 
 #[test]
-#[ignore = "found in review: a late reservation is placed from a lease (fix follows)"]
 fn a_reservation_landing_after_its_ticket_settled_takes_nothing_from_a_lease() {
     let inner = Arc::new(MemoryStore::new());
     let leased = leasing(&inner);
