@@ -169,3 +169,44 @@ fn a_reservation_landing_after_its_ticket_settled_takes_nothing_from_a_lease() {
     );
     assert_eq!(leased.leases(), 0);
 }
+
+#[test]
+fn a_lowered_amount_is_not_passed_on_a_slice_leased_under_the_old_one() {
+    let inner = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(at(NOW)));
+    let leased = leasing(&inner);
+    let a = Guard::new(
+        policy(&model_total_policy(20_000)),
+        Arc::new(leased.clone()),
+        clock.clone(),
+    );
+    let b = Guard::new(policy(&model_total_policy(20_000)), inner.clone(), clock);
+    let key = model_key(&a);
+    let first = a.admit_blocking(call("u1", "gpt-5", 20, 200)).unwrap();
+    assert_eq!(leased.leases(), 1);
+    first.bill_blocking(usage(20, 100)).unwrap();
+    // Another process bills 5,000 meanwhile (this one sees it at its next renewal).
+    for i in 0..25 {
+        let t = b
+            .admit_blocking(call(&format!("b{i}"), "gpt-5", 20, 180))
+            .unwrap();
+        t.bill_blocking(usage(20, 180)).unwrap();
+    }
+    // The amount is lowered under the live lease, below what the store counts already.
+    for guard in [&a, &b] {
+        guard.set_policy(policy(&model_total_policy(5_500)));
+    }
+    let mut admitted = 0;
+    for i in 0..10 {
+        if let Ok(t) = a.admit_blocking(call(&format!("a{i}"), "gpt-5", 20, 200)) {
+            t.bill_blocking(usage(20, 200)).unwrap();
+            admitted += 1;
+        }
+    }
+    a.close().unwrap();
+    let read = inner.read_now(&[key], at(NOW))[0];
+    assert!(
+        read.used <= 5_500,
+        "{admitted} calls admitted from the old slice: {read:?} on an amount of 5,500"
+    );
+}

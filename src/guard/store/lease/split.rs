@@ -129,7 +129,11 @@ fn take(
         if first {
             slot.count(item.hold, now);
         }
-        let fits = usable(&book, &item.key.id, now).is_some_and(|l| l.free() >= item.hold);
+        // A slice leased under a larger amount (the policy lowered it since) is renewed
+        // under this one first: its free part may be past the new amount.
+        let fits = usable(&book, &item.key.id, now).is_some_and(|l| {
+            l.free() >= item.hold && item.limit.is_none_or(|limit| limit >= l.limit)
+        });
         let slot = book.slots.get_mut(&item.key.id).expect("counted above");
         if fits {
             let lease = slot.lease.as_mut().expect("usable");
