@@ -42,14 +42,7 @@ pub(super) fn strip(core: &Core, settle: &Settle, now: Millis) -> Option<Settle>
             adds.push(add.clone());
         }
     }
-    // A call given up before its reservation took from a lease: recorded too, so that a
-    // reservation landing late takes nothing (the store records its settled mark alike).
-    let leased = settle.is_whole()
-        && settle.holds.iter().any(|h| {
-            let slot = book.slots.get(&h.key.id);
-            slot.is_some_and(|s| s.lease.is_some() || s.renewing)
-        });
-    if !taken.is_empty() || leased {
+    if !taken.is_empty() {
         book.mark_handled(&settle.id, &settle.ticket, taken, settle.settled_until, now);
     }
     drop(book);
