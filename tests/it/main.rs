@@ -35,6 +35,8 @@ mod store_checks;
 mod store_groups;
 mod store_groups_races;
 mod store_leases;
+mod store_leases_races;
+mod store_leases_review;
 mod store_redis;
 mod uncapped_output;
 mod windows;

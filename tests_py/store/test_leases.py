@@ -295,3 +295,60 @@ def test_a_store_restarted_empty_under_a_lease_is_refilled_and_never_overspent(
         assert amount - 4 * 120 < billed <= amount, billed
     finally:
         server.stop()
+
+
+def test_cancelled_admissions_and_dropped_tickets_leave_no_hold_on_a_lease() -> None:
+    """16 asyncio tasks on a leased Model Total, some admissions cancelled mid-flight, some
+    tickets dropped without a bill, some released, the rest billed: after `close()` the
+    counter holds every bill once and no hold (a cancelled or dropped call gave its hold
+    back, to its lease or to the store)."""
+    import asyncio
+    import gc
+    import random
+
+    server = RedisServer()
+    try:
+        policy = ug.Policy.from_dict(big_policy(40_000))
+        store = ug.RedisStore(server.url, "cancel", slot_groups=True, lease_above=0)
+        guard = ug.Guard(policy, store=store)
+        reported = 0
+
+        async def worker(seed: int) -> None:
+            nonlocal reported
+            rng = random.Random(seed)
+            for i in range(25):
+                admit = guard.admit_async(
+                    f"u{seed}-{i % 5}", "gpt-5", prompt_tokens=20, max_tokens=100
+                )
+                task = asyncio.ensure_future(admit)
+                if rng.random() < 0.3:
+                    await asyncio.sleep(rng.choice([0, 0, 0.0005, 0.002]))
+                    task.cancel()
+                try:
+                    ticket = await task
+                except asyncio.CancelledError:
+                    continue
+                except ug.UsageLimitError:
+                    continue
+                choice = rng.random()
+                if choice < 0.2:
+                    del ticket
+                    gc.collect()
+                elif choice < 0.35:
+                    await ticket.release_async()
+                else:
+                    out = rng.randrange(0, 100)
+                    await ticket.bill_async(20, out, wait=True)
+                    reported += 20 + out
+
+        async def main() -> None:
+            await asyncio.gather(*(worker(seed) for seed in range(16)))
+
+        asyncio.run(main())
+        guard.close()
+        assert store.lease_state() == {"leases": 0, "unused": 0}
+        watcher = ug.Guard(policy, store=ug.RedisStore(server.url, "cancel", slot_groups=True))
+        model = model_total(watcher, "u0")
+        assert (model["used"], model["reserved"]) == (reported, 0)
+    finally:
+        server.stop()

@@ -38,7 +38,8 @@ pub(crate) struct Lease {
     pub(crate) minute: i64,
     /// What the store holds under the lease's id.
     pub(crate) placed: u64,
-    /// What calls may use of it (`placed`, less use billed while it was being placed).
+    /// What calls may use of it (`placed`: use billed while it was being placed is in its
+    /// `pending`).
     pub(crate) granted: u64,
     /// The tightest amount checked on the counter when the lease was taken.
     pub(crate) limit: u64,

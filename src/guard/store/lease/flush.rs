@@ -85,22 +85,7 @@ pub(super) async fn flush(core: &Arc<Core>, now: Millis) -> bool {
 /// Settles an ended lease by its id: its hold given back, the use billed against it added.
 /// Retried in the background while the store does not answer.
 pub(super) async fn settle_old(core: &Arc<Core>, lease: Lease, now: Millis) {
-    let settle = Settle {
-        id: lease.id.clone(),
-        ticket: lease.id.clone(),
-        holds: vec![lease.hold()],
-        expiry_minute: lease.minute,
-        adds: lease
-            .pending
-            .iter()
-            .map(|(key, used)| UsageAdd {
-                key: key.clone(),
-                amount: *used,
-                retain_until: key.id.window.retain_until(key.bucket),
-            })
-            .collect(),
-        settled_until: now + SETTLED_KEEP_MS,
-    };
+    let settle = settle_of(&lease, now);
     if let Err(e) = core.inner.settle(&settle, now).await {
         log::warn!(
             "usage_guard: settling lease {} failed ({e}); retrying",
@@ -120,5 +105,25 @@ pub(super) async fn settle_old(core: &Arc<Core>, lease: Lease, now: Millis) {
                 settle.id
             );
         });
+    }
+}
+
+/// The settle that ends `lease`: its hold given back, the use billed against it added.
+pub(super) fn settle_of(lease: &Lease, now: Millis) -> Settle {
+    Settle {
+        id: lease.id.clone(),
+        ticket: lease.id.clone(),
+        holds: vec![lease.hold()],
+        expiry_minute: lease.minute,
+        adds: lease
+            .pending
+            .iter()
+            .map(|(key, used)| UsageAdd {
+                key: key.clone(),
+                amount: *used,
+                retain_until: key.id.window.retain_until(key.bucket),
+            })
+            .collect(),
+        settled_until: now + SETTLED_KEEP_MS,
     }
 }

@@ -92,6 +92,12 @@ pub(crate) struct Core {
     timer: ForkLocal<std::sync::atomic::AtomicBool>,
 }
 
+impl Drop for Core {
+    fn drop(&mut self) {
+        timer::end_dropped(self);
+    }
+}
+
 impl std::fmt::Debug for LeasedStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeasedStore")

@@ -305,18 +305,23 @@ fn swap(
     let (new_id, placed, slice, limit, minute) = new;
     let mut book = core.book().lock();
     let slot = book.slots.entry(id.clone()).or_default();
-    let old = slot.lease.take();
+    let mut old = slot.lease.take();
     if slice == 0 {
         slot.stopped_until = now + core.options.refresh_ms;
     }
-    let (old_placed, old_pending_then) = before.map_or((0, 0), |l| (l.placed, l.pending_total()));
-    let (taken, pending_now) = old
-        .as_ref()
-        .map_or((0, 0), |l| (l.taken, l.pending_total()));
+    let old_placed = before.map_or(0, |l| l.placed);
+    let taken = old.as_ref().map_or(0, |l| l.taken);
     if placed > 0 {
-        // Use billed while the new lease was reserved came out of holds it counts: taken
-        // off what calls may use of it (the store holds it until the lease ends).
-        let billed_meanwhile = pending_now.saturating_sub(old_pending_then);
+        // Use billed while the new lease was reserved is the new lease's to tell: the calls
+        // that billed it took from the old lease, and the new one holds what they took
+        // again (its check could not know they ended). Its flush gives back as much of the
+        // new hold as it adds, so the counter counts no more than the check allowed; the
+        // old lease's settle adds only the use billed before.
+        let then = before.map(|l| l.pending.as_slice()).unwrap_or_default();
+        let meanwhile = old
+            .as_mut()
+            .map(|l| billed_since(&mut l.pending, then))
+            .unwrap_or_default();
         let mut reads = base.reads;
         reads[0].held = reads[0]
             .held
@@ -327,10 +332,10 @@ fn swap(
             key: base.current.clone(),
             minute,
             placed,
-            granted: placed.saturating_sub(billed_meanwhile),
+            granted: placed,
             limit,
             taken,
-            pending: Vec::new(),
+            pending: meanwhile,
             base: vec![(base.current.bucket, reads[0])],
             renewed_at: now,
             draining: slice == 0,
@@ -347,6 +352,24 @@ fn swap(
         slot.lease = Some(lease);
     }
     old
+}
+
+/// Takes off `pending` the use billed since it was `then` (per bucket), and answers it.
+fn billed_since(
+    pending: &mut Vec<(CounterKey, u64)>,
+    then: &[(CounterKey, u64)],
+) -> Vec<(CounterKey, u64)> {
+    let mut since = Vec::new();
+    for (key, used) in pending.iter_mut() {
+        let before = then.iter().find(|(k, _)| k == key).map_or(0, |(_, u)| *u);
+        let more = used.saturating_sub(before);
+        if more > 0 {
+            *used -= more;
+            since.push((key.clone(), more));
+        }
+    }
+    pending.retain(|(_, used)| *used > 0);
+    since
 }
 
 /// Marks the lease of `id` lost (its store answered with the fence): renewed before use.

@@ -42,7 +42,17 @@ pub(super) fn strip(core: &Core, settle: &Settle, now: Millis) -> Option<Settle>
             adds.push(add.clone());
         }
     }
-    if !taken.is_empty() {
+    // A call given up before its reservation took from a lease: recorded too, so that a
+    // reservation landing late takes nothing (the store keeps its settled mark alike). Not
+    // over a record kept already: a retry must keep the counters its first attempt answered.
+    let leased = settle.is_whole()
+        && earlier.is_none()
+        && book.handled(&settle.ticket).is_none()
+        && settle.holds.iter().any(|h| {
+            let slot = book.slots.get(&h.key.id);
+            slot.is_some_and(|s| s.lease.is_some() || s.renewing)
+        });
+    if !taken.is_empty() || leased {
         book.mark_handled(&settle.id, &settle.ticket, taken, settle.settled_until, now);
     }
     drop(book);

@@ -84,6 +84,8 @@ enum Taking {
     Renew(Vec<(Arc<CounterId>, u64, u64, usize)>),
     /// A counter's lease is being renewed: wait for it rather than go to its store.
     Wait,
+    /// The ticket was settled here already: nothing is placed.
+    Settled,
 }
 
 /// Takes `ticket`'s items from leases where it can, all or none per call. With `renew`,
@@ -109,6 +111,11 @@ fn take(
             .map(|i| takes.iter().any(|(id, _)| *id == i.key.id));
         return Taking::Done(taken.collect());
     }
+    if book.handled(ticket).is_some() {
+        // Settled before this reservation landed: it places nothing (the store contract),
+        // or its take would never be put back.
+        return Taking::Settled;
+    }
     let above = core.options.above_per_second;
     let (mut flags, mut takes, mut wanted): (Vec<bool>, Takes, Vec<_>) =
         (Vec::new(), Vec::new(), Vec::new());
@@ -122,7 +129,11 @@ fn take(
         if first {
             slot.count(item.hold, now);
         }
-        let fits = usable(&book, &item.key.id, now).is_some_and(|l| l.free() >= item.hold);
+        // A slice leased under a larger amount (the policy lowered it since) is renewed
+        // under this one first: its free part may be past the new amount.
+        let fits = usable(&book, &item.key.id, now).is_some_and(|l| {
+            l.free() >= item.hold && item.limit.is_none_or(|limit| limit >= l.limit)
+        });
         let slot = book.slots.get_mut(&item.key.id).expect("counted above");
         if fits {
             let lease = slot.lease.as_mut().expect("usable");
@@ -163,7 +174,7 @@ fn take(
 /// Takes what leases can hold of a call, leasing first where a counter wants a lease (or
 /// waiting, at most `RENEWAL_WAIT`, for a renewal in flight, rather than sending a burst of
 /// calls to the counter's store meanwhile): per item whether a lease holds it, or the
-/// fence's answer when a lease's reserve was fenced (nothing taken).
+/// answer when nothing is to be placed (a lease's reserve was fenced; the ticket settled).
 async fn take_leasing(
     core: &Arc<Core>,
     ticket: &str,
@@ -186,6 +197,7 @@ async fn take_leasing(
             round == 0,
         ) {
             Taking::Done(flags) => return Ok(Ok(flags)),
+            Taking::Settled => return Ok(Err(ReserveOutcome::Settled)),
             Taking::Wait => wait_for(renewed, RENEWAL_WAIT).await,
             Taking::Renew(wanted) => {
                 for (id, need, limit, i) in wanted {

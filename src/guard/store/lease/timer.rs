@@ -73,6 +73,42 @@ pub(super) async fn give_back_all(core: &Arc<Core>) -> usize {
     failed
 }
 
+/// Ends the leases of a store being dropped (its last guard, ticket and renewal gone, with or
+/// without `close()`): nothing can take from them any more, and the timer that would have
+/// told the store their billed use is gone with the store. Their holds are given back and
+/// that use added in the background (the drop may run on any thread, async or not).
+pub(super) fn end_dropped(core: &Core) {
+    let (leases, stuck) = {
+        let mut book = core.book().lock();
+        let leases: Vec<_> = book
+            .slots
+            .values_mut()
+            .filter_map(|s| s.lease.take())
+            .collect();
+        (leases, std::mem::take(&mut book.stuck))
+    };
+    if leases.is_empty() && stuck.is_empty() {
+        return;
+    }
+    let (inner, now) = (core.inner.clone(), core.now());
+    crate::runtime::shared().spawn(async move {
+        for step in stuck {
+            if let Err(e) = inner.settle_parts(&step, now).await {
+                log::error!("usage_guard: a dropped store's lease use was not told ({e})");
+            }
+        }
+        for lease in leases {
+            let settle = super::flush::settle_of(&lease, now);
+            if let Err(e) = inner.settle(&settle, now).await {
+                log::error!(
+                    "usage_guard: a dropped store's lease {} was not settled ({e})",
+                    lease.id
+                );
+            }
+        }
+    });
+}
+
 /// Starts this process's timer for `core` once.
 pub(super) fn ensure_timer(core: &Arc<Core>) {
     let started = core.timer.get();

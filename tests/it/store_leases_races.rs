@@ -1,0 +1,156 @@
+//! Leased shared counters with a store step interleaved by hand: a store inside that runs a
+//! hook while a lease is renewed, to place a bill exactly in the renewal's window.
+
+use std::sync::{Arc, Mutex};
+
+use crate::common::at;
+use usage_guard::internals::{
+    expiry_minute, CounterKey, HoldRef, PartsSettle, ReserveItem, ReserveOutcome, Settle,
+    SettleOutcome, StoreFuture, UsageAdd,
+};
+use usage_guard::{CounterStore, LeaseOptions, LeasedStore, MemoryStore, Policy};
+
+type Hook = Box<dyn FnOnce() + Send>;
+
+/// A memory store whose next `read` first runs a hook (a renewal reads the counter first).
+#[derive(Default)]
+struct Hooked {
+    inner: MemoryStore,
+    on_read: Mutex<Option<Hook>>,
+}
+
+impl std::fmt::Debug for Hooked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hooked")
+    }
+}
+
+impl CounterStore for Hooked {
+    fn read(
+        &self,
+        keys: Vec<CounterKey>,
+        now: i64,
+    ) -> StoreFuture<'_, Vec<usage_guard::internals::CounterRead>> {
+        let hook = self.on_read.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook();
+        }
+        self.inner.read(keys, now)
+    }
+
+    fn reserve(
+        &self,
+        ticket: String,
+        items: Vec<ReserveItem>,
+        expiry_minute: i64,
+        now: i64,
+    ) -> StoreFuture<'_, ReserveOutcome> {
+        self.inner.reserve(ticket, items, expiry_minute, now)
+    }
+
+    fn settle(&self, settle: &Settle, now: i64) -> StoreFuture<'_, SettleOutcome> {
+        self.inner.settle(settle, now)
+    }
+
+    fn settle_parts(&self, settle: &PartsSettle, now: i64) -> StoreFuture<'_, Vec<SettleOutcome>> {
+        self.inner.settle_parts(settle, now)
+    }
+}
+
+const NOW: &str = "2026-11-30T10:00:00Z";
+const AMOUNT: u64 = 1_000;
+
+fn model_total_key() -> CounterKey {
+    let toml = format!(
+        "{}
+[[limits.model_total]]
+model = \"gpt-5\"
+rules = [{{ metric = \"tokens\", amount = {AMOUNT}, window = \"day\" }}]
+",
+        crate::common::GPT5
+    );
+    let policy = Policy::from_toml(&toml).unwrap();
+    let clock = Arc::new(usage_guard::ManualClock::new(at(NOW)));
+    let guard = usage_guard::Guard::new(policy, Arc::new(MemoryStore::new()), clock);
+    let path = guard.path(Some("u0"), "gpt-5").unwrap();
+    let id = path
+        .counters
+        .iter()
+        .find(|c| c.scope == usage_guard::Scope::ModelTotal)
+        .unwrap()
+        .clone();
+    CounterKey {
+        bucket: id.window.bucket_start(at(NOW)),
+        id,
+    }
+}
+
+#[test]
+fn a_bill_landing_while_its_lease_is_renewed_never_leaves_the_counter_past_its_amount() {
+    let hooked = Arc::new(Hooked::default());
+    let options = LeaseOptions {
+        above_per_second: 0.0,
+        share: 1.0,
+        ..LeaseOptions::default()
+    };
+    let leased = LeasedStore::new(hooked.clone(), options);
+    let (key, now) = (model_total_key(), at(NOW));
+    let minute = expiry_minute(now, 15 * 60_000);
+    let item = ReserveItem {
+        key: key.clone(),
+        hold: 100,
+        limit: Some(AMOUNT),
+        carried: 0,
+        retain_until: now + 86_400_000,
+    };
+    let bill = |ticket: &str| Settle {
+        id: ticket.into(),
+        ticket: ticket.into(),
+        holds: vec![HoldRef {
+            key: key.clone(),
+            amount: 100,
+        }],
+        expiry_minute: minute,
+        adds: vec![UsageAdd {
+            key: key.clone(),
+            amount: 100,
+            retain_until: now + 86_400_000,
+        }],
+        settled_until: now + 300_000,
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let calls = runtime.block_on(async {
+        // Calls of 100 fill the first slice.
+        let mut calls = 0;
+        while calls == 0 || leased.unused() >= 100 {
+            let reserved = leased.reserve(format!("t{calls}"), vec![item.clone()], minute, now);
+            assert_eq!(reserved.await.unwrap(), ReserveOutcome::Reserved);
+            calls += 1;
+        }
+        assert_eq!(leased.leases(), 1);
+        // The next renews the lease; call t0 bills while the renewal reads the counter.
+        let (during, settle) = (leased.clone(), bill("t0"));
+        *hooked.on_read.lock().unwrap() = Some(Box::new(move || {
+            // The strip happens at the call (no await needed: all of it is the lease's).
+            drop(during.settle(&settle, now));
+        }));
+        // (Refused: the counter is full, 100 used and the other calls open.)
+        let reserved = leased.reserve(format!("t{calls}"), vec![item.clone()], minute, now);
+        assert!(matches!(
+            reserved.await.unwrap(),
+            ReserveOutcome::Conflict { .. }
+        ));
+        let read = hooked.inner.read_now(std::slice::from_ref(&key), now)[0];
+        assert!(
+            read.used + read.held <= AMOUNT,
+            "the store counts {read:?} on an amount of {AMOUNT} ({calls} calls open, 100 billed)"
+        );
+        for t in 1..calls {
+            leased.settle(&bill(&format!("t{t}")), now).await.unwrap();
+        }
+        assert_eq!(leased.give_back().await, 0);
+        calls
+    });
+    let read = hooked.inner.read_now(&[key], now)[0];
+    assert_eq!((read.used, read.held), (100 * calls, 0));
+}
