@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use super::Core;
-use crate::guard::domain::clock::Millis;
 use crate::guard::store::{Fence, KnownAnswer, KnownOutcome, KnownReserve, ReserveOutcome};
 
 /// Which counters, previous buckets and items of a `KnownReserve` go to the store.
@@ -21,12 +20,7 @@ pub(super) struct Narrowed {
 impl Narrowed {
     /// `reserve` without the items leases hold (`flags`) and the counters only they touch
     /// (a counter a skipped source reads stays: the store checks it).
-    pub(super) fn of(
-        core: &Arc<Core>,
-        reserve: &KnownReserve,
-        flags: &[bool],
-        now: Millis,
-    ) -> Self {
+    pub(super) fn of(core: &Arc<Core>, reserve: &KnownReserve, flags: &[bool]) -> Self {
         let n = reserve.counters.len();
         let mut keep = vec![true; n];
         if flags.contains(&true) {
@@ -42,7 +36,6 @@ impl Narrowed {
                     .any(|(slot, _, _)| *slot == c);
                 keep[c] = !has_lease || sent_item || skipped;
             }
-            let _ = now;
         }
         let mut counters = Vec::with_capacity(n);
         let mut next = 0;
@@ -144,7 +137,6 @@ impl Narrowed {
         core: &Arc<Core>,
         reserve: &KnownReserve,
         mut answer: KnownAnswer,
-        now: Millis,
     ) -> KnownAnswer {
         if let KnownOutcome::Reserve(ReserveOutcome::Conflict { item }) = answer.outcome {
             answer.outcome = KnownOutcome::Reserve(ReserveOutcome::Conflict {
@@ -166,7 +158,6 @@ impl Narrowed {
             .cloned()
             .collect();
         let local = core.book().lock().read_leased(&leased);
-        let _ = now;
         let n = reserve.counters.len();
         let counters = (0..n)
             .map(|c| match self.counters[c] {

@@ -334,7 +334,7 @@ pub(super) async fn reserve_known(
             return Ok((answer, settled));
         }
     };
-    let plan = super::narrow::Narrowed::of(core, &reserve, &flags, now);
+    let plan = super::narrow::Narrowed::of(core, &reserve, &flags);
     let narrowed = plan.reserve(&reserve, &fence);
     let sent: Vec<Settle> = stripped.iter().flatten().cloned().collect();
     let answered = match narrowed {
@@ -373,7 +373,7 @@ pub(super) async fn reserve_known(
     if answer.outcome != KnownOutcome::Reserve(ReserveOutcome::Reserved) {
         core.book().lock().put_back(&ticket);
     }
-    let answer = plan.widen(core, &reserve, answer, now);
+    let answer = plan.widen(core, &reserve, answer);
     let mut settled = settled.into_iter();
     let settled = stripped
         .iter()
