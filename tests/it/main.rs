@@ -37,6 +37,7 @@ mod store_groups_races;
 mod store_leases;
 mod store_leases_races;
 mod store_leases_review;
+mod store_leases_support;
 mod store_redis;
 mod uncapped_output;
 mod windows;

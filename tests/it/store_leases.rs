@@ -8,65 +8,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
+use super::store_leases_support::*;
 use common::*;
-use usage_guard::internals::{
-    CounterKey, HoldRef, ReserveItem, ReserveOutcome, Settle, SettleOutcome, UsageAdd,
-};
+use usage_guard::internals::{ReserveOutcome, SettleOutcome};
 use usage_guard::CounterStore;
-use usage_guard::{Error, Guard, LeaseOptions, LeasedStore, ManualClock, MemoryStore, Usage};
+use usage_guard::{Error, Usage};
 
-const NOW: &str = "2026-11-30T10:00:00Z";
 const AMOUNT: u64 = 20_000;
-
-fn model_total_policy() -> String {
-    format!(
-        "{GPT5}
-[[limits.public]]
-model = \"gpt-5\"
-each_person = [{{ metric = \"tokens\", amount = 1000000, window = \"day\" }}]
-
-[[limits.model_total]]
-model = \"gpt-5\"
-rules = [{{ metric = \"tokens\", amount = {AMOUNT}, window = \"day\" }}]
-"
-    )
-}
-
-/// A memory store, the same store leasing from the first call, and a guard on the latter.
-fn leasing_guard() -> (Arc<MemoryStore>, LeasedStore, Guard) {
-    let inner = Arc::new(MemoryStore::new());
-    let options = LeaseOptions {
-        above_per_second: 0.0,
-        ..LeaseOptions::default()
-    };
-    let leased = LeasedStore::new(inner.clone(), options);
-    let clock = Arc::new(ManualClock::new(at(NOW)));
-    let guard = Guard::new(
-        policy(&model_total_policy()),
-        Arc::new(leased.clone()),
-        clock,
-    );
-    (inner, leased, guard)
-}
-
-/// The Model Total's key in the store inside.
-fn model_key(guard: &Guard) -> CounterKey {
-    let path = guard.path(Some("u0"), "gpt-5").unwrap();
-    let id = path
-        .counters
-        .iter()
-        .find(|c| c.scope == usage_guard::Scope::ModelTotal)
-        .unwrap()
-        .clone();
-    CounterKey {
-        bucket: id.window.bucket_start(at(NOW)),
-        id,
-    }
-}
 
 #[test]
 fn threads_leasing_a_model_total_never_hold_and_use_more_than_its_amount() {
-    let (inner, leased, guard) = leasing_guard();
+    let (inner, leased, guard) = leasing_guard(AMOUNT);
     let key = model_key(&guard);
     let done = Arc::new(AtomicBool::new(false));
     let sampler = {
@@ -135,36 +87,16 @@ fn threads_leasing_a_model_total_never_hold_and_use_more_than_its_amount() {
 
 #[test]
 fn a_settle_retried_after_its_lease_ended_counts_once() {
-    let (inner, leased, guard) = leasing_guard();
+    let (inner, leased, guard) = leasing_guard(AMOUNT);
     let (key, now) = (model_key(&guard), at(NOW));
     let minute = usage_guard::internals::expiry_minute(now, 15 * 60_000);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let item = ReserveItem {
-            key: key.clone(),
-            hold: 100,
-            limit: Some(AMOUNT),
-            carried: 0,
-            retain_until: now + 86_400_000,
-        };
-        let reserved = leased.reserve("t1".into(), vec![item], minute, now).await;
+        let reserved = leased.reserve("t1".into(), vec![item(&key, 100, AMOUNT)], minute, now);
+        let reserved = reserved.await;
         assert_eq!(reserved.unwrap(), ReserveOutcome::Reserved);
         assert_eq!(leased.leases(), 1, "the call was taken from a lease");
-        let settle = Settle {
-            id: "t1".into(),
-            ticket: "t1".into(),
-            holds: vec![HoldRef {
-                key: key.clone(),
-                amount: 100,
-            }],
-            expiry_minute: minute,
-            adds: vec![UsageAdd {
-                key: key.clone(),
-                amount: 50,
-                retain_until: now + 86_400_000,
-            }],
-            settled_until: now + 300_000,
-        };
+        let settle = whole_settle("t1", &key, 100, 50, minute);
         assert_eq!(
             leased.settle(&settle, now).await.unwrap(),
             SettleOutcome::Settled
@@ -181,25 +113,24 @@ fn a_settle_retried_after_its_lease_ended_counts_once() {
 
 #[test]
 fn a_call_reserved_in_the_store_bills_there_even_while_a_lease_exists() {
-    let (inner, leased, guard) = leasing_guard();
+    let (inner, leased, guard) = leasing_guard(AMOUNT);
     let (key, now) = (model_key(&guard), at(NOW));
     let call_minute = usage_guard::internals::expiry_minute(now, 15 * 60_000);
     // A batch's reservation (held 25 h) never takes from a lease: it is the store's.
     let batch_minute = usage_guard::internals::expiry_minute(now, 25 * 3_600_000);
-    let item = |hold| ReserveItem {
-        key: key.clone(),
-        hold,
-        limit: Some(AMOUNT),
-        carried: 0,
-        retain_until: now + 86_400_000,
-    };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let leased_call = leased.reserve("t1".into(), vec![item(100)], call_minute, now);
+        let leased_call =
+            leased.reserve("t1".into(), vec![item(&key, 100, AMOUNT)], call_minute, now);
         assert_eq!(leased_call.await.unwrap(), ReserveOutcome::Reserved);
         assert_eq!(leased.leases(), 1);
         let held_with_lease = inner.read_now(std::slice::from_ref(&key), now)[0].held;
-        let batch = leased.reserve("b1".into(), vec![item(300)], batch_minute, now);
+        let batch = leased.reserve(
+            "b1".into(),
+            vec![item(&key, 300, AMOUNT)],
+            batch_minute,
+            now,
+        );
         assert_eq!(batch.await.unwrap(), ReserveOutcome::Reserved);
         let read = inner.read_now(std::slice::from_ref(&key), now)[0];
         assert_eq!(
@@ -207,21 +138,7 @@ fn a_call_reserved_in_the_store_bills_there_even_while_a_lease_exists() {
             held_with_lease + 300,
             "the batch holds in the store"
         );
-        let settle = Settle {
-            id: "b1".into(),
-            ticket: "b1".into(),
-            holds: vec![HoldRef {
-                key: key.clone(),
-                amount: 300,
-            }],
-            expiry_minute: batch_minute,
-            adds: vec![UsageAdd {
-                key: key.clone(),
-                amount: 70,
-                retain_until: now + 86_400_000,
-            }],
-            settled_until: now + 300_000,
-        };
+        let settle = whole_settle("b1", &key, 300, 70, batch_minute);
         leased.settle(&settle, now).await.unwrap();
         // Its use is the store's at once, and the lease's hold is untouched: were it added
         // to the lease's use, a flush would give it back from the lease's hold a second

@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::store_leases_support::{model_key, model_total_policy, NOW};
 use crate::common::at;
 use usage_guard::internals::{
     expiry_minute, CounterKey, HoldRef, PartsSettle, ReserveItem, ReserveOutcome, Settle,
@@ -57,32 +58,17 @@ impl CounterStore for Hooked {
     }
 }
 
-const NOW: &str = "2026-11-30T10:00:00Z";
 const AMOUNT: u64 = 1_000;
 
+/// The Model Total's key (of `AMOUNT`), from a guard on a plain memory store.
 fn model_total_key() -> CounterKey {
-    let toml = format!(
-        "{}
-[[limits.model_total]]
-model = \"gpt-5\"
-rules = [{{ metric = \"tokens\", amount = {AMOUNT}, window = \"day\" }}]
-",
-        crate::common::GPT5
-    );
-    let policy = Policy::from_toml(&toml).unwrap();
+    let policy = Policy::from_toml(&model_total_policy(AMOUNT)).unwrap();
     let clock = Arc::new(usage_guard::ManualClock::new(at(NOW)));
-    let guard = usage_guard::Guard::new(policy, Arc::new(MemoryStore::new()), clock);
-    let path = guard.path(Some("u0"), "gpt-5").unwrap();
-    let id = path
-        .counters
-        .iter()
-        .find(|c| c.scope == usage_guard::Scope::ModelTotal)
-        .unwrap()
-        .clone();
-    CounterKey {
-        bucket: id.window.bucket_start(at(NOW)),
-        id,
-    }
+    model_key(&usage_guard::Guard::new(
+        policy,
+        Arc::new(MemoryStore::new()),
+        clock,
+    ))
 }
 
 #[test]

@@ -7,57 +7,11 @@ use crate::common;
 
 use std::sync::Arc;
 
+use super::store_leases_support::*;
 use common::*;
-use usage_guard::internals::{CounterKey, HoldRef, ReserveItem, ReserveOutcome, Settle, UsageAdd};
+use usage_guard::internals::ReserveOutcome;
 use usage_guard::CounterStore;
-use usage_guard::{Guard, LeaseOptions, LeasedStore, ManualClock, MemoryStore, Usage};
-
-const NOW: &str = "2026-11-30T10:00:00Z";
-
-fn model_total_policy(amount: u64) -> String {
-    format!(
-        "{GPT5}
-[[limits.public]]
-model = \"gpt-5\"
-each_person = [{{ metric = \"tokens\", amount = 1000000, window = \"day\" }}]
-
-[[limits.model_total]]
-model = \"gpt-5\"
-rules = [{{ metric = \"tokens\", amount = {amount}, window = \"day\" }}]
-"
-    )
-}
-
-fn leasing(inner: &Arc<MemoryStore>) -> LeasedStore {
-    let options = LeaseOptions {
-        above_per_second: 0.0,
-        ..LeaseOptions::default()
-    };
-    LeasedStore::new(inner.clone(), options)
-}
-
-/// The Model Total's key in the store inside.
-fn model_key(guard: &Guard) -> CounterKey {
-    let path = guard.path(Some("u0"), "gpt-5").unwrap();
-    let id = path
-        .counters
-        .iter()
-        .find(|c| c.scope == usage_guard::Scope::ModelTotal)
-        .unwrap()
-        .clone();
-    CounterKey {
-        bucket: id.window.bucket_start(at(NOW)),
-        id,
-    }
-}
-
-fn usage(input: u64, output: u64) -> Usage {
-    Usage {
-        input_tokens: input,
-        output_tokens: output,
-        ..Usage::default()
-    }
-}
+use usage_guard::{Guard, ManualClock, MemoryStore};
 
 #[test]
 fn bills_on_a_lease_reach_the_store_when_the_guard_is_dropped_without_close() {
@@ -113,34 +67,11 @@ fn a_call_billed_after_close_reaches_the_store() {
 
 #[test]
 fn a_reservation_landing_after_its_ticket_settled_takes_nothing_from_a_lease() {
-    let inner = Arc::new(MemoryStore::new());
-    let leased = leasing(&inner);
-    let clock = Arc::new(ManualClock::new(at(NOW)));
-    let guard = Guard::new(
-        policy(&model_total_policy(20_000)),
-        Arc::new(leased.clone()),
-        clock,
-    );
+    let (inner, leased, guard) = leasing_guard(20_000);
     let (key, now) = (model_key(&guard), at(NOW));
     let minute = usage_guard::internals::expiry_minute(now, 15 * 60_000);
-    let item = ReserveItem {
-        key: key.clone(),
-        hold: 100,
-        limit: Some(20_000),
-        carried: 0,
-        retain_until: now + 86_400_000,
-    };
-    let give_up = |ticket: &str| Settle {
-        id: ticket.into(),
-        ticket: ticket.into(),
-        holds: vec![HoldRef {
-            key: key.clone(),
-            amount: 100,
-        }],
-        expiry_minute: minute,
-        adds: Vec::<UsageAdd>::new(),
-        settled_until: now + 300_000,
-    };
+    let item = item(&key, 100, 20_000);
+    let give_up = |ticket: &str| whole_settle(ticket, &key, 100, 0, minute);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         // A lease exists (another call).
@@ -250,38 +181,11 @@ fn a_lease_live_across_a_day_boundary_counts_each_day_once() {
 
 #[test]
 fn a_bill_sent_three_times_counts_once() {
-    let inner = Arc::new(MemoryStore::new());
-    let leased = leasing(&inner);
-    let clock = Arc::new(ManualClock::new(at(NOW)));
-    let guard = Guard::new(
-        policy(&model_total_policy(20_000)),
-        Arc::new(leased.clone()),
-        clock,
-    );
+    let (inner, leased, guard) = leasing_guard(20_000);
     let (key, now) = (model_key(&guard), at(NOW));
     let minute = usage_guard::internals::expiry_minute(now, 15 * 60_000);
-    let item = ReserveItem {
-        key: key.clone(),
-        hold: 100,
-        limit: Some(20_000),
-        carried: 0,
-        retain_until: now + 86_400_000,
-    };
-    let bill = Settle {
-        id: "t1".into(),
-        ticket: "t1".into(),
-        holds: vec![HoldRef {
-            key: key.clone(),
-            amount: 100,
-        }],
-        expiry_minute: minute,
-        adds: vec![UsageAdd {
-            key: key.clone(),
-            amount: 50,
-            retain_until: now + 86_400_000,
-        }],
-        settled_until: now + 300_000,
-    };
+    let item = item(&key, 100, 20_000);
+    let bill = whole_settle("t1", &key, 100, 50, minute);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let reserved = leased.reserve("t1".into(), vec![item], minute, now).await;
