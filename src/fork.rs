@@ -113,6 +113,14 @@ impl Drop for Quiet {
     }
 }
 
+/// 48 random bits, different in every process: a forked child inherits its parent's random
+/// state, so the pid is mixed in with `salt` (a time). Ticket and lease ids start with them.
+pub(crate) fn random_bits48(salt: i64) -> u64 {
+    use std::hash::BuildHasher;
+    let seed = std::collections::hash_map::RandomState::new();
+    seed.hash_one((salt, std::process::id())) & 0xffff_ffff_ffff
+}
+
 /// The process's fork generation: 0 in the process that first used the crate, +1 in each
 /// forked child (and grandchild) since. Registers the fork handler on first use.
 pub(crate) fn generation() -> u64 {

@@ -308,9 +308,7 @@ pub(crate) fn slot_reads(reads: &[CounterRead], previous_at: &[Option<usize>]) -
 /// 48 random bits, different in every process (the pid is mixed in: a forked child
 /// inherits its parent's random state).
 fn random_prefix(clock: &dyn Clock) -> u64 {
-    use std::hash::BuildHasher;
-    let seed = std::collections::hash_map::RandomState::new();
-    seed.hash_one((clock.now_ms(), std::process::id())) & 0xffff_ffff_ffff
+    crate::fork::random_bits48(clock.now_ms())
 }
 
 /// The keys to read for a path at `now`: each counter's current bucket, then, for sliding

@@ -175,22 +175,16 @@ impl Core {
     fn lease_id(&self) -> String {
         let (prefix, seq) = self.ids.get_or(|| (random_prefix(), AtomicU64::new(0)));
         let n = seq.fetch_add(1, Ordering::Relaxed);
-        format!("lease-{:012x}-{n:x}", prefix & 0xffff_ffff_ffff)
+        format!("lease-{prefix:012x}-{n:x}")
     }
 }
 
-/// 48 random bits, different in every process: a forked child inherits its parent's random
-/// state, so the pid and the time are mixed in.
+/// A lease id prefix for this process (a forked child draws its own).
 fn random_prefix() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mixed = fastrand::u64(..) ^ u64::from(std::process::id()).rotate_left(29) ^ nanos;
-    // One round of a 64-bit finalizer (splitmix64) spreads the mixed bits over all 48.
-    let mut z = mixed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+        .map_or(0, |d| d.as_nanos() as i64);
+    crate::fork::random_bits48(nanos)
 }
 
 impl CounterStore for LeasedStore {
