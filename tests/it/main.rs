@@ -13,6 +13,7 @@ mod ceiling_props;
 mod ceiling_providers;
 mod engine_walk;
 mod events;
+mod fence_races;
 mod generic_rules;
 mod guard_concurrency;
 mod guard_decisions;

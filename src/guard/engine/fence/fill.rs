@@ -40,6 +40,9 @@ pub(crate) struct FillState {
     /// This process's (a forked child starts afresh: a parent task may have held a lock
     /// across the fork; the store's filled marks say what is filled).
     fills: ForkLocal<Fills>,
+    /// How many times every fill was forgotten (a new epoch): a fill begun before the last
+    /// forgetting is not remembered, its mark may be of the old generation.
+    era: std::sync::atomic::AtomicU64,
     /// Counters filled by this guard, and ledger reads that failed.
     pub filled: std::sync::atomic::AtomicU64,
     pub ledger_errors: std::sync::atomic::AtomicU64,
@@ -54,9 +57,18 @@ impl FillState {
         self.fills().known.lock().contains(key)
     }
 
-    fn know(&self, key: &CounterKey) {
+    fn era(&self) -> u64 {
+        self.era.load(Relaxed)
+    }
+
+    /// Remembers `key` filled, unless every fill was forgotten since `era` (`forget_all`
+    /// takes the same lock).
+    fn know(&self, key: &CounterKey, era: u64) {
         let fills = self.fills();
         let mut known = fills.known.lock();
+        if self.era() != era {
+            return;
+        }
         if known.len() >= KNOWN_MAX {
             known.clear();
         }
@@ -74,9 +86,14 @@ impl FillState {
             .is_some_and(|&at| now < at)
     }
 
-    /// Forgets every counter known filled (a new epoch has every counter filled again).
+    /// Forgets every counter known filled (a new epoch has every counter filled again),
+    /// and every fill in progress: a fill that read the ledger or the store's mark before
+    /// this is done again.
     pub(crate) fn forget_all(&self) {
-        self.fills().known.lock().clear();
+        let mut known = self.fills().known.lock();
+        self.era.fetch_add(1, Relaxed);
+        known.clear();
+        drop(known);
         self.fills().retry_at.lock().clear();
     }
 
@@ -171,12 +188,13 @@ pub(crate) async fn fill_keys(
     if candidates.is_empty() {
         return;
     }
+    let era = state.era();
     let Ok(marks) = store.filled(candidates.clone(), now).await else {
         return;
     };
     for (key, marked) in candidates.into_iter().zip(marks) {
         if marked {
-            state.know(&key);
+            state.know(&key, era);
             continue;
         }
         let lock = state.lock_of(&key);
@@ -208,7 +226,7 @@ pub(crate) async fn fill_keys(
                 if did {
                     state.filled.fetch_add(1, Relaxed);
                 }
-                state.know(&key);
+                state.know(&key, era);
             }
             Err(e) => store.outage().log_failed("fill", &e),
         }

@@ -41,14 +41,20 @@ fn new_generation(now: Millis) -> String {
 }
 
 impl Guard {
-    /// The fence of a reserve: the generation this guard trusts, and which items are
+    /// The fence of a reserve: `generation` (the one this guard trusted when it filled the
+    /// counters of `items` from the ledger, `Values::generation`), and which items are
     /// fenced: those of a metric in `settings.fenced_metrics`, and, when the guard has a
     /// ledger, every counter the ledger refills (`fill::is_refilled`): a loss of those is
     /// recovered from the ledger, so it never reads as unspent either.
-    pub(crate) fn fence_for(&self, items: &[ReserveItem], settings: &Settings) -> Fence {
+    pub(crate) fn fence_for(
+        &self,
+        generation: String,
+        items: &[ReserveItem],
+        settings: &Settings,
+    ) -> Fence {
         let refills = self.ledger().is_some();
         Fence {
-            generation: self.shared.epoch.generation(),
+            generation,
             fenced: items
                 .iter()
                 .map(|i| {
@@ -107,7 +113,7 @@ impl Guard {
             return Ok(AfterFence::Refuse);
         }
         if self.ledger().is_some() {
-            return self.recover_locked(fenced_generation, now, true).await;
+            return self.recover_detached(fenced_generation, now).await;
         }
         if !epoch.seen() && read.generation.is_none() {
             let generation = new_generation(now);
@@ -178,12 +184,30 @@ impl Guard {
     async fn trust(&self, generation: &str, now: Millis) {
         if self.shared.epoch.generation() != generation {
             self.hold_open_calls_again(generation, now).await;
+            // Before the generation changes: a reservation under the new one has its
+            // counters filled under it first (`Values::generation`).
+            self.shared.fill.forget_all();
         }
         if self.shared.epoch.trust(generation) {
-            self.shared.fill.forget_all();
             // Also when another guard wrote it: a ledger then knows the epoch even if its
             // writer's row never landed, or it was written before this record existed.
             self.record_epoch(generation, now, "seen");
+        }
+    }
+
+    /// `recover_locked` on a task of its own, so that a caller who gives up (a cancelled
+    /// admission) never leaves the store's recovery lock held (every guard would wait for it
+    /// and refuse until it expired) or a written epoch untrusted.
+    async fn recover_detached(
+        &self,
+        fenced: &str,
+        now: Millis,
+    ) -> std::result::Result<AfterFence, StoreError> {
+        let (guard, fenced) = (self.clone(), fenced.to_string());
+        let recovery = async move { guard.recover_locked(&fenced, now, true).await };
+        match crate::runtime::shared().spawn(recovery).await {
+            Ok(after) => after,
+            Err(e) => Err(StoreError(format!("the recovery stopped: {e}"))),
         }
     }
 

@@ -193,7 +193,7 @@ impl Guard {
     ) -> Result<Sent> {
         let now = values.now;
         let fence = if self.shared.ways.fences {
-            self.fence_for(&plan.items, settings)
+            self.fence_for(values.generation.clone(), &plan.items, settings)
         } else {
             Fence::default()
         };

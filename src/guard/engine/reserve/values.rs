@@ -20,6 +20,10 @@ pub(super) struct Values {
     pub(super) reads: Vec<SlotRead>,
     pub(super) exact: bool,
     pub(super) now: Millis,
+    /// The epoch generation this guard trusted before the counters were filled: the
+    /// reservation is fenced under it, so a counter is never reserved under a generation
+    /// it was not filled in (a later fill would count again bills already in the ledger).
+    pub(super) generation: String,
 }
 
 /// What a decision from `Values` comes to.
@@ -45,6 +49,7 @@ impl Guard {
         force_read: bool,
     ) -> std::result::Result<Values, StoreError> {
         let (keys, previous_at) = read_keys(path, now);
+        let generation = self.shared.epoch.generation();
         self.shared.fill(path, &keys, now).await;
         let mut values = Values {
             keys,
@@ -52,6 +57,7 @@ impl Guard {
             reads: Vec::new(),
             exact: true,
             now,
+            generation,
         };
         if let Some((keys, reads)) = answered.filter(|(k, _)| *k == values.keys) {
             values.keys = keys;
