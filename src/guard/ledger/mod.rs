@@ -26,6 +26,8 @@ mod sqlite;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod write_queue;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod failure_log;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod writer;
 
 #[cfg(feature = "python")]

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::lock::Mutex;
 
 use super::audit::MAX_PENDING;
+use super::failure_log::FailureLog;
 use super::write_queue::{Msg, Queue, Reply};
 use super::{AuditQuery, AuditRow, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::fork::{ForkLocal, Quiet};
@@ -296,6 +297,9 @@ struct Loop<'q> {
     /// Audit rows not yet written (at most `MAX_PENDING`: the oldest go first).
     audit: Vec<AuditRow>,
     queue: &'q Queue,
+    /// What is logged while the database does not take the rows, or the audit rows.
+    rows_failing: FailureLog,
+    audit_failing: FailureLog,
 }
 
 impl Loop<'_> {
@@ -304,24 +308,20 @@ impl Loop<'_> {
         while !self.pending.is_empty() {
             let n = self.pending.len().min(TX_ROWS);
             if let Err(e) = self.backend.write(&self.pending[..n]) {
-                log::warn!(
-                    "ledger write failed ({} rows kept): {e}",
-                    self.pending.len()
-                );
+                self.rows_failing.failed(self.pending.len(), &e);
                 self.queue.failed();
                 return Err(LedgerError(e));
             }
+            self.rows_failing.succeeded();
             self.pending.drain(..n);
             self.queue.committed(n);
         }
         if !self.audit.is_empty() {
             if let Err(e) = self.backend.write_audit(&self.audit) {
-                log::warn!(
-                    "audit log write failed ({} rows kept): {e}",
-                    self.audit.len()
-                );
+                self.audit_failing.failed(self.audit.len(), &e);
                 return Err(LedgerError(e));
             }
+            self.audit_failing.succeeded();
             self.audit.clear();
         }
         Ok(())
@@ -343,6 +343,8 @@ fn run(backend: Box<dyn Backend>, queue: &Queue) {
         pending: Vec::new(),
         audit: Vec::new(),
         queue,
+        rows_failing: FailureLog::new("ledger"),
+        audit_failing: FailureLog::new("audit log"),
     };
     loop {
         let wait = (!l.pending.is_empty() || !l.audit.is_empty()).then_some(RETRY_AFTER);
