@@ -200,3 +200,36 @@ fn a_bill_sent_three_times_counts_once() {
     let read = inner.read_now(&[key], now)[0];
     assert_eq!((read.used, read.held), (50, 0));
 }
+
+#[test]
+fn a_take_never_settled_here_is_put_back_when_its_hold_expires() {
+    // A ticket admitted here and billed elsewhere (a forked child), or never settled: the
+    // store drops its hold at its expiry; so does the lease, which is then idle and given
+    // back. Before, the take stayed, and the lease was renewed for as long as the process
+    // lived, holding a slice of the Model Total from every other guard.
+    let (inner, leased, guard) = leasing_guard(20_000);
+    let (key, now) = (model_key(&guard), at(NOW));
+    let minute = usage_guard::internals::expiry_minute(now, 15 * 60_000);
+    let later = now + 20 * 60_000;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let placed = leased
+            .reserve("t1".into(), vec![item(&key, 100, 20_000)], minute, now)
+            .await;
+        assert_eq!(placed.unwrap(), ReserveOutcome::Reserved);
+        assert_eq!(leased.leases(), 1);
+        // Time goes on past the hold's expiry (the store's clock is the calls' `now`).
+        leased.read(vec![key.clone()], later).await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while leased.leases() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(leased.leases(), 0, "the lease of an expired take is kept");
+        // Its late bill, taking nothing from a lease, counts in the store, once.
+        let bill = whole_settle("t1", &key, 100, 60, minute);
+        leased.settle(&bill, later).await.unwrap();
+        leased.settle(&bill, later).await.unwrap();
+    });
+    let read = inner.read_now(&[key], later)[0];
+    assert_eq!((read.used, read.held), (60, 0), "{read:?}");
+}

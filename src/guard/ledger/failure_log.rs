@@ -86,7 +86,10 @@ mod tests {
         log.failed(3, "down");
         let (_, attempts, again) = log.failing.unwrap();
         assert_eq!(attempts, 102);
-        assert!(again > logged - AGAIN_AFTER, "the line logged now is remembered");
+        assert!(
+            again > logged - AGAIN_AFTER,
+            "the line logged now is remembered"
+        );
         log.succeeded();
         assert!(!log.is_failing());
     }

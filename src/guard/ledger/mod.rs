@@ -11,6 +11,8 @@
 mod audit;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod audit_db;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod failure_log;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -25,8 +27,6 @@ mod sql_ledger;
 mod sqlite;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod write_queue;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod failure_log;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod writer;
 

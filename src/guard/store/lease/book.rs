@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::guard::domain::clock::Millis;
+use crate::guard::domain::counter::hold_is_live;
 use crate::guard::domain::rule::{CounterId, Scope};
 use crate::guard::domain::window::Window;
 use crate::guard::store::{CounterKey, CounterRead, HoldRef, PartsSettle};
@@ -161,8 +162,10 @@ pub(crate) type Takes = Vec<(Arc<CounterId>, u64)>;
 #[derive(Debug, Default)]
 pub(crate) struct Book {
     pub(crate) slots: HashMap<Arc<CounterId>, Slot>,
-    /// Open tickets' takes, by ticket id.
-    pub(crate) tickets: HashMap<String, Takes>,
+    /// Open tickets' takes, by ticket id, with the minute their holds expire in.
+    pub(crate) tickets: HashMap<String, (Takes, i64)>,
+    /// When tickets past their holds' expiry were last put back.
+    last_expiry_sweep: Millis,
     /// Settle ids and tickets whose holds or use on leased counters were answered here:
     /// until when that is kept, and the counters.
     handled: HashMap<String, (Millis, Vec<Arc<CounterId>>)>,
@@ -176,13 +179,34 @@ pub(crate) struct Book {
 impl Book {
     /// Gives back what `ticket` took (once): the amounts leave the slices' `taken`.
     pub(crate) fn put_back(&mut self, ticket: &str) -> Takes {
-        let takes = self.tickets.remove(ticket).unwrap_or_default();
+        let takes = self.tickets.remove(ticket).unwrap_or_default().0;
         for (id, amount) in &takes {
             if let Some(lease) = self.slots.get_mut(id).and_then(|s| s.lease.as_mut()) {
                 lease.taken = lease.taken.saturating_sub(*amount);
             }
         }
         takes
+    }
+
+    /// Puts back (at most once a second) what tickets past their holds' expiry took, as the
+    /// store drops an expired hold: a ticket never settled here (billed in a forked child,
+    /// leaked) would otherwise keep its take, and the lease it took from, for ever. Its late
+    /// bill, finding no take, goes to the store whole. Answers how many were put back.
+    pub(crate) fn put_back_expired(&mut self, now: Millis) -> usize {
+        if now - self.last_expiry_sweep < 1_000 {
+            return 0;
+        }
+        self.last_expiry_sweep = now;
+        let expired: Vec<String> = self
+            .tickets
+            .iter()
+            .filter(|(_, (_, minute))| !hold_is_live(*minute, now))
+            .map(|(ticket, _)| ticket.clone())
+            .collect();
+        for ticket in &expired {
+            self.put_back(ticket);
+        }
+        expired.len()
     }
 
     /// Adds `used` on `key` (a bill on a leased counter) to its slice's use; false when the

@@ -101,10 +101,11 @@ fn take(
     first: bool,
 ) -> Taking {
     let mut book = core.book().lock();
-    if minute * 60_000 > now + CALL_HOLD_MAX_MS {
+    // A hold that lives long, or is already past its expiry (a late retry), is the store's.
+    if minute * 60_000 > now + CALL_HOLD_MAX_MS || !hold_is_live(minute, now) {
         return Taking::Done(vec![false; items.len()]);
     }
-    if let Some(takes) = book.tickets.get(ticket) {
+    if let Some((takes, _)) = book.tickets.get(ticket) {
         // Placed again (a retry, or open calls held again after a recovery): once.
         let taken = items
             .iter()
@@ -166,7 +167,7 @@ fn take(
         };
     }
     if !takes.is_empty() {
-        book.tickets.insert(ticket.to_string(), takes);
+        book.tickets.insert(ticket.to_string(), (takes, minute));
     }
     Taking::Done(flags)
 }

@@ -134,7 +134,8 @@ async fn tick(core: &Arc<Core>) {
     super::flush::flush(core, now).await;
     let (refresh, ttl) = (core.options.refresh_ms, core.options.ttl_ms);
     let due: Vec<(Arc<CounterId>, bool)> = {
-        let book = core.book().lock();
+        let mut book = core.book().lock();
+        book.put_back_expired(now);
         book.slots
             .iter()
             .filter(|(_, s)| !s.renewing)
