@@ -1,6 +1,8 @@
 //! Leased shared counters with a store step interleaved by hand: a store inside that runs a
-//! hook while a lease is renewed, to place a bill exactly in the renewal's window.
+//! hook while a lease is renewed, to place a bill exactly in the renewal's window, or that
+//! answers a lease's reservation with an error after placing it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::store_leases_support::{model_key, model_total_policy, NOW};
@@ -9,15 +11,17 @@ use usage_guard::internals::{
     expiry_minute, CounterKey, HoldRef, PartsSettle, ReserveItem, ReserveOutcome, Settle,
     SettleOutcome, StoreFuture, UsageAdd,
 };
-use usage_guard::{CounterStore, LeaseOptions, LeasedStore, MemoryStore, Policy};
+use usage_guard::{CounterStore, LeaseOptions, LeasedStore, MemoryStore, Policy, StoreError};
 
 type Hook = Box<dyn FnOnce() + Send>;
 
-/// A memory store whose next `read` first runs a hook (a renewal reads the counter first).
+/// A memory store whose next `read` first runs a hook (a renewal reads the counter first),
+/// and which, while `fail_leases`, places a lease's reservation and answers an error.
 #[derive(Default)]
 struct Hooked {
     inner: MemoryStore,
     on_read: Mutex<Option<Hook>>,
+    fail_leases: AtomicBool,
 }
 
 impl std::fmt::Debug for Hooked {
@@ -46,6 +50,15 @@ impl CounterStore for Hooked {
         expiry_minute: i64,
         now: i64,
     ) -> StoreFuture<'_, ReserveOutcome> {
+        if ticket.starts_with("lease-") && self.fail_leases.load(Ordering::SeqCst) {
+            return StoreFuture::boxed(async move {
+                let placed = self.inner.reserve(ticket, items, expiry_minute, now).await;
+                assert_eq!(placed.unwrap(), ReserveOutcome::Reserved);
+                Err(StoreError(
+                    "the connection reset after the request was sent".into(),
+                ))
+            });
+        }
         self.inner.reserve(ticket, items, expiry_minute, now)
     }
 
@@ -139,4 +152,52 @@ fn a_bill_landing_while_its_lease_is_renewed_never_leaves_the_counter_past_its_a
     });
     let read = hooked.inner.read_now(&[key], now)[0];
     assert_eq!((read.used, read.held), (100 * calls, 0));
+}
+
+#[test]
+fn a_lease_placed_by_a_reservation_that_answered_an_error_is_given_back() {
+    // The store placed the lease's hold and the answer was lost (a connection reset): the
+    // process never learns of that hold. Before, it stayed until it expired (2-3 min), out of
+    // every guard's reach; now it is given back by the lease's id at once.
+    let hooked = Arc::new(Hooked::default());
+    let options = LeaseOptions {
+        above_per_second: 0.0,
+        ..LeaseOptions::default()
+    };
+    let leased = LeasedStore::new(hooked.clone(), options);
+    let (key, now) = (model_total_key(), at(NOW));
+    let minute = expiry_minute(now, 15 * 60_000);
+    let item = ReserveItem {
+        key: key.clone(),
+        hold: 100,
+        limit: Some(AMOUNT),
+        carried: 0,
+        retain_until: now + 86_400_000,
+    };
+    let release = Settle {
+        id: "t0".into(),
+        ticket: "t0".into(),
+        holds: vec![HoldRef {
+            key: key.clone(),
+            amount: 100,
+        }],
+        expiry_minute: minute,
+        adds: Vec::new(),
+        settled_until: now + 300_000,
+    };
+    hooked.fail_leases.store(true, Ordering::SeqCst);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        // Whatever the call comes to (an error, or reserved in the store), it is released.
+        let _ = leased.reserve("t0".into(), vec![item], minute, now).await;
+        leased.settle(&release, now).await.unwrap();
+        assert_eq!(leased.leases(), 0, "no lease is known here");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let held = || hooked.inner.read_now(std::slice::from_ref(&key), now)[0].held;
+        while held() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    });
+    let read = hooked.inner.read_now(&[key], now)[0];
+    assert_eq!((read.used, read.held), (0, 0), "a lease's hold is left");
 }

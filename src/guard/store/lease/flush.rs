@@ -91,20 +91,66 @@ pub(super) async fn settle_old(core: &Arc<Core>, lease: Lease, now: Millis) {
             "usage_guard: settling lease {} failed ({e}); retrying",
             lease.id
         );
-        let core = core.clone();
-        crate::runtime::shared().spawn(async move {
-            let started = std::time::Instant::now();
-            while started.elapsed() < Duration::from_millis(RETRY_FOR_MS) {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                if core.inner.settle(&settle, core.now()).await.is_ok() {
-                    return;
-                }
+        settle_in_background(core.clone(), settle);
+    }
+}
+
+/// Sends `settle` (a lease's, idempotent by its id) in the background, every second while
+/// the store does not answer, for at most `RETRY_FOR_MS`.
+fn settle_in_background(core: Arc<Core>, settle: Settle) {
+    crate::runtime::shared().spawn(async move {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_millis(RETRY_FOR_MS) {
+            if core.inner.settle(&settle, core.now()).await.is_ok() {
+                return;
             }
-            log::error!(
-                "usage_guard: lease {} was never settled: its use is missing from the counter",
-                settle.id
-            );
-        });
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        log::error!(
+            "usage_guard: lease {} was never settled: use billed against it is missing from \
+             the counter, and its hold stays until it expires",
+            settle.id
+        );
+    });
+}
+
+/// A lease's reservation in flight. Unless the store answered it, what it may have placed
+/// is given back by the lease's id in the background: a reservation whose round trip failed
+/// may have landed, and one dropped with the call that renewed (the caller gave up) may
+/// still land (the give-back's settled mark then stops it); either would otherwise hold its
+/// amount, unknown to this process, until it expired.
+pub(super) struct Unanswered {
+    core: Arc<Core>,
+    settle: Option<Settle>,
+}
+
+impl Unanswered {
+    pub(super) fn new(core: &Arc<Core>, id: &str, hold: HoldRef, minute: i64, now: Millis) -> Self {
+        let settle = Settle {
+            id: id.to_string(),
+            ticket: id.to_string(),
+            holds: vec![hold],
+            expiry_minute: minute,
+            adds: Vec::new(),
+            settled_until: now + SETTLED_KEEP_MS,
+        };
+        Unanswered {
+            core: core.clone(),
+            settle: Some(settle),
+        }
+    }
+
+    /// The store answered: this process knows what was placed.
+    pub(super) fn answered(mut self) {
+        self.settle = None;
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(settle) = self.settle.take() {
+            settle_in_background(self.core.clone(), settle);
+        }
     }
 }
 

@@ -11,12 +11,14 @@
 use std::sync::Arc;
 
 use super::book::Lease;
+use super::flush::Unanswered;
 use super::Core;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::CounterId;
 use crate::guard::store::Fence;
 use crate::guard::store::{
-    expiry_minute, CounterKey, CounterRead, FenceAnswer, ReserveItem, ReserveOutcome, StoreError,
+    expiry_minute, CounterKey, CounterRead, FenceAnswer, HoldRef, ReserveItem, ReserveOutcome,
+    StoreError,
 };
 
 /// A slice is sized for this many seconds of the calls seen on the counter (at least 8).
@@ -217,7 +219,7 @@ struct New {
 /// old one were given back. A counter that filled meanwhile gets only what open calls took
 /// (no slice). Answers (its id, what it holds, the slice), or the fence's answer.
 async fn place(
-    core: &Core,
+    core: &Arc<Core>,
     before: &Before,
     new: New,
     mut slice: u64,
@@ -266,8 +268,10 @@ async fn place(
     }
 }
 
+/// Reserves lease `id`'s hold; what a reservation the store did not answer may have placed
+/// is given back (`flush::Unanswered`).
 async fn reserve(
-    core: &Core,
+    core: &Arc<Core>,
     id: &str,
     item: &ReserveItem,
     minute: i64,
@@ -275,14 +279,23 @@ async fn reserve(
     fence: Option<Fence>,
 ) -> Result<ReserveOutcome, StoreError> {
     let items = vec![item.clone()];
-    match fence {
+    let hold = HoldRef {
+        key: item.key.clone(),
+        amount: item.hold,
+    };
+    let in_flight = Unanswered::new(core, id, hold, minute, now);
+    let outcome = match fence {
         Some(fence) => {
             core.inner
                 .reserve_fenced(id.to_string(), items, minute, now, fence)
                 .await
         }
         None => core.inner.reserve(id.to_string(), items, minute, now).await,
+    };
+    if outcome.is_ok() {
+        in_flight.answered();
     }
+    outcome
 }
 
 /// The store's last answer on the counter.
