@@ -159,6 +159,17 @@ impl Narrowed {
             .collect();
         let local = core.book().lock().read_leased(&leased);
         let n = reserve.counters.len();
+        let gone = (0..n).any(|c| self.counters[c].is_none() && local[c].is_none())
+            || (0..reserve.previous.len())
+                .any(|p| self.previous[p].is_none() && local[n + p].is_none());
+        if gone {
+            // A lease ended since the step was narrowed: its counter's value is not known
+            // here, and an answer of 0 would be remembered as the counter's value. Answer none
+            // (as a store that did not look): the next decision reads.
+            answer.counters.clear();
+            answer.previous.clear();
+            return answer;
+        }
         let counters = (0..n)
             .map(|c| match self.counters[c] {
                 Some(at) => answer.counters.get(at).copied().unwrap_or_default(),
@@ -176,5 +187,58 @@ impl Narrowed {
             counters,
             previous,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::domain::rule::{CounterId, Metric, Scope};
+    use crate::guard::domain::window::Window;
+    use crate::guard::store::{CounterKey, CounterRead, LeaseOptions, LeasedStore, MemoryStore};
+
+    #[test]
+    fn an_answer_widened_after_its_lease_ended_has_no_values() {
+        let store = LeasedStore::new(Arc::new(MemoryStore::new()), LeaseOptions::default());
+        let window: Window = "day".parse().unwrap();
+        let id = CounterId::new(
+            Scope::ModelTotal,
+            None,
+            None,
+            Some("gpt-5".into()),
+            Metric::Tokens,
+            window,
+        );
+        let key = CounterKey {
+            id: Arc::new(id),
+            bucket: 0,
+        };
+        let reserve = KnownReserve {
+            ticket: "t".into(),
+            counters: vec![key],
+            previous: Vec::new(),
+            items: Vec::new(),
+            item_counters: Vec::new(),
+            item_previous: Vec::new(),
+            skipped: Vec::new(),
+            expiry_minute: 1,
+        };
+        // Narrowed while the counter's lease lived; the lease is gone when the answer comes.
+        let narrowed = Narrowed {
+            counters: vec![None],
+            previous: Vec::new(),
+            items: Vec::new(),
+        };
+        let answer = KnownAnswer {
+            outcome: KnownOutcome::Reserve(ReserveOutcome::Reserved),
+            counters: vec![CounterRead { used: 7, held: 0 }],
+            previous: Vec::new(),
+        };
+        let widened = narrowed.widen(&store.core, &reserve, answer);
+        assert_eq!(
+            widened.outcome,
+            KnownOutcome::Reserve(ReserveOutcome::Reserved)
+        );
+        assert!(widened.counters.is_empty(), "{widened:?}");
     }
 }
