@@ -93,6 +93,10 @@ struct Args {
     variants: Vec<String>,
 }
 
+const USAGE: &str = "usage: cargo bench --bench gateway_load --no-default-features --features \
+gateway,bpe-openai,sqlite -- [--seconds 3] [--rounds 3] [--only SUBSTRING] [--threads N] \
+[--upstream rust|nginx]";
+
 fn args() -> Args {
     let mut out = Args {
         seconds: 3.0,
@@ -102,16 +106,35 @@ fn args() -> Args {
         upstream: None,
         variants: vec![String::new()],
     };
-    let given: Vec<String> = std::env::args().collect();
-    for pair in given.windows(2) {
-        match pair[0].as_str() {
-            "--seconds" => out.seconds = pair[1].parse().expect("--seconds S"),
-            "--rounds" => out.rounds = pair[1].parse().expect("--rounds N"),
-            "--only" => out.only = Some(pair[1].clone()),
-            "--threads" => out.threads = Some(pair[1].parse().expect("--threads N")),
-            "--upstream" => out.upstream = Some(pair[1].clone()),
-            _ => {}
+    let given: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < given.len() {
+        let flag = given[i].as_str();
+        // `cargo bench` passes `--bench` to a bench without the default harness.
+        if flag == "--bench" {
+            i += 1;
+            continue;
         }
+        if flag == "-h" || flag == "--help" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let Some(value) = given.get(i + 1) else {
+            eprintln!("gateway_load: {flag} needs a value, or is not an option\n{USAGE}");
+            std::process::exit(2);
+        };
+        match flag {
+            "--seconds" => out.seconds = value.parse().expect("--seconds S"),
+            "--rounds" => out.rounds = value.parse().expect("--rounds N"),
+            "--only" => out.only = Some(value.clone()),
+            "--threads" => out.threads = Some(value.parse().expect("--threads N")),
+            "--upstream" => out.upstream = Some(value.clone()),
+            _ => {
+                eprintln!("gateway_load: unknown option {flag}\n{USAGE}");
+                std::process::exit(2);
+            }
+        }
+        i += 2;
     }
     out
 }

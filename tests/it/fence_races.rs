@@ -8,11 +8,11 @@ use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
-use common::{at, policy};
+use common::{at, policy, OnceHook};
 use usage_guard::internals::{
     BackgroundSettling, CounterKey, CounterRead, EpochRead, Fence, Fencing, OutageLog,
     ReserveFromKnown, ReserveItem, ReserveOutcome, Settle, SettleOutcome, StoreFuture,
@@ -23,13 +23,11 @@ use usage_guard::{
     SumFilter, Usage, UsageGroup, UsageQuery,
 };
 
-type Hook = Box<dyn FnOnce() + Send>;
-
 /// A Redis store whose next `read` runs a hook first, whose background settles wait while
 /// `settles_held`, and whose epoch writes wait `set_epoch_ms` first.
 struct HookedStore {
     inner: RedisStore,
-    on_read: Mutex<Option<Hook>>,
+    on_read: OnceHook,
     settles_held: AtomicBool,
     set_epoch_ms: AtomicU64,
 }
@@ -38,7 +36,7 @@ impl HookedStore {
     fn new(server: &RedisServer) -> Self {
         HookedStore {
             inner: RedisStore::connect(&server.url(), "fence").unwrap(),
-            on_read: Mutex::new(None),
+            on_read: OnceHook::default(),
             settles_held: AtomicBool::new(false),
             set_epoch_ms: AtomicU64::new(0),
         }
@@ -57,10 +55,7 @@ impl std::fmt::Debug for HookedStore {
 
 impl CounterStore for HookedStore {
     fn read(&self, keys: Vec<CounterKey>, now: i64) -> StoreFuture<'_, Vec<CounterRead>> {
-        let hook = self.on_read.lock().unwrap().take();
-        if let Some(hook) = hook {
-            hook();
-        }
+        self.on_read.run();
         self.inner.read(keys, now)
     }
 
@@ -171,7 +166,7 @@ impl Fencing for HookedStore {
 /// A SQLite ledger whose next `sum` runs a hook first.
 struct HookedLedger {
     inner: Arc<SqliteLedger>,
-    on_sum: Mutex<Option<Hook>>,
+    on_sum: OnceHook,
 }
 
 impl std::fmt::Debug for HookedLedger {
@@ -194,10 +189,7 @@ impl Ledger for HookedLedger {
         self.inner.close()
     }
     fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError> {
-        let hook = self.on_sum.lock().unwrap().take();
-        if let Some(hook) = hook {
-            hook();
-        }
+        self.on_sum.run();
         self.inner.sum(filter, metric)
     }
     fn query(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>, LedgerError> {
@@ -225,14 +217,9 @@ model = "gpt-5"
 rules = [{ metric = "tokens", amount = 1000000, window = "day" }]
 "#;
 
-fn call() -> AdmitRequest {
-    AdmitRequest {
-        user: Some("alice".into()),
-        model: "gpt-5".into(),
-        prompt_tokens: Some(10),
-        max_output_tokens: Some(40),
-        ..AdmitRequest::default()
-    }
+/// Alice's call of 10 prompt tokens and at most 40 out.
+fn alices() -> AdmitRequest {
+    common::call("alice", "gpt-5", 10, 40)
 }
 
 fn eleven() -> Usage {
@@ -251,7 +238,7 @@ fn a_call_read_before_a_new_epoch_is_never_counted_twice_by_its_fill() {
     let sqlite = Arc::new(SqliteLedger::open(":memory:").unwrap());
     let ledger = Arc::new(HookedLedger {
         inner: sqlite.clone(),
-        on_sum: Mutex::new(None),
+        on_sum: OnceHook::default(),
     });
     let clock = Arc::new(ManualClock::new(at("2026-03-02T10:00:00Z")));
     let guard = Guard::new(policy(POLICY), store.clone(), clock).with_ledger(ledger.clone());
@@ -260,15 +247,15 @@ fn a_call_read_before_a_new_epoch_is_never_counted_twice_by_its_fill() {
     // Call A fills its counter (no epoch yet), then pauses in its read until let go.
     let (a_paused, a_paused_rx) = mpsc::channel::<()>();
     let (go_a, go_a_rx) = mpsc::channel::<()>();
-    *store.on_read.lock().unwrap() = Some(Box::new(move || {
+    store.on_read.set(move || {
         a_paused.send(()).unwrap();
         go_a_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    }));
+    });
     let (a_billed, a_billed_rx) = mpsc::channel::<()>();
     let a = {
         let guard = guard.clone();
         std::thread::spawn(move || {
-            let ticket = guard.admit_blocking(call()).unwrap();
+            let ticket = guard.admit_blocking(alices()).unwrap();
             // Queued: its settle waits (held back), its ledger row does not.
             let billed = ticket.bill_with_options_blocking(eleven(), BillInfo::default(), false);
             billed.unwrap().unwrap();
@@ -283,12 +270,12 @@ fn a_call_read_before_a_new_epoch_is_never_counted_twice_by_its_fill() {
     // Now A reserves under the epoch it read in (fenced) and waits for this fill; the hook
     // stops waiting for A's bill after 2 s.
     let sqlite_in_hook = sqlite.clone();
-    *ledger.on_sum.lock().unwrap() = Some(Box::new(move || {
+    ledger.on_sum.set(move || {
         go_a.send(()).unwrap();
         let _ = a_billed_rx.recv_timeout(Duration::from_secs(2));
         sqlite_in_hook.flush().unwrap();
-    }));
-    let b = guard.admit_blocking(call()).unwrap();
+    });
+    let b = guard.admit_blocking(alices()).unwrap();
     store.settles_held.store(false, Ordering::SeqCst);
     a.join().unwrap();
     b.bill_blocking(eleven()).unwrap().unwrap();
@@ -318,14 +305,14 @@ fn a_recovery_goes_on_when_the_call_that_began_it_gives_up() {
     // given up (dropped) while the write is on its way. Before the fix the lock stayed held
     // for its 10 s: the next calls waited 2 s for an epoch and were refused as recovering.
     let first = runtime.block_on(async {
-        tokio::time::timeout(Duration::from_millis(100), guard.admit(call())).await
+        tokio::time::timeout(Duration::from_millis(100), guard.admit(alices())).await
     });
     assert!(
         first.is_err(),
         "the first call was to be given up mid-recovery"
     );
     let ticket = runtime
-        .block_on(guard.admit(call()))
+        .block_on(guard.admit(alices()))
         .expect("admitted under the epoch the given-up call's recovery wrote");
     runtime.block_on(ticket.bill(eleven())).unwrap().unwrap();
     assert_eq!(guard.stats().epochs_written.load(Ordering::SeqCst), 1);

@@ -3,24 +3,22 @@
 //! answers a lease's reservation with an error after placing it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::store_leases_support::{model_key, model_total_policy, NOW};
-use crate::common::at;
+use super::store_leases_support::{item, model_key, model_total_policy, whole_settle, NOW};
+use crate::common::{at, OnceHook};
 use usage_guard::internals::{
-    expiry_minute, CounterKey, HoldRef, PartsSettle, ReserveItem, ReserveOutcome, Settle,
-    SettleOutcome, StoreFuture, UsageAdd,
+    expiry_minute, CounterKey, PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
+    StoreFuture,
 };
 use usage_guard::{CounterStore, LeaseOptions, LeasedStore, MemoryStore, Policy, StoreError};
-
-type Hook = Box<dyn FnOnce() + Send>;
 
 /// A memory store whose next `read` first runs a hook (a renewal reads the counter first),
 /// and which, while `fail_leases`, places a lease's reservation and answers an error.
 #[derive(Default)]
 struct Hooked {
     inner: MemoryStore,
-    on_read: Mutex<Option<Hook>>,
+    on_read: OnceHook,
     fail_leases: AtomicBool,
 }
 
@@ -36,10 +34,7 @@ impl CounterStore for Hooked {
         keys: Vec<CounterKey>,
         now: i64,
     ) -> StoreFuture<'_, Vec<usage_guard::internals::CounterRead>> {
-        let hook = self.on_read.lock().unwrap().take();
-        if let Some(hook) = hook {
-            hook();
-        }
+        self.on_read.run();
         self.inner.read(keys, now)
     }
 
@@ -95,28 +90,8 @@ fn a_bill_landing_while_its_lease_is_renewed_never_leaves_the_counter_past_its_a
     let leased = LeasedStore::new(hooked.clone(), options);
     let (key, now) = (model_total_key(), at(NOW));
     let minute = expiry_minute(now, 15 * 60_000);
-    let item = ReserveItem {
-        key: key.clone(),
-        hold: 100,
-        limit: Some(AMOUNT),
-        carried: 0,
-        retain_until: now + 86_400_000,
-    };
-    let bill = |ticket: &str| Settle {
-        id: ticket.into(),
-        ticket: ticket.into(),
-        holds: vec![HoldRef {
-            key: key.clone(),
-            amount: 100,
-        }],
-        expiry_minute: minute,
-        adds: vec![UsageAdd {
-            key: key.clone(),
-            amount: 100,
-            retain_until: now + 86_400_000,
-        }],
-        settled_until: now + 300_000,
-    };
+    let item = item(&key, 100, AMOUNT);
+    let bill = |ticket: &str| whole_settle(ticket, &key, 100, 100, minute);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let calls = runtime.block_on(async {
         // Calls of 100 fill the first slice.
@@ -129,10 +104,10 @@ fn a_bill_landing_while_its_lease_is_renewed_never_leaves_the_counter_past_its_a
         assert_eq!(leased.leases(), 1);
         // The next renews the lease; call t0 bills while the renewal reads the counter.
         let (during, settle) = (leased.clone(), bill("t0"));
-        *hooked.on_read.lock().unwrap() = Some(Box::new(move || {
+        hooked.on_read.set(move || {
             // The strip happens at the call (no await needed: all of it is the lease's).
             drop(during.settle(&settle, now));
-        }));
+        });
         // (Refused: the counter is full, 100 used and the other calls open.)
         let reserved = leased.reserve(format!("t{calls}"), vec![item.clone()], minute, now);
         assert!(matches!(
@@ -167,24 +142,8 @@ fn a_lease_placed_by_a_reservation_that_answered_an_error_is_given_back() {
     let leased = LeasedStore::new(hooked.clone(), options);
     let (key, now) = (model_total_key(), at(NOW));
     let minute = expiry_minute(now, 15 * 60_000);
-    let item = ReserveItem {
-        key: key.clone(),
-        hold: 100,
-        limit: Some(AMOUNT),
-        carried: 0,
-        retain_until: now + 86_400_000,
-    };
-    let release = Settle {
-        id: "t0".into(),
-        ticket: "t0".into(),
-        holds: vec![HoldRef {
-            key: key.clone(),
-            amount: 100,
-        }],
-        expiry_minute: minute,
-        adds: Vec::new(),
-        settled_until: now + 300_000,
-    };
+    let item = item(&key, 100, AMOUNT);
+    let release = whole_settle("t0", &key, 100, 0, minute);
     hooked.fail_leases.store(true, Ordering::SeqCst);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {

@@ -35,6 +35,26 @@ pub fn tokens_key_in(user: &str, window: &str, bucket: i64) -> usage_guard::inte
     tokens_key(user, window.parse::<usage_guard::Window>().unwrap(), bucket)
 }
 
+/// A hook a test's store or ledger runs once, the next time it reaches a step (`run`): to
+/// interleave another call exactly there.
+#[derive(Default)]
+pub struct OnceHook(std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>);
+
+impl OnceHook {
+    /// Runs `hook` at the next `run`.
+    pub fn set(&self, hook: impl FnOnce() + Send + 'static) {
+        *self.0.lock().unwrap() = Some(Box::new(hook));
+    }
+
+    /// Runs the hook set, if any (once).
+    pub fn run(&self) {
+        let hook = self.0.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+}
+
 pub fn at(text: &str) -> i64 {
     parse_iso8601(text).unwrap()
 }
