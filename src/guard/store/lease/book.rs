@@ -30,18 +30,16 @@ pub(crate) fn leasable(id: &CounterId) -> bool {
     shared && id.window != Window::WhileRunning
 }
 
-/// One lease: a hold of `granted` on the counter, placed by the store under `id`.
+/// One lease: a hold of `placed` on the counter, placed by the store under `id`.
 #[derive(Debug, Clone)]
 pub(crate) struct Lease {
     pub(crate) id: String,
     /// The key the hold was placed under (holds are the counter's, whatever the bucket).
     pub(crate) key: CounterKey,
     pub(crate) minute: i64,
-    /// What the store holds under the lease's id.
+    /// What the store holds under the lease's id: what calls may use of it, less what they
+    /// took and the use billed against it (use billed while it was placed is in `pending`).
     pub(crate) placed: u64,
-    /// What calls may use of it (`placed`: use billed while it was being placed is in its
-    /// `pending`).
-    pub(crate) granted: u64,
     /// The tightest amount checked on the counter when the lease was taken.
     pub(crate) limit: u64,
     /// What open calls hold of the slice.
@@ -67,7 +65,7 @@ impl Lease {
 
     /// What is left of the slice for new calls.
     pub(crate) fn free(&self) -> u64 {
-        self.granted
+        self.placed
             .saturating_sub(self.taken)
             .saturating_sub(self.pending_total())
     }

@@ -37,7 +37,6 @@ pub(super) async fn flush(core: &Arc<Core>, now: Millis) -> bool {
             let used: u64 = pending.iter().map(|(_, u)| *u).sum();
             let give = used.min(lease.placed);
             lease.placed -= give;
-            lease.granted = lease.granted.saturating_sub(give);
             for (key, used) in &pending {
                 if let Some((_, read)) = lease.base.iter_mut().find(|(b, _)| *b == key.bucket) {
                     read.used = read.used.saturating_add(*used);

@@ -345,7 +345,6 @@ fn swap(
             key: base.current.clone(),
             minute,
             placed,
-            granted: placed,
             limit,
             taken,
             pending: meanwhile,

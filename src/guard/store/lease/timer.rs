@@ -144,7 +144,7 @@ async fn tick(core: &Arc<Core>) {
                 let age = now - lease.renewed_at;
                 let idle = lease.taken == 0
                     && (lease.draining || now - s.last_call >= IDLE_REFRESHES * refresh);
-                let low = !lease.draining && lease.free() < lease.granted / 4;
+                let low = !lease.draining && lease.free() < lease.placed / 4;
                 let due = idle || lease.lost || low || age >= ttl / 4;
                 due.then(|| (id.clone(), idle))
             })
