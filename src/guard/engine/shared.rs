@@ -111,6 +111,11 @@ impl EpochState {
         self.generation.load().to_string()
     }
 
+    /// The generation, shared (no copy of its text).
+    pub(crate) fn generation_shared(&self) -> Arc<String> {
+        self.generation.load_full()
+    }
+
     /// One fence-handling step at a time (in this process).
     pub(crate) fn one(&self) -> &tokio::sync::Mutex<()> {
         self.one.get()

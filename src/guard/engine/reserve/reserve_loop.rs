@@ -193,7 +193,8 @@ impl Guard {
     ) -> Result<Sent> {
         let now = values.now;
         let fence = if self.shared.ways.fences {
-            self.fence_for(values.generation.clone(), &plan.items, settings)
+            let generation = values.generation.as_deref().cloned().unwrap_or_default();
+            self.fence_for(generation, &plan.items, settings)
         } else {
             Fence::default()
         };

@@ -2,6 +2,8 @@
 //! reserve answered, the known ones (`known.rs`) when fresh, else a read; and what
 //! `reserve_known` needs to check that a decision from them still holds.
 
+use std::sync::Arc;
+
 use crate::error::Result;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::decide::{self, Decision, Demand, Plan, SlotRead};
@@ -20,10 +22,11 @@ pub(super) struct Values {
     pub(super) reads: Vec<SlotRead>,
     pub(super) exact: bool,
     pub(super) now: Millis,
-    /// The epoch generation this guard trusted before the counters were filled: the
-    /// reservation is fenced under it, so a counter is never reserved under a generation
-    /// it was not filled in (a later fill would count again bills already in the ledger).
-    pub(super) generation: String,
+    /// The epoch generation this guard trusted before the counters were filled (on a store
+    /// that fences): the reservation is fenced under it, so a counter is never reserved under
+    /// a generation it was not filled in (a later fill would count again bills already in
+    /// the ledger).
+    pub(super) generation: Option<Arc<String>>,
 }
 
 /// What a decision from `Values` comes to.
@@ -49,7 +52,8 @@ impl Guard {
         force_read: bool,
     ) -> std::result::Result<Values, StoreError> {
         let (keys, previous_at) = read_keys(path, now);
-        let generation = self.shared.epoch.generation();
+        let fences = self.shared.ways.fences;
+        let generation = fences.then(|| self.shared.epoch.generation_shared());
         self.shared.fill(path, &keys, now).await;
         let mut values = Values {
             keys,
