@@ -21,7 +21,7 @@ const CALL_HOLD_MAX_MS: Millis = 16 * 60_000;
 /// How many times a call leases, or waits for a renewal, before it goes to the store.
 const LEASING_ROUNDS: usize = 2;
 /// The longest a call waits for a renewal in flight.
-const RENEWAL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const RENEWAL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// A lease this close to its expiry is renewed before a call takes from it.
 const EXPIRY_MARGIN_MS: Millis = 30_000;
 
@@ -221,7 +221,7 @@ async fn take_leasing(
 
 /// Waits until `renewed` fires or `limit` passes. The timer runs on the crate's runtime:
 /// a caller may poll from any thread (a memory store's admission runs on the caller's).
-async fn wait_for(
+pub(super) async fn wait_for(
     mut renewed: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
     limit: std::time::Duration,
 ) {
