@@ -231,8 +231,7 @@ CHILD = textwrap.dedent(
 def _child(
     server: RedisServer, clock: ug.ManualClock, after: str, layout: str = "shared"
 ) -> subprocess.Popen[str]:
-    policy = POLICY if layout == "shared" else WITH_MODEL_TOTAL
-    store = LAYOUTS[layout]
+    policy, store = (POLICY if layout == "shared" else WITH_MODEL_TOTAL), LAYOUTS[layout]
     code = CHILD.format(policy=policy, start=clock.now(), url=server.url, after=after, store=store)
     return subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -281,21 +280,23 @@ def test_a_process_killed_before_its_background_settle_leaves_a_hold_that_expire
     if layout == "slot_groups":
         assert _model_total(watcher) == landed, "one settle, both groups or neither"
     elif layout == "leased":
-        # The Model Total's part of the bill was billed against the slice, told to the store
-        # only by the lease's next flush (every 250 ms), which the kill may have cut off.
-        # A flush adds the use and gives back as much of the slice: use plus holds stays.
+        # What the docs promise of a kill -9: the bill's part on the Model Total, billed
+        # against the slice, counts once if the lease's next flush (250 ms) landed, else not
+        # at all (a flush adds use and gives back as much of the slice); the slice, the
+        # call's hold in it, is held until the lease expires, at most 3 minutes.
         model = _model_total(watcher)
         assert model[0] in (0, 350) and sum(model) == lease[1], (model, lease)
-    clock.advance(minutes=16)  # past the hold's 15 minutes and the lease's 3
+        clock.advance(minutes=3)
+        assert _model_total(watcher) == (model[0], 0), "the lease expired"
+        assert _tokens(watcher) == landed, "the person's hold lives its 15 minutes"
+    clock.advance(minutes=16)  # past the hold's 15 minutes
     used, reserved = _tokens(watcher)
     assert reserved == 0, "the hold expired"
     assert used == landed[0], "never counted twice, never counted late"
     if layout == "slot_groups":
         assert _model_total(watcher) == (landed[0], 0)
     elif layout == "leased":
-        # What the docs promise of a kill -9: the slice held until the lease expired, then
-        # free; the use billed against it counted once if its flush landed, else not at all.
-        assert _model_total(watcher) == (model[0], 0), "the lease expired"
+        assert _model_total(watcher) == (model[0], 0), "counted once or not at all, never late"
     watcher.admit("alice", "gpt-5", prompt_tokens=100, max_tokens=400).bill(
         input_tokens=1, output_tokens=1
     )
