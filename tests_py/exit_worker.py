@@ -3,7 +3,10 @@ store) with a SQLite ledger, made before any fork; each call admits and bills on
 returns at once (the bill still queued for the background, its ledger row still queued for
 the writer). Then the process ends by the path named on the command line.
 
-    REDIS_PID=pid python exit_worker.py PATH REDIS_URL|memory PREFIX LEDGER_PATH
+    REDIS_PID=pid python exit_worker.py PATH REDIS_URL|memory PREFIX LEDGER_PATH [LAYOUT]
+
+LAYOUT is one of `redis_harness.LAYOUTS` (default "shared"); the layouts other than the shared
+one add a Model Total (a second group each call touches, the counter a leasing store leases).
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ import sys
 import time
 
 import usage_guard as ug
+from redis_harness import LAYOUTS, with_model_total
 
 PATH, URL, PREFIX, LEDGER = sys.argv[1:5]
+LAYOUT = sys.argv[5] if len(sys.argv) > 5 else "shared"
 CHILDREN = 4
 # billiard's pool workers sleep 1 s before they exit: a longer stall there. The store's
 # timeout outlasts a chain of stalls (an admission waits out the stalls of the calls ahead).
@@ -35,8 +40,12 @@ POLICY = {
         ]
     },
 }
+if LAYOUT != "shared":
+    POLICY = with_model_total(POLICY, "m", 1_000_000)
 store = (
-    ug.MemoryStore() if URL == "memory" else ug.RedisStore(URL, prefix=PREFIX, timeout=TIMEOUT_S)
+    ug.MemoryStore()
+    if URL == "memory"
+    else ug.RedisStore(URL, prefix=PREFIX, timeout=TIMEOUT_S, **LAYOUTS[LAYOUT])
 )
 guard = ug.Guard(ug.Policy.from_dict(POLICY), store=store, ledger=ug.SqliteLedger(LEDGER))
 
@@ -63,6 +72,8 @@ def call(n: object = None) -> int:
     only the last task stalls (stalls of 2.5 s on two workers would chain past the store's
     timeout)."""
     tickets = [guard.admit("alice", "m", prompt_tokens=5, max_tokens=1) for _ in range(2)]
+    if LAYOUT == "leased":  # the calls took from a slice of the Model Total
+        assert store.lease_state()["leases"] == 1, store.lease_state()
     if not BILLIARD or n == CHILDREN - 1:
         stall()
     tickets[0].bill(5, 0)

@@ -265,3 +265,25 @@ def groups_worker(
     store = ug.RedisStore.cluster(urls, prefix, slot_groups=True, lease_above=lease_above)
     guard = ug.Guard(ug.Policy.from_dict(GROUPS_POLICY), store=store)
     return admit_and_bill(guard, GROUP_USERS, tasks, calls, seed, start)
+
+
+# The store layouts a fault test runs on (docs/redis.md, "Slot groups" and "Leases"): the
+# shared one, slot groups, and slot groups leasing shared counters from the first call.
+LAYOUTS: dict[str, dict[str, Any]] = {
+    "shared": {},
+    "slot_groups": {"slot_groups": True},
+    "leased": {"slot_groups": True, "lease_above": 0},
+}
+
+
+def watching(layout: str) -> dict[str, Any]:
+    """The store options of a watcher of `layout`: its keys, never a lease of its own (a
+    leasing process reads a leased counter as its lease last saw it plus its own use)."""
+    return {k: v for k, v in LAYOUTS[layout].items() if k != "lease_above"}
+
+
+def with_model_total(policy: dict[str, Any], model: str, amount: int) -> dict[str, Any]:
+    """`policy` with a Model Total of `amount` tokens a day on `model`: with slot groups a
+    second group each call touches (the model's), and the counter a leasing store leases."""
+    total = {"model": model, "rules": [{"metric": "tokens", "amount": amount, "window": "day"}]}
+    return {**policy, "limits": {**policy["limits"], "model_total": [total]}}

@@ -36,6 +36,7 @@ mod store_checks;
 mod store_groups;
 mod store_groups_races;
 mod store_leases;
+mod store_leases_give_back;
 mod store_leases_races;
 mod store_leases_review;
 mod store_leases_support;

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import usage_guard as ug
-from redis_harness import RedisServer
+from redis_harness import LAYOUTS, RedisServer, watching, with_model_total
 
 WORKER = str(Path(__file__).resolve().parents[1] / "exit_worker.py")
 CHILDREN = 4  # exit_worker.CHILDREN
@@ -42,14 +42,14 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX
 
 
 def _start(
-    path: str, redis: RedisServer | None, tmp: Path
+    path: str, redis: RedisServer | None, tmp: Path, layout: str = "shared"
 ) -> tuple[subprocess.Popen[str], str, str]:
     prefix, ledger = f"exit-{uuid.uuid4().hex[:8]}", str(tmp / "ledger.db")
     url, env = "memory", dict(os.environ)
     if redis is not None:
         url, env["REDIS_PID"] = redis.url, str(redis.pid)
     worker = subprocess.Popen(
-        [sys.executable, WORKER, path, url, prefix, ledger],
+        [sys.executable, WORKER, path, url, prefix, ledger, layout],
         stdout=subprocess.PIPE,
         text=True,
         cwd=str(tmp),
@@ -58,23 +58,31 @@ def _start(
     return worker, prefix, ledger
 
 
-def _counted(redis: RedisServer, prefix: str, ledger: str) -> tuple[int, int, int]:
+def _counted(
+    redis: RedisServer, prefix: str, ledger: str, layout: str = "shared"
+) -> tuple[int, int, int]:
     """Calls counted in Redis (tokens used / 10), tokens still held, and ledger rows (two a
     call), once the worker has ended. A stall the worker left ends on its own (ending it
-    early would let a process still exiting send what it should have flushed)."""
-    url = redis.url
-    guard = ug.Guard(
-        ug.Policy.from_dict(POLICY), store=ug.RedisStore(url, prefix=prefix, timeout=8)
-    )
-    rule = guard.usage("alice", "m")["rules"][0]
+    early would let a process still exiting send what it should have flushed). On the layouts
+    with a Model Total, it counts what the person's rule counts: every lease was given back,
+    the use billed against it told to the store."""
+    policy = POLICY if layout == "shared" else with_model_total(POLICY, "m", 1_000_000)
+    store = ug.RedisStore(redis.url, prefix=prefix, timeout=8, **watching(layout))
+    usage = ug.Guard(ug.Policy.from_dict(policy), store=store).usage("alice", "m")
+    rule = usage["rules"][0]
+    if layout != "shared":
+        model = usage["ceilings"][0]
+        assert (model["used"], model["reserved"]) == (rule["used"], rule["reserved"]), usage
     rows = ug.SqliteLedger(ledger).query(user="alice")
     return rule["used"] // 10, rule["reserved"], sum(r["requests"] for r in rows)
 
 
-def _run(path: str, redis: RedisServer, tmp: Path, code: int = 0) -> tuple[int, int, int]:
-    worker, prefix, ledger = _start(path, redis, tmp)
+def _run(
+    path: str, redis: RedisServer, tmp: Path, code: int = 0, layout: str = "shared"
+) -> tuple[int, int, int]:
+    worker, prefix, ledger = _start(path, redis, tmp, layout)
     assert worker.wait(60) == code
-    return _counted(redis, prefix, ledger)
+    return _counted(redis, prefix, ledger, layout)
 
 
 def test_a_normal_exit_flushes(redis: RedisServer, tmp_path: Path) -> None:
@@ -118,24 +126,33 @@ def test_the_sigterm_handler_is_installed_only_over_the_default() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+PATHS = [
+    "process",
+    "process-sys.exit",
+    "process-terminated",
+    "pool",
+    "pool-maxtasks",
+    "pool-closed",
+    "executor",
+]
+# On the other layouts, one path of each way a child ends: `os._exit` after the target
+# (multiprocessing's finalizers), SIGTERM from `terminate()`, a pool's exit terminating its
+# workers (two calls each, one stalled while the next was queued).
+LAYOUT_PATHS = ["process", "process-terminated", "pool"]
+
+
 @pytest.mark.parametrize(
-    "path",
-    [
-        "process",
-        "process-sys.exit",
-        "process-terminated",
-        "pool",
-        "pool-maxtasks",
-        "pool-closed",
-        "executor",
-    ],
+    ("path", "layout"),
+    [(path, "shared") for path in PATHS]
+    + [(path, layout) for layout in LAYOUTS if layout != "shared" for path in LAYOUT_PATHS],
 )
 def test_the_children_of_multiprocessing_flush(
-    path: str, redis: RedisServer, tmp_path: Path
+    path: str, layout: str, redis: RedisServer, tmp_path: Path
 ) -> None:
     """The parent's call and each child's: 1 + 4, none lost, no hold left (before: 1 to 3 of
     5 with `Process`, the others' holds left for 15 minutes)."""
-    assert _run(path, redis, tmp_path) == (1 + CHILDREN, 0, 2 * (1 + CHILDREN))
+    counted = _run(path, redis, tmp_path, layout=layout)
+    assert counted == (1 + CHILDREN, 0, 2 * (1 + CHILDREN))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("billiard") is None, reason="needs billiard")

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from redis_harness import RedisServer
+from redis_harness import BUDGET_POLICY, LAYOUTS, RedisServer, watching, with_model_total
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/task").is_dir(), reason="reads each thread's mask from /proc (Linux)"
@@ -92,27 +92,48 @@ def test_every_thread_of_the_core_blocks_the_signals_the_host_handles(
     assert main == [0], "the host's main thread keeps every signal"
 
 
-def _wait_on(lock_url: str, lock: object, ready: object) -> None:
-    """A child that made a guard on Redis (the core's threads run) and then waits in a C call
-    (a lock the parent holds), as an idle `Pool` worker waits for the task queue."""
-    import usage_guard as ug
-    from redis_harness import BUDGET_POLICY
+def _policy(layout: str) -> dict[str, object]:
+    """`BUDGET_POLICY`, with a Model Total on the layouts other than the shared one (a second
+    group each call touches, the counter a leasing store leases)."""
+    return BUDGET_POLICY if layout == "shared" else with_model_total(BUDGET_POLICY, "gpt-5", 10**6)
 
-    guard = ug.Guard(ug.Policy.from_dict(BUDGET_POLICY), store=ug.RedisStore(lock_url, "sig"))
+
+def _wait_on(lock_url: str, layout: str, lock: object, ready: object) -> None:
+    """A child that made a guard on Redis (the core's threads run), billed once (leased: its
+    lease still held) and then waits in a C call (a lock the parent holds), as an idle `Pool`
+    worker waits for the task queue."""
+    import usage_guard as ug
+
+    store = ug.RedisStore(lock_url, "sig", **LAYOUTS[layout])
+    guard = ug.Guard(ug.Policy.from_dict(_policy(layout)), store=store)
     guard.admit("alice", "gpt-5", prompt_tokens=10, max_tokens=10).bill(
-        input_tokens=10, output_tokens=1
+        input_tokens=10, output_tokens=1, wait=True
     )
-    guard.close()
+    assert store.lease_state()["leases"] == (1 if layout == "leased" else 0)
     ready.set()  # type: ignore[attr-defined]
     lock.acquire()  # type: ignore[attr-defined]
 
 
-def test_a_child_waiting_in_a_lock_ends_on_sigterm(redis_server: RedisServer) -> None:
+def _counted(url: str, layout: str) -> list[tuple[int, int]]:
+    """(used, reserved) of alice's budget and, on the layouts with one, of the Model Total."""
+    import usage_guard as ug
+
+    guard = ug.Guard(
+        ug.Policy.from_dict(_policy(layout)), store=ug.RedisStore(url, "sig", **watching(layout))
+    )
+    usage = guard.usage("alice", "gpt-5")
+    return [(c["used"], c["reserved"]) for c in usage["rules"] + usage["ceilings"]]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_child_waiting_in_a_lock_ends_on_sigterm(redis_server: RedisServer, layout: str) -> None:
+    """Each child ends by SIGTERM; its exit flush gave its lease (leased) back, so what the
+    children billed is all the counters hold."""
     ctx = multiprocessing.get_context("spawn")
     for _ in range(3):
         lock, ready = ctx.Lock(), ctx.Event()
         lock.acquire()
-        child = ctx.Process(target=_wait_on, args=(redis_server.url, lock, ready))
+        child = ctx.Process(target=_wait_on, args=(redis_server.url, layout, lock, ready))
         child.start()
         try:
             assert ready.wait(60), "the child made its guard"
@@ -124,6 +145,8 @@ def test_a_child_waiting_in_a_lock_ends_on_sigterm(redis_server: RedisServer) ->
             if child.exitcode is None:
                 child.kill()
                 child.join()
+    counters = 1 if layout == "shared" else 2
+    assert _counted(redis_server.url, layout) == [(3 * 11, 0)] * counters
 
 
 # A main thread inside a C call that retries its wait after a signal (glibc's `system()`

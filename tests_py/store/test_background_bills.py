@@ -16,8 +16,9 @@ import threading
 import time
 from typing import Any
 
+import pytest
 import usage_guard as ug
-from redis_harness import RedisServer
+from redis_harness import LAYOUTS, RedisServer, watching, with_model_total
 
 POLICY: dict[str, Any] = {
     "models": {"gpt-5": {"provider": "openai", "max_output_tokens": 4_000}},
@@ -217,7 +218,7 @@ CHILD = textwrap.dedent(
     import usage_guard as ug
     policy = ug.Policy.from_dict({policy!r})
     clock = ug.ManualClock({start!r})
-    guard = ug.Guard(policy, store=ug.RedisStore({url!r}), clock=clock)
+    guard = ug.Guard(policy, store=ug.RedisStore({url!r}, **{store!r}), clock=clock)
     ticket = guard.admit("alice", "gpt-5", prompt_tokens=100, max_tokens=400)
     print("admitted", flush=True)
     sys.stdin.readline()
@@ -227,21 +228,42 @@ CHILD = textwrap.dedent(
 )
 
 
-def _child(server: RedisServer, clock: ug.ManualClock, after: str) -> subprocess.Popen[str]:
-    code = CHILD.format(policy=POLICY, start=clock.now(), url=server.url, after=after)
+def _child(
+    server: RedisServer, clock: ug.ManualClock, after: str, layout: str = "shared"
+) -> subprocess.Popen[str]:
+    policy, store = (POLICY if layout == "shared" else WITH_MODEL_TOTAL), LAYOUTS[layout]
+    code = CHILD.format(policy=policy, start=clock.now(), url=server.url, after=after, store=store)
     return subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
 
 
+# The layouts other than the shared one add a Model Total: a second group the call reserves
+# in, and (leased) the counter the child leases a slice of.
+WITH_MODEL_TOTAL = with_model_total(POLICY, "gpt-5", 10_000_000)
+
+
+def _model_total(guard: ug.Guard) -> tuple[int, int]:
+    model = guard.usage("alice", "gpt-5")["ceilings"][0]
+    return model["used"], model["reserved"]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_a_process_killed_before_its_background_settle_leaves_a_hold_that_expires(
-    redis_server: RedisServer, clock: ug.ManualClock
+    redis_server: RedisServer, clock: ug.ManualClock, layout: str
 ) -> None:
-    watcher = _guard(redis_server, clock)
-    child = _child(redis_server, clock, "os.kill(os.getpid(), signal.SIGKILL)")
+    policy = ug.Policy.from_dict(POLICY if layout == "shared" else WITH_MODEL_TOTAL)
+    store = ug.RedisStore(redis_server.url, **watching(layout))
+    watcher = ug.Guard(policy, store=store, clock=clock)
+    child = _child(redis_server, clock, "os.kill(os.getpid(), signal.SIGKILL)", layout)
     assert child.stdout is not None and child.stdin is not None
     assert child.stdout.readline().strip() == "admitted"
     assert _tokens(watcher) == (0, 500)
+    if layout == "slot_groups":
+        assert _model_total(watcher) == (0, 500)
+    elif layout == "leased":
+        lease = _model_total(watcher)
+        assert lease[0] == 0 and lease[1] > 500, lease  # a slice beyond the call's hold
     # Redis hangs while the child bills and kills itself at once (`kill -9`): its settle was
     # queued and is lost with it, or reached Redis's socket just before and runs on continue.
     assert redis_server.pid is not None
@@ -255,10 +277,26 @@ def test_a_process_killed_before_its_background_settle_leaves_a_hold_that_expire
     time.sleep(0.2)
     landed = _tokens(watcher)
     assert landed in ((0, 500), (350, 0)), landed
+    if layout == "slot_groups":
+        assert _model_total(watcher) == landed, "one settle, both groups or neither"
+    elif layout == "leased":
+        # What the docs promise of a kill -9: the bill's part on the Model Total, billed
+        # against the slice, counts once if the lease's next flush (250 ms) landed, else not
+        # at all (a flush adds use and gives back as much of the slice); the slice, the
+        # call's hold in it, is held until the lease expires, at most 3 minutes.
+        model = _model_total(watcher)
+        assert model[0] in (0, 350) and sum(model) == lease[1], (model, lease)
+        clock.advance(minutes=3)
+        assert _model_total(watcher) == (model[0], 0), "the lease expired"
+        assert _tokens(watcher) == landed, "the person's hold lives its 15 minutes"
     clock.advance(minutes=16)  # past the hold's 15 minutes
     used, reserved = _tokens(watcher)
     assert reserved == 0, "the hold expired"
     assert used == landed[0], "never counted twice, never counted late"
+    if layout == "slot_groups":
+        assert _model_total(watcher) == (landed[0], 0)
+    elif layout == "leased":
+        assert _model_total(watcher) == (model[0], 0), "counted once or not at all, never late"
     watcher.admit("alice", "gpt-5", prompt_tokens=100, max_tokens=400).bill(
         input_tokens=1, output_tokens=1
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import usage_guard as ug
-from redis_harness import RedisServer
+from redis_harness import LAYOUTS, RedisServer, watching, with_model_total
 
 
 def _policy(rules: list[dict[str, Any]]) -> dict[str, Any]:
@@ -26,11 +26,29 @@ def _policy(rules: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 ONE_AT_A_TIME = _policy([{"metric": "concurrency", "amount": 1}])
+# The layouts other than the shared one add a Model Total: a second group each call reserves
+# in (a hold given back by ticket id in one group when the other refuses or the caller gave
+# up), and the counter a leasing store leases.
+MODEL_TOTAL = 1_000_000
+
+
+def _layout(policy: dict[str, Any], layout: str) -> ug.Policy:
+    if layout != "shared":
+        policy = with_model_total(policy, "gpt-5", MODEL_TOTAL)
+    return ug.Policy.from_dict(policy)
 
 
 def _rule(guard: ug.Guard, metric: str) -> Any:
     rules = guard.usage("alice", "gpt-5")["rules"]
     return next(r for r in rules if r["metric"] == metric)
+
+
+def _model_total(server: RedisServer, policy: ug.Policy, layout: str) -> tuple[int, int]:
+    """The Model Total's (used, reserved) as the store has it (read by a guard that does not
+    lease, so a lease's slice counts as held)."""
+    store = ug.RedisStore(server.url, **watching(layout))
+    model = ug.Guard(policy, store=store).usage("alice", "gpt-5")["ceilings"][0]
+    return model["used"], model["reserved"]
 
 
 def _within(seconds: float, check: Callable[[], bool], what: str) -> float:
@@ -61,12 +79,13 @@ def _hung(server: RedisServer) -> Iterator[None]:
         os.kill(server.pid, signal.SIGCONT)
 
 
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 async def test_admissions_given_up_by_asyncio_leave_no_hold(
-    redis_server: RedisServer, clock: ug.ManualClock
+    redis_server: RedisServer, clock: ug.ManualClock, layout: str
 ) -> None:
-    guard = ug.Guard(
-        ug.Policy.from_dict(ONE_AT_A_TIME), store=ug.RedisStore(redis_server.url), clock=clock
-    )
+    policy = _layout(ONE_AT_A_TIME, layout)
+    store = ug.RedisStore(redis_server.url, **LAYOUTS[layout])
+    guard = ug.Guard(policy, store=store, clock=clock)
     timed_out = 0
     for n in range(40):
         call = guard.admit_async("alice", "gpt-5", prompt_tokens=1, max_tokens=1)
@@ -106,6 +125,16 @@ async def test_admissions_given_up_by_asyncio_leave_no_hold(
         return bool(_rule(guard, "concurrency")["reserved"] == 0)
 
     await asyncio.to_thread(_within, 2.0, no_hold, "no hold left")
+    if layout != "shared":
+        assert store.lease_state()["leases"] == (1 if layout == "leased" else 0)
+        # Nothing was billed; the lease (leased) is given back whole only if no given-up call
+        # kept a part of it, and the Model Total's holds (slot groups) are given back.
+        await asyncio.to_thread(guard.close)
+
+        def model_free() -> bool:
+            return _model_total(redis_server, policy, layout) == (0, 0)
+
+        await asyncio.to_thread(_within, 2.0, model_free, "no hold left on the Model Total")
 
 
 def test_a_hung_redis_leaves_no_hold_after_it_answers(redis_server: RedisServer) -> None:
@@ -140,10 +169,13 @@ def test_a_hung_redis_leaves_no_hold_after_it_answers(redis_server: RedisServer)
     assert _rule(guard, "concurrency")["reserved"] == 0
 
 
-def test_a_bill_during_a_hang_counts_exactly_once(redis_server: RedisServer) -> None:
-    policy = _policy([{"metric": "tokens", "amount": 100_000, "window": "day"}])
-    guard = ug.Guard(ug.Policy.from_dict(policy), store=ug.RedisStore(redis_server.url))
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_bill_during_a_hang_counts_exactly_once(redis_server: RedisServer, layout: str) -> None:
+    policy = _layout(_policy([{"metric": "tokens", "amount": 100_000, "window": "day"}]), layout)
+    store = ug.RedisStore(redis_server.url, **LAYOUTS[layout])
+    guard = ug.Guard(policy, store=store)
     ticket = guard.admit("alice", "gpt-5", prompt_tokens=100, max_tokens=400)
+    assert store.lease_state()["leases"] == (1 if layout == "leased" else 0)
     with _hung(redis_server):
         billed = ticket.bill(input_tokens=100, output_tokens=250, wait=True)
     assert billed is not None
@@ -153,6 +185,10 @@ def test_a_bill_during_a_hang_counts_exactly_once(redis_server: RedisServer) -> 
     rule = _rule(guard, "tokens")
     assert (rule["used"], rule["reserved"]) == (350, 0)
     assert guard.stats()["settle_failures"] == 1
+    if layout != "shared":
+        # The lease's flush during the hang (leased) was sent again with its part id: once.
+        guard.close()
+        assert _model_total(redis_server, policy, layout) == (350, 0)
 
 
 def test_a_bill_that_lands_says_recorded(redis_server: RedisServer) -> None:

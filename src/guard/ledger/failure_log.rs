@@ -23,8 +23,17 @@ impl FailureLog {
         }
     }
 
+    /// Logs what a write of `rows` came to (`written`), and answers it.
+    pub(super) fn after(&mut self, written: Result<(), String>, rows: usize) -> Result<(), String> {
+        match &written {
+            Ok(()) => self.succeeded(),
+            Err(e) => self.failed(rows, e),
+        }
+        written
+    }
+
     /// A write failed with `rows` kept for the next attempt.
-    pub(super) fn failed(&mut self, rows: usize, error: &str) {
+    fn failed(&mut self, rows: usize, error: &str) {
         let now = Instant::now();
         let what = self.what;
         match &mut self.failing {
@@ -50,7 +59,7 @@ impl FailureLog {
     }
 
     /// A write succeeded: says so once if writes had been failing.
-    pub(super) fn succeeded(&mut self) {
+    fn succeeded(&mut self) {
         if let Some((since, attempts, _)) = self.failing.take() {
             log::warn!(
                 "{} writes resumed after {}s and {attempts} failed attempts",
@@ -74,23 +83,24 @@ mod tests {
     #[test]
     fn an_outage_is_one_line_then_one_a_minute_then_one_when_it_ends() {
         let mut log = FailureLog::new("ledger");
-        log.failed(3, "down");
+        let down = || Err("down".to_string());
+        assert_eq!(log.after(down(), 3), down());
         assert!(log.is_failing());
         for _ in 0..100 {
-            log.failed(3, "down");
+            let _ = log.after(down(), 3);
         }
         let (_, attempts, logged) = log.failing.unwrap();
         assert_eq!(attempts, 101);
         // Pretend the last line was logged over a minute ago: the next failure logs again.
         log.failing = Some((logged - AGAIN_AFTER * 2, attempts, logged - AGAIN_AFTER));
-        log.failed(3, "down");
+        let _ = log.after(down(), 3);
         let (_, attempts, again) = log.failing.unwrap();
         assert_eq!(attempts, 102);
         assert!(
             again > logged - AGAIN_AFTER,
             "the line logged now is remembered"
         );
-        log.succeeded();
+        assert_eq!(log.after(Ok(()), 3), Ok(()));
         assert!(!log.is_failing());
     }
 }

@@ -307,21 +307,19 @@ impl Loop<'_> {
     fn write_pending(&mut self) -> Result<(), LedgerError> {
         while !self.pending.is_empty() {
             let n = self.pending.len().min(TX_ROWS);
-            if let Err(e) = self.backend.write(&self.pending[..n]) {
-                self.rows_failing.failed(self.pending.len(), &e);
+            let written = self.backend.write(&self.pending[..n]);
+            if let Err(e) = self.rows_failing.after(written, self.pending.len()) {
                 self.queue.failed();
                 return Err(LedgerError(e));
             }
-            self.rows_failing.succeeded();
             self.pending.drain(..n);
             self.queue.committed(n);
         }
         if !self.audit.is_empty() {
-            if let Err(e) = self.backend.write_audit(&self.audit) {
-                self.audit_failing.failed(self.audit.len(), &e);
-                return Err(LedgerError(e));
-            }
-            self.audit_failing.succeeded();
+            let written = self.backend.write_audit(&self.audit);
+            self.audit_failing
+                .after(written, self.audit.len())
+                .map_err(LedgerError)?;
             self.audit.clear();
         }
         Ok(())

@@ -21,6 +21,7 @@ mod renew;
 mod settles;
 mod split;
 mod timer;
+mod wait;
 
 pub(crate) use timer::give_back_everywhere;
 

@@ -2,11 +2,11 @@
 //! lease, a hold taken from a slice, a bill added to a slice's use) and what is handed to
 //! the store inside, with the indices of everything mapped between the two.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use super::book::{leasable, Book, Takes};
 use super::renew::{renew, Renewed};
+use super::wait::{wait_for, RENEWAL_WAIT};
 use super::Core;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::CounterId;
@@ -20,8 +20,6 @@ use crate::guard::store::{
 const CALL_HOLD_MAX_MS: Millis = 16 * 60_000;
 /// How many times a call leases, or waits for a renewal, before it goes to the store.
 const LEASING_ROUNDS: usize = 2;
-/// The longest a call waits for a renewal in flight.
-const RENEWAL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// A lease this close to its expiry is renewed before a call takes from it.
 const EXPIRY_MARGIN_MS: Millis = 30_000;
 
@@ -218,24 +216,6 @@ async fn take_leasing(
         }
     }
     unreachable!("the last round takes without leasing, and so is done")
-}
-
-/// Waits until `renewed` fires or `limit` passes. The timer runs on the crate's runtime:
-/// a caller may poll from any thread (a memory store's admission runs on the caller's).
-async fn wait_for(
-    mut renewed: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
-    limit: std::time::Duration,
-) {
-    let mut sleep = crate::runtime::shared().spawn(async move { tokio::time::sleep(limit).await });
-    std::future::poll_fn(|cx| {
-        let woken = renewed.as_mut().poll(cx).is_ready();
-        match woken || std::pin::Pin::new(&mut sleep).poll(cx).is_ready() {
-            true => std::task::Poll::Ready(()),
-            false => std::task::Poll::Pending,
-        }
-    })
-    .await;
-    sleep.abort();
 }
 
 /// `reserve` (fenced with `fence`): leased items from their slices, the rest in the store.

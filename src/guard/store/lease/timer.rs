@@ -6,6 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::renew::{renew_now, Renewed};
+use super::wait::{wait_for, RENEWAL_WAIT};
 use super::Core;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::CounterId;
@@ -26,7 +27,10 @@ pub(crate) fn give_back_everywhere(limit: std::time::Duration) -> usize {
     drop(stores);
     let cores: Vec<Arc<Core>> = cores
         .into_iter()
-        .filter(|core| core.book().lock().slots.values().any(|s| s.lease.is_some()))
+        .filter(|core| {
+            let book = core.book().lock();
+            book.slots.values().any(|s| s.lease.is_some() || s.renewing)
+        })
         .collect();
     if cores.is_empty() {
         return 0;
@@ -57,20 +61,38 @@ pub(super) async fn give_back_all(core: &Arc<Core>) -> usize {
         let book = core.book().lock();
         book.slots
             .iter()
-            .filter(|(_, s)| s.lease.is_some())
+            .filter(|(_, s)| s.lease.is_some() || s.renewing)
             .map(|(id, _)| id.clone())
             .collect()
     };
     for id in ids {
-        let now = core.now();
-        if !matches!(
-            renew_now(core, id, 0, 0, None, now, true).await,
-            Ok(Renewed::Stopped)
-        ) {
+        if !give_back(core, id).await {
             failed += 1;
         }
     }
     failed
+}
+
+/// How many renewals in flight a give-back waits out, one after another, at most
+/// `RENEWAL_WAIT` each, before it gives up on a lease.
+const BUSY_ROUNDS: usize = 30;
+
+/// Gives back the lease of `id` (its part no open call took). A renewal in flight (the
+/// timer's, a call's) is waited for and the lease it placed given back after it: answering
+/// "not given back" at once would leave that renewal's new slice held until its expiry
+/// (`store_leases_give_back.rs` holds the renewal in flight by hand).
+async fn give_back(core: &Arc<Core>, id: Arc<CounterId>) -> bool {
+    for _ in 0..BUSY_ROUNDS {
+        let renewed = core.renewed.notified();
+        tokio::pin!(renewed);
+        renewed.as_mut().enable();
+        match renew_now(core, id.clone(), 0, 0, None, core.now(), true).await {
+            Ok(Renewed::Stopped) => return true,
+            Ok(Renewed::Busy) => wait_for(renewed, RENEWAL_WAIT).await,
+            Ok(Renewed::Granted | Renewed::Fenced(_)) | Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// Ends the leases of a store being dropped (its last guard, ticket and renewal gone, with or
