@@ -123,8 +123,11 @@ for v in $PYTHONS; do
   if [[ " $FULL " == *" $v "* ]]; then
     what="full suite"
     # tests_py/store drives the Rust stores through Redis and runs on 3.11 above; the
-    # Python it runs here is only its harness.
-    args=(-n "${UG_PYTEST_WORKERS:-2}" --dist loadfile tests_py --ignore=tests_py/store)
+    # Python it runs here is only its harness. So are the other files' cases on the slot
+    # groups and leased layouts (`[...-slot_groups]`, `[...-leased]`): the same Python
+    # through other Redis layouts.
+    args=(-n "${UG_PYTEST_WORKERS:-2}" --dist loadfile tests_py --ignore=tests_py/store
+          -k "not slot_groups and not -leased and not [leased")
   else
     what="smoke subset"
     args=(tests_py/package/test_wheel_smoke.py)
