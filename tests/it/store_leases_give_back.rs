@@ -5,13 +5,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::store_leases_support::{model_key, model_total_policy, NOW};
+use super::store_leases_support::{item, model_total_key, whole_settle, NOW};
 use crate::common::at;
 use usage_guard::internals::{
-    expiry_minute, CounterKey, CounterRead, HoldRef, PartsSettle, ReserveItem, ReserveOutcome,
-    Settle, SettleOutcome, StoreFuture, UsageAdd,
+    expiry_minute, CounterKey, CounterRead, PartsSettle, ReserveItem, ReserveOutcome, Settle,
+    SettleOutcome, StoreFuture,
 };
-use usage_guard::{CounterStore, LeaseOptions, LeasedStore, MemoryStore, Policy};
+use usage_guard::{CounterStore, LeaseOptions, LeasedStore, MemoryStore};
 
 /// A memory store whose reads, while `closed`, wait until the gate opens (a renewal reads
 /// the counter first, so it stays in flight meanwhile); `entered` counts the reads that
@@ -75,17 +75,6 @@ impl CounterStore for Gated {
     }
 }
 
-/// The Model Total's key, from a guard on a plain memory store.
-fn model_total_key() -> CounterKey {
-    let policy = Policy::from_toml(&model_total_policy(100_000)).unwrap();
-    let clock = Arc::new(usage_guard::ManualClock::new(at(NOW)));
-    model_key(&usage_guard::Guard::new(
-        policy,
-        Arc::new(MemoryStore::new()),
-        clock,
-    ))
-}
-
 /// Before, the give-back answered "not given back" at once when it met a renewal in flight,
 /// and the slice that renewal then placed stayed held until its expiry (a pool worker ended
 /// by SIGTERM while Redis stalled: `test_the_children_of_multiprocessing_flush[pool-leased]`
@@ -99,15 +88,9 @@ fn a_give_back_waits_out_a_renewal_in_flight_and_gives_back_what_it_placed() {
         ..LeaseOptions::default()
     };
     let leased = LeasedStore::new(gated.clone(), options);
-    let (key, now) = (model_total_key(), at(NOW));
+    let (key, now) = (model_total_key(100_000), at(NOW));
     let minute = expiry_minute(now, 15 * 60_000);
-    let item = ReserveItem {
-        key: key.clone(),
-        hold: 100,
-        limit: Some(100_000),
-        carried: 0,
-        retain_until: now + 86_400_000,
-    };
+    let item = item(&key, 100, 100_000);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (calls, gave_back) = runtime.block_on(async {
         // Calls of 100 until the slice has no room for the next.
@@ -145,21 +128,7 @@ fn a_give_back_waits_out_a_renewal_in_flight_and_gives_back_what_it_placed() {
         "only the open calls hold"
     );
     // The calls bill: every one counted once, nothing held.
-    let bill = |ticket: String| Settle {
-        id: ticket.clone(),
-        ticket,
-        holds: vec![HoldRef {
-            key: key.clone(),
-            amount: 100,
-        }],
-        expiry_minute: minute,
-        adds: vec![UsageAdd {
-            key: key.clone(),
-            amount: 100,
-            retain_until: now + 86_400_000,
-        }],
-        settled_until: now + 300_000,
-    };
+    let bill = |ticket: String| whole_settle(&ticket, &key, 100, 100, minute);
     runtime.block_on(async {
         for t in 0..calls {
             leased.settle(&bill(format!("t{t}")), now).await.unwrap();

@@ -5,13 +5,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::store_leases_support::{item, model_key, model_total_policy, whole_settle, NOW};
+use super::store_leases_support::{item, model_total_key, whole_settle, NOW};
 use crate::common::{at, OnceHook};
 use usage_guard::internals::{
     expiry_minute, CounterKey, PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
     StoreFuture,
 };
-use usage_guard::{CounterStore, LeaseOptions, LeasedStore, MemoryStore, Policy, StoreError};
+use usage_guard::{CounterStore, LeaseOptions, LeasedStore, MemoryStore, StoreError};
 
 /// A memory store whose next `read` first runs a hook (a renewal reads the counter first),
 /// and which, while `fail_leases`, places a lease's reservation and answers an error.
@@ -68,17 +68,6 @@ impl CounterStore for Hooked {
 
 const AMOUNT: u64 = 1_000;
 
-/// The Model Total's key (of `AMOUNT`), from a guard on a plain memory store.
-fn model_total_key() -> CounterKey {
-    let policy = Policy::from_toml(&model_total_policy(AMOUNT)).unwrap();
-    let clock = Arc::new(usage_guard::ManualClock::new(at(NOW)));
-    model_key(&usage_guard::Guard::new(
-        policy,
-        Arc::new(MemoryStore::new()),
-        clock,
-    ))
-}
-
 #[test]
 fn a_bill_landing_while_its_lease_is_renewed_never_leaves_the_counter_past_its_amount() {
     let hooked = Arc::new(Hooked::default());
@@ -88,7 +77,7 @@ fn a_bill_landing_while_its_lease_is_renewed_never_leaves_the_counter_past_its_a
         ..LeaseOptions::default()
     };
     let leased = LeasedStore::new(hooked.clone(), options);
-    let (key, now) = (model_total_key(), at(NOW));
+    let (key, now) = (model_total_key(AMOUNT), at(NOW));
     let minute = expiry_minute(now, 15 * 60_000);
     let item = item(&key, 100, AMOUNT);
     let bill = |ticket: &str| whole_settle(ticket, &key, 100, 100, minute);
@@ -140,7 +129,7 @@ fn a_lease_placed_by_a_reservation_that_answered_an_error_is_given_back() {
         ..LeaseOptions::default()
     };
     let leased = LeasedStore::new(hooked.clone(), options);
-    let (key, now) = (model_total_key(), at(NOW));
+    let (key, now) = (model_total_key(AMOUNT), at(NOW));
     let minute = expiry_minute(now, 15 * 60_000);
     let item = item(&key, 100, AMOUNT);
     let release = whole_settle("t0", &key, 100, 0, minute);

@@ -63,6 +63,13 @@ pub fn model_key(guard: &Guard) -> CounterKey {
     }
 }
 
+/// The Model Total's key (of `amount`), from a guard on a plain memory store.
+pub fn model_total_key(amount: u64) -> CounterKey {
+    let policy = policy(&model_total_policy(amount));
+    let clock = Arc::new(ManualClock::new(at(NOW)));
+    model_key(&Guard::new(policy, Arc::new(MemoryStore::new()), clock))
+}
+
 /// A call's hold of `hold` on `key`, checked against `limit`.
 pub fn item(key: &CounterKey, hold: u64, limit: u64) -> ReserveItem {
     ReserveItem {
