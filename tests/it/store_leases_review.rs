@@ -15,22 +15,14 @@ use usage_guard::{Guard, ManualClock, MemoryStore};
 
 #[test]
 fn bills_on_a_lease_reach_the_store_when_the_guard_is_dropped_without_close() {
-    let inner = Arc::new(MemoryStore::new());
-    let clock = Arc::new(ManualClock::new(at(NOW)));
-    let key = {
-        let leased = leasing(&inner);
-        let guard = Guard::new(
-            policy(&model_total_policy(20_000)),
-            Arc::new(leased.clone()),
-            clock,
-        );
-        let ticket = guard.admit_blocking(call("u1", "gpt-5", 20, 200)).unwrap();
-        assert_eq!(leased.leases(), 1, "the call was taken from a lease");
-        assert!(ticket.bill_blocking(usage(20, 100)).unwrap().is_some());
-        model_key(&guard)
-        // The guard and its store go away here, no `close()` (a script's function
-        // returning, a gateway's worker replaced): the bill was answered.
-    };
+    let (inner, leased, guard) = leasing_guard(20_000);
+    let key = model_key(&guard);
+    let ticket = guard.admit_blocking(call("u1", "gpt-5", 20, 200)).unwrap();
+    assert_eq!(leased.leases(), 1, "the call was taken from a lease");
+    assert!(ticket.bill_blocking(usage(20, 100)).unwrap().is_some());
+    // The guard and its store go away here, no `close()` (a script's function returning, a
+    // gateway's worker replaced): the bill was answered.
+    drop((ticket, guard, leased));
     std::thread::sleep(std::time::Duration::from_millis(600));
     let read = inner.read_now(&[key], at(NOW))[0];
     assert_eq!(
@@ -41,23 +33,15 @@ fn bills_on_a_lease_reach_the_store_when_the_guard_is_dropped_without_close() {
 
 #[test]
 fn a_call_billed_after_close_reaches_the_store() {
-    let inner = Arc::new(MemoryStore::new());
-    let clock = Arc::new(ManualClock::new(at(NOW)));
-    let key = {
-        let leased = leasing(&inner);
-        let guard = Guard::new(
-            policy(&model_total_policy(20_000)),
-            Arc::new(leased.clone()),
-            clock,
-        );
-        let ticket = guard.admit_blocking(call("u1", "gpt-5", 20, 200)).unwrap();
-        assert_eq!(leased.leases(), 1);
-        guard.close().unwrap();
-        // The open call ends after close(): its bill is answered...
-        let billed = ticket.bill_blocking(usage(20, 100));
-        assert!(billed.is_ok(), "{billed:?}");
-        model_key(&guard)
-    };
+    let (inner, leased, guard) = leasing_guard(20_000);
+    let key = model_key(&guard);
+    let ticket = guard.admit_blocking(call("u1", "gpt-5", 20, 200)).unwrap();
+    assert_eq!(leased.leases(), 1);
+    guard.close().unwrap();
+    // The open call ends after close(): its bill is answered...
+    let billed = ticket.bill_blocking(usage(20, 100));
+    assert!(billed.is_ok(), "{billed:?}");
+    drop((ticket, guard, leased));
     std::thread::sleep(std::time::Duration::from_millis(600));
     // ... so it is counted, and nothing stays held.
     let read = inner.read_now(&[key], at(NOW))[0];
