@@ -1,6 +1,6 @@
 //! Slot groups under the conditions a review looked for (docs/redis.md, "Slot groups"): guards
 //! joining one new group at once, a group that loses its keys after a recovery but before it
-//! joined the recovery's generation, and the upgrade copy over use the new layout counted
+//! joined the recovery's generation (and what the recovery marks), and the upgrade copy over use the new layout counted
 //! first.
 #![cfg(feature = "redis")]
 
@@ -68,7 +68,6 @@ fn guards_joining_one_new_group_at_once_never_read_it_as_lost() {
 /// g2: its counters are gone. The next fenced reserve must not trust the empty group as new
 /// (the shared layout's fence answers `Untrusted` for the same loss).
 #[test]
-#[ignore = "unfixed (review of issue 34): such a group is joined as new and trusted; run with --ignored"]
 fn a_group_lost_after_a_recovery_it_has_not_joined_yet_is_not_trusted() {
     let cluster = RedisCluster::shared();
     let s = store(&cluster, "old-gen");
@@ -106,6 +105,46 @@ fn a_group_lost_after_a_recovery_it_has_not_joined_yet_is_not_trusted() {
     // 900 of 1,000 were used before the loss: 500 more must not be reserved as if nothing was.
     let outcome = block_on(fenced_of(&s, "t2", &[&key], 500, 1_000, "g2")).unwrap();
     assert_eq!(outcome, ReserveOutcome::Fenced(FenceAnswer::Untrusted));
+    // The recovery that loss asks for finds the group's copy missing (lost before it): the
+    // group joins g3 and is fenced no more (not a recovery after every recovery).
+    assert!(block_on(s.set_epoch("g3".into(), T0, None, false, 0)).unwrap());
+    let outcome = block_on(fenced_of(&s, "t3", &[&key], 500, 1_000, "g3")).unwrap();
+    assert_eq!(outcome, ReserveOutcome::Reserved);
+}
+
+/// A group whose copy of the epoch was missing when a recovery looked (lost before it) is not
+/// marked: it joins the recovery's generation, once; a group whose copy was there is marked
+/// and keeps answering `Reserved` while its copy stays.
+#[test]
+fn a_recovery_marks_only_the_groups_whose_copy_it_found() {
+    let cluster = RedisCluster::shared();
+    let s = store(&cluster, "marks");
+    assert!(block_on(s.set_epoch("g1".into(), T0, None, true, 0)).unwrap());
+    let (kept, lost) = (day("marks-kept"), day("marks-lost"));
+    for (i, key) in [&kept, &lost].into_iter().enumerate() {
+        let outcome = block_on(fenced_of(&s, &format!("j{i}"), &[key], 1, 1_000, "g1"));
+        assert_eq!(outcome.unwrap(), ReserveOutcome::Reserved);
+    }
+    let copy_of = |key: &CounterKey| {
+        let counter = s.redis_key(key);
+        format!("{}:epoch", &counter[..=counter.find('}').unwrap()])
+    };
+    let lost_copy = copy_of(&lost);
+    cli(master_of(&cluster, &lost_copy), &["DEL", &lost_copy]);
+    assert!(block_on(s.set_epoch("g2".into(), T0, None, false, 0)).unwrap());
+    let list = "{marks:2}:groups";
+    let listed = |key: &CounterKey| {
+        let copy = copy_of(key);
+        let tag = &copy[..copy.len() - ":epoch".len()];
+        cli(master_of(&cluster, list), &["HGET", list, tag])
+    };
+    assert_eq!(listed(&kept).trim(), "~g2");
+    assert_eq!(listed(&lost).trim(), "g1");
+    for (i, key) in [&kept, &lost].into_iter().enumerate() {
+        let outcome = block_on(fenced_of(&s, &format!("r{i}"), &[key], 1, 1_000, "g2"));
+        assert_eq!(outcome.unwrap(), ReserveOutcome::Reserved, "{key:?}");
+        assert_eq!(listed(key).trim(), "g2");
+    }
 }
 
 /// The upgrade copy run after guards of the new layout already counted use on a counter: the

@@ -98,7 +98,34 @@ impl RedisStore {
         })
     }
 
+    /// Writes the store's epoch (`epoch.lua`). A forced write of a grouped store (a
+    /// recovery) first looks at which groups hold their copy, and marks them once written
+    /// (`group_sweep.rs`).
     pub(super) fn write_epoch(
+        &self,
+        generation: String,
+        now: Millis,
+        token: Option<String>,
+        adopt: bool,
+        hold_again_until: Millis,
+    ) -> StoreFuture<'static, bool> {
+        if adopt || !self.grouped() {
+            return self.write_epoch_only(generation, now, token, adopt, hold_again_until);
+        }
+        let store = self.clone();
+        StoreFuture::boxed(async move {
+            let held = store.groups_held_now().await;
+            let written = store
+                .write_epoch_only(generation.clone(), now, token, adopt, hold_again_until)
+                .await?;
+            if written && !held.is_empty() {
+                store.mark_held(&generation, held).await;
+            }
+            Ok(written)
+        })
+    }
+
+    fn write_epoch_only(
         &self,
         generation: String,
         now: Millis,

@@ -288,7 +288,7 @@ impl RedisStore {
 }
 
 /// The keys of `epoch.lua` on group `tag`'s copy of the epoch: the copy, then its lock.
-fn copy_keys(tag: &str) -> Args {
+pub(super) fn copy_keys(tag: &str) -> Args {
     let mut keys = Args::default();
     keys.push_with(|out| write_epoch_key(tag, out));
     keys.push_with(|out| {

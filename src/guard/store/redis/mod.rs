@@ -17,6 +17,7 @@ mod connection;
 mod epoch;
 mod group_known;
 mod group_reserve;
+mod group_sweep;
 mod groups;
 mod here;
 mod keys;
