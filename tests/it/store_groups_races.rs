@@ -138,7 +138,7 @@ fn a_recovery_marks_only_the_groups_whose_copy_it_found() {
         let tag = &copy[..copy.len() - ":epoch".len()];
         cli(master_of(&cluster, list), &["HGET", list, tag])
     };
-    assert_eq!(listed(&kept).trim(), "~g2");
+    assert_eq!(listed(&kept).trim(), "~g2|g1");
     assert_eq!(listed(&lost).trim(), "g1");
     for (i, key) in [&kept, &lost].into_iter().enumerate() {
         let outcome = block_on(fenced_of(&s, &format!("r{i}"), &[key], 1, 1_000, "g2"));
@@ -172,4 +172,31 @@ fn the_upgrade_copy_after_new_use_keeps_both_uses() {
             vec![read(10, 0), read(10, 0)]
         );
     }
+}
+
+/// A recovery whose lock is not (or no longer) its own marks nothing, as it writes nothing.
+#[test]
+fn a_recovery_without_its_lock_marks_no_group() {
+    let cluster = RedisCluster::shared();
+    let s = store(&cluster, "marks-lock");
+    assert!(block_on(s.set_epoch("g1".into(), T0, None, true, 0)).unwrap());
+    let key = day("marks-lock-a");
+    let outcome = block_on(fenced_of(&s, "j", &[&key], 1, 1_000, "g1"));
+    assert_eq!(outcome.unwrap(), ReserveOutcome::Reserved);
+    assert!(block_on(s.epoch_lock("another".into(), 10_000)).unwrap());
+    let mine = Some("mine".to_string());
+    assert!(!block_on(s.set_epoch("g2".into(), T0, mine, false, 0)).unwrap());
+    let list = "{marks-lock:2}:groups";
+    let counter = s.redis_key(&key);
+    let tag = &counter[..=counter.find('}').unwrap()];
+    assert_eq!(
+        cli(master_of(&cluster, list), &["HGET", list, tag]).trim(),
+        "g1"
+    );
+    let theirs = Some("another".to_string());
+    assert!(block_on(s.set_epoch("g2".into(), T0, theirs, false, 0)).unwrap());
+    assert_eq!(
+        cli(master_of(&cluster, list), &["HGET", list, tag]).trim(),
+        "~g2|g1"
+    );
 }

@@ -6,18 +6,20 @@
 --                                {'lost'} when `code` is -2 (the group's copy of the epoch
 --                                was missing or of another process when the reserve looked)
 --                                and the group is listed under `generation`, or marked held
---                                at its recovery (`~<generation>`: its master lost it, unless
+--                                by a recovery that wrote it or came after it (`held`): its
+--                                master lost it, unless
 --                                another guard joined it since that look: the caller reads the
 --                                copy again); else {'join', the epoch's w or '0'} (the
 --                                caller then writes the group's copy, then lists it).
 --   list tag generation       -> lists the group under `generation` if the store's epoch is
 --                                still of it (1), else nothing (0).
---   held generation tag...    -> a recovery that wrote `generation` found these groups'
---                                copies there and of their masters' processes just before
---                                (group_sweep.rs): each not listed under `generation` is
---                                listed as `~<generation>`, so a copy missing later is a loss
---                                under it; nothing if the store's epoch is not of it. Answers
---                                how many it marked.
+--   held generation token tag... -> a recovery about to write `generation` (holding the
+--                                recovery lock KEYS[3] by `token`; '' when written without
+--                                the lock) found these groups' copies there and of their
+--                                masters' processes (group_sweep.rs): each is listed as
+--                                `~<generation>|<the store's generation now>`, so a copy
+--                                missing from now on is a loss under either; nothing when
+--                                the lock is not the token's. Answers how many it marked.
 local op = ARGV[1]
 local epoch = redis.call('HMGET', KEYS[1], 'g', 'w')
 if op == 'list' then
@@ -28,17 +30,14 @@ if op == 'list' then
   return 1
 end
 if op == 'held' then
-  if epoch[1] ~= ARGV[2] then
+  if ARGV[3] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[3] then
     return 0
   end
-  local marked = 0
-  for i = 3, #ARGV do
-    if redis.call('HGET', KEYS[2], ARGV[i]) ~= ARGV[2] then
-      redis.call('HSET', KEYS[2], ARGV[i], '~' .. ARGV[2])
-      marked = marked + 1
-    end
+  local mark = '~' .. ARGV[2] .. '|' .. (epoch[1] or '')
+  for i = 4, #ARGV do
+    redis.call('HSET', KEYS[2], ARGV[i], mark)
   end
-  return marked
+  return #ARGV - 3
 end
 if op ~= 'check' then
   return redis.error_reply('groups: unknown operation ' .. tostring(op))
@@ -47,8 +46,13 @@ if epoch[1] ~= ARGV[3] then
   return {'stale'}
 end
 if ARGV[4] == '-2' then
-  local listed = redis.call('HGET', KEYS[2], ARGV[2])
-  if listed == ARGV[3] or listed == '~' .. ARGV[3] then
+  local listed = redis.call('HGET', KEYS[2], ARGV[2]) or ''
+  if listed == ARGV[3] then
+    return {'lost'}
+  end
+  -- marked held by a recovery: lost under the generation it wrote and the one before it
+  local bar = string.sub(listed, 1, 1) == '~' and string.find(listed, '|', 2, true)
+  if bar and (string.sub(listed, 2, bar - 1) == ARGV[3] or string.sub(listed, bar + 1) == ARGV[3]) then
     return {'lost'}
   end
 end

@@ -99,8 +99,8 @@ impl RedisStore {
     }
 
     /// Writes the store's epoch (`epoch.lua`). A forced write of a grouped store (a
-    /// recovery) first looks at which groups hold their copy, and marks them once written
-    /// (`group_sweep.rs`).
+    /// recovery) first looks at which groups hold their copy, and marks them before it
+    /// writes (`group_sweep.rs`).
     pub(super) fn write_epoch(
         &self,
         generation: String,
@@ -115,13 +115,11 @@ impl RedisStore {
         let store = self.clone();
         StoreFuture::boxed(async move {
             let held = store.groups_held_now().await;
-            let written = store
-                .write_epoch_only(generation.clone(), now, token, adopt, hold_again_until)
-                .await?;
-            if written && !held.is_empty() {
-                store.mark_held(&generation, held).await;
-            }
-            Ok(written)
+            let lock = token.as_deref().unwrap_or_default();
+            store.mark_held(&generation, lock, held).await;
+            store
+                .write_epoch_only(generation, now, token, adopt, hold_again_until)
+                .await
         })
     }
 

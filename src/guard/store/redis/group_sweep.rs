@@ -4,10 +4,10 @@
 //! without a mark a group that lost its copy after the recovery, before it joined, would look
 //! like one that lost it before: joined as new, its counters trusted as they are (and, on
 //! a guard whose fills are remembered, not filled again). Marked, its missing copy is a loss
-//! under the new generation (`groups.lua`: listed as `~<generation>`), so the reserve answers
-//! `Untrusted` and the guards recover again.
+//! under the new generation and the one before it (`groups.lua`: listed as
+//! `~<new>|<before>`), so the reserve answers `Untrusted` and the guards recover again.
 //!
-//! The look comes before the write: a group lost between the two is marked and fenced (one
+//! The look and the marks come before the write: a group lost after the look is fenced (one
 //! recovery more, never a loss trusted). A group whose copy was already missing, or whose
 //! master did not answer, is left as it was: its counters are filled again under the new
 //! generation when it joins, as before.
@@ -102,12 +102,14 @@ impl RedisStore {
         .await
     }
 
-    /// Marks `held` as held at the recovery that wrote `generation` (nothing if the store's
-    /// epoch moved on since). A failure is logged: those groups join as before.
-    pub(super) async fn mark_held(&self, generation: &str, held: Vec<String>) {
+    /// Marks `held` as held at the recovery about to write `generation` (while the recovery
+    /// lock is still `token`'s, or without one when `token` is empty). A failure is logged:
+    /// those groups join as before.
+    pub(super) async fn mark_held(&self, generation: &str, token: &str, held: Vec<String>) {
         for page in held.chunks(PAGE) {
-            let keys = Args::of([&self.inner.epoch_key, &groups_key(&self.inner.home)]);
-            let mut args = Args::of(["held", generation]);
+            let inner = &self.inner;
+            let keys = Args::of([&inner.epoch_key, &groups_key(&inner.home), &inner.lock_key]);
+            let mut args = Args::of(["held", generation, token]);
             for tag in page {
                 args.push(tag);
             }
