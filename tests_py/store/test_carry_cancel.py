@@ -2,7 +2,8 @@
 reservation"): asyncio tasks bill in the background while other tasks' admissions, each of
 which may carry the queued bills in its own script, are cancelled mid-flight. Every bill
 counts exactly once, `close()` waits for the bills a cancelled admission took, and no hold
-is left; on a real redis-server."""
+is left; on a real redis-server, in each store layout (with slot groups a call touches the
+person's group and the Model Total's; leased, the Model Total is leased)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 import usage_guard as ug
-from redis_harness import RedisServer
+from redis_harness import LAYOUTS, RedisServer, watching, with_model_total
 
 POLICY: dict[str, Any] = {
     "models": {"gpt-5": {"provider": "openai", "max_output_tokens": 4_000}},
@@ -28,18 +29,34 @@ POLICY: dict[str, Any] = {
         ]
     },
 }
+MODEL_TOTAL = 10**12
+POLICY_WITH_TOTAL = with_model_total(POLICY, "gpt-5", MODEL_TOTAL)
 BILLERS, BILLS = 16, 25
 CANCELLERS, CANCELS = 16, 40
 
 
-def _guard(server: RedisServer, ledger: ug.SqliteLedger | None = None) -> ug.Guard:
-    store = ug.RedisStore(server.url, "carry")
-    return ug.Guard(ug.Policy.from_dict(POLICY), store=store, ledger=ledger)
+def _guard(
+    server: RedisServer,
+    ledger: ug.SqliteLedger | None = None,
+    layout: str = "shared",
+    store_options: dict[str, Any] | None = None,
+) -> ug.Guard:
+    options = LAYOUTS[layout] if store_options is None else store_options
+    store = ug.RedisStore(server.url, f"carry-{layout}", **options)
+    policy = POLICY if layout == "shared" else POLICY_WITH_TOTAL
+    return ug.Guard(ug.Policy.from_dict(policy), store=store, ledger=ledger)
 
 
 def _tokens(guard: ug.Guard) -> tuple[int, int]:
     rule = guard.usage("alice", "gpt-5")["rules"][0]
     return rule["used"], rule["reserved"]
+
+
+def _model_total(guard: ug.Guard) -> tuple[int, int]:
+    """The Model Total's used and reserved, as `guard` reads it."""
+    total = guard.usage("alice", "gpt-5")["ceilings"][0]
+    assert total["amount"] == MODEL_TOTAL, total
+    return total["used"], total["reserved"]
 
 
 class _Run:
@@ -96,25 +113,27 @@ class _Run:
         )
 
 
-def _settled(watcher: ug.Guard, expected: int) -> tuple[int, int]:
-    """The counters as another guard reads them, once no hold is left (2 s at most after
-    Redis answered: the holds of cancelled admissions are given back in the background)."""
+def _settled(read: Any, expected: int) -> tuple[int, int]:
+    """What `read()` answers (used, reserved) once no hold is left (10 s at most: the holds
+    of cancelled admissions are given back in the background)."""
     deadline = time.monotonic() + 10
     while True:
-        used, reserved = _tokens(watcher)
+        used, reserved = read()
         if (used, reserved) == (expected, 0) or time.monotonic() > deadline:
             return used, reserved
         time.sleep(0.05)
 
 
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("with_ledger", [False, True])
 def test_cancelled_carrying_admissions_count_every_bill_once(
-    redis_server: RedisServer, tmp_path: Path, with_ledger: bool
+    redis_server: RedisServer, tmp_path: Path, with_ledger: bool, layout: str
 ) -> None:
     # With a ledger, admissions run on the runtime from their first poll (not inline on the
     # event loop): the cancels land at other points of the store step.
     ledger = ug.SqliteLedger(str(tmp_path / "ledger.db")) if with_ledger else None
-    guard, watcher = _guard(redis_server, ledger), _guard(redis_server)
+    guard = _guard(redis_server, ledger, layout)
+    watcher = _guard(redis_server, layout=layout, store_options=watching(layout))
     # Whether a cancel lands while a store step is in flight is up to timing: a few more
     # rounds (other seeds) when the first had none.
     runs: list[_Run] = []
@@ -135,9 +154,13 @@ def test_cancelled_carrying_admissions_count_every_bill_once(
     assert sum(r.cancelled for r in runs) > 0
     assert waited and all(r is True for r in waited), waited
     assert used_at_close == billed, (used_at_close, billed, stats)
-    assert _settled(watcher, billed) == (billed, 0), stats
+    assert _settled(lambda: _tokens(watcher), billed) == (billed, 0), stats
+    if layout != "shared":  # the Model Total (in its own group; leased, given back at close)
+        assert _settled(lambda: _model_total(watcher), billed) == (billed, 0), stats
     time.sleep(0.3)  # late retries find each bill settled: never counted twice
     assert _tokens(watcher) == (billed, 0)
+    if layout != "shared":
+        assert _model_total(watcher) == (billed, 0)
     cancelled = sum(run.cancelled for run in runs)
     assert stats["billed"] == len(runs) * (BILLERS * BILLS + CANCELLERS * CANCELS) - cancelled
     if ledger is not None:  # the ledger's rows agree with the counters
