@@ -1,6 +1,7 @@
 """The epoch fence across fork(): a forked child's open calls are held again under a new
 epoch by the child's own watch (its runtime and watch start afresh in the child), so a
-recovery elsewhere never counts them as free. Real redis-server, real SQLite ledger."""
+recovery elsewhere never counts them as free. Real redis-server, real SQLite ledger; the
+shared layout and slot groups."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import time
 import traceback
 from pathlib import Path
 
+import pytest
+import test_epoch_fence
 import usage_guard as ug
 from redis_harness import RedisServer
 from test_epoch_fence import (
@@ -24,6 +27,12 @@ from test_epoch_fence import (
     store,
     used,
 )
+
+
+@pytest.fixture(autouse=True, params=["shared", "slot_groups"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs the test in both layouts (test_epoch_fence's `store` follows it)."""
+    monkeypatch.setattr(test_epoch_fence, "SLOT_GROUPS", request.param == "slot_groups")
 
 
 def _read_line(fd: int, within: float = 20.0) -> str:
