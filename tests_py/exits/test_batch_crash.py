@@ -1,7 +1,8 @@
 """Batches survive a crash (issue 10, item 6): each part of a batch settles in one atomic
 store step, so a `kill -9` in the middle of `finish()` or of a `bill_part` loop leaves nothing
 that a resumed batch cannot settle: nothing stays held, each result counts exactly once. A real
-redis-server and real processes killed with SIGKILL."""
+redis-server and real processes killed with SIGKILL; in each store layout (with slot groups
+a part also counts on a Model Total in the model's group; leased, that counter is leased)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import usage_guard as ug
-from redis_harness import RedisServer
+from redis_harness import LAYOUTS, RedisServer, watching, with_model_total
 
 POLICY: dict[str, Any] = {
     "models": {"gpt-5": {"provider": "openai", "max_output_tokens": 4_000}},
@@ -30,6 +32,23 @@ POLICY: dict[str, Any] = {
     },
 }
 
+MODEL_TOTAL = 10**12
+
+
+@pytest.fixture(params=list(LAYOUTS))
+def layout(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _policy(layout: str) -> dict[str, Any]:
+    return POLICY if layout == "shared" else with_model_total(POLICY, "gpt-5", MODEL_TOTAL)
+
+
+def _guard(server: RedisServer, layout: str) -> ug.Guard:
+    store = ug.RedisStore(server.url, **LAYOUTS[layout])
+    return ug.Guard(ug.Policy.from_dict(_policy(layout)), store=store)
+
+
 # The child: admits a batch of N parts (10 prompt + 10 output tokens each), writes its state,
 # bills the first BILLED parts (10 in, 5 out), says "go" and then either finishes the batch or
 # bills every part, until it is killed.
@@ -39,7 +58,7 @@ import usage_guard as ug
 url, state_path, then = sys.argv[1], sys.argv[2], sys.argv[5]
 n, billed = int(sys.argv[3]), int(sys.argv[4])
 policy = ug.Policy.from_dict(json.loads(sys.argv[6]))
-guard = ug.Guard(policy, store=ug.RedisStore(url))
+guard = ug.Guard(policy, store=ug.RedisStore(url, **json.loads(sys.argv[7])))
 reqs = [{"custom_id": f"r{i}", "prompt_tokens": 10, "max_tokens": 10} for i in range(n)]
 batch = guard.admit_batch("alice", "gpt-5", reqs)
 with open(state_path, "w") as f:
@@ -65,7 +84,7 @@ def _keys(server: RedisServer) -> int:
 
 
 def _killed_after_progress(
-    server: RedisServer, tmp_path: Path, n: int, billed: int, then: str
+    server: RedisServer, tmp_path: Path, n: int, billed: int, then: str, layout: str
 ) -> str:
     """Runs the child until its step after "go" has written to the store, kills it with
     SIGKILL, and returns the batch's state."""
@@ -80,7 +99,8 @@ def _killed_after_progress(
             str(n),
             str(billed),
             then,
-            json.dumps(POLICY),
+            json.dumps(_policy(layout)),
+            json.dumps(LAYOUTS[layout]),
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -111,11 +131,27 @@ def _rule(guard: ug.Guard) -> tuple[int, int]:
     return rule["used"], rule["reserved"]
 
 
+def _model_total(server: RedisServer, layout: str) -> tuple[int, int]:
+    """The Model Total's (used, reserved) as a guard that leases nothing reads it."""
+    store = ug.RedisStore(server.url, **watching(layout))
+    watcher = ug.Guard(ug.Policy.from_dict(_policy(layout)), store=store)
+    total = watcher.usage("alice", "gpt-5")["ceilings"][0]
+    assert total["amount"] == MODEL_TOTAL, total
+    return total["used"], total["reserved"]
+
+
+def _check_model_total(server: RedisServer, layout: str, person: tuple[int, int]) -> None:
+    """With slot groups the Model Total reads what the person's rule reads; leased too, as
+    batches never take from a lease (docs/redis.md, "Leases")."""
+    if layout != "shared":
+        assert _model_total(server, layout) == person
+
+
 def test_kill_during_finish_then_resume_leaves_nothing_held(
-    redis_server: RedisServer, tmp_path: Path
+    redis_server: RedisServer, tmp_path: Path, layout: str
 ) -> None:
-    state = _killed_after_progress(redis_server, tmp_path, 4_000, 100, "finish")
-    guard = ug.Guard(ug.Policy.from_dict(POLICY), store=ug.RedisStore(redis_server.url))
+    state = _killed_after_progress(redis_server, tmp_path, 4_000, 100, "finish", layout)
+    guard = _guard(redis_server, layout)
     used, _ = _rule(guard)
     assert used == 100 * 15
     resumed = guard.resume_batch(state)
@@ -130,14 +166,15 @@ def test_kill_during_finish_then_resume_leaves_nothing_held(
     assert resumed.bill_part("r3999", 10, 5) is None
     assert _rule(guard) == (101 * 15, 0)
     guard.close()
+    _check_model_total(redis_server, layout, (101 * 15, 0))
 
 
 def test_kill_during_bill_part_loop_then_every_part_counts_once(
-    redis_server: RedisServer, tmp_path: Path
+    redis_server: RedisServer, tmp_path: Path, layout: str
 ) -> None:
     n = 2_000
-    state = _killed_after_progress(redis_server, tmp_path, n, 0, "bill")
-    guard = ug.Guard(ug.Policy.from_dict(POLICY), store=ug.RedisStore(redis_server.url))
+    state = _killed_after_progress(redis_server, tmp_path, n, 0, "bill", layout)
+    guard = _guard(redis_server, layout)
     resumed = guard.resume_batch(state)
     billed_now = sum(resumed.bill_part(f"r{i}", 10, 5) is not None for i in range(n))
     assert 0 < billed_now < n
@@ -145,12 +182,13 @@ def test_kill_during_bill_part_loop_then_every_part_counts_once(
     assert resumed.finish() == 0
     assert _rule(guard) == (n * 15, 0)
     guard.close()
+    _check_model_total(redis_server, layout, (n * 15, 0))
 
 
-def test_finish_twice_gives_back_nothing_the_second_time(redis_server: RedisServer) -> None:
-    policy = ug.Policy.from_dict(POLICY)
-    a = ug.Guard(policy, store=ug.RedisStore(redis_server.url))
-    b = ug.Guard(policy, store=ug.RedisStore(redis_server.url))
+def test_finish_twice_gives_back_nothing_the_second_time(
+    redis_server: RedisServer, layout: str
+) -> None:
+    a, b = _guard(redis_server, layout), _guard(redis_server, layout)
     reqs = [{"custom_id": f"r{i}", "prompt_tokens": 10, "max_tokens": 10} for i in range(10)]
     batch = a.admit_batch("alice", "gpt-5", reqs)
     assert batch.bill_part("r0", 10, 5) is not None
@@ -164,3 +202,4 @@ def test_finish_twice_gives_back_nothing_the_second_time(redis_server: RedisServ
     assert _rule(a) == (30, 0)
     a.close()
     b.close()
+    _check_model_total(redis_server, layout, (30, 0))
