@@ -3,12 +3,13 @@ Redis does not answer, cost caps keyed by a person or a team are answered from b
 of the ledger, caps the ledger cannot answer are skipped and counted, at most
 `ledger_fallback_max_concurrent` reads run at once (one more: 503) and each admission's
 reads are bounded to one second. `deny` stays the default. Real redis-server (stopped),
-real PostgreSQL ledger."""
+real PostgreSQL ledger; the shared layout and slot groups."""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -39,11 +40,20 @@ def policy(model_total: float | None = None, **settings: Any) -> ug.Policy:
     return ug.Policy.from_dict({"models": {"m": MODEL}, "settings": settings, "limits": limits})
 
 
+SLOT_GROUPS = False
+
+
+@pytest.fixture(autouse=True, params=["shared", "slot_groups"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs each test in both layouts (`guard_on` follows it)."""
+    monkeypatch.setattr(sys.modules[__name__], "SLOT_GROUPS", request.param == "slot_groups")
+
+
 def guard_on(
     server: RedisServer, url: str, clock: ug.ManualClock, pol: ug.Policy
 ) -> tuple[ug.Guard, ug.PostgresLedger]:
     ledger = ug.PostgresLedger(url)
-    store = ug.RedisStore(server.url, "spend", timeout=0.2)
+    store = ug.RedisStore(server.url, "spend", timeout=0.2, slot_groups=SLOT_GROUPS)
     return ug.Guard(pol, store=store, clock=clock, ledger=ledger), ledger
 
 
