@@ -18,8 +18,8 @@
 //! the guards trust and recover. A group whose copy is missing or of another process (`-2`)
 //! or of another generation (`-3`) asks the store's list of groups (`<store tag>:groups`,
 //! group tag → the generation it was listed under, `groups.lua`): listed under the guard's
-//! generation means its master lost it (a restart, a failover) and the reserve answers
-//! `Untrusted`, so the guard recovers (unless the copy, read again, shows another guard joined
+//! generation (or marked held by the recovery that wrote it: `group_sweep.rs`) means its
+//! master lost it (a restart, a failover) and the reserve answers `Untrusted`, so the guard recovers (unless the copy, read again, shows another guard joined
 //! the group since the reserve looked); else (a group new since, or written before a
 //! recovery) it is given a copy of the store's epoch (with its `w`), then listed under the
 //! guard's generation, and reserves again. A master's loss thus fences the calls that touch its
