@@ -7,10 +7,10 @@
 --                                was missing or of another process when the reserve looked)
 --                                and the group is listed under `generation`, or marked held
 --                                by a recovery that wrote it or came after it (`held`): its
---                                master lost it, unless
---                                another guard joined it since that look: the caller reads the
---                                copy again); else {'join', the epoch's w or '0'} (the
---                                caller then writes the group's copy, then lists it).
+--                                master lost it, unless another guard joined it since that
+--                                look (the caller reads the copy again); else {'join', the
+--                                epoch's w or '0'} (the caller then writes the group's copy,
+--                                then lists it).
 --   list tag generation       -> lists the group under `generation` if the store's epoch is
 --                                still of it (1), else nothing (0).
 --   held generation token tag... -> a recovery about to write `generation` (holding the

@@ -114,9 +114,10 @@ impl RedisStore {
         }
         let store = self.clone();
         StoreFuture::boxed(async move {
-            let held = store.groups_held_now().await;
+            let started = std::time::Instant::now();
+            let held = store.groups_held_now(started).await;
             let lock = token.as_deref().unwrap_or_default();
-            store.mark_held(&generation, lock, held).await;
+            store.mark_held(&generation, lock, held, started).await;
             store
                 .write_epoch_only(generation, now, token, adopt, hold_again_until)
                 .await

@@ -27,21 +27,37 @@ use crate::guard::store::StoreError;
 /// timeout).
 const PAGE: usize = 500;
 
-/// How long the look may take before it stops (the groups not looked at are left as they
-/// were): well within the recovery lock's 10 s, which the epoch's write needs.
-const LOOK_FOR: Duration = Duration::from_secs(3);
+/// When the look and the marks must be done by (from the recovery's start): a page is begun
+/// only when it ends by then even if it takes the store's whole operation timeout (2.5 s by
+/// default: pages begin until 2 s and 4 s), so the epoch's write, bounded as any operation,
+/// ends within the recovery lock's 10 s. The groups not looked at or not marked join as
+/// before.
+const LOOK_BY: Duration = Duration::from_millis(4_500);
+const MARK_BY: Duration = Duration::from_millis(6_500);
 
 impl RedisStore {
+    /// Whether a page begun now ends by `by` after `started`, even at the operation
+    /// timeout.
+    fn page_fits(&self, started: Instant, by: Duration) -> bool {
+        started.elapsed() + self.inner.operation_timeout <= by
+    }
+
     /// The groups listed in the store's list whose copy of the epoch is there and of its
-    /// master's process now. Stops early (with what it found) at an error or after
-    /// `LOOK_FOR`, and says so in the log.
-    pub(super) async fn groups_held_now(&self) -> Vec<String> {
-        let started = Instant::now();
-        let mut held = Vec::new();
+    /// master's process now. Stops early (with what it found) when the list cannot be read
+    /// or `LOOK_BY` comes near, and says so in the log.
+    pub(super) async fn groups_held_now(&self, started: Instant) -> Vec<String> {
+        let (mut held, mut looked) = (Vec::new(), 0);
         let mut cursor = 0u64;
         loop {
+            if !self.page_fits(started, LOOK_BY) {
+                log::warn!(
+                    "counter store: recovery looked at {looked} slot groups' epochs and stopped \
+                     (within {LOOK_BY:?}); the groups not looked at join the new epoch as before"
+                );
+                return held;
+            }
             let page = self.held_page(cursor).await;
-            let (next, found) = match page {
+            let (next, seen, found) = match page {
                 Ok(page) => page,
                 Err(e) => {
                     log::warn!(
@@ -52,25 +68,17 @@ impl RedisStore {
                 }
             };
             held.extend(found);
+            looked += seen;
             if next == 0 {
-                return held;
-            }
-            if started.elapsed() > LOOK_FOR {
-                log::warn!(
-                    "counter store: recovery looked at {} slot groups' epochs in {:?} and \
-                     stopped; the groups not looked at join the new epoch as before",
-                    held.len(),
-                    LOOK_FOR
-                );
                 return held;
             }
             cursor = next;
         }
     }
 
-    /// One page of the list from `cursor`: the next cursor (0 at the end) and the page's
-    /// groups whose copy is there and of its master's process.
-    async fn held_page(&self, cursor: u64) -> Result<(u64, Vec<String>), StoreError> {
+    /// One page of the list from `cursor`: the next cursor (0 at the end), how many groups
+    /// it listed, and those whose copy is there and of its master's process.
+    async fn held_page(&self, cursor: u64) -> Result<(u64, usize, Vec<String>), StoreError> {
         let list = groups_key(&self.inner.home);
         self.run("recovery look", move |inner, mut conn| async move {
             let (next, flat): (u64, Vec<String>) = redis::cmd("HSCAN")
@@ -90,23 +98,39 @@ impl RedisStore {
                     invoke::<(String, i64), _>(script, &keys, read, &mut conn).await
                 }
             });
+            // A group whose master did not answer is not marked (it joins as before); the
+            // others of the page are.
             let mut held = Vec::new();
             for (tag, look) in tags.iter().zip(join_all(looks).await) {
-                let (generation, trusted) = look?;
-                if !generation.is_empty() && trusted == 1 {
-                    held.push(tag.clone());
+                if let Ok((generation, 1)) = look {
+                    if !generation.is_empty() {
+                        held.push(tag.clone());
+                    }
                 }
             }
-            Ok((next, held))
+            Ok((next, tags.len(), held))
         })
         .await
     }
 
     /// Marks `held` as held at the recovery about to write `generation` (while the recovery
-    /// lock is still `token`'s, or without one when `token` is empty). A failure is logged:
-    /// those groups join as before.
-    pub(super) async fn mark_held(&self, generation: &str, token: &str, held: Vec<String>) {
+    /// lock is still `token`'s, or without one when `token` is empty), until `MARK_BY`
+    /// comes near. A failure is logged: the groups not marked join as before.
+    pub(super) async fn mark_held(
+        &self,
+        generation: &str,
+        token: &str,
+        held: Vec<String>,
+        started: Instant,
+    ) {
         for page in held.chunks(PAGE) {
+            if !self.page_fits(started, MARK_BY) {
+                log::warn!(
+                    "counter store: recovery stopped marking the slot groups it found held \
+                     (within {MARK_BY:?}); those not marked join the new epoch as before"
+                );
+                return;
+            }
             let inner = &self.inner;
             let keys = Args::of([&inner.epoch_key, &groups_key(&inner.home), &inner.lock_key]);
             let mut args = Args::of(["held", generation, token]);

@@ -19,8 +19,9 @@
 //! or of another generation (`-3`) asks the store's list of groups (`<store tag>:groups`,
 //! group tag → the generation it was listed under, `groups.lua`): listed under the guard's
 //! generation (or marked held by the recovery that wrote it: `group_sweep.rs`) means its
-//! master lost it (a restart, a failover) and the reserve answers `Untrusted`, so the guard recovers (unless the copy, read again, shows another guard joined
-//! the group since the reserve looked); else (a group new since, or written before a
+//! master lost it (a restart, a failover) and the reserve answers `Untrusted`, so the guard
+//! recovers (unless the copy, read again, shows another guard joined the group since the
+//! reserve looked); else (a group new since, or written before a
 //! recovery) it is given a copy of the store's epoch (with its `w`), then listed under the
 //! guard's generation, and reserves again. A master's loss thus fences the calls that touch its
 //! groups; other groups keep answering until the recovery writes a new generation.
