@@ -1,7 +1,8 @@
 """Faults around the fair FIFO queues of `throttle` rules (docs/quotas.md, "Queues") on a real
 redis-server: a waiting process killed with SIGKILL, Redis losing its queues under waiters
 (restarted empty, FLUSHALL; a stopped waiter's number handed out again), and fork() while
-threads of the parent wait in a queue."""
+threads of the parent wait in a queue. In the shared layout and with slot groups (the queues
+then live in the store's own group, the counters in the team's)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,18 @@ from redis_harness import RedisServer
 MODELS = {"gpt-5": {"provider": "openai", "prices": {"input": 1.25, "output": 10.0}}}
 TEAM = {"team": "t"}
 PREFIX = "qfault"
+SLOT_GROUPS = False
+
+
+@pytest.fixture(autouse=True, params=["shared", "slot_groups"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs each test in both layouts (`guard_on`, the waiter and the key patterns follow)."""
+    monkeypatch.setattr(sys.modules[__name__], "SLOT_GROUPS", request.param == "slot_groups")
+
+
+def queue_tag() -> str:
+    """The hash tag of the queues' keys: the store's own (with slot groups, its `:2` group)."""
+    return "{" + PREFIX + (":2}" if SLOT_GROUPS else "}")
 
 
 def policy(limit: int = 1, max_wait: int = 10) -> dict[str, Any]:
@@ -40,7 +53,7 @@ def policy(limit: int = 1, max_wait: int = 10) -> dict[str, Any]:
 
 
 def guard_on(server: RedisServer, limit: int = 1, max_wait: int = 10) -> ug.Guard:
-    store = ug.RedisStore(server.url, prefix=PREFIX)
+    store = ug.RedisStore(server.url, prefix=PREFIX, slot_groups=SLOT_GROUPS)
     return ug.Guard(ug.Policy.from_dict(policy(limit, max_wait)), store=store)
 
 
@@ -58,14 +71,14 @@ def until(check: Callable[[], bool], within: float = 10.0) -> None:
 
 def queue_length(server: RedisServer) -> int:
     """Waiters in the team's queue, as Redis holds it (lapsed ones included)."""
-    # The queue's order key: `{prefix}:m:queue:<counter>`, its name escaped (`:` is %3A).
-    keys = server.cli("--scan", "--pattern", f"{{{PREFIX}}}:m:queue%3A*").split()
+    # The queue's order key: `<tag>:m:queue:<counter>`, its name escaped (`:` is %3A).
+    keys = server.cli("--scan", "--pattern", f"{queue_tag()}:m:queue%3A*").split()
     return sum(int(server.cli("zcard", k)) for k in keys)
 
 
 def drop_queue_keys(server: RedisServer) -> int:
     """Deletes every key of the queues (not the counters); answers how many there were."""
-    keys = server.cli("--scan", "--pattern", f"{{{PREFIX}}}:m:queue*").split()
+    keys = server.cli("--scan", "--pattern", f"{queue_tag()}:m:queue*").split()
     assert keys and server.cli("del", *keys) == str(len(keys))  # in one step: polls go on
     return len(keys)
 
@@ -86,7 +99,8 @@ import json, sys, threading, time
 import usage_guard as ug
 
 url, prefix, document = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-guard = ug.Guard(ug.Policy.from_dict(document), store=ug.RedisStore(url, prefix=prefix))
+store = ug.RedisStore(url, prefix=prefix, slot_groups=sys.argv[4] == "1")
+guard = ug.Guard(ug.Policy.from_dict(document), store=store)
 outcome = []
 
 def run():
@@ -115,7 +129,15 @@ guard.close()
 
 def spawn_waiter(server: RedisServer, document: dict[str, Any]) -> subprocess.Popen[str]:
     child = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(WAITER), server.url, PREFIX, json.dumps(document)],
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(WAITER),
+            server.url,
+            PREFIX,
+            json.dumps(document),
+            str(int(SLOT_GROUPS)),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
