@@ -104,14 +104,15 @@ def test_a_failed_over_master_fences_its_groups_and_the_ledger_refills_them(
     """A master killed with its replica promoted: the calls of people whose groups lived on
     other masters go on at once; the first call of a person on the lost master makes the
     guard recover (the group's copy of the epoch was written by the dead process), and after
-    the hold-again wait that person's day is refilled from the ledger: never overspent."""
+    the hold-again wait that person's day is refilled from the ledger: never overspent. Then
+    a second master is lost before its groups joined the recovery's epoch: the same again."""
     cluster = RedisCluster(replicas=1)
     try:
         store = ug.RedisStore.cluster(cluster.urls, "fo", slot_groups=True)
         ledger = ug.SqliteLedger(str(tmp_path / "ledger.db"))
         policy = ug.Policy.from_dict(COST_POLICY)
         guard = ug.Guard(policy, store=store, clock=clock, ledger=ledger)
-        users = [f"p{i}" for i in range(12)]
+        users = [f"p{i}" for i in range(24)]
         for user in users:
             for _ in range(3):
                 guard.admit(user, "m", prompt_tokens=50, max_tokens=50).bill(50, 50, wait=True)
@@ -151,9 +152,33 @@ def test_a_failed_over_master_fences_its_groups_and_the_ledger_refills_them(
             ticket.bill(50, 50, wait=True)
             calls += 1
         assert calls == 7  # 3 before the loss + 7 = the day's 10
+        # A second master lost after that recovery, before its people's groups joined the new
+        # epoch: the recovery marked them held, so the copy of the dead process is a loss
+        # under it too (before the marks such a group was joined as new and its counters
+        # trusted as the replica had them).
+        third_port = next(p for p in on if p != lost_port and str(p) != home)
+        third = next(u for u in on[third_port] if u != kept)
+        next(n for n in cluster.nodes if n.port == third_port).kill()
+        cluster.wait_ok()
+        with pytest.raises(ug.UsageLimitsUnavailable) as refused:
+            admitted(guard, third)
+        assert refused.value.reason == "USAGE_LIMITS_RECOVERING"
+        assert guard.stats()["epochs_written"] == 3
+        clock.advance(HOLD_AGAIN_SECONDS + 1)
+        calls = 0
+        while True:
+            try:
+                ticket = admitted(guard, third)
+            except ug.UsageLimitError as e:
+                assert e.reason == "USAGE_LIMIT_REACHED"
+                break
+            ticket.bill(50, 50, wait=True)
+            calls += 1
+        assert calls == 7
         guard.close()
         rows = {g["user"]: g["cost_micros"] for g in ledger.query(group_by=["user"])}
         assert rows[lost] == 1_000_000
+        assert rows[third] == 1_000_000
         assert rows[kept] == 400_000
     finally:
         cluster.stop()
