@@ -98,6 +98,26 @@ def admitted(guard: ug.Guard, user: str) -> ug.Ticket:
             time.sleep(0.05)
 
 
+def recovered_then_spent(guard: ug.Guard, clock: ug.ManualClock, user: str, epochs: int) -> int:
+    """`user`'s next call makes the guard recover (its `epochs`-th epoch written); after the
+    hold-again wait, how many more calls are admitted (each billed in full) before the day's
+    limit refuses."""
+    with pytest.raises(ug.UsageLimitsUnavailable) as refused:
+        admitted(guard, user)
+    assert refused.value.reason == "USAGE_LIMITS_RECOVERING"
+    assert guard.stats()["epochs_written"] == epochs
+    clock.advance(HOLD_AGAIN_SECONDS + 1)
+    calls = 0
+    while True:
+        try:
+            ticket = admitted(guard, user)
+        except ug.UsageLimitError as e:
+            assert e.reason == "USAGE_LIMIT_REACHED"
+            return calls
+        ticket.bill(50, 50, wait=True)
+        calls += 1
+
+
 def test_a_failed_over_master_fences_its_groups_and_the_ledger_refills_them(
     clock: ug.ManualClock, tmp_path: Path
 ) -> None:
@@ -137,21 +157,8 @@ def test_a_failed_over_master_fences_its_groups_and_the_ledger_refills_them(
         assert guard.stats()["epochs_written"] == 1  # the first start's only
         # The person on the lost master: the guard recovers; fenced calls wait out the
         # hold-again time, then the day is refilled from the ledger (0.30 used).
-        with pytest.raises(ug.UsageLimitsUnavailable) as refused:
-            admitted(guard, lost)
-        assert refused.value.reason == "USAGE_LIMITS_RECOVERING"
-        assert guard.stats()["epochs_written"] == 2
-        clock.advance(HOLD_AGAIN_SECONDS + 1)
-        calls = 0
-        while True:
-            try:
-                ticket = admitted(guard, lost)
-            except ug.UsageLimitError as e:
-                assert e.reason == "USAGE_LIMIT_REACHED"
-                break
-            ticket.bill(50, 50, wait=True)
-            calls += 1
-        assert calls == 7  # 3 before the loss + 7 = the day's 10
+        # 3 calls before the loss + 7 = the day's 10
+        assert recovered_then_spent(guard, clock, lost, epochs=2) == 7
         # A second master lost after that recovery, before its people's groups joined the new
         # epoch: the recovery marked them held, so the copy of the dead process is a loss
         # under it too (before the marks such a group was joined as new and its counters
@@ -160,21 +167,7 @@ def test_a_failed_over_master_fences_its_groups_and_the_ledger_refills_them(
         third = next(u for u in on[third_port] if u != kept)
         next(n for n in cluster.nodes if n.port == third_port).kill()
         cluster.wait_ok()
-        with pytest.raises(ug.UsageLimitsUnavailable) as refused:
-            admitted(guard, third)
-        assert refused.value.reason == "USAGE_LIMITS_RECOVERING"
-        assert guard.stats()["epochs_written"] == 3
-        clock.advance(HOLD_AGAIN_SECONDS + 1)
-        calls = 0
-        while True:
-            try:
-                ticket = admitted(guard, third)
-            except ug.UsageLimitError as e:
-                assert e.reason == "USAGE_LIMIT_REACHED"
-                break
-            ticket.bill(50, 50, wait=True)
-            calls += 1
-        assert calls == 7
+        assert recovered_then_spent(guard, clock, third, epochs=3) == 7
         guard.close()
         rows = {g["user"]: g["cost_micros"] for g in ledger.query(group_by=["user"])}
         assert rows[lost] == 1_000_000

@@ -109,29 +109,6 @@ impl RedisStore {
         adopt: bool,
         hold_again_until: Millis,
     ) -> StoreFuture<'static, bool> {
-        if adopt || !self.grouped() {
-            return self.write_epoch_only(generation, now, token, adopt, hold_again_until);
-        }
-        let store = self.clone();
-        StoreFuture::boxed(async move {
-            let started = std::time::Instant::now();
-            let held = store.groups_held_now(started).await;
-            let lock = token.as_deref().unwrap_or_default();
-            store.mark_held(&generation, lock, held, started).await;
-            store
-                .write_epoch_only(generation, now, token, adopt, hold_again_until)
-                .await
-        })
-    }
-
-    fn write_epoch_only(
-        &self,
-        generation: String,
-        now: Millis,
-        token: Option<String>,
-        adopt: bool,
-        hold_again_until: Millis,
-    ) -> StoreFuture<'static, bool> {
         let keys = self.epoch_keys();
         let mut args = Args::of(["write", &generation]);
         args.push_num(now);
@@ -139,9 +116,22 @@ impl RedisStore {
         args.push(if adopt { "adopt" } else { "force" });
         args.push(&used_pattern(self));
         args.push_num(hold_again_until.max(0));
-        self.run("epoch write", move |inner, mut conn| async move {
-            let answer: String = invoke(&inner.scripts.epoch, &keys, &args, &mut conn).await?;
-            Ok(answer == "ok")
+        let write = move |store: &RedisStore| {
+            store.run("epoch write", move |inner, mut conn| async move {
+                let answer: String = invoke(&inner.scripts.epoch, &keys, &args, &mut conn).await?;
+                Ok(answer == "ok")
+            })
+        };
+        if adopt || !self.grouped() {
+            return write(self);
+        }
+        let store = self.clone();
+        StoreFuture::boxed(async move {
+            let started = std::time::Instant::now();
+            let held = store.groups_held_now(started).await;
+            let lock = token.as_deref().unwrap_or_default();
+            store.mark_held(&generation, lock, held, started).await;
+            write(&store).await
         })
     }
 
