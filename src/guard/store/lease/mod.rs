@@ -15,6 +15,8 @@
 //! for leased counters and hands the rest to the store inside (`split.rs`).
 
 mod book;
+#[cfg(test)]
+mod exit_tests;
 mod flush;
 mod narrow;
 mod renew;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::renew::{renew_now, Renewed};
 use super::wait::{wait_for, RENEWAL_WAIT};
 use super::Core;
+use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
 use crate::guard::domain::rule::CounterId;
 use crate::lock::Mutex;
@@ -15,12 +16,33 @@ use crate::lock::Mutex;
 /// Every leasing store of this process, for the leases given back at exit.
 pub(super) static STORES: Mutex<Vec<Weak<Core>>> = Mutex::new(Vec::new());
 
+/// Held by the give-back at exit under way in this process (per fork generation: a child
+/// forked while its parent gave back starts with it free).
+static GIVING_BACK: ForkLocal<Mutex<()>> = ForkLocal::empty();
+
+/// How long the give-back at exit waits for `STORES`: a thread holds it for microseconds,
+/// but one that held it at a fork holds it for ever in the child.
+const STORES_WAIT: Duration = Duration::from_millis(200);
+
 /// Gives back the leases of every leasing store of this process (at exit, after the bills
 /// queued for the background settled), waiting at most `limit`; answers how many could not
 /// be. Returns at once, with no runtime, when this process holds no lease.
-pub(crate) fn give_back_everywhere(limit: std::time::Duration) -> usize {
-    // Not waited for: a child forked while its parent registered a store would wait for ever.
-    let Some(stores) = STORES.try_lock() else {
+///
+/// One at a time in a process: a pool worker that leaves its loop runs its exit flush on the
+/// main thread, and `Pool.terminate()`'s SIGTERM then starts the exit thread's; both wait for
+/// the same queued bills, so they come here within microseconds of each other. The second
+/// waits for the first to end rather than answer "nothing to give back" and end the process
+/// (SIGTERM's exit thread; the main thread's `os._exit`) under the first's give-back: before,
+/// the one that met `STORES` held by the other answered 0 at once, and the worker's lease
+/// stayed held, unlogged, until its expiry (`test_the_children_of_multiprocessing_flush
+/// [pool-leased]` in tests_py/exits/test_exits.py: 1 run in about 3 on CI).
+pub(crate) fn give_back_everywhere(limit: Duration) -> usize {
+    let started = std::time::Instant::now();
+    let alone = wait_for_lock(GIVING_BACK.get(), limit);
+    let Some(stores) = wait_for_lock(&STORES, STORES_WAIT) else {
+        log::error!(
+            "at exit: the leasing stores could not be listed; their leases expire on their own"
+        );
         return 0;
     };
     let cores: Vec<Arc<Core>> = stores.iter().filter_map(Weak::upgrade).collect();
@@ -35,6 +57,10 @@ pub(crate) fn give_back_everywhere(limit: std::time::Duration) -> usize {
     if cores.is_empty() {
         return 0;
     }
+    if alone.is_none() {
+        return cores.len(); // the other give-back still runs
+    }
+    let limit = limit.saturating_sub(started.elapsed());
     let _runtime = crate::runtime::shared().enter();
     let all = async {
         let mut left = 0;
@@ -48,6 +74,20 @@ pub(crate) fn give_back_everywhere(limit: std::time::Duration) -> usize {
             .await
             .unwrap_or(cores.len())
     })
+}
+
+/// `lock`, held once it is free, waiting at most `limit`; `None` if it was not free by then.
+fn wait_for_lock<T>(lock: &Mutex<T>, limit: Duration) -> Option<std::sync::MutexGuard<'_, T>> {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(held) = lock.try_lock() {
+            return Some(held);
+        }
+        if started.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 /// A lease no call reserved on for this many refreshes is given back.
