@@ -27,19 +27,20 @@ use crate::guard::store::StoreError;
 /// timeout).
 const PAGE: usize = 500;
 
-/// When the look and the marks must be done by (from the recovery's start): a page is begun
-/// only when it ends by then even if it takes the store's whole operation timeout (2.5 s by
-/// default: pages begin until 2 s and 4 s), so the epoch's write, bounded as any operation,
-/// ends within the recovery lock's 10 s. The groups not looked at or not marked join as
-/// before.
+/// When the look and the marks must be done by (from the recovery's start): past the first
+/// page of each, a page is begun only when it ends by then even if it takes the store's whole
+/// operation timeout (2.5 s by default: pages begin until 2 s and 4 s), so the epoch's write,
+/// bounded as any operation, ends within the recovery lock's 10 s (a store given a timeout
+/// above 1.8 s still has its first page of each: a page takes milliseconds unless Redis
+/// stalls). The groups not looked at or not marked join as before.
 const LOOK_BY: Duration = Duration::from_millis(4_500);
 const MARK_BY: Duration = Duration::from_millis(6_500);
 
 impl RedisStore {
     /// Whether a page begun now ends by `by` after `started`, even at the operation
-    /// timeout.
-    fn page_fits(&self, started: Instant, by: Duration) -> bool {
-        started.elapsed() + self.inner.operation_timeout <= by
+    /// timeout (the first page always does).
+    fn page_fits(&self, first: bool, started: Instant, by: Duration) -> bool {
+        first || started.elapsed() + self.inner.operation_timeout <= by
     }
 
     /// The groups listed in the store's list whose copy of the epoch is there and of its
@@ -49,7 +50,7 @@ impl RedisStore {
         let (mut held, mut looked) = (Vec::new(), 0);
         let mut cursor = 0u64;
         loop {
-            if !self.page_fits(started, LOOK_BY) {
+            if !self.page_fits(cursor == 0, started, LOOK_BY) {
                 log::warn!(
                     "counter store: recovery looked at {looked} slot groups' epochs and stopped \
                      (within {LOOK_BY:?}); the groups not looked at join the new epoch as before"
@@ -123,8 +124,8 @@ impl RedisStore {
         held: Vec<String>,
         started: Instant,
     ) {
-        for page in held.chunks(PAGE) {
-            if !self.page_fits(started, MARK_BY) {
+        for (i, page) in held.chunks(PAGE).enumerate() {
+            if !self.page_fits(i == 0, started, MARK_BY) {
                 log::warn!(
                     "counter store: recovery stopped marking the slot groups it found held \
                      (within {MARK_BY:?}); those not marked join the new epoch as before"
