@@ -18,6 +18,7 @@ ROOT=$PWD
 
 PYTHONS=${UG_PYTHONS:-"3.9 3.10 3.11 3.12 3.13"}
 FULL=${UG_FULL:-"3.9 3.13"}  # the rest run the smoke subset
+SKIP=${UG_WHEEL_SKIP:-}      # test files the full suite leaves out (space-separated paths)
 VENV=${VENV:-.venv}          # tools: maturin, uv
 
 step() { printf '\n==> %s  [%ss]\n' "$*" "$SECONDS"; }
@@ -128,6 +129,7 @@ for v in $PYTHONS; do
     # through other Redis layouts.
     args=(-n "${UG_PYTEST_WORKERS:-2}" --dist loadfile tests_py --ignore=tests_py/store
           -k "not slot_groups and not -leased and not [leased")
+    for path in $SKIP; do args+=("--ignore=$path"); done
   else
     what="smoke subset"
     args=(tests_py/package/test_wheel_smoke.py)

@@ -387,3 +387,39 @@ fn a_shared_stores_counters_and_holds_move_into_their_groups_once() {
     // Only a store with slot groups migrates.
     assert!(block_on(shared.migrate_from_shared()).is_err());
 }
+
+/// A migration is as long as the store is large: only each answer is bounded by the store's
+/// timeout, not the whole run (which failed every migration past a size, and one of a few
+/// keys on a loaded CI machine).
+#[test]
+fn a_migration_longer_than_the_operation_timeout_completes() {
+    let cluster = RedisCluster::shared();
+    let shared = RedisStore::cluster(&cluster.urls(), "migbig").unwrap();
+    let users = 8_000;
+    let keys: Vec<CounterKey> = (0..users).map(|i| day(&format!("mb{i}"))).collect();
+    for (n, chunk) in keys.chunks(500).enumerate() {
+        let mut many = bill(&format!("mb{n}"), &keys[0], 1);
+        many.adds = chunk.iter().map(|k| add(k, 3)).collect();
+        block_on(shared.settle(&many, T0)).unwrap();
+    }
+    let timeout = Duration::from_millis(80);
+    let grouped = RedisStore::cluster_grouped(&cluster.urls(), "migbig", timeout).unwrap();
+    let started = std::time::Instant::now();
+    let moved = block_on(grouped.migrate_from_shared()).unwrap();
+    let took = started.elapsed();
+    assert_eq!((moved.counters, moved.holds), (users as u64, 0));
+    // The premise: longer than an operation may take (2.5 timeouts), one group at a time.
+    assert!(
+        took > timeout * 5 / 2,
+        "the migration took only {took:?}: no proof"
+    );
+    let sample = vec![
+        keys[0].clone(),
+        keys[users / 2].clone(),
+        keys[users - 1].clone(),
+    ];
+    assert_eq!(
+        block_on(grouped.read(sample, T0)).unwrap(),
+        vec![read(3, 0); 3]
+    );
+}

@@ -85,23 +85,28 @@ def _run(
     return _counted(redis, prefix, ledger, layout)
 
 
-def test_a_normal_exit_flushes(redis: RedisServer, tmp_path: Path) -> None:
-    assert _run("exit", redis, tmp_path) == (1, 0, 2)
+# The process's own exits, on every layout (with slot groups and leased, the call touches the
+# Model Total's group too, and the leased one holds a slice that its exit must give back).
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_normal_exit_flushes(redis: RedisServer, tmp_path: Path, layout: str) -> None:
+    assert _run("exit", redis, tmp_path, layout=layout) == (1, 0, 2)
 
 
-def test_sys_exit_flushes(redis: RedisServer, tmp_path: Path) -> None:
-    assert _run("sys.exit", redis, tmp_path, code=3) == (1, 0, 2)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_sys_exit_flushes(redis: RedisServer, tmp_path: Path, layout: str) -> None:
+    assert _run("sys.exit", redis, tmp_path, code=3, layout=layout) == (1, 0, 2)
 
 
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_sigterm_under_the_default_handler_flushes_then_ends_by_sigterm(
-    redis: RedisServer, tmp_path: Path
+    redis: RedisServer, tmp_path: Path, layout: str
 ) -> None:
-    worker, prefix, ledger = _start("sigterm", redis, tmp_path)
+    worker, prefix, ledger = _start("sigterm", redis, tmp_path, layout)
     assert worker.stdout is not None
     assert worker.stdout.readline().strip() == "billed"
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == -signal.SIGTERM, "the process still ends by SIGTERM"
-    assert _counted(redis, prefix, ledger) == (2, 0, 4)
+    assert _counted(redis, prefix, ledger, layout) == (2, 0, 4)
 
 
 @pytest.mark.parametrize("before", ["mine", "signal.SIG_IGN"])

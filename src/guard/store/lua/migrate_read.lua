@@ -3,7 +3,8 @@
 -- of a shared-layout store lives in that one slot, so on that node); ARGV = cursor, pattern.
 -- Returns {next cursor, then per key found: key, time to live (ms, -1 none), field count,
 -- then field, value, ...}.
-local page = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 500)
+-- SCAN walks the node's whole keyspace, the store's or not: large pages, fewer round trips.
+local page = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', 2000)
 local out = {page[1]}
 for _, key in ipairs(page[2]) do
   local flat = redis.call('HGETALL', key)

@@ -19,6 +19,32 @@ impl RedisStore {
         F: FnOnce(Arc<Inner>, Conn) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<T, RedisError>> + Send + 'static,
     {
+        self.run_within(what, Some(self.inner.operation_timeout), op)
+    }
+
+    /// Runs `op`, of as many round trips as its data needs (a migration's pages), bounded
+    /// only per answer (each within the store's `timeout`, as the connections enforce), never
+    /// as a whole: a bound on the whole would fail every run over a store past some size.
+    pub(super) fn run_paged<T, F, Fut>(&self, what: &'static str, op: F) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>, Conn) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, RedisError>> + Send + 'static,
+    {
+        self.run_within(what, None, op)
+    }
+
+    fn run_within<T, F, Fut>(
+        &self,
+        what: &'static str,
+        whole: Option<std::time::Duration>,
+        op: F,
+    ) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>, Conn) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, RedisError>> + Send + 'static,
+    {
         let inner = self.inner.clone();
         let op = match run_here(&inner, what, op) {
             Ok(answered) => return answered,
@@ -29,7 +55,13 @@ impl RedisStore {
                 let conn = inner.target.connection().await?;
                 op(inner.clone(), conn).await
             };
-            let outcome = match tokio::time::timeout(inner.operation_timeout, work).await {
+            let bounded = async {
+                match whole {
+                    Some(whole) => tokio::time::timeout(whole, work).await,
+                    None => Ok(work.await),
+                }
+            };
+            let outcome = match bounded.await {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(e)) => {
                     inner.target.forget_connection(&e);

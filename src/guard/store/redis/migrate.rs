@@ -35,7 +35,9 @@ impl RedisStore {
     /// retain-until becomes the larger, so a second run, or use counted in the new layout
     /// before or after, is never counted twice or lost; times to live are kept. Ticket records, marks and the epoch are not
     /// copied: stop the guards of the old layout first (their open calls' holds are copied
-    /// and expire as they would have). Fails on a store without slot groups.
+    /// and expire as they would have). Each round trip must answer within the store's
+    /// `timeout`; the whole copy has no bound (it takes as long as the store is large).
+    /// Fails on a store without slot groups.
     pub fn migrate_from_shared(&self) -> StoreFuture<'static, Migrated> {
         let Some(head) = self.inner.group_head.clone() else {
             return StoreFuture::ready(Err(StoreError(
@@ -45,7 +47,7 @@ impl RedisStore {
         // `{<escaped prefix>:2:` → `{<escaped prefix>}`
         let old_tag = format!("{}}}", &head[..head.len() - ":2:".len()]);
         let store = self.clone();
-        self.run("migrate", move |inner, mut conn| async move {
+        self.run_paged("migrate", move |inner, mut conn| async move {
             let route = Args::of([format!("{old_tag}:epoch")]);
             let mut done = Migrated::default();
             for kind in ["c", "h"] {
