@@ -179,8 +179,9 @@ BILLIARD_SKIP = pytest.mark.skipif(
                 sys.version_info < (3, 10), reason="billiard recycling on 3.9", strict=False
             ),
         ),
-        # On the other layouts, the pool's workers ended by SIGTERM (the path where a lease
-        # was last found left held: `lease/exit_tests.rs`).
+        # On the other layouts, the pool's workers leaving by themselves and ended by SIGTERM
+        # (the path where a lease was last found left held: `lease/exit_tests.rs`).
+        *(("billiard", layout) for layout in LAYOUTS if layout != "shared"),
         *(("billiard-terminated", layout) for layout in LAYOUTS),
     ],
 )

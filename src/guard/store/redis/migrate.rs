@@ -5,11 +5,16 @@
 
 use std::collections::HashMap;
 
+use futures::stream::{self, StreamExt};
+
 use super::args::Args;
 use super::groups::protocol_error;
 use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::store::{StoreError, StoreFuture};
+
+/// Group writes in flight at once during a migration.
+const WRITES_AHEAD: usize = 64;
 
 /// What `migrate_from_shared` copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,10 +108,21 @@ impl RedisStore {
             }
             count += 1;
         }
-        for (tag, (keys, args)) in &mut groups {
-            // The group's record of what earlier runs copied (`migrate_write.lua`).
-            keys.push(&format!("{tag}:migrated"));
-            let _: i64 = invoke(&self.inner.scripts.migrate_write, keys, args, conn).await?;
+        // Up to `WRITES_AHEAD` of the page's groups are written at once (each script to its
+        // master, pipelined on the multiplexed connection), not one round trip a group; few
+        // enough that each answer still comes well within the store's timeout.
+        let script = &self.inner.scripts.migrate_write;
+        let writes = groups.into_iter().map(|(tag, (mut keys, args))| {
+            let mut conn = conn.clone();
+            async move {
+                // The group's record of what earlier runs copied (`migrate_write.lua`).
+                keys.push(&format!("{tag}:migrated"));
+                invoke::<i64, _>(script, &keys, &args, &mut conn).await
+            }
+        });
+        let mut written = stream::iter(writes).buffer_unordered(WRITES_AHEAD);
+        while let Some(answer) = written.next().await {
+            answer?;
         }
         Ok(count)
     }
