@@ -123,10 +123,19 @@ class LeaseState(TypedDict):
 
 
 class Migrated(TypedDict):
-    """What `RedisStore.migrate_from_shared` copied into the store's slot groups."""
+    """What `RedisStore.migrate_from_shared` read and copied into the store's slot groups."""
 
+    read: int
+    """Keys of the shared layout read (counter buckets and holds keys)."""
     counters: int
+    """Counter buckets whose use this run added or raised (0 on a second run)."""
     holds: int
+    """Holds keys this run added to (0 on a second run)."""
+    filled: int
+    """Buckets the new layout had already filled from its ledger: the larger use was kept,
+    not the sum (the ledger is taken to count the old layout's use)."""
+    skipped: int
+    """Keys under the store's names that are no counter or holds of it, left as they are."""
 
 
 class Source(TypedDict):

@@ -223,9 +223,9 @@ impl PyRedisStore {
     }
 
     /// Copies the counters and holds of this prefix's shared-layout store into this store's
-    /// slot groups, never lowering what is there (safe to run twice); returns
-    /// `{"counters": n, "holds": n}` copied. A store without slot groups raises `ValueError`;
-    /// a store that does not answer, `UsageLimitsUnavailable`.
+    /// slot groups, never lowering what is there (safe to run twice); returns what it read
+    /// and copied (`Migrated`). A store without slot groups raises `ValueError`; a store that
+    /// does not answer, `UsageLimitsUnavailable` naming the cause.
     fn migrate_from_shared<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         if !self.slot_groups {
             let accepted = "migrate_from_shared needs a store made with slot_groups=True";
@@ -234,14 +234,20 @@ impl PyRedisStore {
         let store = self.inner.clone();
         let done = py.detach(move || crate::runtime::block_on(store.migrate_from_shared()));
         let done = done.map_err(|e| {
-            log::warn!("migrate_from_shared: {e}");
-            Error::Refused(Box::new(
-                crate::guard::domain::refusal::Refusal::unavailable(),
-            ))
+            let mut refusal = crate::guard::domain::refusal::Refusal::unavailable();
+            refusal.message = format!(
+                "the migration did not finish ({}); run it again: a second run copies only \
+                 what the first did not",
+                e.0
+            );
+            Error::Refused(Box::new(refusal))
         })?;
         let out = PyDict::new(py);
+        out.set_item("read", done.read)?;
         out.set_item("counters", done.counters)?;
         out.set_item("holds", done.holds)?;
+        out.set_item("filled", done.filled)?;
+        out.set_item("skipped", done.skipped)?;
         Ok(out)
     }
 

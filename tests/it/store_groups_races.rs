@@ -165,11 +165,18 @@ fn the_upgrade_copy_after_new_use_keeps_both_uses() {
     block_on(shared.settle(&bill("old-c", &carol, 7), T0)).unwrap();
     assert!(block_on(grouped.fill(carol.clone(), 7, T0 + 86_400_000, T0)).unwrap());
     block_on(grouped.settle(&bill("new-c", &carol, 3), T0)).unwrap();
-    for _ in 0..2 {
-        block_on(grouped.migrate_from_shared()).unwrap();
+    for run in 0..2 {
+        let done = block_on(grouped.migrate_from_shared()).unwrap();
         assert_eq!(
             block_on(grouped.read(vec![bob.clone(), carol.clone()], T0)).unwrap(),
             vec![read(10, 0), read(10, 0)]
+        );
+        // Reported: bob's bucket added to on the first run only; carol's found filled (its
+        // larger use kept, which was the new layout's) on both.
+        assert_eq!(
+            (done.read, done.counters, done.filled),
+            (2, if run == 0 { 1 } else { 0 }, 1),
+            "run {run}"
         );
     }
 }

@@ -192,17 +192,29 @@ def test_the_migrate_command_moves_a_shared_stores_day_into_slot_groups(
     assert before[GROUP_USERS[0]]["reserved"] > 0
     command = [sys.executable, "-m", "usage_guard.cli", "migrate", "--redis", redis_server.url]
     command += ["--prefix", "mv"]
-    for _ in range(2):
+    for run in range(2):
         done = subprocess.run(command, capture_output=True, text=True, check=True)
-        # 3 people's buckets and the Model Total's; their 4 holds keys (the open call's
-        # holds, and the others' given back to 0 until their minute is over).
-        assert done.stdout.strip() == "migrated: 4 counters, 4 holds keys"
+        # Read: 3 people's buckets and the Model Total's, their 4 holds keys (the others'
+        # holds given back to 0 until their minute is over). Copied: the 4 buckets and the open
+        # call's 2 holds keys (its person's and the Model Total's); nothing the second time.
+        copied = "4 counters, 2 holds keys" if run == 0 else "0 counters, 0 holds keys"
+        assert done.stdout.strip() == f"migrated: {copied} copied (8 keys read)"
+        assert done.stderr == ""
         new = ug.Guard(policy, store=ug.RedisStore(redis_server.url, "mv", slot_groups=True))
         for user, rule in before.items():
             assert new.usage(user, "gpt-5")["rules"][0] == rule, user
     open_call.release()
     with pytest.raises(ValueError, match="slot_groups"):
         ug.RedisStore(redis_server.url, "mv").migrate_from_shared()
+    # A prefix with nothing under it is said, not silently "migrated".
+    empty = command[:-1] + ["no-such-prefix"]
+    done = subprocess.run(empty, capture_output=True, text=True, check=True)
+    assert "nothing found under {no-such-prefix}" in done.stderr, done.stderr
+    # A URL that does not parse is a usage error with the reason, not a traceback.
+    bad = [sys.executable, "-m", "usage_guard.cli", "migrate", "--redis", "notaurl"]
+    done = subprocess.run(bad, capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("usage-guard migrate: "), done.stderr
 
 
 def test_serve_and_dashboard_take_slot_groups() -> None:

@@ -36,12 +36,40 @@ def add_migrate_command(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def migrate(args: argparse.Namespace) -> int:
-    """Runs `migrate`; prints what was copied (exit 0) or why not (exit 1)."""
+    """Runs `migrate`; prints what was read and copied (exit 0) or why not (exit 1; 2 for
+    bad usage)."""
     args.slot_groups = True
     try:
-        done = redis_store(args).migrate_from_shared()
+        store = redis_store(args)
+    except ValueError as e:
+        print(f"usage-guard migrate: {e}", file=sys.stderr)
+        return 2
+    try:
+        done = store.migrate_from_shared()
     except UsageLimitError as e:
         print(f"usage-guard migrate: {e}", file=sys.stderr)
         return 1
-    print(f"migrated: {done['counters']} counters, {done['holds']} holds keys")
+    print(
+        f"migrated: {done['counters']} counters, {done['holds']} holds keys copied "
+        f"({done['read']} keys read)"
+    )
+    if done["read"] == 0:
+        print(
+            f"usage-guard migrate: nothing found under {{{args.prefix}}} (the shared layout's "
+            "keys of that prefix): check --prefix",
+            file=sys.stderr,
+        )
+    if done["filled"]:
+        print(
+            f"usage-guard migrate: {done['filled']} counters were already filled from the new "
+            "layout's ledger: each kept the larger use, not the sum (right when that ledger "
+            "holds the old layout's calls; when it does not, their old use is not added)",
+            file=sys.stderr,
+        )
+    if done["skipped"]:
+        print(
+            f"usage-guard migrate: {done['skipped']} keys under the prefix are no counter or "
+            "holds of the store and were left as they are",
+            file=sys.stderr,
+        )
     return 0

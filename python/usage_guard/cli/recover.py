@@ -60,7 +60,11 @@ def recover(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    store = redis_store(args)
+    try:
+        store = redis_store(args)
+    except ValueError as e:
+        print(f"usage-guard recover: {e}", file=sys.stderr)
+        return 2
     ledger: Optional[Union[SqliteLedger, PostgresLedger]] = None
     if args.ledger is not None:
         try:

@@ -16,13 +16,32 @@ use crate::guard::store::{StoreError, StoreFuture};
 /// Group writes in flight at once during a migration.
 const WRITES_AHEAD: usize = 64;
 
-/// What `migrate_from_shared` copied.
+/// What `migrate_from_shared` found and copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Migrated {
-    /// Counter buckets copied.
+    /// Keys of the shared layout read (counter buckets and holds keys).
+    pub read: u64,
+    /// Counter buckets whose use this run added or raised (0 on a second run).
     pub counters: u64,
-    /// Holds keys (a counter's open holds) copied.
+    /// Holds keys (a counter's open holds) this run added to (0 on a second run).
     pub holds: u64,
+    /// Buckets the new layout had already filled from its ledger: the larger use was kept,
+    /// not the sum (the ledger is taken to count the old layout's use already).
+    pub filled: u64,
+    /// Keys under the store's names that are no counter or holds of it (not hashes, or of
+    /// no owner): left as they are.
+    pub skipped: u64,
+}
+
+/// What one page's writes did.
+#[derive(Default)]
+struct Wrote {
+    /// Keys whose use or holds were added to or raised.
+    changed: u64,
+    /// Buckets found filled from the ledger.
+    filled: u64,
+    /// Keys of no owner, not written.
+    ownerless: u64,
 }
 
 /// One key read from the shared layout: its name, time to live (ms, -1 none) and fields.
@@ -62,12 +81,16 @@ impl RedisStore {
                     let args = Args::of([cursor.as_str(), pattern.as_str()]);
                     let page: redis::Value =
                         invoke(&inner.scripts.migrate_read, &route, &args, &mut conn).await?;
-                    let (next, keys) = parse_page(page)?;
-                    let copied = store.write_groups(&mut conn, &old_tag, kind, keys).await?;
+                    let (next, skipped, keys) = parse_page(page)?;
+                    done.read += keys.len() as u64;
+                    done.skipped += skipped;
+                    let wrote = store.write_groups(&mut conn, &old_tag, kind, keys).await?;
                     match kind {
-                        "c" => done.counters += copied,
-                        _ => done.holds += copied,
+                        "c" => done.counters += wrote.changed,
+                        _ => done.holds += wrote.changed,
                     }
+                    done.filled += wrote.filled;
+                    done.skipped += wrote.ownerless;
                     if next == "0" {
                         break;
                     }
@@ -79,19 +102,20 @@ impl RedisStore {
     }
 
     /// Writes `keys` (read from the shared layout under `old_tag`, of `kind` `c` or `h`)
-    /// into their groups, one script per group; answers how many were written.
+    /// into their groups, one script per group.
     async fn write_groups(
         &self,
         conn: &mut super::connection::Conn,
         old_tag: &str,
         kind: &str,
         keys: Vec<Read>,
-    ) -> redis::RedisResult<u64> {
+    ) -> redis::RedisResult<Wrote> {
         let mut groups: HashMap<String, (Args, Args)> = HashMap::new();
-        let mut count = 0;
+        let mut done = Wrote::default();
         for read in keys {
             let rest = &read.key[old_tag.len() + 1 + kind.len() + 1..];
             let Some(owner) = owner_of(rest) else {
+                done.ownerless += 1;
                 continue;
             };
             let tag = format!(
@@ -106,7 +130,6 @@ impl RedisStore {
                 args.push(field);
                 args.push(value);
             }
-            count += 1;
         }
         // Up to `WRITES_AHEAD` of the page's groups are written at once (each script to its
         // master, pipelined on the multiplexed connection), not one round trip a group; few
@@ -117,14 +140,16 @@ impl RedisStore {
             async move {
                 // The group's record of what earlier runs copied (`migrate_write.lua`).
                 keys.push(&format!("{tag}:migrated"));
-                invoke::<i64, _>(script, &keys, &args, &mut conn).await
+                invoke::<(u64, u64), _>(script, &keys, &args, &mut conn).await
             }
         });
         let mut written = stream::iter(writes).buffer_unordered(WRITES_AHEAD);
         while let Some(answer) = written.next().await {
-            answer?;
+            let (changed, filled) = answer?;
+            done.changed += changed;
+            done.filled += filled;
         }
-        Ok(count)
+        Ok(done)
     }
 }
 
@@ -155,8 +180,8 @@ fn glob_escaped(text: &str) -> String {
     out
 }
 
-/// `migrate_read.lua`'s answer: the next cursor and the keys read.
-fn parse_page(page: redis::Value) -> redis::RedisResult<(String, Vec<Read>)> {
+/// `migrate_read.lua`'s answer: the next cursor, the keys skipped and the keys read.
+fn parse_page(page: redis::Value) -> redis::RedisResult<(String, u64, Vec<Read>)> {
     let bad = |why: &str| protocol_error("migrate", why.to_string());
     let redis::Value::Array(items) = page else {
         return Err(bad("not an array"));
@@ -169,6 +194,7 @@ fn parse_page(page: redis::Value) -> redis::RedisResult<(String, Vec<Read>)> {
     };
     let mut at = items.iter();
     let next = text(at.next().ok_or_else(|| bad("no cursor"))?)?;
+    let skipped = number(at.next().ok_or_else(|| bad("no count skipped"))?)?;
     let mut keys = Vec::new();
     while let Some(key) = at.next() {
         let key = text(key)?;
@@ -182,7 +208,7 @@ fn parse_page(page: redis::Value) -> redis::RedisResult<(String, Vec<Read>)> {
         }
         keys.push(Read { key, ttl, fields });
     }
-    Ok((next, keys))
+    Ok((next, skipped.max(0) as u64, keys))
 }
 
 #[cfg(test)]
