@@ -10,7 +10,15 @@ from collections.abc import Iterator
 
 import pytest
 import usage_guard as ug
-from redis_harness import BUDGET, BUDGET_POLICY, RedisCluster, RedisServer, budget_worker
+from redis_harness import (
+    BUDGET,
+    BUDGET_POLICY,
+    LAYOUTS,
+    RedisCluster,
+    RedisServer,
+    budget_worker,
+    with_model_total,
+)
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +118,14 @@ def test_many_guard_processes_share_one_budget(redis_server: RedisServer) -> Non
     assert max(samples) <= BUDGET
 
 
-def test_redis_killed_mid_run_then_restarted(redis_server: RedisServer) -> None:
-    guard = ug.Guard(ug.Policy.from_dict(BUDGET_POLICY), store=ug.RedisStore(redis_server.url, "f"))
+# With slot groups, a Model Total puts each call in two groups (the person's and the model's).
+@pytest.mark.parametrize("layout", ["shared", "slot_groups"])
+def test_redis_killed_mid_run_then_restarted(redis_server: RedisServer, layout: str) -> None:
+    policy = (
+        BUDGET_POLICY if layout == "shared" else with_model_total(BUDGET_POLICY, "gpt-5", 10**9)
+    )
+    store = ug.RedisStore(redis_server.url, "f", **LAYOUTS[layout])
+    guard = ug.Guard(ug.Policy.from_dict(policy), store=store)
     tickets = [guard.admit("alice", "gpt-5", prompt_tokens=10, max_tokens=50) for _ in range(3)]
     # Kept open: a ticket dropped unsettled is released at once, which would race the kill.
     running = guard.admit("alice", "gpt-5", prompt_tokens=10, max_tokens=50)
@@ -154,7 +168,10 @@ def test_redis_killed_mid_run_then_restarted(redis_server: RedisServer) -> None:
         assert time.monotonic() < deadline, guard.usage("alice", "gpt-5")
         time.sleep(0.05)
     time.sleep(0.3)
-    assert guard.usage("alice", "gpt-5")["rules"][0]["used"] == 60
+    usage = guard.usage("alice", "gpt-5")
+    assert usage["rules"][0]["used"] == 60
+    if layout != "shared":  # the model's group counted each bill once too
+        assert (usage["ceilings"][0]["used"], usage["ceilings"][0]["reserved"]) == (60, 0), usage
 
 
 async def test_async_callers_see_unavailable_while_down(redis_server: RedisServer) -> None:
