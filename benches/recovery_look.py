@@ -1,7 +1,7 @@
 """How long a recovery of a grouped store takes with N groups listed (docs/redis.md, "What a
 recovery marks"): the store's list of groups and each group's copy of the epoch are written
 straight to one redis-server, then `Guard.recover(attest=True)` runs twice; prints its time,
-how many groups it marked held, and Redis's µs per look (`INFO commandstats`, EVALSHA).
+how many groups it marked held, and Redis's µs per look (`INFO commandstats`, HMGET).
 
 Run: .venv/bin/python benches/recovery_look.py [--groups N ...]
 
@@ -57,10 +57,10 @@ def one(groups: int) -> None:
             took = (time.perf_counter() - started) * 1000
             print(f"{groups:>7} groups listed: recovery {took:7.0f} ms")
         stats = server.cli("INFO", "commandstats").splitlines()
-        evalsha = next((s for s in stats if s.startswith("cmdstat_evalsha:")), "")
-        per_call = evalsha.split("usec_per_call=")[1].split(",")[0] if evalsha else "-"
+        hmget = next((s for s in stats if s.startswith("cmdstat_hmget:")), "")
+        per_call = hmget.split("usec_per_call=")[1].split(",")[0] if hmget else "-"
         marked = server.cli("EVAL", MARKED, "1", f"{home}:groups").strip()
-        print(f"{groups:>7} groups listed: {marked} marked held; Redis {per_call} µs a script")
+        print(f"{groups:>7} groups listed: {marked} marked held; Redis {per_call} µs a look")
     finally:
         server.stop()
 

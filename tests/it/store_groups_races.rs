@@ -12,7 +12,7 @@ use usage_guard::internals::{
 };
 use usage_guard::{CounterStore, RedisStore};
 
-use crate::common::redis_server::{cli, RedisCluster};
+use crate::common::redis_server::{cli, RedisCluster, RedisServer};
 use crate::store_groups::{bill, day, item, master_of, read, store, HOLD_MS, T0};
 
 /// A fenced reservation of `hold` on each of `keys` (limit `limit`) under `generation`.
@@ -112,17 +112,29 @@ fn a_group_lost_after_a_recovery_it_has_not_joined_yet_is_not_trusted() {
     assert_eq!(outcome, ReserveOutcome::Reserved);
 }
 
-/// A group whose copy of the epoch was missing when a recovery looked (lost before it) is not
-/// marked: it joins the recovery's generation, once; a group whose copy was there is marked
-/// and keeps answering `Reserved` while its copy stays.
+/// A group whose copy of the epoch was missing when a recovery looked (lost before it), or
+/// was written by a process no master runs now (a copy a restarted master loaded from its
+/// file), is not marked: it joins the recovery's generation, once; a group whose copy was
+/// there and of a master's process is marked and keeps answering `Reserved` while its copy
+/// stays. On a cluster (each copy asked of its master) and on one node (one pipeline).
 #[test]
 fn a_recovery_marks_only_the_groups_whose_copy_it_found() {
     let cluster = RedisCluster::shared();
     let s = store(&cluster, "marks");
+    marks_only_the_groups_found(&s, "marks", &|key| master_of(&cluster, key));
+    let server = RedisServer::start();
+    let timeout = std::time::Duration::from_secs(1);
+    let s = RedisStore::connect_grouped(&server.url(), "marks1", timeout).unwrap();
+    let port = server.port;
+    marks_only_the_groups_found(&s, "marks1", &|_| port);
+}
+
+fn marks_only_the_groups_found(s: &RedisStore, prefix: &str, master: &dyn Fn(&str) -> u16) {
     assert!(block_on(s.set_epoch("g1".into(), T0, None, true, 0)).unwrap());
     let (kept, lost) = (day("marks-kept"), day("marks-lost"));
-    for (i, key) in [&kept, &lost].into_iter().enumerate() {
-        let outcome = block_on(fenced_of(&s, &format!("j{i}"), &[key], 1, 1_000, "g1"));
+    let foreign = day("marks-foreign");
+    for (i, key) in [&kept, &lost, &foreign].into_iter().enumerate() {
+        let outcome = block_on(fenced_of(s, &format!("j{i}"), &[key], 1, 1_000, "g1"));
         assert_eq!(outcome.unwrap(), ReserveOutcome::Reserved);
     }
     let copy_of = |key: &CounterKey| {
@@ -130,18 +142,25 @@ fn a_recovery_marks_only_the_groups_whose_copy_it_found() {
         format!("{}:epoch", &counter[..=counter.find('}').unwrap()])
     };
     let lost_copy = copy_of(&lost);
-    cli(master_of(&cluster, &lost_copy), &["DEL", &lost_copy]);
+    cli(master(&lost_copy), &["DEL", &lost_copy]);
+    let foreign_copy = copy_of(&foreign);
+    let no_process = "0".repeat(40);
+    cli(
+        master(&foreign_copy),
+        &["HSET", &foreign_copy, "r", &no_process],
+    );
     assert!(block_on(s.set_epoch("g2".into(), T0, None, false, 0)).unwrap());
-    let list = "{marks:2}:groups";
+    let list = format!("{{{prefix}:2}}:groups");
     let listed = |key: &CounterKey| {
         let copy = copy_of(key);
         let tag = &copy[..copy.len() - ":epoch".len()];
-        cli(master_of(&cluster, list), &["HGET", list, tag])
+        cli(master(&list), &["HGET", &list, tag])
     };
     assert_eq!(listed(&kept).trim(), "~g2|g1");
     assert_eq!(listed(&lost).trim(), "g1");
-    for (i, key) in [&kept, &lost].into_iter().enumerate() {
-        let outcome = block_on(fenced_of(&s, &format!("r{i}"), &[key], 1, 1_000, "g2"));
+    assert_eq!(listed(&foreign).trim(), "g1");
+    for (i, key) in [&kept, &lost, &foreign].into_iter().enumerate() {
+        let outcome = block_on(fenced_of(s, &format!("r{i}"), &[key], 1, 1_000, "g2"));
         assert_eq!(outcome.unwrap(), ReserveOutcome::Reserved, "{key:?}");
         assert_eq!(listed(key).trim(), "g2");
     }

@@ -1,6 +1,6 @@
 //! What a recovery of a grouped store marks (docs/redis.md, "Slot groups"): the groups whose
-//! copy of the epoch was there, and of its master's process, just before the new generation
-//! was written. A group joins a new generation lazily (on its first reserve under it), so
+//! copy of the epoch was there, and written by a process that is a master now, just before
+//! the new generation was written. A group joins a new generation lazily (on its first reserve under it), so
 //! without a mark a group that lost its copy after the recovery, before it joined, would look
 //! like one that lost it before: joined as new, its counters trusted as they are (and, on
 //! a guard whose fills are remembered, not filled again). Marked, its missing copy is a loss
@@ -11,14 +11,25 @@
 //! recovery more, never a loss trusted). A group whose copy was already missing, or whose
 //! master did not answer, is left as it was: its counters are filled again under the new
 //! generation when it joins, as before.
+//!
+//! The look reads each copy with a plain `HMGET` (no script, no `INFO` a group) and compares
+//! the process that wrote it with the masters' `run_id`s, read once a recovery. A copy of a
+//! process that is a master of another slot now (a resharded slot) counts as there: marked,
+//! a later loss of it is fenced, the safe side; a copy of a process that is no master now
+//! (a master failed over or restarted from its file) is not marked, as before.
 
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::RedisResult;
 
 use super::args::Args;
-use super::group_reserve::copy_keys;
+use super::connection::Conn;
 use super::groups::groups_key;
+use super::keys::write_epoch_key;
 use super::scripts::invoke;
 use super::RedisStore;
 use crate::guard::store::StoreError;
@@ -48,6 +59,21 @@ impl RedisStore {
     /// or `LOOK_BY` comes near, and says so in the log.
     pub(super) async fn groups_held_now(&self, started: Instant) -> Vec<String> {
         let (mut held, mut looked) = (Vec::new(), 0);
+        let masters = self
+            .run("recovery look", |_, mut conn| async move {
+                masters_run_ids(&mut conn).await
+            })
+            .await;
+        let masters = match masters {
+            Ok(masters) => Arc::new(masters),
+            Err(e) => {
+                log::warn!(
+                    "counter store: recovery could not read its masters' process ids ({e}); \
+                     the slot groups join the new epoch as before"
+                );
+                return held;
+            }
+        };
         let mut cursor = 0u64;
         loop {
             if !self.page_fits(cursor == 0, started, LOOK_BY) {
@@ -57,7 +83,7 @@ impl RedisStore {
                 );
                 return held;
             }
-            let page = self.held_page(cursor).await;
+            let page = self.held_page(cursor, masters.clone()).await;
             let (next, seen, found) = match page {
                 Ok(page) => page,
                 Err(e) => {
@@ -78,10 +104,14 @@ impl RedisStore {
     }
 
     /// One page of the list from `cursor`: the next cursor (0 at the end), how many groups
-    /// it listed, and those whose copy is there and of its master's process.
-    async fn held_page(&self, cursor: u64) -> Result<(u64, usize, Vec<String>), StoreError> {
+    /// it listed, and those whose copy is there and of a process in `masters`.
+    async fn held_page(
+        &self,
+        cursor: u64,
+        masters: Arc<HashSet<String>>,
+    ) -> Result<(u64, usize, Vec<String>), StoreError> {
         let list = groups_key(&self.inner.home);
-        self.run("recovery look", move |inner, mut conn| async move {
+        self.run("recovery look", move |_, mut conn| async move {
             let (next, flat): (u64, Vec<String>) = redis::cmd("HSCAN")
                 .arg(&list)
                 .arg(cursor)
@@ -90,21 +120,13 @@ impl RedisStore {
                 .query_async(&mut conn)
                 .await?;
             let tags: Vec<String> = flat.into_iter().step_by(2).collect();
-            let read = Args::of(["read"]);
-            let looks = tags.iter().map(|tag| {
-                let (mut conn, read) = (conn.clone(), &read);
-                let script = &inner.scripts.epoch;
-                async move {
-                    let keys = copy_keys(tag);
-                    invoke::<(String, i64), _>(script, &keys, read, &mut conn).await
-                }
-            });
+            let looks = look_at_copies(&mut conn, &tags).await?;
             // A group whose master did not answer is not marked (it joins as before); the
             // others of the page are.
             let mut held = Vec::new();
-            for (tag, look) in tags.iter().zip(join_all(looks).await) {
-                if let Ok((generation, 1)) = look {
-                    if !generation.is_empty() {
+            for (tag, look) in tags.iter().zip(looks) {
+                if let Ok((Some(generation), Some(writer))) = look {
+                    if !generation.is_empty() && masters.contains(&writer) {
                         held.push(tag.clone());
                     }
                 }
@@ -151,5 +173,119 @@ impl RedisStore {
                 return;
             }
         }
+    }
+}
+
+/// Each group's copy of the epoch: its generation and the process that wrote it. On one
+/// node, one pipeline (one round trip); on a cluster, each copy asked of its master, all at
+/// once on the multiplexed connection (a master that does not answer fails only its own).
+async fn look_at_copies(conn: &mut Conn, tags: &[String]) -> RedisResult<Vec<RedisResult<Copy>>> {
+    let hmget = |tag: &str| {
+        let mut copy = String::with_capacity(tag.len() + 6);
+        write_epoch_key(tag, &mut copy);
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(copy).arg("g").arg("r");
+        cmd
+    };
+    if tags.is_empty() {
+        return Ok(Vec::new()); // an empty page (a pipeline of nothing is no command)
+    }
+    if !matches!(conn, Conn::Cluster(_)) {
+        let mut pipe = redis::pipe();
+        for tag in tags {
+            pipe.add_command(hmget(tag));
+        }
+        let copies: Vec<Copy> = pipe.query_async(conn).await?;
+        return Ok(copies.into_iter().map(Ok).collect());
+    }
+    let looks = tags.iter().map(|tag| {
+        let (mut conn, cmd) = (conn.clone(), hmget(tag));
+        async move { cmd.query_async::<Copy>(&mut conn).await }
+    });
+    Ok(join_all(looks).await)
+}
+
+/// A copy of the epoch as the look reads it: its generation and its writer's `run_id`.
+type Copy = (Option<String>, Option<String>);
+
+/// The `run_id` of each master's process: one `INFO server` (a cluster's masters, from
+/// `CLUSTER SLOTS`, each asked by address; one that does not answer is left out, and the
+/// groups it holds are not marked).
+async fn masters_run_ids(conn: &mut Conn) -> RedisResult<HashSet<String>> {
+    let mut ids = HashSet::new();
+    let Conn::Cluster(cluster) = conn else {
+        let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+        ids.extend(run_id_in(&info));
+        return Ok(ids);
+    };
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(cluster)
+        .await?;
+    let masters: HashSet<(String, u16)> = ranges.iter().filter_map(master_of_range).collect();
+    let infos = masters.into_iter().map(|(host, port)| {
+        let mut cluster = cluster.clone();
+        async move {
+            let node = SingleNodeRoutingInfo::ByAddress { host, port };
+            let mut info = redis::cmd("INFO");
+            info.arg("server");
+            let answer = cluster
+                .route_command(info, RoutingInfo::SingleNode(node))
+                .await?;
+            redis::from_redis_value_ref::<String>(&answer).map_err(redis::RedisError::from)
+        }
+    });
+    for info in join_all(infos).await.into_iter().flatten() {
+        ids.extend(run_id_in(&info));
+    }
+    Ok(ids)
+}
+
+/// The master's address of one `CLUSTER SLOTS` range (`[start, end, [host, port, …], …]`).
+fn master_of_range(range: &redis::Value) -> Option<(String, u16)> {
+    let redis::Value::Array(parts) = range else {
+        return None;
+    };
+    let redis::Value::Array(node) = parts.get(2)? else {
+        return None;
+    };
+    let host = redis::from_redis_value_ref::<String>(node.first()?).ok()?;
+    let port = redis::from_redis_value_ref::<u16>(node.get(1)?).ok()?;
+    (!host.is_empty()).then_some((host, port))
+}
+
+/// The `run_id` in an `INFO server` answer (its 40 characters, as `epoch.lua` reads it).
+fn run_id_in(info: &str) -> Option<String> {
+    let at = info.find("run_id:")? + "run_id:".len();
+    info.get(at..at + 40).map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::{master_of_range, run_id_in};
+
+    #[test]
+    fn a_run_id_and_a_ranges_master_are_read_from_their_answers() {
+        let id = "a".repeat(40);
+        let info = format!("# Server\r\nredis_version:7.0.15\r\nrun_id:{id}\r\ntcp_port:7000\r\n");
+        assert_eq!(run_id_in(&info), Some(id));
+        assert_eq!(run_id_in("run_id:short"), None);
+        let node = |host: &str| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(7001),
+                Value::BulkString(b"node-id".to_vec()),
+            ])
+        };
+        let range = |host: &str| Value::Array(vec![Value::Int(0), Value::Int(5460), node(host)]);
+        assert_eq!(
+            master_of_range(&range("127.0.0.1")),
+            Some(("127.0.0.1".to_string(), 7001))
+        );
+        // An unknown endpoint (an empty host) is no address to ask.
+        assert_eq!(master_of_range(&range("")), None);
+        assert_eq!(master_of_range(&Value::Int(3)), None);
     }
 }
