@@ -1,11 +1,12 @@
 //! What a recovery of a grouped store marks (docs/redis.md, "Slot groups"): the groups whose
 //! copy of the epoch was there, and written by a process that is a master now, just before
-//! the new generation was written. A group joins a new generation lazily (on its first reserve under it), so
-//! without a mark a group that lost its copy after the recovery, before it joined, would look
-//! like one that lost it before: joined as new, its counters trusted as they are (and, on
-//! a guard whose fills are remembered, not filled again). Marked, its missing copy is a loss
-//! under the new generation and the one before it (`groups.lua`: listed as
-//! `~<new>|<before>`), so the reserve answers `Untrusted` and the guards recover again.
+//! the new generation was written. A group joins a new generation lazily (on its first
+//! reserve under it), so without a mark a group that lost its copy after the recovery, before
+//! it joined, would look like one that lost it before: joined as new, its counters trusted as
+//! they are (and, on a guard whose fills are remembered, not filled again). Marked, its
+//! missing copy is a loss under the new generation and the one before it (`groups.lua`:
+//! listed as `~<new>|<before>`), so the reserve answers `Untrusted` and the guards recover
+//! again.
 //!
 //! The look and the marks come before the write: a group lost after the look is fenced (one
 //! recovery more, never a loss trusted). A group whose copy was already missing, or whose
