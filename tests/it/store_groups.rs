@@ -410,7 +410,7 @@ fn a_migration_longer_than_the_operation_timeout_completes() {
         many.adds = chunk.iter().map(|k| add(k, 3)).collect();
         block_on(shared.settle(&many, T0)).unwrap();
     }
-    let timeout = Duration::from_millis(60);
+    let timeout = Duration::from_millis(100);
     let grouped = RedisStore::cluster_grouped(&cluster.urls(), "migbig", timeout).unwrap();
     let started = std::time::Instant::now();
     let moved = block_on(grouped.migrate_from_shared()).unwrap();
