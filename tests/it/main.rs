@@ -34,6 +34,7 @@ mod redis_known;
 mod refusal_http;
 mod store_checks;
 mod store_groups;
+mod store_groups_expiry;
 mod store_groups_races;
 mod store_leases;
 mod store_leases_give_back;

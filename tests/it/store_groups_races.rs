@@ -6,14 +6,12 @@
 
 use futures::executor::block_on;
 use futures::future::join_all;
-use usage_guard::internals::{
-    expiry_minute, CounterKey, Fence, FenceAnswer, Fencing, ReserveItem, ReserveOutcome,
-    StoreFuture,
-};
+use usage_guard::internals::{CounterKey, FenceAnswer, Fencing, ReserveOutcome, StoreFuture};
 use usage_guard::{CounterStore, RedisStore};
 
 use crate::common::redis_server::{cli, RedisCluster, RedisServer};
-use crate::store_groups::{bill, day, item, master_of, read, store, HOLD_MS, T0};
+use crate::store_groups::{bill, day, master_of, read, store, T0};
+use crate::store_groups_expiry::fenced_at;
 
 /// A fenced reservation of `hold` on each of `keys` (limit `limit`) under `generation`.
 fn fenced_of<'a>(
@@ -24,13 +22,7 @@ fn fenced_of<'a>(
     limit: u64,
     generation: &str,
 ) -> StoreFuture<'a, ReserveOutcome> {
-    let items: Vec<ReserveItem> = keys.iter().map(|k| item(k, hold, Some(limit))).collect();
-    let fence = Fence {
-        generation: generation.into(),
-        fenced: vec![true; items.len()],
-    };
-    let m = expiry_minute(T0, HOLD_MS);
-    store.reserve_fenced(ticket.into(), items, m, T0, fence)
+    fenced_at(store, ticket, keys, (hold, limit), generation, T0)
 }
 
 /// Two guards whose first calls on a new person (a group never listed) arrive together: both
@@ -175,19 +167,25 @@ fn marks_only_the_groups_found(
     }
     assert!(block_on(s.set_epoch("g2".into(), T0, None, false, 0)).unwrap());
     let list = format!("{{{prefix}:2}}:groups");
-    let listed = |key: &CounterKey| {
+    let entry = |key: &CounterKey| {
         let copy = copy_of(key);
         let tag = &copy[..copy.len() - ":epoch".len()];
-        cli(master(&list), &["HGET", &list, tag])
+        cli(master(&list), &["HGET", &list, tag]).trim().to_string()
     };
-    assert_eq!(listed(&kept).trim(), "~g2|g1");
-    assert_eq!(listed(&lost).trim(), "g1");
-    assert_eq!(listed(&foreign).trim(), "g1");
-    assert_eq!(listed(&moved).trim(), "~g2|g1");
+    // (an entry is `<generation or mark>@<until when it lasts>`: a mark keeps the time)
+    let listed = |key: &CounterKey| entry(key).split('@').next().unwrap().to_string();
+    let until = |key: &CounterKey| entry(key).split('@').nth(1).map(str::to_string);
+    let kept_until = until(&kept);
+    assert!(kept_until.is_some(), "{}", entry(&kept));
+    assert_eq!(listed(&kept), "~g2|g1");
+    assert_eq!(until(&kept), kept_until);
+    assert_eq!(listed(&lost), "g1");
+    assert_eq!(listed(&foreign), "g1");
+    assert_eq!(listed(&moved), "~g2|g1");
     for (i, key) in [&kept, &lost, &foreign].into_iter().enumerate() {
         let outcome = block_on(fenced_of(s, &format!("r{i}"), &[key], 1, 1_000, "g2"));
         assert_eq!(outcome.unwrap(), ReserveOutcome::Reserved, "{key:?}");
-        assert_eq!(listed(key).trim(), "g2");
+        assert_eq!(listed(key), "g2");
     }
 }
 
@@ -240,14 +238,12 @@ fn a_recovery_without_its_lock_marks_no_group() {
     let list = "{marks-lock:2}:groups";
     let counter = s.redis_key(&key);
     let tag = &counter[..=counter.find('}').unwrap()];
-    assert_eq!(
-        cli(master_of(&cluster, list), &["HGET", list, tag]).trim(),
-        "g1"
-    );
+    let listed = || {
+        let entry = cli(master_of(&cluster, list), &["HGET", list, tag]);
+        entry.trim().split('@').next().unwrap().to_string()
+    };
+    assert_eq!(listed(), "g1");
     let theirs = Some("another".to_string());
     assert!(block_on(s.set_epoch("g2".into(), T0, theirs, false, 0)).unwrap());
-    assert_eq!(
-        cli(master_of(&cluster, list), &["HGET", list, tag]).trim(),
-        "~g2|g1"
-    );
+    assert_eq!(listed(), "~g2|g1");
 }

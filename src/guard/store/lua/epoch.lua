@@ -5,8 +5,16 @@
 --                                  not its), 'exists' / 'counters' (mode 'adopt': an epoch,
 --                                  or a counter matching `pattern`, is already there);
 --                                  hold_again_until ('0': none) is kept in the epoch's `w`
---                                  (fence.lua: fenced reserves wait until then)
+--                                  (fence.lua: fenced reserves wait until then); mode
+--                                  'join' (a slot group's copy) writes nothing when the copy
+--                                  is of `gen` and this process already (another guard joined
+--                                  it meanwhile: its time, `h`, stays)
 --   unlock token                -> 1 if the lock was the token's and is now gone
+--   horizon gen until ttl       -> (a slot group's copy of the epoch) when the copy is of
+--                                  `gen`: raises its `h` to `until` (the time its entry in
+--                                  the list of groups lasts, groups.lua `list`), and then
+--                                  keeps the copy `ttl` ms from now (past `h`: never
+--                                  shorter than its entry); 1, else 0 (nothing written)
 local function run_id()
   -- As common.lua's (the two must read the same): a plain search, then the run_id's 40
   -- characters.
@@ -24,6 +32,12 @@ if op == 'read' then
 elseif op == 'write' then
   if ARGV[4] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[4] then
     return 'unlocked'
+  end
+  if ARGV[5] == 'join' then
+    local e = redis.call('HMGET', KEYS[1], 'g', 'r')
+    if e[1] == ARGV[2] and e[2] == run_id() then
+      return 'ok'
+    end
   end
   if ARGV[5] == 'adopt' then
     if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -44,6 +58,16 @@ elseif op == 'write' then
     redis.call('HSET', KEYS[1], 'w', ARGV[7])
   end
   return 'ok'
+elseif op == 'horizon' then
+  local e = redis.call('HMGET', KEYS[1], 'g', 'h')
+  if e[1] ~= ARGV[2] then
+    return 0
+  end
+  if not e[2] or tonumber(e[2]) < tonumber(ARGV[3]) then
+    redis.call('HSET', KEYS[1], 'h', ARGV[3])
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  end
+  return 1
 elseif op == 'unlock' then
   if redis.call('GET', KEYS[2]) == ARGV[2] then
     return redis.call('DEL', KEYS[2])

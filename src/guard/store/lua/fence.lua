@@ -17,6 +17,17 @@
 local FENCE_EPOCH = table.remove(KEYS)
 local FENCE_FLAGS = table.remove(ARGV)
 local FENCE_GEN = table.remove(ARGV)
+-- On a slot group's copy of the epoch, the generation comes as `<generation>@<need>`: the
+-- copy's `h` (until when its entry in the list of groups lasts: groups.lua) must reach
+-- `need` (guard time), else the reserve answers -8 and the guard extends both first.
+local FENCE_NEED = nil
+do
+  local at = string.find(FENCE_GEN, '@', 1, true)
+  if at then
+    FENCE_NEED = tonumber(string.sub(FENCE_GEN, at + 1))
+    FENCE_GEN = string.sub(FENCE_GEN, 1, at - 1)
+  end
+end
 -- The indices of the fenced keys ('1' or 'h'), found once: the checks below visit only these.
 -- (Plain searches, one per flag: a pattern tried at every position costs ~200 instructions a
 -- character.)
@@ -58,12 +69,13 @@ end
 -- missing or was written by another Redis process, -3 the guard's generation is not the
 -- store's (it reads the epoch again), -7 a recovery wrote it moments ago and other guards
 -- may still be holding their open calls again (until its `w`: the first reserve past it
--- drops `w`), -4 a key the epoch expects is missing.
+-- drops `w`), -8 a group's copy lasts less than FENCE_NEED, -4 a key the epoch expects is
+-- missing.
 local function fence_check_now(now)
   if not FENCE_ON then
     return nil
   end
-  local epoch = redis.call('HMGET', FENCE_EPOCH, 'g', 'r', 'w')
+  local epoch = redis.call('HMGET', FENCE_EPOCH, 'g', 'r', 'w', 'h')
   EPOCH_G = epoch[1]
   if not epoch[1] or epoch[2] ~= run_id() then
     return -2
@@ -76,6 +88,9 @@ local function fence_check_now(now)
       return -7
     end
     redis.call('HDEL', FENCE_EPOCH, 'w')
+  end
+  if FENCE_NEED and (not epoch[4] or tonumber(epoch[4]) < FENCE_NEED) then
+    return -8
   end
   for _, i in ipairs(FENCE_AT) do
     local flag = string.sub(FENCE_FLAGS, i, i)

@@ -1,8 +1,12 @@
 -- groups: the store's list of slot groups (groups.rs). KEYS[1] = the store's epoch, KEYS[2]
--- = the list (a hash: group tag -> the generation it was listed under). A group is listed
--- only after its copy of the epoch was written (join_group), so a group listed under a
--- generation had its copy then.
---   check tag generation code -> {'stale'} when the store's epoch is not of `generation`;
+-- = the list (a hash: group tag -> `<generation>@<until>`: the generation it was listed
+-- under, and until when the entry lasts, guard time). A group is listed only after its copy
+-- of the epoch was written (join_group), so a group listed under a generation had its copy
+-- then; the copy is kept at least as long as its entry (its `h`, epoch.lua `horizon`). An
+-- entry whose time is over counts as absent (its group's copy may have expired with it);
+-- one without `@` (written before entries lapsed) lasts.
+--   check tag generation code now
+--                             -> {'stale'} when the store's epoch is not of `generation`;
 --                                {'lost'} when `code` is -2 (the group's copy of the epoch
 --                                was missing or of another process when the reserve looked)
 --                                and the group is listed under `generation`, or marked held
@@ -11,23 +15,63 @@
 --                                look (the caller reads the copy again); else {'join', the
 --                                epoch's w or '0'} (the caller then writes the group's copy,
 --                                then lists it).
---   list tag generation       -> lists the group under `generation` if the store's epoch is
---                                still of it (1), else nothing (0).
+--   list tag generation now until
+--                             -> lists the group under `generation` until `until` (or the
+--                                later time its entry had) if the store's epoch is still of
+--                                it, and answers that time (the caller keeps the copy at
+--                                least as long: epoch.lua `horizon`); else nothing (0).
+--                                KEYS[3] = where pruning left off: each listing also drops
+--                                the entries whose time is over among the next few of the
+--                                list, so a churning user base does not grow it for ever.
 --   held generation token tag... -> a recovery about to write `generation` (holding the
 --                                recovery lock KEYS[3] by `token`; '' when written without
 --                                the lock) found these groups' copies there and of their
 --                                masters' processes (group_sweep.rs): each is listed as
---                                `~<generation>|<the store's generation now>`, so a copy
---                                missing from now on is a loss under either; nothing when
---                                the lock is not the token's. Answers how many it marked.
+--                                `~<generation>|<the store's generation now>` (keeping its
+--                                entry's time), so a copy missing from now on is a loss under
+--                                either; nothing when the lock is not the token's. Answers
+--                                how many it marked.
 local op = ARGV[1]
 local epoch = redis.call('HMGET', KEYS[1], 'g', 'w')
+
+-- Entry `v` split into its body and its time (nil: it lasts).
+local function split(v)
+  local at = string.find(v, '@', 1, true)
+  if not at then
+    return v, nil
+  end
+  return string.sub(v, 1, at - 1), tonumber(string.sub(v, at + 1))
+end
+
+-- Drops the entries whose time is over among the next 16 fields of the list.
+local function prune(now)
+  local cursor = redis.call('GET', KEYS[3]) or '0'
+  local page = redis.call('HSCAN', KEYS[2], cursor, 'COUNT', 16)
+  local flat = page[2]
+  for j = 1, #flat, 2 do
+    local _, until_ms = split(flat[j + 1])
+    if until_ms and until_ms <= now then
+      redis.call('HDEL', KEYS[2], flat[j])
+    end
+  end
+  redis.call('SET', KEYS[3], page[1])
+end
+
 if op == 'list' then
   if epoch[1] ~= ARGV[3] then
     return 0
   end
-  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-  return 1
+  local now, until_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
+  local old = redis.call('HGET', KEYS[2], ARGV[2])
+  if old then
+    local _, was = split(old)
+    if was and was > until_ms then
+      until_ms = was
+    end
+  end
+  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '@' .. string.format('%d', until_ms))
+  prune(now)
+  return until_ms
 end
 if op == 'held' then
   if ARGV[3] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[3] then
@@ -35,7 +79,13 @@ if op == 'held' then
   end
   local mark = '~' .. ARGV[2] .. '|' .. (epoch[1] or '')
   for i = 4, #ARGV do
-    redis.call('HSET', KEYS[2], ARGV[i], mark)
+    local old = redis.call('HGET', KEYS[2], ARGV[i])
+    local _, until_ms = split(old or '')
+    if until_ms then
+      redis.call('HSET', KEYS[2], ARGV[i], mark .. '@' .. string.format('%d', until_ms))
+    else
+      redis.call('HSET', KEYS[2], ARGV[i], mark)
+    end
   end
   return #ARGV - 3
 end
@@ -46,7 +96,10 @@ if epoch[1] ~= ARGV[3] then
   return {'stale'}
 end
 if ARGV[4] == '-2' then
-  local listed = redis.call('HGET', KEYS[2], ARGV[2]) or ''
+  local listed, until_ms = split(redis.call('HGET', KEYS[2], ARGV[2]) or '')
+  if until_ms and until_ms <= tonumber(ARGV[5]) then
+    listed = ''
+  end
   if listed == ARGV[3] then
     return {'lost'}
   end

@@ -1,7 +1,7 @@
 -- reserve: KEYS = the ticket's record, then per item: its counter bucket, its counter's
 -- holds; ARGV = now, minute, then per item: hold, limit ('' = none), carried.
 -- A ticket already settled places nothing (returns -5); one already reserved is not placed
--- twice (returns -1). Else the fence's answer if it refuses (fence.lua: -2, -3, -7, -4). Else
+-- twice (returns -1). Else the fence's answer if it refuses (fence.lua: -2, -3, -7, -8, -4). Else
 -- checks every item with a limit (counted = used + live holds of the counter + carried; it
 -- fits when counted < limit and counted + hold <= limit); only if all fit, adds each hold to
 -- r<minute> of its counter's holds and records the ticket as held.

@@ -10,7 +10,7 @@
 -- values then include the holds placed), the 0-based index of the first item that does not
 -- fit, -6 the decision no longer holds (a skipped source has room now, or a previous bucket
 -- the decision counted grew); nothing is placed on any but -1. -5 settled, or the fence's
--- answer (-2, -3, -7, -4): {code} alone. A ticket already reserved answers -1, placing
+-- answer (-2, -3, -7, -8, -4): {code} alone. A ticket already reserved answers -1, placing
 -- nothing.
 local now = tonumber(ARGV[1])
 local minute = ARGV[2]

@@ -128,7 +128,7 @@ impl RedisStore {
         let store = self.clone();
         StoreFuture::boxed(async move {
             let started = std::time::Instant::now();
-            let held = store.groups_held_now(started).await;
+            let held = store.groups_held_now(started, now).await;
             let lock = token.as_deref().unwrap_or_default();
             store.mark_held(&generation, lock, held, started).await;
             write(&store).await

@@ -135,7 +135,6 @@ impl RedisStore {
             .into_iter()
             .map(|(tag, counters)| {
                 let (sub, items, previous) = sub_reserve(reserve, &counters);
-                let known = self.known_call(&tag, &sub, now, sub_fence(fence, &items));
                 let carried: Vec<(Args, Args)> = carried_by(settles, &tag)
                     .into_iter()
                     .flat_map(|s| settles[s].iter().filter(|(t, ..)| *t == tag))
@@ -143,6 +142,8 @@ impl RedisStore {
                     .collect();
                 let (minute, ticket) = (reserve.expiry_minute, &reserve.ticket);
                 let mut call = self.group_call(tag, items, ticket, minute, now, &sub.items);
+                let fence = sub_fence(fence, &call.members, call.need);
+                let known = self.known_call(&call.tag, &sub, now, fence);
                 call.code_at = carried.len();
                 (call.keys, call.args) = match carried.is_empty() {
                     true => known,

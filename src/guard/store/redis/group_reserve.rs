@@ -9,8 +9,9 @@ use redis::Script;
 
 use super::args::Args;
 use super::connection::Conn;
-use super::groups::{groups_key, protocol_error};
-use super::keys::{write_epoch_key, write_ticket_key};
+use super::group_join::horizon_need;
+use super::groups::protocol_error;
+use super::keys::write_ticket_key;
 use super::scripts::{invoke, Scripts};
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
@@ -23,6 +24,9 @@ pub(super) struct GroupCall {
     pub(super) tag: String,
     /// The original indices of the group's items.
     pub(super) members: Vec<usize>,
+    /// Until when the group's entry in the list of groups must last at least
+    /// (`horizon_need`).
+    pub(super) need: Millis,
     pub(super) script: fn(&Scripts) -> &Script,
     pub(super) keys: Args,
     pub(super) args: Args,
@@ -93,10 +97,9 @@ impl RedisStore {
         fence: &Fence,
     ) -> GroupCall {
         let sub: Vec<ReserveItem> = members.iter().map(|&i| items[i].clone()).collect();
-        let sub_fence = sub_fence(fence, &members);
-        let (keys, args) = self.reserve_call(&tag, ticket, &sub, minute, now, sub_fence);
         let mut call = self.group_call(tag, members, ticket, minute, now, &sub);
-        (call.keys, call.args) = (keys, args);
+        let sub_fence = sub_fence(fence, &call.members, call.need);
+        (call.keys, call.args) = self.reserve_call(&call.tag, ticket, &sub, minute, now, sub_fence);
         call
     }
 
@@ -123,6 +126,7 @@ impl RedisStore {
         GroupCall {
             tag,
             members,
+            need: horizon_need(items, now),
             script: |s| &s.reserve,
             keys: Args::default(),
             args: Args::default(),
@@ -133,8 +137,9 @@ impl RedisStore {
     }
 
     /// Sends every group's call, brings groups whose copy of the epoch is behind up to the
-    /// guard's `generation` and sends theirs again (once; a carry's settles answer settled if
-    /// either sending settled them), unless a group refused. Answers per group.
+    /// guard's `generation` (or lasts too short: `group_join.rs`) and sends theirs again
+    /// (once; a carry's settles answer settled if either sending settled them), unless a
+    /// group refused. Answers per group.
     pub(super) async fn attempt(
         &self,
         conn: &Conn,
@@ -144,27 +149,48 @@ impl RedisStore {
     ) -> Vec<Answer> {
         let all: Vec<usize> = (0..calls.len()).collect();
         let mut answers = self.send(conn, calls, &all).await;
+        if !generation.is_empty() {
+            self.bring_up(conn, calls, generation, now, &mut answers)
+                .await;
+        }
+        answers
+    }
+
+    /// The second step of `attempt`: brings up the groups that answered -2, -3 or -8 (unless
+    /// a group refused) and sends theirs again, the answers replacing theirs.
+    async fn bring_up(
+        &self,
+        conn: &Conn,
+        calls: &[GroupCall],
+        generation: &str,
+        now: Millis,
+        answers: &mut [Answer],
+    ) {
         let codes: Vec<Option<i64>> = calls
             .iter()
-            .zip(&answers)
+            .zip(answers.iter())
             .map(|(c, a)| code_of(c, a))
             .collect();
         let behind: Vec<usize> = (0..calls.len())
-            .filter(|&g| matches!(codes[g], Some(-2) | Some(-3)))
+            .filter(|&g| matches!(codes[g], Some(-2) | Some(-3) | Some(-8)))
             .collect();
         let refused = codes
             .iter()
             .any(|c| matches!(c, Some(c) if *c >= 0 || *c == -5 || *c == -6));
-        if generation.is_empty() || behind.is_empty() || refused {
-            return answers;
+        if behind.is_empty() || refused {
+            return;
         }
         let mut joined = Vec::new();
         for &g in &behind {
-            let code = codes[g].unwrap_or(-2);
-            match self
-                .join_group(conn, &calls[g].tag, generation, code, now)
-                .await
-            {
+            let (tag, need) = (&calls[g].tag, calls[g].need);
+            let brought = match codes[g].unwrap_or(-2) {
+                -8 => self.extend_group(conn, tag, generation, need, now).await,
+                code => {
+                    self.join_group(conn, tag, generation, code, need, now)
+                        .await
+                }
+            };
+            match brought {
                 Ok(None) => joined.push(g),
                 Ok(Some(fenced)) => {
                     if let Ok(values) = &mut answers[g] {
@@ -184,7 +210,6 @@ impl RedisStore {
                 }
             }
         }
-        answers
     }
 
     /// The calls of the groups `which`, sent together; answers in that order.
@@ -227,75 +252,6 @@ impl RedisStore {
         }
         Ok(())
     }
-
-    /// Brings group `tag`, whose reserve answered `code` (-2 or -3), up to the guard's
-    /// `generation` (see the module). `None` when it did (reserve again), else the fence's
-    /// code to answer: -3 when the store's epoch is not the guard's, -2 when the group was
-    /// listed under it (its master lost it).
-    ///
-    /// The copy is written before the group is listed, so a group listed under `generation`
-    /// had its copy then: a `lost` answer is confirmed by reading the copy again, since the
-    /// reserve's look may have come before another guard's join of the same new group (then
-    /// the copy is there, of `generation` and this master's process: reserve again).
-    pub(super) async fn join_group(
-        &self,
-        conn: &Conn,
-        tag: &str,
-        generation: &str,
-        code: i64,
-        now: Millis,
-    ) -> RedisResult<Option<i64>> {
-        let list_keys = Args::of([&self.inner.epoch_key, &groups_key(&self.inner.home)]);
-        let mut args = Args::of(["check", tag, generation]);
-        args.push_num(code);
-        let scripts = &self.inner.scripts;
-        let answer: Vec<String> =
-            invoke(&scripts.groups, &list_keys, &args, &mut conn.clone()).await?;
-        let hold_again_until = match answer.first().map(String::as_str) {
-            Some("join") => answer.get(1).cloned().unwrap_or_else(|| "0".into()),
-            Some("lost") => {
-                let (copy, trusted): (String, i64) = invoke(
-                    &scripts.epoch,
-                    &copy_keys(tag),
-                    &Args::of(["read"]),
-                    &mut conn.clone(),
-                )
-                .await?;
-                return Ok((copy != generation || trusted != 1).then_some(-2));
-            }
-            Some("stale") => return Ok(Some(-3)),
-            other => return Err(protocol_error("groups", format!("an answer {other:?}"))),
-        };
-        // The group's copy, written as the store's epoch is (`epoch.lua`, forced: no lock).
-        let mut args = Args::of(["write", generation]);
-        args.push_num(now);
-        for arg in ["", "force", ""] {
-            args.push(arg);
-        }
-        args.push(&hold_again_until);
-        let written: String =
-            invoke(&scripts.epoch, &copy_keys(tag), &args, &mut conn.clone()).await?;
-        if written != "ok" {
-            let why = format!("a copy answered {written:?}");
-            return Err(protocol_error("groups", why));
-        }
-        // Listed once the copy is there (not when the store's epoch moved on meanwhile: the
-        // copy is then behind, and the next reserve joins again).
-        let args = Args::of(["list", tag, generation]);
-        let _: i64 = invoke(&scripts.groups, &list_keys, &args, &mut conn.clone()).await?;
-        Ok(None)
-    }
-}
-
-/// The keys of `epoch.lua` on group `tag`'s copy of the epoch: the copy, then its lock.
-pub(super) fn copy_keys(tag: &str) -> Args {
-    let mut keys = Args::default();
-    keys.push_with(|out| write_epoch_key(tag, out));
-    keys.push_with(|out| {
-        write_epoch_key(tag, out);
-        out.push_str(":lock");
-    });
-    keys
 }
 
 /// The groups whose reservation is placed (answered -1).
@@ -305,13 +261,19 @@ pub(super) fn placed(calls: &[GroupCall], answers: &[Answer]) -> Vec<usize> {
         .collect()
 }
 
-/// `fence` for the items `members` of a group.
-pub(super) fn sub_fence(fence: &Fence, members: &[usize]) -> Fence {
+/// `fence` for the items `members` of a group whose entry must last until `need`: the
+/// generation goes as `<generation>@<need>` (fence.lua answers -8 while the group's copy of
+/// the epoch lasts less).
+pub(super) fn sub_fence(fence: &Fence, members: &[usize], need: Millis) -> Fence {
     let fenced = members
         .iter()
         .map(|&i| fence.fenced.get(i).copied().unwrap_or(false));
+    let generation = match fence.generation.is_empty() {
+        true => String::new(),
+        false => format!("{}@{need}", fence.generation),
+    };
     Fence {
-        generation: fence.generation.clone(),
+        generation,
         fenced: fenced.collect(),
     }
 }

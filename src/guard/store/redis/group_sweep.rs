@@ -33,6 +33,7 @@ use super::groups::groups_key;
 use super::keys::write_epoch_key;
 use super::scripts::invoke;
 use super::RedisStore;
+use crate::guard::domain::clock::Millis;
 use crate::guard::store::StoreError;
 
 /// The list of groups is read a page at a time (one operation each, within the store's
@@ -55,10 +56,11 @@ impl RedisStore {
         first || started.elapsed() + self.inner.operation_timeout <= by
     }
 
-    /// The groups listed in the store's list whose copy of the epoch is there and of its
-    /// master's process now. Stops early (with what it found) when the list cannot be read
-    /// or `LOOK_BY` comes near, and says so in the log.
-    pub(super) async fn groups_held_now(&self, started: Instant) -> Vec<String> {
+    /// The groups listed in the store's list (entries whose time is not over at `now`:
+    /// `group_join.rs`) whose copy of the epoch is there and of its master's process now.
+    /// Stops early (with what it found) when the list cannot be read or `LOOK_BY` comes near,
+    /// and says so in the log.
+    pub(super) async fn groups_held_now(&self, started: Instant, now: Millis) -> Vec<String> {
         let (mut held, mut looked) = (Vec::new(), 0);
         let masters = self
             .run("recovery look", |_, mut conn| async move {
@@ -84,7 +86,7 @@ impl RedisStore {
                 );
                 return held;
             }
-            let page = self.held_page(cursor, masters.clone()).await;
+            let page = self.held_page(cursor, masters.clone(), now).await;
             let (next, seen, found) = match page {
                 Ok(page) => page,
                 Err(e) => {
@@ -105,11 +107,13 @@ impl RedisStore {
     }
 
     /// One page of the list from `cursor`: the next cursor (0 at the end), how many groups
-    /// it listed, and those whose copy is there and of a process in `masters`.
+    /// it listed, and those whose entry lasts at `now` and whose copy is there and of a
+    /// process in `masters`.
     async fn held_page(
         &self,
         cursor: u64,
         masters: Arc<HashSet<String>>,
+        now: Millis,
     ) -> Result<(u64, usize, Vec<String>), StoreError> {
         let list = groups_key(&self.inner.home);
         self.run("recovery look", move |_, mut conn| async move {
@@ -120,7 +124,12 @@ impl RedisStore {
                 .arg(PAGE)
                 .query_async(&mut conn)
                 .await?;
-            let tags: Vec<String> = flat.into_iter().step_by(2).collect();
+            let listed = flat.len() / 2;
+            let tags: Vec<String> = flat
+                .chunks_exact(2)
+                .filter(|entry| lasts(&entry[1], now))
+                .map(|entry| entry[0].clone())
+                .collect();
             let looks = look_at_copies(&mut conn, &tags).await?;
             // A group whose master did not answer is not marked (it joins as before); the
             // others of the page are.
@@ -132,7 +141,7 @@ impl RedisStore {
                     }
                 }
             }
-            Ok((next, tags.len(), held))
+            Ok((next, listed, held))
         })
         .await
     }
@@ -174,6 +183,15 @@ impl RedisStore {
                 return;
             }
         }
+    }
+}
+
+/// Whether an entry of the list (`<body>@<until>`, or a body alone: written before entries
+/// had a time) lasts at `now` (`groups.lua`).
+fn lasts(entry: &str, now: Millis) -> bool {
+    match entry.rsplit_once('@') {
+        Some((_, until)) => until.parse::<Millis>().map_or(true, |until| until > now),
+        None => true,
     }
 }
 
@@ -265,7 +283,15 @@ fn run_id_in(info: &str) -> Option<String> {
 mod tests {
     use redis::Value;
 
-    use super::{master_of_range, run_id_in};
+    use super::{lasts, master_of_range, run_id_in};
+
+    #[test]
+    fn an_entry_lasts_until_its_time_or_for_ever_without_one() {
+        assert!(lasts("g1@1000", 999));
+        assert!(!lasts("g1@1000", 1000));
+        assert!(!lasts("~g2|g1@1000", 2000));
+        assert!(lasts("~g2|g1", i64::MAX));
+    }
 
     #[test]
     fn a_run_id_and_a_ranges_master_are_read_from_their_answers() {

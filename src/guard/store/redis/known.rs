@@ -110,6 +110,9 @@ pub(super) fn fence_answer(code: i64) -> Option<FenceAnswer> {
         -3 => FenceAnswer::Stale,
         -4 => FenceAnswer::CounterLost,
         -7 => FenceAnswer::HoldingAgain,
+        // A group's copy that still lasts too short after the guard extended it (groups.rs:
+        // another guard's recovery moved the epoch meanwhile): read the epoch again.
+        -8 => FenceAnswer::Stale,
         _ => return None,
     })
 }

@@ -15,6 +15,7 @@ mod checks;
 mod connect;
 mod connection;
 mod epoch;
+mod group_join;
 mod group_known;
 mod group_reserve;
 mod group_sweep;
