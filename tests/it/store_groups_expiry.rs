@@ -237,3 +237,34 @@ fn a_recovery_marks_no_group_whose_time_is_over() {
     let (body, _) = entry(&cluster, &p_busy).unwrap();
     assert_eq!(body, "~g2|g1");
 }
+
+/// A recovery's marks write back no entry dropped between its look and its marks (the entry's
+/// time was over: a mark without a time would last for ever, and read the group's expired
+/// copy as a loss), and keep the time of those still there.
+#[test]
+fn a_recovery_writes_back_no_entry_dropped_since_its_look() {
+    let server = crate::common::redis_server::RedisServer::start();
+    let script = include_str!("../../src/guard/store/lua/groups.lua");
+    let (epoch, list, lock) = ("{m:2}:epoch", "{m:2}:groups", "{m:2}:epoch:lock");
+    server.cli(&["HSET", epoch, "g", "g1"]);
+    server.cli(&["HSET", list, "{m:2:u:here}", "g1@999"]);
+    let marked = server.cli(&[
+        "EVAL",
+        script,
+        "3",
+        epoch,
+        list,
+        lock,
+        "held",
+        "g2",
+        "",
+        "{m:2:u:gone}",
+        "{m:2:u:here}",
+    ]);
+    assert_eq!(marked.trim(), "1");
+    assert_eq!(
+        server.cli(&["HGET", list, "{m:2:u:here}"]).trim(),
+        "~g2|g1@999"
+    );
+    assert_eq!(server.cli(&["HEXISTS", list, "{m:2:u:gone}"]).trim(), "0");
+}

@@ -28,9 +28,10 @@
 --                                the lock) found these groups' copies there and of their
 --                                masters' processes (group_sweep.rs): each is listed as
 --                                `~<generation>|<the store's generation now>` (keeping its
---                                entry's time), so a copy missing from now on is a loss under
---                                either; nothing when the lock is not the token's. Answers
---                                how many it marked.
+--                                entry's time; an entry dropped since the look is not written
+--                                back), so a copy missing from now on is a loss under either;
+--                                nothing when the lock is not the token's. Answers how many
+--                                it marked.
 local op = ARGV[1]
 local epoch = redis.call('HMGET', KEYS[1], 'g', 'w')
 
@@ -78,16 +79,21 @@ if op == 'held' then
     return 0
   end
   local mark = '~' .. ARGV[2] .. '|' .. (epoch[1] or '')
+  local marked = 0
   for i = 4, #ARGV do
+    -- (an entry dropped since the look is not written back: its time was over)
     local old = redis.call('HGET', KEYS[2], ARGV[i])
-    local _, until_ms = split(old or '')
-    if until_ms then
-      redis.call('HSET', KEYS[2], ARGV[i], mark .. '@' .. string.format('%d', until_ms))
-    else
-      redis.call('HSET', KEYS[2], ARGV[i], mark)
+    if old then
+      local _, until_ms = split(old)
+      if until_ms then
+        redis.call('HSET', KEYS[2], ARGV[i], mark .. '@' .. string.format('%d', until_ms))
+      else
+        redis.call('HSET', KEYS[2], ARGV[i], mark)
+      end
+      marked = marked + 1
     end
   end
-  return #ARGV - 3
+  return marked
 end
 if op ~= 'check' then
   return redis.error_reply('groups: unknown operation ' .. tostring(op))

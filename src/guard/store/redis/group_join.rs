@@ -16,10 +16,10 @@
 //! reads the copy as lost: one recovery more, the safe side).
 //!
 //! Renewals cost two small scripts and a second sending of the reservation when what a group's
-//! calls need passes its `h` (every second day for a group of daily counters); a group idle for
-//! longer than its longest bucket's retention and `HORIZON_SLACK` disappears: its copy
-//! expires, and its entry is dropped by a later listing (`groups.lua` prunes a few entries
-//! each time).
+//! calls need passes its `h` (every second day for a group of daily counters). A group no
+//! call needs any more disappears (a group of daily counters about six days after its last
+//! reservation): its copy expires, and its entry is dropped by a later listing (`groups.lua`
+//! prunes a few entries each time).
 
 use redis::RedisResult;
 
