@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Optional
 
 import usage_guard as ug
@@ -60,6 +61,15 @@ def used(guard: ug.Guard, user: str, model: str, metric: str = "tokens") -> int:
 def reserved(guard: ug.Guard, user: str, model: str, metric: str = "tokens") -> int:
     view = guard.usage(user, model)
     return sum(int(r["reserved"]) for r in view["rules"] if r["metric"] == metric)
+
+
+def settled(guard: ug.Guard, model: str, seconds: float = 5.0, user: str = "alice") -> bool:
+    """Waits up to `seconds` for `user`'s holds on `model` to be given back: a gateway bills a
+    stream after relaying its last event, so its client may read the end before the bill."""
+    deadline = time.monotonic() + seconds
+    while reserved(guard, user, model) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return reserved(guard, user, model) == 0
 
 
 def cost_micros(

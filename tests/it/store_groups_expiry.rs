@@ -98,10 +98,10 @@ fn a_groups_entry_lasts_past_what_its_calls_need_and_its_copy_outlasts_the_entry
     let outcome = block_on(fenced_at(&s, "t1", &[&key], (1, 1_000), "g1", T0)).unwrap();
     assert_eq!(outcome, ReserveOutcome::Reserved);
     let p = places(&s, "exp-need", &key);
-    // kept until B0 + 2 days; the next bucket until B0 + 3 days (within twice the span, B0 +
-    // 4 days); a day more for the slack's first half, a day for its second
+    // kept until B0 + 2 days, a span of 2 days from the bucket's start: what the call needs
+    // is twice that from now and 4 days of slack; renewed 2 days past it
     let (body, until) = entry(&cluster, &p).expect("listed with a time");
-    assert_eq!((body.as_str(), until), ("g1", B0 + 6 * DAY));
+    assert_eq!((body.as_str(), until), ("g1", T0 + 10 * DAY));
     let (h, ttl) = copy(&cluster, &p);
     assert_eq!(h, Some(until));
     let grace = DAY / 2;
@@ -166,8 +166,9 @@ fn a_group_in_use_is_renewed_before_its_entry_ends() {
         assert_eq!(copy(&cluster, &p).0, Some(until), "day {d}");
         untils.push((until - B0) / DAY);
     }
-    // renewed every second day (a day of slack each time), not at every call
-    assert_eq!(untils, [6, 6, 8, 8, 10, 10, 12, 12]);
+    // renewed when the need (moving with time) passes the entry's time: every third call a
+    // day apart, not at every call
+    assert_eq!(untils, [10, 10, 10, 13, 13, 13, 16, 16]);
 }
 
 /// Entries whose time is over are dropped by later listings (a few at each), so the list of
@@ -195,10 +196,10 @@ fn entries_whose_time_is_over_are_dropped_by_later_listings() {
         assert_eq!(outcome.unwrap(), ReserveOutcome::Reserved);
     }
     assert_eq!(size(), 40);
-    // Ten days on, new people come: each listing drops the old entries it passes over.
-    let later = T0 + 10 * DAY;
+    // Eleven days on, new people come: each listing drops the old entries it passes over.
+    let later = T0 + 11 * DAY;
     for i in 0..10 {
-        let key = day_of(&format!("new-{i}"), 10);
+        let key = day_of(&format!("new-{i}"), 11);
         let ticket = format!("n{i}");
         let outcome = block_on(fenced_at(&s, &ticket, &[&key], (1, 1_000), "g1", later));
         assert_eq!(outcome.unwrap(), ReserveOutcome::Reserved);
@@ -214,10 +215,10 @@ fn a_recovery_marks_no_group_whose_time_is_over() {
     let cluster = RedisCluster::shared();
     let s = store(&cluster, "exp-marks");
     assert!(block_on(s.set_epoch("g1".into(), T0, None, true, 0)).unwrap());
-    let (idle, busy) = (day_of("idle", 0), day_of("busy", 10));
+    let (idle, busy) = (day_of("idle", 0), day_of("busy", 11));
     let outcome = block_on(fenced_at(&s, "i", &[&idle], (1, 1_000), "g1", T0)).unwrap();
     assert_eq!(outcome, ReserveOutcome::Reserved);
-    let later = T0 + 10 * DAY;
+    let later = T0 + 11 * DAY;
     let outcome = block_on(fenced_at(&s, "b", &[&busy], (1, 1_000), "g1", later)).unwrap();
     assert_eq!(outcome, ReserveOutcome::Reserved);
     let (p_idle, p_busy) = (
@@ -225,7 +226,7 @@ fn a_recovery_marks_no_group_whose_time_is_over() {
         places(&s, "exp-marks", &busy),
     );
     // (the busy person's listing may have pruned the idle one's entry: put it back as it was)
-    let idle_until = B0 + 6 * DAY;
+    let idle_until = T0 + 10 * DAY;
     let list = &p_idle.list;
     let was = format!("g1@{idle_until}");
     cli(
@@ -267,4 +268,64 @@ fn a_recovery_writes_back_no_entry_dropped_since_its_look() {
         "~g2|g1@999"
     );
     assert_eq!(server.cli(&["HEXISTS", list, "{m:2:u:gone}"]).trim(), "0");
+}
+
+/// A renewal between a recovery's marks and its new epoch keeps the mark (it only raises the
+/// time): the group's copy lost after that recovery is still a loss under its generation.
+#[test]
+fn a_renewal_keeps_a_recoverys_mark() {
+    let cluster = RedisCluster::shared();
+    let s = store(&cluster, "exp-keep-mark");
+    assert!(block_on(s.set_epoch("g1".into(), T0, None, true, 0)).unwrap());
+    let key = day_of("dora", 0);
+    let outcome = block_on(fenced_at(&s, "t1", &[&key], (1, 1_000), "g1", T0)).unwrap();
+    assert_eq!(outcome, ReserveOutcome::Reserved);
+    let p = places(&s, "exp-keep-mark", &key);
+    let (_, until) = entry(&cluster, &p).unwrap();
+    // a recovery about to write g2 marked the group (the store's epoch is still g1)
+    let mark = format!("~g2|g1@{until}");
+    cli(
+        master_of(&cluster, &p.list),
+        &["HSET", &p.list, &p.tag, &mark],
+    );
+    // three days on the group renews (under g1) before that recovery writes g2
+    let later = T0 + 3 * DAY;
+    let key = day_of("dora", 3);
+    let outcome = block_on(fenced_at(&s, "t2", &[&key], (1, 1_000), "g1", later)).unwrap();
+    assert_eq!(outcome, ReserveOutcome::Reserved);
+    let (body, renewed) = entry(&cluster, &p).unwrap();
+    assert_eq!(body, "~g2|g1", "the mark stays");
+    assert!(renewed > until, "renewed to {renewed}, was {until}");
+    // g2 written; the group's master loses it: a loss under g2, not a new group
+    assert!(block_on(s.set_epoch("g2".into(), later, None, false, 0)).unwrap());
+    cli(master_of(&cluster, &p.copy), &["DEL", &p.copy]);
+    let outcome = block_on(fenced_at(&s, "t3", &[&key], (1, 1_000), "g2", later)).unwrap();
+    assert_eq!(outcome, ReserveOutcome::Fenced(FenceAnswer::Untrusted));
+}
+
+/// `groups.lua list`: a renewal writes nothing where the entry is gone or its time is over
+/// (its copy may have expired with it: the group joins again, copy first), a join lists it
+/// whatever was there; either keeps the later of two times.
+#[test]
+fn a_renewal_brings_back_no_entry_whose_time_is_over() {
+    let server = crate::common::redis_server::RedisServer::start();
+    let script = include_str!("../../src/guard/store/lua/groups.lua");
+    let (epoch, list, at) = ("{l:2}:epoch", "{l:2}:groups", "{l:2}:groups:pruned");
+    server.cli(&["HSET", epoch, "g", "g1"]);
+    let list_op = |tag: &str, now: &str, until: &str, mode: &str| {
+        let args = [
+            "EVAL", script, "3", epoch, list, at, "list", tag, "g1", now, until, mode,
+        ];
+        server.cli(&args).trim().to_string()
+    };
+    let get = |tag: &str| server.cli(&["HGET", list, tag]).trim().to_string();
+    server.cli(&["HSET", list, "{l:2:u:old}", "g1@100"]);
+    assert_eq!(list_op("{l:2:u:old}", "200", "500", "renew"), "-1");
+    assert_eq!(list_op("{l:2:u:none}", "200", "500", "renew"), "-1");
+    assert_eq!(server.cli(&["HEXISTS", list, "{l:2:u:none}"]).trim(), "0");
+    assert_eq!(list_op("{l:2:u:old}", "200", "500", "join"), "500");
+    assert_eq!(get("{l:2:u:old}"), "g1@500");
+    assert_eq!(list_op("{l:2:u:old}", "300", "400", "renew"), "500");
+    assert_eq!(list_op("{l:2:u:old}", "300", "900", "renew"), "900");
+    assert_eq!(get("{l:2:u:old}"), "g1@900");
 }

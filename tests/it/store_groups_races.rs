@@ -182,10 +182,12 @@ fn marks_only_the_groups_found(
     assert_eq!(listed(&lost), "g1");
     assert_eq!(listed(&foreign), "g1");
     assert_eq!(listed(&moved), "~g2|g1");
+    // Each joins g2 (a mark naming g2 stays: a listing never lifts it)
     for (i, key) in [&kept, &lost, &foreign].into_iter().enumerate() {
         let outcome = block_on(fenced_of(s, &format!("r{i}"), &[key], 1, 1_000, "g2"));
         assert_eq!(outcome.unwrap(), ReserveOutcome::Reserved, "{key:?}");
-        assert_eq!(listed(key), "g2");
+        let joined = if key == &kept { "~g2|g1" } else { "g2" };
+        assert_eq!(listed(key), joined);
     }
 }
 

@@ -22,7 +22,7 @@ import openai
 import pytest
 import usage_guard as ug
 from fake_provider import WORD
-from provider_support import policy, prompt_tokens, reserved, used
+from provider_support import policy, prompt_tokens, settled, used
 from raw_upstream import RawUpstream, chunk, head, sse, usage_chunk
 from test_gateway import ALICE, MESSAGES, gateway_policy
 
@@ -50,13 +50,6 @@ def oai(gateway: ug.Gateway, timeout: float = 20) -> openai.OpenAI:
     return openai.OpenAI(
         base_url=f"{gateway.url}/v1", api_key=ALICE, max_retries=0, timeout=timeout
     )
-
-
-def settled(guard: ug.Guard, model: str, seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while reserved(guard, "alice", model) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return reserved(guard, "alice", model) == 0
 
 
 def test_one_event_of_8_mb_is_relayed_whole(stop_after):

@@ -21,7 +21,7 @@ import openai
 import pytest
 import usage_guard as ug
 from fake_provider import WORD, FakeProvider, Recorded
-from provider_support import policy, prompt_tokens, reserved, used
+from provider_support import policy, prompt_tokens, reserved, settled, used
 from raw_upstream import RawUpstream
 from usage_guard.openai import GuardedOpenAI
 
@@ -158,6 +158,7 @@ def test_a_stream_with_unreadable_usage_is_billed_what_it_delivered(fake, start)
         if c.choices
     )
     assert text == WORD * 12
+    assert settled(guard, "gpt-4o"), "billed after the stream's last event"
     assert used(guard, "alice", "gpt-4o") == prompt() + 12
 
 

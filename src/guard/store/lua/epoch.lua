@@ -1,6 +1,6 @@
 -- epoch: KEYS[1] = the epoch, KEYS[2] = the recovery lock; ARGV[1] = the operation.
 --   read                        -> {generation or '', 1 if written by this Redis process}
---   write gen now token mode pattern hold_again_until
+--   write gen now token mode pattern hold_again_until [ttl]
 --                               -> 'ok', or why not: 'unlocked' (token given and the lock is
 --                                  not its), 'exists' / 'counters' (mode 'adopt': an epoch,
 --                                  or a counter matching `pattern`, is already there);
@@ -8,7 +8,8 @@
 --                                  (fence.lua: fenced reserves wait until then); mode
 --                                  'join' (a slot group's copy) writes nothing when the copy
 --                                  is of `gen` and this process already (another guard joined
---                                  it meanwhile: its time, `h`, stays)
+--                                  it meanwhile: its time, `h`, stays), else keeps the copy
+--                                  `ttl` ms (the time its entry is about to get, and more)
 --   unlock token                -> 1 if the lock was the token's and is now gone
 --   horizon gen until ttl       -> (a slot group's copy of the epoch) when the copy is of
 --                                  `gen`: raises its `h` to `until` (the time its entry in
@@ -56,6 +57,9 @@ elseif op == 'write' then
   redis.call('HSET', KEYS[1], 'g', ARGV[2], 'r', run_id(), 't', ARGV[3])
   if ARGV[7] ~= '0' then
     redis.call('HSET', KEYS[1], 'w', ARGV[7])
+  end
+  if ARGV[5] == 'join' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[8])
   end
   return 'ok'
 elseif op == 'horizon' then

@@ -15,11 +15,16 @@
 --                                look (the caller reads the copy again); else {'join', the
 --                                epoch's w or '0'} (the caller then writes the group's copy,
 --                                then lists it).
---   list tag generation now until
+--   list tag generation now until mode
 --                             -> lists the group under `generation` until `until` (or the
 --                                later time its entry had) if the store's epoch is still of
 --                                it, and answers that time (the caller keeps the copy at
---                                least as long: epoch.lua `horizon`); else nothing (0).
+--                                least as long: epoch.lua `horizon`); else nothing (0). An
+--                                entry marked held by a recovery that names `generation`
+--                                keeps its mark (a listing must not lift it). Mode 'renew'
+--                                writes nothing (-1) where the entry is gone or its time is
+--                                over: its copy may be gone with it, and the group joins
+--                                again (copy first); mode 'join' lists it whatever was there.
 --                                KEYS[3] = where pruning left off: each listing also drops
 --                                the entries whose time is over among the next few of the
 --                                list, so a churning user base does not grow it for ever.
@@ -64,13 +69,26 @@ if op == 'list' then
   end
   local now, until_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
   local old = redis.call('HGET', KEYS[2], ARGV[2])
+  local body, was = ARGV[3], nil
   if old then
-    local _, was = split(old)
-    if was and was > until_ms then
-      until_ms = was
+    local old_body
+    old_body, was = split(old)
+    if was and was <= now then
+      old = nil
+    elseif string.sub(old_body, 1, 1) == '~' then
+      local bar = string.find(old_body, '|', 2, true)
+      if bar and (string.sub(old_body, 2, bar - 1) == ARGV[3] or string.sub(old_body, bar + 1) == ARGV[3]) then
+        body = old_body
+      end
     end
   end
-  redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. '@' .. string.format('%d', until_ms))
+  if not old and ARGV[6] == 'renew' then
+    return -1
+  end
+  if old and was and was > until_ms then
+    until_ms = was
+  end
+  redis.call('HSET', KEYS[2], ARGV[2], body .. '@' .. string.format('%d', until_ms))
   prune(now)
   return until_ms
 end

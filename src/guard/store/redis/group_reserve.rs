@@ -184,7 +184,7 @@ impl RedisStore {
         for &g in &behind {
             let (tag, need) = (&calls[g].tag, calls[g].need);
             let brought = match codes[g].unwrap_or(-2) {
-                -8 => self.extend_group(conn, tag, generation, need, now).await,
+                -8 => self.renew_group(conn, tag, generation, need, now).await,
                 code => {
                     self.join_group(conn, tag, generation, code, need, now)
                         .await

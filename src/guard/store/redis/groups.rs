@@ -13,8 +13,8 @@
 //! - a settle gives back and adds each group's part once per id per group.
 //!
 //! The epoch fence runs per group against the group's copy of the store's epoch,
-//! `<group tag>:epoch` (fence.lua unchanged): its own generation, the `run_id` of the master
-//! that wrote it and its registries. The store's epoch (`<store tag>:epoch`) stays the one
+//! `<group tag>:epoch` (the same fence.lua as the shared layout's): its own generation, the
+//! `run_id` of the master that wrote it and its registries. The store's epoch (`<store tag>:epoch`) stays the one
 //! the guards trust and recover. A group whose copy is missing or of another process (`-2`)
 //! or of another generation (`-3`) asks the store's list of groups (`<store tag>:groups`,
 //! group tag → the generation it was listed under, `groups.lua`): listed under the guard's
@@ -23,8 +23,10 @@
 //! recovers (unless the copy, read again, shows another guard joined the group since the
 //! reserve looked); else (a group new since, or written before a
 //! recovery) it is given a copy of the store's epoch (with its `w`), then listed under the
-//! guard's generation, and reserves again. A master's loss thus fences the calls that touch its
-//! groups; other groups keep answering until the recovery writes a new generation.
+//! guard's generation, and reserves again (`group_join.rs`, which also keeps the entry and
+//! the copy only as long as the group's calls need them). A master's loss thus fences the
+//! calls that touch its groups; other groups keep answering until the recovery writes a new
+//! generation.
 
 use futures::future::join_all;
 use redis::RedisError;
