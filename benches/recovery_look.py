@@ -43,11 +43,13 @@ def one(groups: int) -> None:
         home = "{" + PREFIX + ":2}"
         generation = server.cli("HGET", f"{home}:epoch", "g").strip()
         rid = run_id(server)
+        # entries as a reservation lists them: with the time they last (ten days on)
+        until = int(time.time() * 1000) + 10 * 86_400_000
         lines = []
         for i in range(groups):
             tag = "{" + f"{PREFIX}:2:u:x{i}" + "}"
-            lines.append(f"HSET {tag}:epoch g {generation} r {rid} t 0\r\n")
-            lines.append(f"HSET {home}:groups {tag} {generation}\r\n")
+            lines.append(f"HSET {tag}:epoch g {generation} r {rid} t 0 h {until}\r\n")
+            lines.append(f"HSET {home}:groups {tag} {generation}@{until}\r\n")
         pipe = ["redis-cli", "-p", str(server.port), "--pipe"]
         subprocess.run(pipe, input="".join(lines).encode(), capture_output=True, check=True)
         server.cli("CONFIG", "RESETSTAT")
