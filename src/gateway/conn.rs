@@ -23,6 +23,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
+use super::spread::Busy;
+
 /// What a connection is waiting for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -129,21 +131,27 @@ impl Conn {
     }
 
     /// A request's headers arrived: its body is timed next (not when it has none). The
-    /// request is in progress until what this returns is dropped (with its answer's body,
-    /// or before: the connection ended first).
-    pub(super) fn request_started(self: &Arc<Self>, has_body: bool) -> InProgress {
+    /// request is in progress (here, and on its thread: `busy`) until what this returns is
+    /// dropped (with its answer's body, or before: the connection ended first).
+    pub(super) fn request_started(self: &Arc<Self>, has_body: bool, busy: Busy) -> InProgress {
         self.counts.busy.fetch_add(1, Ordering::AcqRel);
         self.set(if has_body { Phase::Body } else { Phase::Busy });
-        InProgress(self.clone())
+        InProgress {
+            conn: self.clone(),
+            _busy: busy,
+        }
     }
 }
 
 /// A request in progress on its connection; dropped, the connection idles.
-pub(super) struct InProgress(Arc<Conn>);
+pub(super) struct InProgress {
+    conn: Arc<Conn>,
+    _busy: Busy, // kept for its drop: the call ends on its thread too
+}
 
 impl Drop for InProgress {
     fn drop(&mut self) {
-        let conn = &self.0;
+        let conn = &self.conn;
         conn.counts.busy.fetch_sub(1, Ordering::AcqRel);
         conn.set(Phase::Idle);
         conn.reader.wake();

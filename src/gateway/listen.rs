@@ -107,10 +107,9 @@ impl Listening {
         let keep_alive = !draining && open < self.cap;
         let stop = (!draining).then(|| stop.clone());
         let app = self.app.clone();
-        tokio::spawn(async move {
-            connection(stream, conn, router, app, keep_alive, stop).await;
-            drop(load);
-        });
+        tokio::spawn(connection(
+            stream, conn, load, router, app, keep_alive, stop,
+        ));
     }
 
     /// Counts a connection past the cap, and warns (now and then) that the cap is reached.
@@ -141,21 +140,30 @@ impl Listening {
 async fn connection(
     stream: TcpStream,
     conn: Arc<Conn>,
+    load: Load,
     router: Router,
     app: Arc<App>,
     keep_alive: bool,
     stop: Option<watch::Receiver<bool>>,
 ) {
-    let (on, state) = (conn.clone(), conn.clone());
+    let (on, state, load) = (conn.clone(), conn.clone(), Arc::new(load));
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        let in_progress = on.request_started(!hyper::body::Body::is_end_stream(request.body()));
+        let has_body = !hyper::body::Body::is_end_stream(request.body());
+        let in_progress = on.request_started(has_body, load.started());
         let request = request.map(|body| TimedBody::new(body, on.clone()));
         let answer = router.clone().call(request);
         let draining = app.draining.load(Ordering::Relaxed);
+        let (load, app) = (load.clone(), app.clone());
         async move {
             let Ok(mut response) = answer.await;
-            // A body that came too slowly is not read on: nothing more is taken from it.
-            if draining || response.status() == StatusCode::REQUEST_TIMEOUT {
+            // A body that came too slowly is not read on: nothing more is taken from it. A
+            // thread crowded by its connections' calls lets one go (threads.rs).
+            let spread = load.crowded();
+            if spread {
+                app.metrics
+                    .count("usage_guard_gateway_connections_spread", &[]);
+            }
+            if draining || spread || response.status() == StatusCode::REQUEST_TIMEOUT {
                 let close = HeaderValue::from_static("close");
                 response.headers_mut().insert("connection", close);
             }

@@ -15,7 +15,7 @@ use crate::guard::engine::observe::metrics::{render, Histogram, MetricFamily};
 type Labelled = Mutex<BTreeMap<&'static str, BTreeMap<Vec<(String, String)>, u64>>>;
 
 /// The gateway's counters' names and help, in the order they are rendered.
-const FAMILIES: [(&str, &str); 5] = [
+const FAMILIES: [(&str, &str); 6] = [
     (
         "usage_guard_gateway_requests",
         "Model calls answered by the gateway, by endpoint and HTTP status",
@@ -37,6 +37,11 @@ const FAMILIES: [(&str, &str); 5] = [
         "usage_guard_gateway_connections_refused",
         "Connections past gateway.max_connections: closed at once, or served the health \
          checks only",
+    ),
+    (
+        "usage_guard_gateway_connections_spread",
+        "Connections closed after an answer to spread calls over the serving threads (a \
+         client's pool kept its calls on one thread's connections)",
     ),
 ];
 

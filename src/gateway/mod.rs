@@ -35,6 +35,7 @@ mod proxy;
 mod relay;
 mod server;
 mod shape;
+mod spread;
 mod threads;
 mod upstream;
 

@@ -11,6 +11,8 @@
 //! was served one after another (issue 36). Store round trips still run on the crate's
 //! shared runtime, where the store's connections live.
 //!
+//! Calls are spread too, not only connections (`spread.rs`).
+//!
 //! One socket, not one per thread (`SO_REUSEPORT`): the kernel spreads connections over
 //! such sockets by a hash (uneven for a few dozen connections), a second gateway started
 //! on the same port would silently share it, and a socket closed while others still serve
@@ -25,8 +27,14 @@ use tokio::sync::mpsc;
 /// What the serving threads share: each one's open connections and the way to hand it one.
 pub(super) struct Peers {
     /// Open connections per thread (counted from the moment one is handed over).
-    loads: Vec<Arc<AtomicUsize>>,
-    inboxes: Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
+    pub(super) loads: Vec<Arc<AtomicUsize>>,
+    /// Calls each thread started lately (halved as they add up: `Load::started`).
+    pub(super) recent: Vec<AtomicUsize>,
+    /// Calls in progress on each thread.
+    pub(super) busy: Vec<AtomicUsize>,
+    /// Calls each thread answered since it last closed a connection to spread them.
+    pub(super) since_spread: Vec<AtomicUsize>,
+    pub(super) inboxes: Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
     /// Connections handed over and not yet taken by their thread.
     pub(super) in_transit: AtomicUsize,
 }
@@ -40,12 +48,16 @@ pub(super) struct Seat {
     pub(super) peers: Arc<Peers>,
 }
 
-/// Counts a connection on its thread until dropped (it is moved into the connection's task).
-pub(super) struct Load(Arc<AtomicUsize>);
+/// Counts a connection on its thread until dropped (it is moved into the connection's task),
+/// and its calls on that thread.
+pub(super) struct Load {
+    pub(super) peers: Arc<Peers>,
+    pub(super) index: usize,
+}
 
 impl Drop for Load {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.peers.loads[self.index].fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -87,9 +99,16 @@ impl Seat {
 
     /// A connection counted on this thread.
     pub(super) fn count(&self) -> Load {
-        let load = self.peers.loads[self.index].clone();
-        load.fetch_add(1, Ordering::AcqRel);
-        Load(load)
+        self.peers.loads[self.index].fetch_add(1, Ordering::AcqRel);
+        self.load()
+    }
+
+    /// This thread's `Load` for a connection already counted on it.
+    fn load(&self) -> Load {
+        Load {
+            peers: self.peers.clone(),
+            index: self.index,
+        }
     }
 
     /// A connection handed to this thread (already counted on it), on this thread's
@@ -99,7 +118,7 @@ impl Seat {
         stream: std::net::TcpStream,
     ) -> Option<(tokio::net::TcpStream, Load)> {
         self.peers.in_transit.fetch_sub(1, Ordering::AcqRel);
-        let load = Load(self.peers.loads[self.index].clone());
+        let load = self.load();
         match tokio::net::TcpStream::from_std(stream) {
             Ok(s) => Some((s, load)),
             Err(e) => {
@@ -131,10 +150,14 @@ where
         .collect::<std::io::Result<Vec<_>>>()?;
     let (inboxes, receivers): (Vec<_>, Vec<_>) =
         (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
+    let counters = || (0..threads).map(|_| AtomicUsize::new(0)).collect();
     let peers = Arc::new(Peers {
         loads: (0..threads)
             .map(|_| Arc::new(AtomicUsize::new(0)))
             .collect(),
+        recent: counters(),
+        busy: counters(),
+        since_spread: counters(),
         inboxes,
         in_transit: AtomicUsize::new(0),
     });
