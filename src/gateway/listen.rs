@@ -90,7 +90,10 @@ impl Listening {
     /// Serves `stream` on this thread (counted by `load` while open), as far as the cap
     /// allows; `stop` is the shutdown signal (`draining`: it was given already).
     fn take(&self, stream: TcpStream, load: Load, stop: &watch::Receiver<bool>, draining: bool) {
-        let open = self.counts.open.load(Ordering::Acquire);
+        // Connections accepted earlier and still on their way to another thread count too:
+        // a burst accepted faster than that thread takes them is not let past the cap.
+        let open = self.counts.open.load(Ordering::Acquire)
+            + load.peers.in_transit.load(Ordering::Acquire);
         let mut timeouts = self.timeouts();
         let router = if open < self.cap {
             self.router.clone()
@@ -157,7 +160,7 @@ async fn connection(
         async move {
             let Ok(mut response) = answer.await;
             // A body that came too slowly is not read on: nothing more is taken from it. A
-            // thread crowded by its connections' calls lets one go (threads.rs).
+            // thread crowded by its connections' calls lets one go (spread.rs).
             let spread = load.crowded();
             if spread {
                 app.metrics

@@ -85,26 +85,15 @@ impl Load {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
     use super::{Busy, RECENT, SPREAD_EVERY};
     use crate::gateway::threads::{Load, Peers};
 
     fn peers(threads: usize) -> Arc<Peers> {
-        let counters = || (0..threads).map(|_| AtomicUsize::new(0)).collect();
-        Arc::new(Peers {
-            loads: (0..threads)
-                .map(|_| Arc::new(AtomicUsize::new(0)))
-                .collect(),
-            recent: counters(),
-            busy: counters(),
-            since_spread: counters(),
-            inboxes: (0..threads)
-                .map(|_| tokio::sync::mpsc::unbounded_channel().0)
-                .collect(),
-            in_transit: AtomicUsize::new(0),
-        })
+        let inboxes = (0..threads).map(|_| tokio::sync::mpsc::unbounded_channel().0);
+        Arc::new(Peers::new(inboxes.collect()))
     }
 
     fn connection(peers: &Arc<Peers>, index: usize) -> Load {

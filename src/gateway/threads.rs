@@ -34,9 +34,27 @@ pub(super) struct Peers {
     pub(super) busy: Vec<AtomicUsize>,
     /// Calls each thread answered since it last closed a connection to spread them.
     pub(super) since_spread: Vec<AtomicUsize>,
-    pub(super) inboxes: Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
+    inboxes: Vec<mpsc::UnboundedSender<std::net::TcpStream>>,
     /// Connections handed over and not yet taken by their thread.
     pub(super) in_transit: AtomicUsize,
+}
+
+impl Peers {
+    /// Peers of one thread per inbox, every count at zero.
+    pub(super) fn new(inboxes: Vec<mpsc::UnboundedSender<std::net::TcpStream>>) -> Self {
+        let threads = inboxes.len();
+        let counters = || (0..threads).map(|_| AtomicUsize::new(0)).collect();
+        Peers {
+            loads: (0..threads)
+                .map(|_| Arc::new(AtomicUsize::new(0)))
+                .collect(),
+            recent: counters(),
+            busy: counters(),
+            since_spread: counters(),
+            inboxes,
+            in_transit: AtomicUsize::new(0),
+        }
+    }
 }
 
 /// One serving thread's place: the shared listener, the connections handed to it, and the
@@ -150,17 +168,7 @@ where
         .collect::<std::io::Result<Vec<_>>>()?;
     let (inboxes, receivers): (Vec<_>, Vec<_>) =
         (0..threads).map(|_| mpsc::unbounded_channel()).unzip();
-    let counters = || (0..threads).map(|_| AtomicUsize::new(0)).collect();
-    let peers = Arc::new(Peers {
-        loads: (0..threads)
-            .map(|_| Arc::new(AtomicUsize::new(0)))
-            .collect(),
-        recent: counters(),
-        busy: counters(),
-        since_spread: counters(),
-        inboxes,
-        in_transit: AtomicUsize::new(0),
-    });
+    let peers = Arc::new(Peers::new(inboxes));
     let serve = Arc::new(serve);
     let running = Arc::new(AtomicUsize::new(threads));
     let finish = Arc::new(crate::lock::Mutex::new(Some(finish)));

@@ -11,8 +11,11 @@
 //! a copy lost while its counters matter is a loss, never a new group), and a copy never
 //! ends before its entry (so a copy that expired is never read as lost). An entry whose time
 //! is over is not brought back by a renewal (its copy may be gone): the group joins again.
-//! A crash between the two steps leaves an entry longer than its copy's `h`; a copy is
-//! written with the time its entry is about to get, so it still outlasts the entry.
+//! A join writes the copy with the time its entry is about to get, so a crash before the
+//! listing leaves no copy without an expiry. A crash between a renewal's two steps leaves an
+//! entry longer than its copy: the copy is extended at the group's next reservation (if none
+//! comes before the copy expires, the next one while the entry lasts reads the copy as
+//! lost: one recovery more, the safe side).
 //!
 //! The need moves with `now`, so a group in use renews about every `RENEW_EVERY` from its own
 //! last renewal (groups renew at different moments, not all at a bucket's start); each renewal
