@@ -5,8 +5,9 @@
 //! those can all be on one thread while the others idle (docs/performance.md). So a thread
 //! that served most of the recent calls, with calls queued on it while another thread has
 //! none, answers one call in `SPREAD_EVERY` with `Connection: close` (`Load::crowded`): the
-//! client carries on with another connection or opens one, which goes where the load is
-//! light. A thread at its share of the calls closes nothing.
+//! client carries on with another of its connections (the idle ones are on the other
+//! threads) or opens one (placed by open connections, `threads.rs`). A thread at its share of
+//! the calls closes nothing.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
