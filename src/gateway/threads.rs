@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 /// What the serving threads share: each one's open connections and the way to hand it one.
 pub(super) struct Peers {
     /// Open connections per thread (counted from the moment one is handed over).
-    pub(super) loads: Vec<Arc<AtomicUsize>>,
+    pub(super) loads: Vec<AtomicUsize>,
     /// Calls each thread started lately (halved as they add up: `Load::started`).
     pub(super) recent: Vec<AtomicUsize>,
     /// Calls in progress on each thread.
@@ -45,9 +45,7 @@ impl Peers {
         let threads = inboxes.len();
         let counters = || (0..threads).map(|_| AtomicUsize::new(0)).collect();
         Peers {
-            loads: (0..threads)
-                .map(|_| Arc::new(AtomicUsize::new(0)))
-                .collect(),
+            loads: counters(),
             recent: counters(),
             busy: counters(),
             since_spread: counters(),

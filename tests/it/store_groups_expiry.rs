@@ -329,3 +329,47 @@ fn a_renewal_brings_back_no_entry_whose_time_is_over() {
     assert_eq!(list_op("{l:2:u:old}", "300", "900", "renew"), "900");
     assert_eq!(get("{l:2:u:old}"), "g1@900");
 }
+
+/// A guard killed between a renewal's two steps (the entry extended, the copy not) or between
+/// a join's (the copy written, not listed): the first reservation that needs more than the
+/// copy's time (a copy without one: the next) renews it, joining again where there is no
+/// entry, and the entry and the copy agree again. Nothing reads as lost, nothing is refused.
+#[test]
+fn a_guard_killed_between_the_steps_of_a_renewal_or_a_join_leaves_nothing_stuck() {
+    let cluster = RedisCluster::shared();
+    let s = store(&cluster, "exp-crash");
+    assert!(block_on(s.set_epoch("g1".into(), T0, None, true, 0)).unwrap());
+    let (renewed, joined) = (day_of("erin", 0), day_of("fred", 0));
+    for (ticket, key) in [("r0", &renewed), ("j0", &joined)] {
+        let outcome = block_on(fenced_at(&s, ticket, &[key], (1, 1_000), "g1", T0)).unwrap();
+        assert_eq!(outcome, ReserveOutcome::Reserved);
+    }
+    let (pr, pj) = (
+        places(&s, "exp-crash", &renewed),
+        places(&s, "exp-crash", &joined),
+    );
+    let (_, until) = entry(&cluster, &pr).unwrap();
+    // the renewal's first step only: the entry three days longer, the copy as it was
+    let longer = format!("g1@{}", until + 3 * DAY);
+    cli(
+        master_of(&cluster, &pr.list),
+        &["HSET", &pr.list, &pr.tag, &longer],
+    );
+    // the join's first step only: a copy without its time, no entry
+    cli(master_of(&cluster, &pj.list), &["HDEL", &pj.list, &pj.tag]);
+    cli(master_of(&cluster, &pj.copy), &["HDEL", &pj.copy, "h"]);
+    // three days on, what a call needs passes the copy's time (T0 + 10 days)
+    let later = T0 + 3 * DAY;
+    for (ticket, user, p) in [("r1", "erin", &pr), ("j1", "fred", &pj)] {
+        let key = day_of(user, 3);
+        let outcome = block_on(fenced_at(&s, ticket, &[&key], (1, 1_000), "g1", later)).unwrap();
+        assert_eq!(outcome, ReserveOutcome::Reserved, "{user}");
+        let (body, until) = entry(&cluster, p).expect("listed");
+        assert_eq!(body, "g1");
+        assert_eq!(
+            copy(&cluster, p).0,
+            Some(until),
+            "{user}: the copy keeps the entry's time"
+        );
+    }
+}

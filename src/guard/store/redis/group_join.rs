@@ -13,9 +13,10 @@
 //! is over is not brought back by a renewal (its copy may be gone): the group joins again.
 //! A join writes the copy with the time its entry is about to get, so a crash before the
 //! listing leaves no copy without an expiry. A crash between a renewal's two steps leaves an
-//! entry longer than its copy: the copy is extended at the group's next reservation (if none
-//! comes before the copy expires, the next one while the entry lasts reads the copy as
-//! lost: one recovery more, the safe side).
+//! entry longer than its copy: the copy is extended by the first reservation that needs more
+//! than its time (if none comes before the copy expires, the next one while the entry lasts
+//! reads the copy as lost: one recovery more, the safe side;
+//! `a_guard_killed_between_the_steps_of_a_renewal_or_a_join_leaves_nothing_stuck`).
 //!
 //! The need moves with `now`, so a group in use renews about every `RENEW_EVERY` from its own
 //! last renewal (groups renew at different moments, not all at a bucket's start); each renewal
@@ -70,9 +71,11 @@ fn need_of(buckets: impl Iterator<Item = (Millis, Millis)>, now: Millis) -> Mill
         .saturating_add(BILL_SLACK)
 }
 
-/// How long Redis keeps a copy whose entry lasts until `until`.
+/// How long Redis keeps a copy whose entry lasts until `until` (at most ten years: Redis
+/// refuses an expiry past its clock's range).
 fn copy_ttl(until: Millis, now: Millis) -> Millis {
-    until.saturating_add(COPY_GRACE).saturating_sub(now).max(1)
+    let ttl = until.saturating_add(COPY_GRACE).saturating_sub(now);
+    ttl.clamp(1, 3_650 * DAY_MS)
 }
 
 /// What a listing did (`keep_listed`).
