@@ -91,6 +91,12 @@ fn try_open(path: &str, durable: bool) -> Result<Connection, (rusqlite::Error, &
         conn.execute_batch(&format!("PRAGMA synchronous={sync}"))
             .map_err(setting)?;
     }
+    // A multi-row insert keeps a statement journal (to undo its own rows alone); on disk it
+    // is a new temporary file per statement and a write of every page the statement changes,
+    // as many writes as the WAL's. In memory it costs neither, and it never outlives the
+    // statement, so a crash cannot need it.
+    conn.execute_batch("PRAGMA temp_store=MEMORY")
+        .map_err(setting)?;
     conn.execute_batch(sql::SCHEMA)
         .map_err(|e| (e, "cannot create the ledger table in"))?;
     audit_db::sqlite_migrate(&mut conn).map_err(|e| (e, "cannot migrate"))?;

@@ -80,3 +80,51 @@ fn a_flush_in_a_child_that_never_used_the_ledger_starts_nothing() {
     assert_eq!(code, Some(0), "the child's flush started a writer");
     writer.close().expect("closes");
 }
+
+/// Commits by `Slow` in this process.
+static COMMITS: AtomicUsize = AtomicUsize::new(0);
+
+/// A database whose every commit takes 10 ms.
+struct Slow;
+
+impl Backend for Slow {
+    fn write(&mut self, _: &[LedgerRow]) -> Result<(), String> {
+        std::thread::sleep(Duration::from_millis(10));
+        COMMITS.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn sum(&mut self, _: &SumFilter, _: Metric) -> Result<u64, String> {
+        Ok(0)
+    }
+    fn query(&mut self, _: &UsageQuery) -> Result<Vec<UsageGroup>, String> {
+        Ok(Vec::new())
+    }
+    fn write_audit(&mut self, _: &[AuditRow]) -> Result<(), String> {
+        Ok(())
+    }
+    fn audit(&mut self, _: &AuditQuery) -> Result<Vec<AuditRow>, String> {
+        Ok(Vec::new())
+    }
+}
+
+/// A writer busy with a commit while rows keep coming gathers the next commit too: a row
+/// every millisecond for 400 ms makes a commit per ~50 ms, not one per 10 ms commit (a
+/// slower caller only spaces the commits further apart).
+#[test]
+fn a_busy_writer_still_gathers_its_next_commit() {
+    let writer = Writer::start("test", false, || Ok(Slow)).expect("starts");
+    let start = std::time::Instant::now();
+    let mut rows = 0;
+    while start.elapsed() < Duration::from_millis(400) {
+        writer.record(row(&format!("r{rows}")));
+        rows += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    writer.close().expect("closes");
+    let commits = COMMITS.load(Ordering::SeqCst);
+    assert!(rows > 50, "only {rows} rows recorded");
+    assert!(
+        commits <= 400 / 50 + 3,
+        "{commits} commits for {rows} rows in 400 ms"
+    );
+}
