@@ -239,12 +239,17 @@ impl Queue {
     /// with its last commit so waits only what is left of it: at a steady rate of calls it
     /// commits every `GATHER` (or `GATHER_ROWS`), not as soon as a commit ends (a commit of
     /// a few rows rewrites nearly as many pages of the table and its indexes as one of
-    /// hundreds).
+    /// hundreds). After a failed write the wait is `GATHER` from now: the oldest row is old
+    /// then, and a database that refuses at once would be tried again for every row.
     fn gather<'a>(&self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         let Some(oldest) = st.times.front() else {
             return st;
         };
-        let until = *oldest + GATHER;
+        let until = if st.stalled {
+            Instant::now() + GATHER
+        } else {
+            *oldest + GATHER
+        };
         st.gathering = true;
         while !st.control && st.durable_waits == 0 && st.queue.len() < GATHER_ROWS {
             let left = until.saturating_duration_since(Instant::now());

@@ -128,3 +128,49 @@ fn a_busy_writer_still_gathers_its_next_commit() {
         "{commits} commits for {rows} rows in 400 ms"
     );
 }
+
+/// Writes tried by `Failing` in this process.
+static TRIED: AtomicUsize = AtomicUsize::new(0);
+
+/// A database that refuses every write at once (a server that is down).
+struct Failing;
+
+impl Backend for Failing {
+    fn write(&mut self, _: &[LedgerRow]) -> Result<(), String> {
+        TRIED.fetch_add(1, Ordering::SeqCst);
+        Err("down".into())
+    }
+    fn sum(&mut self, _: &SumFilter, _: Metric) -> Result<u64, String> {
+        Ok(0)
+    }
+    fn query(&mut self, _: &UsageQuery) -> Result<Vec<UsageGroup>, String> {
+        Ok(Vec::new())
+    }
+    fn write_audit(&mut self, _: &[AuditRow]) -> Result<(), String> {
+        Ok(())
+    }
+    fn audit(&mut self, _: &AuditQuery) -> Result<Vec<AuditRow>, String> {
+        Ok(Vec::new())
+    }
+}
+
+/// A writer whose database refuses at once does not try again for every row that comes:
+/// a row every millisecond for 300 ms makes a try per ~50 ms.
+#[test]
+fn a_failing_writer_does_not_try_again_for_every_row() {
+    let writer = Writer::start("test", false, || Ok(Failing)).expect("starts");
+    let start = std::time::Instant::now();
+    let mut rows = 0;
+    while start.elapsed() < Duration::from_millis(300) {
+        writer.record(row(&format!("f{rows}")));
+        rows += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let tried = TRIED.load(Ordering::SeqCst);
+    assert!(rows > 50, "only {rows} rows recorded");
+    assert!(
+        tried <= 300 / 50 + 3,
+        "{tried} tries for {rows} rows in 300 ms"
+    );
+    assert!(writer.close().is_err(), "the rows were never written");
+}
