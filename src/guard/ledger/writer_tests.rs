@@ -7,15 +7,16 @@ use super::{Backend, Writer};
 use crate::guard::domain::rule::Metric;
 use crate::guard::ledger::{AuditQuery, AuditRow, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 
-/// Rows written by `Counting` in this process.
+/// Rows written by `count` in this process.
 static WRITTEN: AtomicUsize = AtomicUsize::new(0);
 
-struct Counting;
+/// A database whose writes do what its function does; it answers every read empty (a sum
+/// with the rows `count` wrote).
+struct Fake(fn(&[LedgerRow]) -> Result<(), String>);
 
-impl Backend for Counting {
+impl Backend for Fake {
     fn write(&mut self, rows: &[LedgerRow]) -> Result<(), String> {
-        WRITTEN.fetch_add(rows.len(), Ordering::SeqCst);
-        Ok(())
+        (self.0)(rows)
     }
     fn sum(&mut self, _: &SumFilter, _: Metric) -> Result<u64, String> {
         Ok(WRITTEN.load(Ordering::SeqCst) as u64)
@@ -31,6 +32,12 @@ impl Backend for Counting {
     }
 }
 
+/// Counts the rows written (`WRITTEN`).
+fn count(rows: &[LedgerRow]) -> Result<(), String> {
+    WRITTEN.fetch_add(rows.len(), Ordering::SeqCst);
+    Ok(())
+}
+
 fn row(id: &str) -> crate::guard::ledger::RowMaker {
     let row = LedgerRow {
         ticket_id: id.into(),
@@ -43,7 +50,7 @@ fn row(id: &str) -> crate::guard::ledger::RowMaker {
 /// for ever in the child): the child starts its own thread and writes its rows.
 #[test]
 fn a_child_never_waits_on_the_writer_a_parent_thread_held() {
-    let writer = Writer::start("test", false, || Ok(Counting)).expect("starts");
+    let writer = Writer::start("test", false, || Ok(Fake(count))).expect("starts");
     writer.record(row("parent"));
     writer.flush().expect("the parent's row is written");
     let before = WRITTEN.load(Ordering::SeqCst);
@@ -69,7 +76,7 @@ fn a_flush_in_a_child_that_never_used_the_ledger_starts_nothing() {
     let counted = opened.clone();
     let writer = Writer::start("test", false, move || {
         counted.fetch_add(1, Ordering::SeqCst);
-        Ok(Counting)
+        Ok(Fake(count))
     })
     .expect("starts");
     let code = crate::fork::in_child(Duration::from_secs(20), || {
@@ -81,30 +88,26 @@ fn a_flush_in_a_child_that_never_used_the_ledger_starts_nothing() {
     writer.close().expect("closes");
 }
 
-/// Commits by `Slow` in this process.
+/// Records a row about every millisecond for `ms` milliseconds; returns how many.
+fn feed(writer: &Writer, ms: u64, prefix: &str) -> usize {
+    let start = std::time::Instant::now();
+    let mut rows = 0;
+    while start.elapsed() < Duration::from_millis(ms) {
+        writer.record(row(&format!("{prefix}{rows}")));
+        rows += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    rows
+}
+
+/// Commits by `slow` in this process.
 static COMMITS: AtomicUsize = AtomicUsize::new(0);
 
-/// A database whose every commit takes 10 ms.
-struct Slow;
-
-impl Backend for Slow {
-    fn write(&mut self, _: &[LedgerRow]) -> Result<(), String> {
-        std::thread::sleep(Duration::from_millis(10));
-        COMMITS.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-    fn sum(&mut self, _: &SumFilter, _: Metric) -> Result<u64, String> {
-        Ok(0)
-    }
-    fn query(&mut self, _: &UsageQuery) -> Result<Vec<UsageGroup>, String> {
-        Ok(Vec::new())
-    }
-    fn write_audit(&mut self, _: &[AuditRow]) -> Result<(), String> {
-        Ok(())
-    }
-    fn audit(&mut self, _: &AuditQuery) -> Result<Vec<AuditRow>, String> {
-        Ok(Vec::new())
-    }
+/// A commit that takes 10 ms (counted in `COMMITS`).
+fn slow(_: &[LedgerRow]) -> Result<(), String> {
+    std::thread::sleep(Duration::from_millis(10));
+    COMMITS.fetch_add(1, Ordering::SeqCst);
+    Ok(())
 }
 
 /// A writer busy with a commit while rows keep coming gathers the next commit too: a row
@@ -112,14 +115,8 @@ impl Backend for Slow {
 /// slower caller only spaces the commits further apart).
 #[test]
 fn a_busy_writer_still_gathers_its_next_commit() {
-    let writer = Writer::start("test", false, || Ok(Slow)).expect("starts");
-    let start = std::time::Instant::now();
-    let mut rows = 0;
-    while start.elapsed() < Duration::from_millis(400) {
-        writer.record(row(&format!("r{rows}")));
-        rows += 1;
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let writer = Writer::start("test", false, || Ok(Fake(slow))).expect("starts");
+    let rows = feed(&writer, 400, "r");
     writer.close().expect("closes");
     let commits = COMMITS.load(Ordering::SeqCst);
     assert!(rows > 50, "only {rows} rows recorded");
@@ -129,43 +126,21 @@ fn a_busy_writer_still_gathers_its_next_commit() {
     );
 }
 
-/// Writes tried by `Failing` in this process.
+/// Writes tried by `refuse` in this process.
 static TRIED: AtomicUsize = AtomicUsize::new(0);
 
-/// A database that refuses every write at once (a server that is down).
-struct Failing;
-
-impl Backend for Failing {
-    fn write(&mut self, _: &[LedgerRow]) -> Result<(), String> {
-        TRIED.fetch_add(1, Ordering::SeqCst);
-        Err("down".into())
-    }
-    fn sum(&mut self, _: &SumFilter, _: Metric) -> Result<u64, String> {
-        Ok(0)
-    }
-    fn query(&mut self, _: &UsageQuery) -> Result<Vec<UsageGroup>, String> {
-        Ok(Vec::new())
-    }
-    fn write_audit(&mut self, _: &[AuditRow]) -> Result<(), String> {
-        Ok(())
-    }
-    fn audit(&mut self, _: &AuditQuery) -> Result<Vec<AuditRow>, String> {
-        Ok(Vec::new())
-    }
+/// A write refused at once, as by a server that is down (counted in `TRIED`).
+fn refuse(_: &[LedgerRow]) -> Result<(), String> {
+    TRIED.fetch_add(1, Ordering::SeqCst);
+    Err("down".into())
 }
 
 /// A writer whose database refuses at once does not try again for every row that comes:
 /// a row every millisecond for 300 ms makes a try per ~50 ms.
 #[test]
 fn a_failing_writer_does_not_try_again_for_every_row() {
-    let writer = Writer::start("test", false, || Ok(Failing)).expect("starts");
-    let start = std::time::Instant::now();
-    let mut rows = 0;
-    while start.elapsed() < Duration::from_millis(300) {
-        writer.record(row(&format!("f{rows}")));
-        rows += 1;
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let writer = Writer::start("test", false, || Ok(Fake(refuse))).expect("starts");
+    let rows = feed(&writer, 300, "f");
     let tried = TRIED.load(Ordering::SeqCst);
     assert!(rows > 50, "only {rows} rows recorded");
     assert!(
