@@ -29,7 +29,7 @@ dev: .venv/bin/python ## Build the extension into .venv for development
 bench: .venv/bin/python ## Run the benchmarks: criterion, then one table of every figure beside its peer (installs limits, tiktoken, redis; redis-server via apt-get)
 	command -v redis-server >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null
 	cargo bench --bench admit_bill
-	cargo bench --bench gateway_load --no-default-features --features gateway,bpe-openai,sqlite,mimalloc
+	cargo bench --bench gateway_load --no-default-features --features gateway,bpe-openai,sqlite,thread-mimalloc
 	.venv/bin/pip install -q limits tiktoken redis
 	VIRTUAL_ENV=$(CURDIR)/.venv .venv/bin/maturin develop --release --quiet
 	.venv/bin/python benches/table.py --criterion $(or $(CARGO_TARGET_DIR),target)/criterion

@@ -24,7 +24,7 @@
 //! it spent per second while only the direct target was called.
 //!
 //! Run: `cargo bench --bench gateway_load --no-default-features --features
-//! gateway,bpe-openai,sqlite,mimalloc -- [--seconds 3] [--rounds 3] [--only SUBSTRING] [--threads N]
+//! gateway,bpe-openai,sqlite,thread-mimalloc -- [--seconds 3] [--rounds 3] [--only SUBSTRING] [--threads N]
 //! [--upstream rust|nginx]` (`make bench` runs it).
 
 use std::sync::Arc;
@@ -94,7 +94,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: cargo bench --bench gateway_load --no-default-features --features \
-gateway,bpe-openai,sqlite,mimalloc -- [--seconds 3] [--rounds 3] [--only SUBSTRING] [--threads N] \
+gateway,bpe-openai,sqlite,thread-mimalloc -- [--seconds 3] [--rounds 3] [--only SUBSTRING] [--threads N] \
 [--upstream rust|nginx]";
 
 fn args() -> Args {

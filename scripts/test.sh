@@ -35,12 +35,12 @@ VENV="$VENV" bash scripts/check.sh
   >"$VENV/litellm-proxy-venv.log" 2>&1 &
 PROXY_VENV=$!
 
-step "cargo test --features gateway (the core's, the adapters' and the gateway's tests)"
+step "cargo test --features gateway,thread-mimalloc (the core's, the adapters' and the gateway's tests, on the wheel's allocator)"
 # One build serves all: the gateway's own tests (framing, bodies, keys, and the fuzz targets
 # over arbitrary bytes, bounded by UG_FUZZ_CASES) need its feature, and the rest run the same
 # with it on. The core without adapters is compiled (every target) by clippy in
 # scripts/check.sh; its tests are the same code, so they are not run a second time.
-cargo test --quiet --features gateway
+cargo test --quiet --features gateway,thread-mimalloc
 
 step "pytest"
 wait "$PROXY_VENV" || echo "the LiteLLM proxy's venv was not made ahead (its test retries): $(tail -n 3 "$VENV/litellm-proxy-venv.log")"

@@ -23,6 +23,8 @@
 
 #![warn(unreachable_pub)]
 
+#[cfg(feature = "thread-mimalloc")]
+mod alloc;
 pub(crate) mod ceiling;
 mod error;
 mod fork;
@@ -35,12 +37,24 @@ mod runtime;
 #[cfg(feature = "python")]
 mod py;
 
-/// Feature `mimalloc` (in the wheel): every allocation of the Rust code goes to mimalloc, never
-/// Python's objects. glibc's malloc took a fifth to a quarter of the gateway's serving threads
-/// under load (docs/performance.md, "The allocator").
+/// Feature `mimalloc` (a build choice): every allocation of the Rust code goes to mimalloc,
+/// never Python's objects (docs/performance.md, "The allocator").
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Feature `thread-mimalloc` (in the wheel): mimalloc on the gateway's serving threads only
+/// (`alloc.rs`); `mimalloc`, when also on, takes every thread.
+#[cfg(all(feature = "thread-mimalloc", not(feature = "mimalloc")))]
+#[global_allocator]
+static ALLOCATOR: alloc::ThreadMimalloc = alloc::ThreadMimalloc;
+
+/// Asks for mimalloc on this thread where the build has `thread-mimalloc` (a no-op otherwise).
+#[cfg(feature = "gateway")]
+pub(crate) fn prefer_mimalloc() {
+    #[cfg(feature = "thread-mimalloc")]
+    alloc::prefer_mimalloc();
+}
 
 pub use ceiling::{
     answer_text, count_request, count_tokens, fit, known_model, reported_usage,

@@ -175,6 +175,7 @@ where
         let seated = peers.clone();
         let body = move || {
             crate::runtime::leave_signals_to_other_threads();
+            crate::prefer_mimalloc();
             serve_one(i, listener, inbox, seated, &*serve);
             if left.fetch_sub(1, Ordering::AcqRel) == 1 {
                 if let Some(finish) = finish.lock().take() {
