@@ -28,8 +28,9 @@ pub(crate) const WINDOW: Duration = Duration::from_millis(100);
 pub(crate) const STALL: Duration = Duration::from_secs(2);
 /// The longest a durable `record` waits for its commit while the writer is still trying.
 const DURABLE_WAIT: Duration = Duration::from_secs(30);
-/// How long the writer, woken by a row, waits for more before its commit: the rows of a
-/// few bursts of calls share one transaction (a SQLite commit costs ~250 µs of CPU however
+/// How long after the oldest uncommitted row was recorded the writer waits for more before
+/// its commit (`gather`; after a failed write, from then): the rows of a few bursts of calls
+/// share one transaction (a SQLite commit costs ~250 µs of CPU however
 /// few its rows: a page of each index and the WAL's writes), and billing threads wake the
 /// writer once per window, not once per row. Half of `WINDOW`, a fifth of the loss window.
 const GATHER: Duration = Duration::from_millis(50);
