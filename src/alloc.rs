@@ -4,8 +4,9 @@
 //!
 //! Why: glibc's malloc took a fifth to a quarter of the serving threads' CPU (it merges its
 //! fast bins at each request of 1 KiB or more, about four a call), and mimalloc on those threads
-//! cut the gateway's CPU per call by about a fifth. Everywhere else mimalloc bought nothing
-//! measurable (the memory store's admit + bill from Python) and cost memory: a process's peak
+//! cut the gateway's CPU per call by about a fifth. Everywhere else mimalloc bought little
+//! (nothing on the memory store's admit + bill from Python; a tenth to a fifth of the
+//! process's CPU per call with the Redis store) and cost memory: a process's peak
 //! RSS grew by 4 MB at import and by 18-35 MB with 4-32 Python threads calling the guard
 //! (docs/performance.md, "The allocator"). So an
 //! application that embeds the guard keeps the system allocator on its own threads.
