@@ -226,3 +226,26 @@ impl SqlLedger<Sqlite> {
         self.at()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// A ledger's connection keeps SQLite's statement journal in memory (`temp_store` 2),
+    /// in a file as in memory: no temporary file per multi-row insert (docs/ledger.md).
+    #[test]
+    fn the_statement_journal_is_kept_in_memory() {
+        let file =
+            std::env::temp_dir().join(format!("ug-temp-store-{}.sqlite", std::process::id()));
+        for at in [file.display().to_string(), ":memory:".to_string()] {
+            let conn = super::try_open(&at, false)
+                .map_err(|(e, _)| e)
+                .expect("opens");
+            let store: i64 = conn
+                .query_row("PRAGMA temp_store", [], |r| r.get(0))
+                .expect("reads");
+            assert_eq!(store, 2, "temp_store of {at}");
+        }
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+        }
+    }
+}
