@@ -15,13 +15,15 @@ static CURRENT: ForkLocal<OnceLock<tokio::runtime::Runtime>> = ForkLocal::empty(
 /// untouched in the child's memory (dropping it would wait for threads that are not there).
 pub(crate) fn shared() -> &'static tokio::runtime::Runtime {
     CURRENT.get().get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("usage-guard")
-            .on_thread_start(leave_signals_to_other_threads)
-            .enable_all()
-            .build()
-            .expect("the tokio runtime starts")
+        starting_threads(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("usage-guard")
+                .on_thread_start(leave_signals_to_other_threads)
+                .enable_all()
+                .build()
+                .expect("the tokio runtime starts")
+        })
     })
 }
 
@@ -33,6 +35,37 @@ static THREAD_STARTED: OnceLock<fn()> = OnceLock::new();
 #[cfg_attr(not(all(unix, feature = "python")), allow(dead_code))]
 pub(crate) fn on_thread_start(hook: fn()) {
     let _ = THREAD_STARTED.set(hook);
+}
+
+/// The signals a host handles asynchronously, which the core's threads leave to the host's.
+#[cfg(unix)]
+const HOST_SIGNALS: [libc::c_int; 9] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGCHLD,
+    libc::SIGWINCH,
+];
+
+/// Adds `HOST_SIGNALS` to this thread's blocked mask and returns the mask it had.
+#[cfg(unix)]
+fn block_host_signals() -> libc::sigset_t {
+    // SAFETY: `set` is initialised by `sigemptyset` before use; `pthread_sigmask` only
+    // changes this thread's mask, reads `set` and writes `old`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in HOST_SIGNALS {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        old
+    }
 }
 
 /// Blocks, in the calling thread, the signals a host handles asynchronously (SIGTERM,
@@ -48,29 +81,51 @@ pub(crate) fn on_thread_start(hook: fn()) {
 /// stay unblocked: they belong to the thread that caused them.
 pub(crate) fn leave_signals_to_other_threads() {
     #[cfg(unix)]
-    // SAFETY: `set` is initialised by `sigemptyset` before use; `pthread_sigmask` only
-    // changes this thread's mask and reads `set`.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in [
-            libc::SIGTERM,
-            libc::SIGINT,
-            libc::SIGHUP,
-            libc::SIGQUIT,
-            libc::SIGUSR1,
-            libc::SIGUSR2,
-            libc::SIGALRM,
-            libc::SIGCHLD,
-            libc::SIGWINCH,
-        ] {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    block_host_signals();
     if let Some(started) = THREAD_STARTED.get() {
         started();
     }
+}
+
+/// Runs `start` (which starts threads) with the host's signals blocked in the calling
+/// thread, then restores its mask: a new thread inherits the blocked mask from its first
+/// instruction, where blocking them in its body would leave an instant, after the thread is
+/// named and before its body runs, in which the kernel could hand it a SIGTERM meant for the
+/// host (and a test reading the thread's mask could see it unblocked).
+pub(crate) fn starting_threads<R>(start: impl FnOnce() -> R) -> R {
+    #[cfg(unix)]
+    {
+        let old = block_host_signals();
+        let started = start();
+        // SAFETY: `old` is the mask `pthread_sigmask` returned for this thread.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        started
+    }
+    #[cfg(not(unix))]
+    start()
+}
+
+/// Starts a named thread of the core: its signals blocked from its start
+/// (`starting_threads`), it runs the `on_thread_start` hook, then `body`.
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "gateway",
+        feature = "python"
+    )),
+    allow(dead_code)
+)]
+pub(crate) fn spawn_thread<T: Send + 'static>(
+    name: String,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    starting_threads(|| {
+        std::thread::Builder::new().name(name).spawn(move || {
+            leave_signals_to_other_threads();
+            body()
+        })
+    })
 }
 
 thread_local! {
@@ -118,7 +173,7 @@ pub(crate) fn blocking<R>(wait: impl FnOnce() -> R) -> R {
 /// no runtime (a synchronous caller) it runs here. A panic in `work` is resumed here.
 pub(crate) async fn offload<R: Send + 'static>(work: impl FnOnce() -> R + Send + 'static) -> R {
     match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => match runtime.spawn_blocking(work).await {
+        Ok(runtime) => match starting_threads(|| runtime.spawn_blocking(work)).await {
             Ok(done) => done,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(_) => panic!("the runtime shut down before a blocking task ran"),
@@ -156,5 +211,50 @@ pub(crate) fn run_or_spawn<F: std::future::Future<Output = ()> + Send + 'static>
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     if future.as_mut().poll(&mut cx).is_pending() {
         shared().spawn(future);
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    fn blocked(signal: libc::c_int) -> bool {
+        // SAFETY: reads this thread's mask into `now`, initialised by `sigemptyset`.
+        unsafe {
+            let mut now: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut now);
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut now);
+            libc::sigismember(&now, signal) == 1
+        }
+    }
+
+    #[test]
+    fn a_thread_started_meanwhile_has_the_signals_blocked_before_its_body_runs() {
+        // A thread of the test harness may have the signal blocked already: start from one
+        // that has it unblocked.
+        std::thread::spawn(|| {
+            // SAFETY: unblocks SIGTERM in this thread only.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGTERM);
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            }
+            let plain = std::thread::spawn(|| blocked(libc::SIGTERM))
+                .join()
+                .unwrap();
+            assert!(!plain, "a thread inherits its parent's mask");
+            let started = starting_threads(|| std::thread::spawn(|| blocked(libc::SIGTERM)));
+            assert!(
+                started.join().unwrap(),
+                "inherited blocked, nothing in its body"
+            );
+            assert!(
+                !blocked(libc::SIGTERM),
+                "the starting thread's mask is restored"
+            );
+        })
+        .join()
+        .unwrap();
     }
 }

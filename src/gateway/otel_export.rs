@@ -73,53 +73,50 @@ fn spawn(
 ) -> Option<Exporter> {
     let (stop, stopping) = mpsc::channel::<()>();
     let (ended, done) = mpsc::channel::<()>();
-    let started = std::thread::Builder::new()
-        .name("usage-guard-otel".into())
-        .spawn(move || {
-            crate::runtime::leave_signals_to_other_threads();
-            // Dropped when the thread ends, however it ends: `done` is then closed.
-            let _ended = ended;
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => return log::error!("gateway: OTLP export cannot start: {e}"),
-            };
-            let client = match reqwest::Client::builder().timeout(timeout).build() {
-                Ok(c) => c,
-                Err(e) => return log::error!("gateway: OTLP export cannot start: {e}"),
-            };
-            let mut failing = false;
-            loop {
-                let last = !matches!(
-                    stopping.recv_timeout(interval),
-                    Err(RecvTimeoutError::Timeout)
-                );
-                let Some(otel) = otel.upgrade() else { return };
-                let (metrics_body, traces_body) = bodies(&otel, &guard, &metrics);
-                drop(otel);
-                let sent = runtime.block_on(async {
-                    let m = post(&client, &endpoint, "/v1/metrics", metrics_body).await;
-                    let t = match traces_body {
-                        Some(body) => post(&client, &endpoint, "/v1/traces", body).await,
-                        None => Ok(()),
-                    };
-                    m.and(t)
-                });
-                match sent {
-                    Err(e) if !failing => {
-                        failing = true;
-                        log::warn!("gateway: OTLP export to {endpoint} failed (data dropped): {e}");
-                    }
-                    Err(e) => log::debug!("gateway: OTLP export to {endpoint} failed: {e}"),
-                    Ok(()) => failing = false,
+    let started = crate::runtime::spawn_thread("usage-guard-otel".into(), move || {
+        // Dropped when the thread ends, however it ends: `done` is then closed.
+        let _ended = ended;
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => return log::error!("gateway: OTLP export cannot start: {e}"),
+        };
+        let client = match reqwest::Client::builder().timeout(timeout).build() {
+            Ok(c) => c,
+            Err(e) => return log::error!("gateway: OTLP export cannot start: {e}"),
+        };
+        let mut failing = false;
+        loop {
+            let last = !matches!(
+                stopping.recv_timeout(interval),
+                Err(RecvTimeoutError::Timeout)
+            );
+            let Some(otel) = otel.upgrade() else { return };
+            let (metrics_body, traces_body) = bodies(&otel, &guard, &metrics);
+            drop(otel);
+            let sent = runtime.block_on(async {
+                let m = post(&client, &endpoint, "/v1/metrics", metrics_body).await;
+                let t = match traces_body {
+                    Some(body) => post(&client, &endpoint, "/v1/traces", body).await,
+                    None => Ok(()),
+                };
+                m.and(t)
+            });
+            match sent {
+                Err(e) if !failing => {
+                    failing = true;
+                    log::warn!("gateway: OTLP export to {endpoint} failed (data dropped): {e}");
                 }
-                if last {
-                    return;
-                }
+                Err(e) => log::debug!("gateway: OTLP export to {endpoint} failed: {e}"),
+                Ok(()) => failing = false,
             }
-        });
+            if last {
+                return;
+            }
+        }
+    });
     match started {
         Ok(_) => Some(Exporter {
             stop,

@@ -174,7 +174,6 @@ where
         let (serve, left, finish) = (serve.clone(), running.clone(), finish.clone());
         let seated = peers.clone();
         let body = move || {
-            crate::runtime::leave_signals_to_other_threads();
             crate::prefer_mimalloc();
             serve_one(i, listener, inbox, seated, &*serve);
             if left.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -183,9 +182,7 @@ where
                 }
             }
         };
-        let started = std::thread::Builder::new()
-            .name(format!("usage-guard-gateway-{i}"))
-            .spawn(body);
+        let started = crate::runtime::spawn_thread(format!("usage-guard-gateway-{i}"), body);
         if let Err(e) = started {
             // The threads that did start serve; this one's share is counted as ended (and,
             // its inbox gone, nothing is handed to it).

@@ -91,11 +91,10 @@ fn spawn_live(name: &str, open: &Open) -> Result<Live, LedgerError> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let thread_queue = queue.clone();
     let open = open.clone();
-    let thread = std::thread::Builder::new()
-        .name(format!("usage-guard-ledger-{name}"))
-        .spawn(move || {
-            crate::runtime::leave_signals_to_other_threads();
-            match Quiet::run(|| open()) {
+    let thread =
+        crate::runtime::spawn_thread(
+            format!("usage-guard-ledger-{name}"),
+            move || match Quiet::run(|| open()) {
                 Ok(backend) => {
                     let _ = ready_tx.send(Ok(()));
                     run(Box::new(QuietBackend(Some(backend))), &thread_queue);
@@ -104,8 +103,8 @@ fn spawn_live(name: &str, open: &Open) -> Result<Live, LedgerError> {
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
                 }
-            }
-        })
+            },
+        )
         .map_err(|e| LedgerError(format!("cannot start the writer thread: {e}")))?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(Live {

@@ -176,7 +176,7 @@ impl Guard {
                 .collect::<std::result::Result<Vec<u64>, _>>()
         };
         let runtime = crate::runtime::shared();
-        let handle = runtime.spawn_blocking(read);
+        let handle = crate::runtime::starting_threads(|| runtime.spawn_blocking(read));
         let bounded = runtime.spawn(async move { tokio::time::timeout(READ_BOUND, handle).await });
         match bounded.await {
             Ok(Ok(Ok(Ok(sums)))) => Ok(sums),

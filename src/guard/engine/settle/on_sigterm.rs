@@ -118,14 +118,11 @@ fn start_exit_thread() -> Option<i32> {
     // thread's read does.
     // SAFETY: sets a flag on a descriptor made above.
     unsafe { libc::fcntl(write, libc::F_SETFL, libc::O_NONBLOCK) };
-    let started = std::thread::Builder::new()
-        .name("usage-guard-exit".into())
-        .spawn(move || {
-            crate::runtime::leave_signals_to_other_threads();
-            if wait_for_signal(read) {
-                flush_then_end();
-            }
-        });
+    let started = crate::runtime::spawn_thread("usage-guard-exit".into(), move || {
+        if wait_for_signal(read) {
+            flush_then_end();
+        }
+    });
     match started {
         Ok(_) => Some(write),
         Err(e) => {
