@@ -22,6 +22,8 @@ use crate::guard::store::{
 /// `lease_above=N` leases a shared counter (a Model Total, a team's budget) once this process
 /// reserves on it N times a second or more (0: at once): calls are checked against a slice
 /// held here, and the store hears of them in batches (docs/redis.md, "Leases").
+/// `functions=False` calls the store's scripts by SHA (`EVALSHA`) instead of loading them as
+/// a Redis function library (docs/redis.md, "Scripts and functions").
 #[pyclass(name = "RedisStore", module = "usage_guard._core", frozen)]
 pub struct PyRedisStore {
     pub inner: RedisStore,
@@ -100,13 +102,14 @@ fn setup_error(argument: &str, given: &str, e: StoreError) -> Error {
 #[pymethods]
 impl PyRedisStore {
     #[new]
-    #[pyo3(signature = (url, prefix = "ug", timeout = None, *, slot_groups = false, lease_above = None))]
+    #[pyo3(signature = (url, prefix = "ug", timeout = None, *, slot_groups = false, lease_above = None, functions = true))]
     fn new(
         url: &str,
         prefix: &str,
         timeout: Option<&Bound<'_, PyAny>>,
         slot_groups: bool,
         lease_above: Option<&Bound<'_, PyAny>>,
+        functions: bool,
     ) -> PyResult<Self> {
         let lease_above = lease_above_of(lease_above)?;
         let duration = timeout.map(timeout_of).transpose()?.unwrap_or(DEFAULT);
@@ -115,6 +118,9 @@ impl PyRedisStore {
             false => RedisStore::connect_with_timeout(url, prefix, duration),
         };
         let inner = store.map_err(|e| setup_error("url", url, e))?;
+        if !functions {
+            inner.without_functions();
+        }
         let (store, leased) = with_leases(&inner, lease_above);
         Ok(Self {
             inner,
@@ -130,7 +136,7 @@ impl PyRedisStore {
 
     /// A store on a Redis Cluster reachable through any of `urls`.
     #[classmethod]
-    #[pyo3(signature = (urls, prefix = "ug", timeout = None, *, slot_groups = false, lease_above = None))]
+    #[pyo3(signature = (urls, prefix = "ug", timeout = None, *, slot_groups = false, lease_above = None, functions = true))]
     fn cluster(
         _cls: &Bound<'_, PyType>,
         urls: &Bound<'_, PyAny>,
@@ -138,6 +144,7 @@ impl PyRedisStore {
         timeout: Option<&Bound<'_, PyAny>>,
         slot_groups: bool,
         lease_above: Option<&Bound<'_, PyAny>>,
+        functions: bool,
     ) -> PyResult<Self> {
         let lease_above = lease_above_of(lease_above)?;
         const ACCEPTED: &str = "must be a list of node URLs (str)";
@@ -154,6 +161,9 @@ impl PyRedisStore {
             false => RedisStore::cluster_with_timeout(&urls, prefix, duration),
         };
         let inner = store.map_err(|e| setup_error("urls", &given, e))?;
+        if !functions {
+            inner.without_functions();
+        }
         let (store, leased) = with_leases(&inner, lease_above);
         Ok(Self {
             inner,
@@ -183,6 +193,14 @@ impl PyRedisStore {
     #[getter]
     fn slot_groups(&self) -> bool {
         self.slot_groups
+    }
+
+    /// Whether the store calls its scripts as a Redis function library now: `False` when
+    /// made with `functions=False`, or once the server turned out to have no functions or
+    /// would not load the library (then it calls them by SHA).
+    #[getter]
+    fn functions(&self) -> bool {
+        self.inner.uses_functions()
     }
 
     /// The call rate (per second, on one counter) above which shared counters are leased;
@@ -261,8 +279,12 @@ impl PyRedisStore {
             .lease_above
             .map(|rate| format!(", lease_above={rate}"))
             .unwrap_or_default();
+        let functions = match self.inner.uses_functions() {
+            true => "",
+            false => ", functions=False",
+        };
         format!(
-            "RedisStore({:?}, prefix={:?}, timeout={}{groups}{leases})",
+            "RedisStore({:?}, prefix={:?}, timeout={}{groups}{leases}{functions})",
             self.target, self.prefix, self.timeout
         )
     }

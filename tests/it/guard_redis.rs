@@ -219,15 +219,19 @@ fn guard_on_a_cluster_admits_and_bills() {
     assert_eq!(t.ceiling().tokens, Some(600));
 }
 
+/// Scripts run since the last `CONFIG RESETSTAT`: by SHA or as functions.
 fn evalsha_calls(server: &RedisServer) -> u64 {
     let stats = server.cli(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .and_then(|l| l.split("calls=").nth(1))
-        .and_then(|rest| rest.split(',').next())
-        .map(|n| n.parse().unwrap())
-        .unwrap_or(0)
+    let calls = |head: &str| -> u64 {
+        stats
+            .lines()
+            .find(|l| l.starts_with(head))
+            .and_then(|l| l.split("calls=").nth(1))
+            .and_then(|rest| rest.split(',').next())
+            .map(|n| n.parse().unwrap())
+            .unwrap_or(0)
+    };
+    calls("cmdstat_evalsha:") + calls("cmdstat_fcall:")
 }
 
 #[test]

@@ -30,6 +30,7 @@ mod policy;
 mod quota;
 mod redis_carry;
 mod redis_carry_props;
+mod redis_functions;
 mod redis_known;
 mod refusal_http;
 mod store_checks;

@@ -1,6 +1,7 @@
 //! One store test-suite, run against the memory store, a real redis-server and a real
-//! 3-master Redis Cluster, each Redis in the shared layout and with slot groups, so all five
-//! provably agree.
+//! 3-master Redis Cluster, each Redis in the shared layout and with slot groups (and the
+//! redis-server once more with its scripts called by SHA instead of as functions), so all
+//! six provably agree.
 #![cfg(feature = "redis")]
 
 use crate::common;
@@ -39,6 +40,9 @@ pub enum Kind {
     Cluster,
     /// A redis-server with slot groups (each owner's counters under a tag of their own).
     GroupedRedis,
+    /// A redis-server whose store calls its scripts by SHA (`without_functions`), where the
+    /// others load them as a function library.
+    RedisScripts,
     /// The cluster with slot groups: one operation's groups on several masters.
     GroupedCluster,
 }
@@ -52,7 +56,7 @@ pub fn fixture(kind: Kind, case: &str) -> Fixture {
             server: None,
             cluster: None,
         },
-        Kind::Redis | Kind::GroupedRedis => {
+        Kind::Redis | Kind::GroupedRedis | Kind::RedisScripts => {
             let server = RedisServer::start();
             let prefix = format!("t-{case}");
             let store = match kind {
@@ -60,6 +64,10 @@ pub fn fixture(kind: Kind, case: &str) -> Fixture {
                 _ => RedisStore::connect(&server.url(), &prefix),
             }
             .unwrap();
+            if kind == Kind::RedisScripts {
+                store.without_functions();
+            }
+            assert_eq!(store.uses_functions(), kind != Kind::RedisScripts);
             Fixture {
                 store: Arc::new(store.clone()),
                 redis: Some(store),
@@ -97,6 +105,9 @@ macro_rules! suite {
         }
         mod cluster {
             $(#[test] fn $case() { crate::store_redis::store_cases::$case(crate::store_redis::Kind::Cluster) })*
+        }
+        mod redis_scripts {
+            $(#[test] fn $case() { crate::store_redis::store_cases::$case(crate::store_redis::Kind::RedisScripts) })*
         }
         mod grouped_redis {
             $(#[test] fn $case() { crate::store_redis::store_cases::$case(crate::store_redis::Kind::GroupedRedis) })*

@@ -376,7 +376,7 @@ def test_a_forked_child_does_not_wait_for_the_parents_queued_bills(
 def _scripts(server: RedisServer) -> int:
     """Scripts run since the last CONFIG RESETSTAT (INFO commandstats)."""
     stats = server.cli("INFO", "commandstats")
-    return sum(int(n) for n in re.findall(r"cmdstat_(?:evalsha|eval):calls=(\d+)", stats))
+    return sum(int(n) for n in re.findall(r"cmdstat_(?:evalsha|eval|fcall):calls=(\d+)", stats))
 
 
 def test_a_steady_stream_carries_each_bill_with_the_next_reservation(

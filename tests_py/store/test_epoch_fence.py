@@ -325,7 +325,7 @@ def test_the_epoch_watch_looks_with_one_hget_and_no_script(
         assert time.monotonic() < deadline, "the watch never looked"
         time.sleep(0.1)
     after = command_calls(redis_server)
-    for script in ("evalsha", "eval"):
+    for script in ("evalsha", "eval", "fcall"):
         assert after.get(script, 0) == before.get(script, 0), (before, after)
     ticket.release()
     guard.close()

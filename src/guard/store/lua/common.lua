@@ -34,10 +34,18 @@ end
 -- a run_id always has (CONFIG_RUN_ID_SIZE): a pattern searched from every position of the
 -- ~1.5 kB answer costs more than the INFO command itself, and even one anchored there ~4,000
 -- instructions. (epoch.lua reads it the same way: the two must agree.)
+-- Kept in RUN_ID once read: an EVALSHA script reads it again at each call, while the
+-- function library (scripts.rs) keeps it for the life of the Lua state that loaded it. That
+-- state lives in the process's memory and is made anew by every process (a restart, a
+-- replica promoted) and every FUNCTION LOAD, so what it keeps is always this process's.
+local RUN_ID = nil
 local function run_id()
-  local info = redis.call('INFO', 'server')
-  local at = string.find(info, 'run_id:', 1, true)
-  return at and string.sub(info, at + 7, at + 46)
+  if RUN_ID == nil then
+    local info = redis.call('INFO', 'server')
+    local at = string.find(info, 'run_id:', 1, true)
+    RUN_ID = at and string.sub(info, at + 7, at + 46) or false
+  end
+  return RUN_ID or nil
 end
 
 -- The mark a fill writes (filled.lua, fill.lua), and a second mark also taken as filled (or
@@ -186,6 +194,12 @@ end
 -- Ticket records this script read or wrote: key -> {state, until} (false: none), so a record
 -- read twice in one step (carry.lua, then its reservation) is fetched once.
 local TICKETS = {}
+
+-- Starts a call: forgets what the previous call of the same Lua state read (a function of the
+-- library runs in one state for its life: these tables would outlive the call).
+local function begin_call()
+  BUCKETS, FENCE_READ, LISTED, TICKETS = {}, {}, {}, {}
+end
 
 -- The state of a ticket record at `now`: 'h', 's', 'n', or nil (none, or expired).
 local function ticket_state(key, now)

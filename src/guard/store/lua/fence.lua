@@ -3,7 +3,8 @@
 -- generation the guard trusts ('' for none yet) and one character per key: '1' a fenced
 -- counter bucket, 'h' a fenced counter's holds, '0' not fenced (settle passes '' for both:
 -- it checks nothing and lists what it adds to under the store's own generation). They are
--- taken off here, so the script body sees its own keys and arguments only.
+-- taken off by fence_begin (which each fenced call runs first), so the script body sees its
+-- own keys and arguments only.
 --
 -- The epoch is a hash: g generation (unique text), r run_id of the Redis process that wrote
 -- it, t guard time it was written, w (a recovery's, for a while) guard time until which the
@@ -14,26 +15,37 @@
 -- when use is added to it (settle) or a reserve finds it; a holds key when holds are placed
 -- in it (it then keeps a `k` field, so giving its holds back never empties it). A key never
 -- written is never listed.
-local FENCE_EPOCH = table.remove(KEYS)
-local FENCE_FLAGS = table.remove(ARGV)
-local FENCE_GEN = table.remove(ARGV)
+-- What fence_begin takes off the call: the epoch key, the flags, the generation.
+local FENCE_EPOCH, FENCE_FLAGS, FENCE_GEN
 -- On a slot group's copy of the epoch, the generation comes as `<generation>@<need>`: the
 -- copy's `h` (until when its entry in the list of groups lasts: groups.lua) must reach
 -- `need` (guard time), else the reserve answers -8 and the guard extends both first.
-local FENCE_NEED = nil
-do
+local FENCE_NEED
+-- The indices of the fenced keys ('1' or 'h'), found once: the checks below visit only these.
+local FENCE_AT, FENCE_ON
+-- The store's generation (the epoch's `g`) as this script read it (false: no epoch; nil: not
+-- read yet). No script writes `g` but epoch.lua, so it is read once.
+local EPOCH_G
+-- fence_check's answer, once per call.
+local fence_checked, fence_answer
+
+-- Starts a fenced call: takes the fence's key and arguments off KEYS and ARGV, and sets every
+-- value above for this call alone (a function of the library runs in one Lua state for its
+-- life, so nothing of the previous call may stay).
+local function fence_begin()
+  FENCE_EPOCH = table.remove(KEYS)
+  FENCE_FLAGS = table.remove(ARGV)
+  FENCE_GEN = table.remove(ARGV)
+  FENCE_NEED = nil
   local at = string.find(FENCE_GEN, '@', 1, true)
   if at then
     FENCE_NEED = tonumber(string.sub(FENCE_GEN, at + 1))
     FENCE_GEN = string.sub(FENCE_GEN, 1, at - 1)
   end
-end
--- The indices of the fenced keys ('1' or 'h'), found once: the checks below visit only these.
--- (Plain searches, one per flag: a pattern tried at every position costs ~200 instructions a
--- character.)
-local FENCE_AT = {}
-do
-  local at = string.find(FENCE_FLAGS, '1', 1, true)
+  -- (Plain searches, one per flag: a pattern tried at every position costs ~200
+  -- instructions a character.)
+  FENCE_AT = {}
+  at = string.find(FENCE_FLAGS, '1', 1, true)
   while at do
     FENCE_AT[#FENCE_AT + 1] = at
     at = string.find(FENCE_FLAGS, '1', at + 1, true)
@@ -43,11 +55,10 @@ do
     FENCE_AT[#FENCE_AT + 1] = at
     at = string.find(FENCE_FLAGS, 'h', at + 1, true)
   end
+  FENCE_ON = #FENCE_AT > 0
+  EPOCH_G = nil
+  fence_checked, fence_answer = false, nil
 end
-local FENCE_ON = #FENCE_AT > 0
--- The store's generation (the epoch's `g`) as this script read it (false: no epoch; nil: not
--- read yet). No script writes `g` but epoch.lua, so it is read once.
-local EPOCH_G = nil
 
 -- The store's generation: EPOCH_G, read with one HGET the first time.
 local function store_generation()
@@ -126,7 +137,6 @@ local function fence_check_now(now)
   return nil
 end
 
-local fence_checked, fence_answer = false, nil
 local function fence_check(now)
   -- Once per script: carry.lua checks before its settles, and the reservation it then runs
   -- takes that answer (the store as the reservation found it).

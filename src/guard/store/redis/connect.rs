@@ -123,6 +123,20 @@ impl RedisStore {
         ))
     }
 
+    /// Calls the store's scripts by SHA (`EVALSHA`) from now on, never as the function
+    /// library it otherwise loads on a server with functions (docs/redis.md, "Scripts and
+    /// functions"): for a server whose operators keep functions out. Applies to every clone.
+    pub fn without_functions(&self) {
+        self.inner.scripts.without_functions();
+    }
+
+    /// Whether the store calls its scripts as the function library now: until the server
+    /// turns out to have no functions, or refuses to load the library, or
+    /// `without_functions`.
+    pub fn uses_functions(&self) -> bool {
+        self.inner.scripts.functions_on()
+    }
+
     fn with_target(
         target: Target,
         prefix: &str,

@@ -5,14 +5,12 @@
 use futures::future::join_all;
 use redis::RedisResult;
 
-use redis::Script;
-
 use super::args::Args;
 use super::connection::Conn;
 use super::group_join::horizon_need;
 use super::groups::protocol_error;
 use super::keys::write_ticket_key;
-use super::scripts::{invoke, Scripts};
+use super::scripts::{invoke, Lua, Scripts};
 use super::RedisStore;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{Fence, KnownOutcome, ReserveItem, ReserveOutcome, StoreFuture};
@@ -27,7 +25,7 @@ pub(super) struct GroupCall {
     /// Until when the group's entry in the list of groups must last at least
     /// (`horizon_need`).
     pub(super) need: Millis,
-    pub(super) script: fn(&Scripts) -> &Script,
+    pub(super) script: fn(&Scripts) -> &Lua,
     pub(super) keys: Args,
     pub(super) args: Args,
     /// The answer's values before the code (a carry script's settle outcomes).

@@ -2,7 +2,7 @@
 //! pipeline (one round trip), each its own `settle.lua` call, so each stays atomic and
 //! idempotent by id on its own.
 
-use redis::{ErrorKind, RedisResult, ServerErrorKind};
+use redis::RedisResult;
 
 use super::args::Args;
 use super::scripts::{eval_cmd, invoke};
@@ -61,9 +61,10 @@ impl RedisStore {
     }
 
     /// Sends every settle of `settles` that has something to do in one pipeline. A server
-    /// that lost its scripts (`NOSCRIPT`: restarted, failed over, `SCRIPT FLUSH`) is sent the
-    /// script and then the whole pipeline again: every settle is idempotent by id, so those
-    /// that ran the first time do nothing the second.
+    /// that lost its scripts (`NOSCRIPT` or a function not found: restarted, failed over,
+    /// `SCRIPT FLUSH`, `FUNCTION FLUSH`) is sent them and then the whole pipeline again:
+    /// every settle is idempotent by id, so those that ran the first time do nothing the
+    /// second.
     pub(super) fn settle_many_call(
         &self,
         settles: &[Settle],
@@ -79,23 +80,21 @@ impl RedisStore {
         }
         self.run("settle", move |inner, mut conn| async move {
             let script = &inner.scripts.settle;
-            let mut load = false;
+            let mut tries = 0;
             loop {
+                tries += 1;
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
-                if load {
-                    pipe.load_script(script).ignore();
-                }
                 for (keys, args) in calls.iter().flatten() {
                     pipe.add_command(eval_cmd(script, keys, args));
                 }
                 let answers: Vec<RedisResult<i64>> = pipe.query_async(&mut conn).await?;
-                let no_script = answers
-                    .iter()
-                    .any(|a| matches!(a, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)));
-                if no_script && !load {
-                    load = true;
-                    continue;
+                // A server that cannot run the script yet (`Lua::recover`) is made able to,
+                // and sent the whole pipeline again.
+                if let Some(Err(e)) = answers.iter().find(|a| a.is_err()) {
+                    if tries < 3 && script.recover(e, &mut conn).await? {
+                        continue;
+                    }
                 }
                 let mut answers = answers.into_iter();
                 return Ok(calls

@@ -1,7 +1,15 @@
-//! The Lua scripts of the Redis store (`src/guard/store/lua/`), each loaded once and called by
-//! SHA.
+//! The Lua of the Redis store (`src/guard/store/lua/`). The scripts built on `common.lua`
+//! run as one Redis function library (`FCALL`, Redis 7+) where the server has functions and
+//! lets this user load them, and as scripts called by SHA (`EVALSHA`) otherwise: the same Lua
+//! either way. A library is loaded once per server and keeps its Lua state between calls,
+//! so a call does not define the ~25 shared functions again and reads the process's
+//! `run_id` (an `INFO`) once per state instead of once per fenced call.
 
-use redis::Script;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use redis::{RedisError, Script};
+use sha2::{Digest, Sha256};
 
 use super::args::Args;
 
@@ -24,76 +32,261 @@ const GROUPS_LUA: &str = include_str!("../lua/groups.lua");
 const MIGRATE_READ_LUA: &str = include_str!("../lua/migrate_read.lua");
 const MIGRATE_WRITE_LUA: &str = include_str!("../lua/migrate_write.lua");
 
-pub(super) struct Scripts {
-    pub(super) read: Script,
-    pub(super) reserve: Script,
-    pub(super) reserve_known: Script,
-    pub(super) settle: Script,
-    pub(super) filled: Script,
-    pub(super) fill: Script,
-    pub(super) mark_once: Script,
-    pub(super) raise_until: Script,
-    pub(super) epoch: Script,
-    pub(super) settle_parts: Script,
-    pub(super) queue: Script,
-    /// Settles carried by a reservation: `settle.lua` and `reserve_known.lua` as functions
-    /// of their own keys and arguments, called by `carry.lua`.
-    pub(super) carry: Script,
-    /// Slot groups (`groups.rs`): a group's holds given back when another group refused,
-    /// and the store's list of groups.
-    pub(super) unreserve: Script,
-    pub(super) groups: Script,
-    /// The upgrade from the shared layout (`migrate.rs`).
-    pub(super) migrate_read: Script,
-    pub(super) migrate_write: Script,
+/// `settle.lua` and `reserve_known.lua` as functions of their own keys and arguments, for
+/// `carry.lua`.
+fn carried_parts() -> String {
+    format!(
+        "local function settle_one(KEYS, ARGV)\n{SETTLE_LUA}\nend\n\
+         local function reserve_one(KEYS, ARGV)\n{RESERVE_KNOWN_LUA}\nend\n"
+    )
 }
 
-impl Scripts {
-    pub(super) fn new() -> Self {
-        let with_common = |body: &str| Script::new(&format!("{COMMON_LUA}\n{body}"));
-        Scripts {
-            read: with_common(READ_LUA),
-            reserve: with_common(&format!("{FENCE_LUA}\n{RESERVE_LUA}")),
-            reserve_known: with_common(&format!("{FENCE_LUA}\n{RESERVE_KNOWN_LUA}")),
-            settle: with_common(&format!("{FENCE_LUA}\n{SETTLE_LUA}")),
-            filled: with_common(FILLED_LUA),
-            fill: with_common(FILL_LUA),
-            mark_once: Script::new(MARK_ONCE_LUA),
-            raise_until: Script::new(RAISE_UNTIL_LUA),
-            epoch: Script::new(EPOCH_LUA),
-            settle_parts: with_common(&format!("{FENCE_LUA}\n{SETTLE_PARTS_LUA}")),
-            queue: Script::new(QUEUE_LUA),
-            unreserve: with_common(UNRESERVE_LUA),
-            groups: Script::new(GROUPS_LUA),
-            migrate_read: Script::new(MIGRATE_READ_LUA),
-            migrate_write: Script::new(MIGRATE_WRITE_LUA),
-            carry: with_common(&format!(
-                "{FENCE_LUA}\nlocal function settle_one(KEYS, ARGV)\n{SETTLE_LUA}\nend\n\
-                 local function reserve_one(KEYS, ARGV)\n{RESERVE_KNOWN_LUA}\nend\n{CARRY_LUA}"
-            )),
+/// The library's scripts: name, whether the epoch fence's key and arguments end the call
+/// (`fence_begin`), and the body.
+const LIBRARY: [(&str, bool, &str); 9] = [
+    ("read", false, READ_LUA),
+    ("reserve", true, RESERVE_LUA),
+    ("reserve_known", true, RESERVE_KNOWN_LUA),
+    ("settle", true, SETTLE_LUA),
+    ("settle_parts", true, SETTLE_PARTS_LUA),
+    ("carry", true, CARRY_LUA),
+    ("filled", false, FILLED_LUA),
+    ("fill", false, FILL_LUA),
+    ("unreserve", false, UNRESERVE_LUA),
+];
+
+/// The function library of one store: its code, and whether calls go to it.
+pub(super) struct Library {
+    /// `usage_guard_<12 hex digits of the code's SHA-256>`: two versions of the guard on one
+    /// server load two libraries, and never call each other's functions.
+    name: String,
+    code: String,
+    /// Cleared for good when the server has no functions (before Redis 7) or refuses to load
+    /// the library (an ACL without `FUNCTION`): the store then calls the scripts by SHA.
+    on: AtomicBool,
+}
+
+impl Library {
+    fn new() -> Self {
+        let mut body = String::from("local KEYS, ARGV\n");
+        body.push_str(COMMON_LUA);
+        body.push('\n');
+        body.push_str(FENCE_LUA);
+        body.push('\n');
+        body.push_str(&carried_parts());
+        // Each call starts from nothing the previous call of this Lua state left.
+        body.push_str(
+            "local function call(body, fenced)\n  return function(keys, args)\n    \
+             KEYS, ARGV = keys, args\n    begin_call()\n    \
+             if fenced then fence_begin() end\n    return body()\n  end\nend\n",
+        );
+        let hash = Sha256::digest(body.as_bytes());
+        let mut name = String::from("usage_guard_");
+        for byte in &hash[..6] {
+            name.push_str(&format!("{byte:02x}"));
+        }
+        for (script, fenced, text) in LIBRARY {
+            body.push_str(&format!(
+                "redis.register_function('{name}_{script}', call(function()\n{text}\nend, {fenced}))\n"
+            ));
+        }
+        let code = format!("#!lua name={name}\n{body}");
+        Library {
+            name,
+            code,
+            on: AtomicBool::new(true),
+        }
+    }
+
+    /// Loads the library on the server behind `conn` (every master of a cluster). Ok when it
+    /// is there now; a server that cannot or will not have it turns the library off (calls
+    /// then go by SHA), and only a failure to reach the server is an error.
+    async fn load<C: redis::aio::ConnectionLike>(&self, conn: &mut C) -> redis::RedisResult<()> {
+        let loaded: redis::RedisResult<String> = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg(&self.code)
+            .query_async(conn)
+            .await;
+        match loaded {
+            Ok(_) => Ok(()),
+            Err(e) if e.detail().is_some_and(|d| d.contains("already exists")) => Ok(()),
+            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                log::info!(
+                    "redis: the server did not load the function library ({e}); \
+                     the store calls its scripts by SHA"
+                );
+                self.on.store(false, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
     }
 }
 
-/// The `EVALSHA` of `script` with `keys` and `args`, each written straight into the command's
-/// one buffer.
-pub(super) fn eval_cmd(script: &Script, keys: &Args, args: &Args) -> redis::Cmd {
+/// One of the store's Lua scripts: by SHA always, and as a function of the library while
+/// the library is on.
+pub(super) struct Lua {
+    script: Script,
+    function: Option<(String, Arc<Library>)>,
+}
+
+impl Lua {
+    fn script(text: &str) -> Self {
+        Lua {
+            script: Script::new(text),
+            function: None,
+        }
+    }
+
+    /// The function's name, while calls go to the library.
+    fn function(&self) -> Option<&str> {
+        match &self.function {
+            Some((name, library)) if library.on.load(Ordering::Relaxed) => Some(name),
+            _ => None,
+        }
+    }
+
+    /// After `e` answered a call of this script: makes the server able to run it (loads the
+    /// script or the library, or turns the library off when the server has no functions)
+    /// and says whether the call should be sent again.
+    pub(super) async fn recover<C>(&self, e: &RedisError, conn: &mut C) -> redis::RedisResult<bool>
+    where
+        C: redis::aio::ConnectionLike,
+    {
+        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
+            self.script.load_async(conn).await?;
+            return Ok(true);
+        }
+        let Some((_, library)) = &self.function else {
+            return Ok(false);
+        };
+        let detail = e.detail().unwrap_or("");
+        if !library.on.load(Ordering::Relaxed) {
+            Ok(false)
+        } else if e.code() == Some("ERR") && detail.starts_with("Function not found") {
+            library.load(conn).await?;
+            Ok(true)
+        } else if (e.code() == Some("ERR") && detail.starts_with("unknown command"))
+            || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+        {
+            // No functions on this server, or an ACL that keeps this user from `FCALL` (it
+            // may still allow `EVALSHA`; if not, that call's refusal is the error).
+            log::info!(
+                "redis: the store cannot call functions here ({e}); it calls its scripts by SHA"
+            );
+            library.on.store(false, Ordering::Relaxed);
+            Ok(true)
+        } else {
+            Ok(false)
+        }
+    }
+}
+
+/// The store's scripts, each loaded once per server.
+pub(super) struct Scripts {
+    pub(super) read: Lua,
+    pub(super) reserve: Lua,
+    pub(super) reserve_known: Lua,
+    pub(super) settle: Lua,
+    pub(super) filled: Lua,
+    pub(super) fill: Lua,
+    pub(super) mark_once: Lua,
+    pub(super) raise_until: Lua,
+    pub(super) epoch: Lua,
+    pub(super) settle_parts: Lua,
+    pub(super) queue: Lua,
+    /// Settles carried by a reservation: `settle.lua` and `reserve_known.lua` as functions
+    /// of their own keys and arguments, called by `carry.lua`.
+    pub(super) carry: Lua,
+    /// Slot groups (`groups.rs`): a group's holds given back when another group refused,
+    /// and the store's list of groups.
+    pub(super) unreserve: Lua,
+    pub(super) groups: Lua,
+    /// The upgrade from the shared layout (`migrate.rs`).
+    pub(super) migrate_read: Lua,
+    pub(super) migrate_write: Lua,
+    library: Arc<Library>,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Self {
+        let library = Arc::new(Library::new());
+        // By SHA: `common.lua`, then (fenced) `fence.lua`, the body's helpers and
+        // `fence_begin()`, then the body; in the library, the body's function.
+        let in_library = |name: &str| {
+            let (_, fenced, body) = LIBRARY
+                .iter()
+                .find(|(script, _, _)| *script == name)
+                .expect("a script of the library");
+            let helpers = if name == "carry" {
+                carried_parts()
+            } else {
+                String::new()
+            };
+            let text = match fenced {
+                true => format!("{COMMON_LUA}\n{FENCE_LUA}\n{helpers}fence_begin()\n{body}"),
+                false => format!("{COMMON_LUA}\n{body}"),
+            };
+            Lua {
+                script: Script::new(&text),
+                function: Some((format!("{}_{name}", library.name), library.clone())),
+            }
+        };
+        Scripts {
+            read: in_library("read"),
+            reserve: in_library("reserve"),
+            reserve_known: in_library("reserve_known"),
+            settle: in_library("settle"),
+            filled: in_library("filled"),
+            fill: in_library("fill"),
+            mark_once: Lua::script(MARK_ONCE_LUA),
+            raise_until: Lua::script(RAISE_UNTIL_LUA),
+            epoch: Lua::script(EPOCH_LUA),
+            settle_parts: in_library("settle_parts"),
+            queue: Lua::script(QUEUE_LUA),
+            unreserve: in_library("unreserve"),
+            groups: Lua::script(GROUPS_LUA),
+            migrate_read: Lua::script(MIGRATE_READ_LUA),
+            migrate_write: Lua::script(MIGRATE_WRITE_LUA),
+            carry: in_library("carry"),
+            library,
+        }
+    }
+
+    /// Calls by SHA from now on, never through the library (`RedisStore::without_functions`).
+    pub(super) fn without_functions(&self) {
+        self.library.on.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether calls go to the function library now.
+    pub(super) fn functions_on(&self) -> bool {
+        self.library.on.load(Ordering::Relaxed)
+    }
+}
+
+/// The call of `lua` with `keys` and `args` (`FCALL` while the library is on, else
+/// `EVALSHA`), each written straight into the command's one buffer.
+pub(super) fn eval_cmd(lua: &Lua, keys: &Args, args: &Args) -> redis::Cmd {
     let count = 3 + keys.len() + args.len();
     let mut cmd = redis::Cmd::with_capacity(count, keys.bytes() + args.bytes() + 64);
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+    match lua.function() {
+        Some(name) => cmd.arg("FCALL").arg(name),
+        None => cmd.arg("EVALSHA").arg(lua.script.get_hash()),
+    };
+    cmd.arg(keys.len());
     for item in keys.iter().chain(args.iter()) {
         cmd.arg(item);
     }
     cmd
 }
 
-/// Runs `script` by its SHA (`eval_cmd`), and loads it and runs it again when the server
-/// does not have it (NOSCRIPT). Every script call of the store goes through here (or
-/// `eval_cmd`, in the settles' pipeline); redis-rs's `ScriptInvocation` would first copy
-/// every key and argument into a buffer of its own (an allocation and a copy per argument,
-/// ~130 per carried admission).
+/// Runs `lua` (`eval_cmd`); when the server cannot run it yet (`Lua::recover`: a script or
+/// library not loaded, no functions) makes it able to and runs it again. Every script call
+/// of the store goes through here (or `eval_cmd`, in the settles' pipeline); redis-rs's
+/// `ScriptInvocation` would first copy every key and argument into a buffer of its own (an
+/// allocation and a copy per argument, ~130 per carried admission).
 pub(super) async fn invoke<T, C>(
-    script: &Script,
+    lua: &Lua,
     keys: &Args,
     args: &Args,
     conn: &mut C,
@@ -102,12 +295,13 @@ where
     T: redis::FromRedisValue,
     C: redis::aio::ConnectionLike,
 {
-    let cmd = eval_cmd(script, keys, args);
-    match cmd.query_async(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            script.load_async(conn).await?;
-            cmd.query_async(conn).await
+    // At most three sends: the library loaded, or turned off and then the script loaded.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match eval_cmd(lua, keys, args).query_async(conn).await {
+            Err(e) if tries < 3 && lua.recover(&e, conn).await? => continue,
+            answer => return answer,
         }
-        answer => answer,
     }
 }

@@ -1,0 +1,101 @@
+"""What a carried 6-rule admit + bill costs Redis as a function (`FCALL`, the default on Redis
+7+) and by SHA (`EVALSHA`, `functions=False`'s path and a server without functions), in CPU
+instructions under callgrind: a figure that does not move with the machine's load.
+
+One redis-server runs under valgrind's callgrind, counting only inside `fcallCommand` and
+`evalShaCommand`. The sync admit + bill of `benches/admit_bill.py` (6 rules; each bill
+carried by the next reservation) runs N times through a store that calls functions and N
+times through one made with `functions=False`, each call asking for a different max_tokens
+(holds that differ, as in real traffic). Prints instructions per call each way and the
+ratio.
+
+Run: .venv/bin/python benches/functions_cost.py [N]   (default 300; needs valgrind)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests_py"))
+sys.path.insert(0, os.path.dirname(__file__))
+
+import usage_guard as ug  # noqa: E402
+from admit_bill import SIX_RULES  # noqa: E402
+from redis_harness import _free_port  # noqa: E402
+
+COUNTED = {"function": "fcallCommand", "by SHA": "evalShaCommand"}
+
+
+def cli(port: int, *args: str) -> str:
+    return subprocess.run(
+        ["redis-cli", "-p", str(port), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def run(calls: int) -> dict[str, float]:
+    """Instructions per admit + bill, each way, from one callgrind run."""
+    port = _free_port()
+    out = tempfile.mktemp(prefix="ug-functions-")
+    toggles = [f"--toggle-collect={name}" for name in COUNTED.values()]
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", *toggles, f"--callgrind-out-file={out}"]
+        + ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while (
+            subprocess.run(
+                ["redis-cli", "-p", str(port), "PING"], capture_output=True
+            ).stdout.strip()
+            != b"PONG"
+        ):
+            assert time.monotonic() < deadline, "redis-server under valgrind did not start"
+            time.sleep(0.1)
+        url = f"redis://127.0.0.1:{port}"
+        for way, functions in (("function", True), ("by SHA", False)):
+            store = ug.RedisStore(url, f"cost-{functions}", timeout=30, functions=functions)
+            guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), store=store)
+            for i in range(calls):
+                ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000 + i % 7)
+                ticket.bill(1100, 800 + i % 5)
+            guard.close()
+            assert store.functions is functions, way
+        cli(port, "SHUTDOWN", "NOSAVE")
+        server.wait(timeout=300)
+        listing = subprocess.run(
+            ["callgrind_annotate", "--inclusive=yes", out], capture_output=True, text=True
+        ).stdout
+    finally:
+        if server.poll() is None:
+            server.kill()
+        if os.path.exists(out):
+            os.unlink(out)
+    per_call = {}
+    for way, function in COUNTED.items():
+        found = re.search(r"([\d,]+) \([\d.]+%\)\s+\S*:" + function + r"\b", listing)
+        assert found, f"{function} not in the listing"
+        per_call[way] = int(found.group(1).replace(",", "")) / calls
+    return per_call
+
+
+def main() -> None:
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed (apt-get install valgrind)")
+    calls = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    per_call = run(calls)
+    for way, instructions in per_call.items():
+        print(f"{way:>9}: {instructions:>10,.0f} instructions per admit + bill")
+    ratio = per_call["function"] / per_call["by SHA"]
+    print(f"function / by SHA: {ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()

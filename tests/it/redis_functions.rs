@@ -1,0 +1,193 @@
+//! The Redis store's scripts as one function library (docs/redis.md, "Scripts and
+//! functions"): loaded once per server and called with `FCALL`, loaded again when the server
+//! lost it, and left for `EVALSHA` where the server will not run functions; the process check
+//! of the epoch fence reads `INFO` once per Lua state, never a state of another process.
+#![cfg(feature = "redis")]
+
+use crate::common;
+
+use common::redis_server::RedisServer;
+
+use futures::executor::block_on;
+use usage_guard::internals::{
+    expiry_minute, CounterKey, Fence, FenceAnswer, HoldRef, ReserveItem, ReserveOutcome, Settle,
+    UsageAdd,
+};
+use usage_guard::{CounterStore, Millis, RedisStore};
+
+/// 2026-01-01T00:00:30Z.
+const T0: Millis = 1_767_225_630_000;
+
+fn counter() -> CounterKey {
+    common::tokens_key_in("alice", "day", T0 - 30_000)
+}
+
+fn item(hold: u64) -> ReserveItem {
+    ReserveItem {
+        key: counter(),
+        hold,
+        limit: Some(1_000_000),
+        carried: 0,
+        retain_until: T0 + 2 * 86_400_000,
+    }
+}
+
+fn minute() -> i64 {
+    expiry_minute(T0, 15 * 60_000)
+}
+
+/// The bill of ticket `id`: gives back its hold of 10, adds 7.
+fn bill(id: &str) -> Settle {
+    Settle {
+        id: id.into(),
+        ticket: id.into(),
+        holds: vec![HoldRef {
+            key: counter(),
+            amount: 10,
+        }],
+        expiry_minute: minute(),
+        adds: vec![UsageAdd {
+            key: counter(),
+            amount: 7,
+            retain_until: T0 + 2 * 86_400_000,
+        }],
+        settled_until: T0 + 300_000,
+    }
+}
+
+/// A fenced reservation of 10 under generation "g".
+fn reserve_fenced(store: &RedisStore, ticket: &str) -> ReserveOutcome {
+    let store: &dyn CounterStore = store;
+    let fence = Fence {
+        generation: "g".into(),
+        fenced: vec![true],
+    };
+    block_on(store.reserve_fenced(ticket.into(), vec![item(10)], minute(), T0, fence)).unwrap()
+}
+
+/// Reserves and bills `n` tickets named `<name>-<i>`, the bills in one pipeline.
+fn reserve_and_bill(store: &RedisStore, name: &str, n: usize) {
+    let tickets: Vec<String> = (0..n).map(|i| format!("{name}-{i}")).collect();
+    for ticket in &tickets {
+        assert_eq!(reserve_fenced(store, ticket), ReserveOutcome::Reserved);
+    }
+    let settles: Vec<Settle> = tickets.iter().map(|t| bill(t)).collect();
+    let background = store
+        .background_settling()
+        .expect("a Redis store settles in batches");
+    for outcome in block_on(background.settle_many(&settles, T0)).unwrap() {
+        outcome.unwrap();
+    }
+}
+
+/// The calls of `command` that ran without an error, in `stats` (`INFO commandstats`: calls
+/// less failed_calls; a script not loaded yet fails and is sent again).
+fn calls(stats: &str, command: &str) -> u64 {
+    let head = format!("cmdstat_{command}:");
+    let Some(line) = stats.lines().find_map(|line| line.strip_prefix(&head)) else {
+        return 0;
+    };
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|f| f.strip_prefix(&format!("{name}=")))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    field("calls") - field("failed_calls")
+}
+
+fn used(store: &RedisStore) -> u64 {
+    let store: &dyn CounterStore = store;
+    block_on(store.read(vec![counter()], T0)).unwrap()[0].used
+}
+
+/// A store at `url` with an epoch of generation "g" written by this process.
+fn fenced_store(url: &str) -> RedisStore {
+    let store = RedisStore::connect(url, "fn").unwrap();
+    let fencing: &dyn CounterStore = &store;
+    assert!(block_on(fencing.set_epoch("g".into(), T0, None, false, 0)).unwrap());
+    store
+}
+
+#[test]
+fn fenced_calls_run_as_functions_and_read_the_process_once() {
+    let server = RedisServer::start();
+    let store = fenced_store(&server.url());
+    reserve_and_bill(&store, "a", 1);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    reserve_and_bill(&store, "b", 20);
+    assert!(store.uses_functions());
+    assert!(server.cli(&["FUNCTION", "LIST"]).contains("usage_guard_"));
+    let stats = server.cli(&["INFO", "commandstats"]);
+    assert_eq!(calls(&stats, "evalsha"), 0, "no script by SHA");
+    assert_eq!(calls(&stats, "fcall"), 20 + 20, "20 reserves, 20 bills");
+    // The first fenced reserve asked which process this is; the library's Lua state kept
+    // the answer for the next 20.
+    assert_eq!(calls(&stats, "info"), 0);
+    assert_eq!(used(&store), 21 * 7);
+}
+
+#[test]
+fn by_sha_every_fenced_call_reads_the_process() {
+    let server = RedisServer::start();
+    let store = fenced_store(&server.url());
+    store.without_functions();
+    reserve_and_bill(&store, "a", 1);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    reserve_and_bill(&store, "b", 20);
+    let stats = server.cli(&["INFO", "commandstats"]);
+    assert_eq!(calls(&stats, "fcall"), 0);
+    assert_eq!(calls(&stats, "evalsha"), 20 + 20);
+    assert_eq!(calls(&stats, "info"), 20);
+    assert!(!server.cli(&["FUNCTION", "LIST"]).contains("usage_guard_"));
+    assert_eq!(used(&store), 21 * 7);
+}
+
+#[test]
+fn a_library_lost_is_loaded_again_for_single_calls_and_pipelines() {
+    let server = RedisServer::start();
+    let store = fenced_store(&server.url());
+    reserve_and_bill(&store, "a", 3);
+    server.cli(&["FUNCTION", "FLUSH"]);
+    // The next reserve finds no function, loads the library and runs.
+    assert_eq!(reserve_fenced(&store, "b"), ReserveOutcome::Reserved);
+    server.cli(&["FUNCTION", "FLUSH"]);
+    // So does a pipeline of bills: sent again whole, each bill lands once.
+    let background = store.background_settling().unwrap();
+    let settles = [bill("b"), bill("b"), bill("a-0")];
+    let outcomes = block_on(background.settle_many(&settles, T0)).unwrap();
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    assert!(store.uses_functions());
+    assert_eq!(used(&store), 4 * 7, "three bills of a, one of b");
+}
+
+#[test]
+fn a_user_who_may_not_call_functions_gets_the_scripts_by_sha() {
+    let server = RedisServer::start();
+    let acl = ["~*", "&*", "+@all", "-fcall", "-function"];
+    server.cli(&[&["ACL", "SETUSER", "plain", "on", ">pw"][..], &acl[..]].concat());
+    let url = server.url().replace("redis://", "redis://plain:pw@");
+    let store = fenced_store(&url);
+    reserve_and_bill(&store, "a", 5);
+    assert!(!store.uses_functions());
+    assert_eq!(used(&store), 5 * 7);
+    // Nothing was half-loaded: the server holds no library.
+    assert!(!server.cli(&["FUNCTION", "LIST"]).contains("usage_guard_"));
+}
+
+#[test]
+fn another_process_is_fenced_though_it_loaded_the_same_library_from_disk() {
+    let mut server = RedisServer::start();
+    let store = fenced_store(&server.url());
+    assert_eq!(reserve_fenced(&store, "a"), ReserveOutcome::Reserved);
+    // The epoch, the counters and the library come back from the RDB; the Lua state, and
+    // so the run_id it read, do not.
+    assert_eq!(server.cli(&["SAVE"]), "OK");
+    server.restart();
+    assert!(server.cli(&["FUNCTION", "LIST"]).contains("usage_guard_"));
+    assert_eq!(
+        reserve_fenced(&store, "b"),
+        ReserveOutcome::Fenced(FenceAnswer::Untrusted)
+    );
+}
