@@ -92,6 +92,21 @@ def test_a_user_denied_functions_falls_back_to_sha(redis_server: RedisServer) ->
     assert _used(guard) == 3 * 15
 
 
+@pytest.mark.parametrize("command", ["FCALL", "FUNCTION"])
+def test_a_server_without_the_commands_gets_the_scripts_by_sha(command: str) -> None:
+    """A server with `FCALL` renamed away answers as Redis 6 does ("unknown command"); one
+    with `FUNCTION` renamed away cannot load the library. Either way every call counts."""
+    server = RedisServer(extra=("--rename-command", command, ""))
+    try:
+        store = ug.RedisStore(server.url, "fn-renamed")
+        guard = _bill_three(store)
+        assert store.functions is False
+        assert _used(guard) == 3 * 15
+        guard.close()
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("bad", ["no", 0, None])
 def test_functions_must_be_a_bool(redis_server: RedisServer, bad: object) -> None:
     with pytest.raises(TypeError, match="functions"):
