@@ -9,7 +9,8 @@ times through one made with `functions=False`, each call asking for a different 
 (holds that differ, as in real traffic). Prints instructions per call each way and the
 ratio.
 
-Run: .venv/bin/python benches/functions_cost.py [N]   (default 300; needs valgrind)
+Run: .venv/bin/python benches/functions_cost.py [N]   (default 300; needs valgrind and
+redis-py, which `make bench` installs)
 """
 
 from __future__ import annotations
@@ -17,67 +18,36 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests_py"))
 sys.path.insert(0, os.path.dirname(__file__))
 
+import redis  # noqa: E402
 import usage_guard as ug  # noqa: E402
 from admit_bill import SIX_RULES  # noqa: E402
-from redis_harness import _free_port  # noqa: E402
+from lua_floor import under_callgrind  # noqa: E402
 
 COUNTED = {"function": "fcallCommand", "by SHA": "evalShaCommand"}
 
 
-def cli(port: int, *args: str) -> str:
-    return subprocess.run(
-        ["redis-cli", "-p", str(port), *args], capture_output=True, text=True, check=True
-    ).stdout
-
-
 def run(calls: int) -> dict[str, float]:
     """Instructions per admit + bill, each way, from one callgrind run."""
-    port = _free_port()
-    out = tempfile.mktemp(prefix="ug-functions-")
-    toggles = [f"--toggle-collect={name}" for name in COUNTED.values()]
-    server = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", *toggles, f"--callgrind-out-file={out}"]
-        + ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while (
-            subprocess.run(
-                ["redis-cli", "-p", str(port), "PING"], capture_output=True
-            ).stdout.strip()
-            != b"PONG"
-        ):
-            assert time.monotonic() < deadline, "redis-server under valgrind did not start"
-            time.sleep(0.1)
-        url = f"redis://127.0.0.1:{port}"
+
+    def drive(client: redis.Redis) -> None:
+        port = client.connection_pool.connection_kwargs["port"]
         for way, functions in (("function", True), ("by SHA", False)):
-            store = ug.RedisStore(url, f"cost-{functions}", timeout=30, functions=functions)
+            store = ug.RedisStore(
+                f"redis://127.0.0.1:{port}", f"cost-{functions}", timeout=30, functions=functions
+            )
             guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), store=store)
             for i in range(calls):
                 ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000 + i % 7)
                 ticket.bill(1100, 800 + i % 5)
             guard.close()
             assert store.functions is functions, way
-        cli(port, "SHUTDOWN", "NOSAVE")
-        server.wait(timeout=300)
-        listing = subprocess.run(
-            ["callgrind_annotate", "--inclusive=yes", out], capture_output=True, text=True
-        ).stdout
-    finally:
-        if server.poll() is None:
-            server.kill()
-        if os.path.exists(out):
-            os.unlink(out)
+
+    _, listing = under_callgrind(drive, tuple(COUNTED.values()))
     per_call = {}
     for way, function in COUNTED.items():
         found = re.search(r"([\d,]+) \([\d.]+%\)\s+\S*:" + function + r"\b", listing)

@@ -102,14 +102,18 @@ UNITS = {
 }
 
 
-def under_callgrind(drive: Callable[[redis.Redis], None]) -> tuple[int, str]:
-    """Starts a redis-server under callgrind, counting inside `evalShaCommand` only, runs
-    `drive` with a client of it, shuts it down, and returns the instructions counted and
-    callgrind_annotate's inclusive listing (functions by what they and their callees cost)."""
+def under_callgrind(
+    drive: Callable[[redis.Redis], None], counted: tuple[str, ...] = ("evalShaCommand",)
+) -> tuple[int, str]:
+    """Starts a redis-server under callgrind, counting inside the functions `counted` only
+    (`evalShaCommand`: scripts called by SHA), runs `drive` with a client of it, shuts it
+    down, and returns the instructions counted and callgrind_annotate's inclusive listing
+    (functions by what they and their callees cost)."""
     port = _free_port()
     out = tempfile.mktemp(prefix="ug-callgrind-")
+    toggles = [f"--toggle-collect={name}" for name in counted]
     server = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", "--toggle-collect=evalShaCommand"]
+        ["valgrind", "--tool=callgrind", *toggles]
         + [f"--callgrind-out-file={out}", "redis-server", "--port", str(port)]
         + ["--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,

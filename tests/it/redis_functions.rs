@@ -110,38 +110,41 @@ fn fenced_store(url: &str) -> RedisStore {
     store
 }
 
-#[test]
-fn fenced_calls_run_as_functions_and_read_the_process_once() {
+/// After one fenced reserve and bill, 20 more, as functions or by SHA: the server's
+/// commandstats of those 20 (what the store used, and the `INFO`s they asked).
+fn twenty_fenced_calls(functions: bool) -> (RedisServer, String) {
     let server = RedisServer::start();
     let store = fenced_store(&server.url());
+    if !functions {
+        store.without_functions();
+    }
     reserve_and_bill(&store, "a", 1);
     server.cli(&["CONFIG", "RESETSTAT"]);
     reserve_and_bill(&store, "b", 20);
-    assert!(store.uses_functions());
-    assert!(server.cli(&["FUNCTION", "LIST"]).contains("usage_guard_"));
+    assert_eq!(store.uses_functions(), functions);
+    assert_eq!(used(&store), 21 * 7);
+    let library = server.cli(&["FUNCTION", "LIST"]).contains("usage_guard_");
+    assert_eq!(library, functions, "a library only when calling functions");
     let stats = server.cli(&["INFO", "commandstats"]);
+    (server, stats)
+}
+
+#[test]
+fn fenced_calls_run_as_functions_and_read_the_process_once() {
+    let (_server, stats) = twenty_fenced_calls(true);
     assert_eq!(calls(&stats, "evalsha"), 0, "no script by SHA");
     assert_eq!(calls(&stats, "fcall"), 20 + 20, "20 reserves, 20 bills");
     // The first fenced reserve asked which process this is; the library's Lua state kept
     // the answer for the next 20.
     assert_eq!(calls(&stats, "info"), 0);
-    assert_eq!(used(&store), 21 * 7);
 }
 
 #[test]
 fn by_sha_every_fenced_call_reads_the_process() {
-    let server = RedisServer::start();
-    let store = fenced_store(&server.url());
-    store.without_functions();
-    reserve_and_bill(&store, "a", 1);
-    server.cli(&["CONFIG", "RESETSTAT"]);
-    reserve_and_bill(&store, "b", 20);
-    let stats = server.cli(&["INFO", "commandstats"]);
+    let (_server, stats) = twenty_fenced_calls(false);
     assert_eq!(calls(&stats, "fcall"), 0);
     assert_eq!(calls(&stats, "evalsha"), 20 + 20);
     assert_eq!(calls(&stats, "info"), 20);
-    assert!(!server.cli(&["FUNCTION", "LIST"]).contains("usage_guard_"));
-    assert_eq!(used(&store), 21 * 7);
 }
 
 #[test]
