@@ -121,11 +121,11 @@ fn twenty_fenced_calls(functions: bool) -> (RedisServer, String) {
     reserve_and_bill(&store, "a", 1);
     server.cli(&["CONFIG", "RESETSTAT"]);
     reserve_and_bill(&store, "b", 20);
+    let stats = server.cli(&["INFO", "commandstats"]);
     assert_eq!(store.uses_functions(), functions);
     assert_eq!(used(&store), 21 * 7);
     let library = server.cli(&["FUNCTION", "LIST"]).contains("usage_guard_");
     assert_eq!(library, functions, "a library only when calling functions");
-    let stats = server.cli(&["INFO", "commandstats"]);
     (server, stats)
 }
 
