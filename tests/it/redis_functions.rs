@@ -194,3 +194,26 @@ fn another_process_is_fenced_though_it_loaded_the_same_library_from_disk() {
         ReserveOutcome::Fenced(FenceAnswer::Untrusted)
     );
 }
+
+#[test]
+fn a_library_of_the_same_name_without_the_functions_falls_back_to_sha() {
+    let server = RedisServer::start();
+    let store = fenced_store(&server.url());
+    reserve_and_bill(&store, "a", 1);
+    // Another library now holds the name (a broken deploy, a hand-made one): loading ours
+    // answers "already exists", and calling ours, "Function not found".
+    let listing = server.cli(&["FUNCTION", "LIST"]);
+    let name = listing
+        .lines()
+        .find(|line| line.starts_with("usage_guard_"))
+        .expect("the library's name")
+        .to_string();
+    server.cli(&["FUNCTION", "DELETE", &name]);
+    let other = format!(
+        "#!lua name={name}\nredis.register_function('{name}_other', function() return 1 end)"
+    );
+    assert_eq!(server.cli(&["FUNCTION", "LOAD", &other]), name);
+    reserve_and_bill(&store, "b", 3);
+    assert!(!store.uses_functions());
+    assert_eq!(used(&store), 4 * 7);
+}

@@ -80,9 +80,9 @@ impl RedisStore {
         }
         self.run("settle", move |inner, mut conn| async move {
             let script = &inner.scripts.settle;
-            let mut tries = 0;
+            let mut send = 0;
             loop {
-                tries += 1;
+                send += 1;
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
                 for (keys, args) in calls.iter().flatten() {
@@ -92,7 +92,7 @@ impl RedisStore {
                 // A server that cannot run the script yet (`Lua::recover`) is made able to,
                 // and sent the whole pipeline again.
                 if let Some(Err(e)) = answers.iter().find(|a| a.is_err()) {
-                    if tries < 3 && script.recover(e, &mut conn).await? {
+                    if script.recover(e, &mut conn, send).await? {
                         continue;
                     }
                 }

@@ -123,6 +123,10 @@ impl Library {
     }
 }
 
+/// How many times one call of a script may be sent: the library loaded and still missing,
+/// then turned off, then the script loaded by SHA, then run.
+const SENDS: usize = 4;
+
 /// One of the store's Lua scripts: by SHA always, and as a function of the library while
 /// the library is on.
 pub(super) struct Lua {
@@ -146,13 +150,22 @@ impl Lua {
         }
     }
 
-    /// After `e` answered a call of this script: makes the server able to run it (loads the
-    /// script or the library, or turns the library off when the server has no functions)
-    /// and says whether the call should be sent again.
-    pub(super) async fn recover<C>(&self, e: &RedisError, conn: &mut C) -> redis::RedisResult<bool>
+    /// After `e` answered the `send`-th sending (from 1) of a call of this script: makes
+    /// the server able to run it (loads the script or the library, or turns the library off
+    /// when the server has no functions) and says whether the call should be sent again
+    /// (at most `SENDS` sendings in all).
+    pub(super) async fn recover<C>(
+        &self,
+        e: &RedisError,
+        conn: &mut C,
+        send: usize,
+    ) -> redis::RedisResult<bool>
     where
         C: redis::aio::ConnectionLike,
     {
+        if send >= SENDS {
+            return Ok(false);
+        }
         if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
             self.script.load_async(conn).await?;
             return Ok(true);
@@ -164,7 +177,17 @@ impl Lua {
         if !library.on.load(Ordering::Relaxed) {
             Ok(false)
         } else if e.code() == Some("ERR") && detail.starts_with("Function not found") {
-            library.load(conn).await?;
+            if send == 1 {
+                library.load(conn).await?;
+            } else {
+                // Loaded (or "already exists"), and still not found: a library of that name
+                // with other functions, or a proxy that loads on one node and calls another.
+                log::info!(
+                    "redis: the function library was loaded but its functions are not found \
+                     ({e}); the store calls its scripts by SHA"
+                );
+                library.on.store(false, Ordering::Relaxed);
+            }
             Ok(true)
         } else if (e.code() == Some("ERR") && detail.starts_with("unknown command"))
             || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
@@ -295,12 +318,11 @@ where
     T: redis::FromRedisValue,
     C: redis::aio::ConnectionLike,
 {
-    // At most three sends: the library loaded, or turned off and then the script loaded.
-    let mut tries = 0;
+    let mut send = 0;
     loop {
-        tries += 1;
+        send += 1;
         match eval_cmd(lua, keys, args).query_async(conn).await {
-            Err(e) if tries < 3 && lua.recover(&e, conn).await? => continue,
+            Err(e) if lua.recover(&e, conn, send).await? => continue,
             answer => return answer,
         }
     }
