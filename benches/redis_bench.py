@@ -1,7 +1,8 @@
 """admit + bill on a local Redis beside its peers on the same server: `limits` (sync and
 asyncio, sliding-window counter over redis-py, one hit per call) and the EVALSHA ceiling
 `redis-benchmark` measures; round trips and server time per script from INFO commandstats;
-and at 64 asyncio callers, the CPU per call of this process and of the redis-server (`cpu_split`).
+and at 64 asyncio callers, the CPU per call of this process and of the redis-server (`cpu_split`),
+and the store's scripts as functions beside by SHA (`functions_pair`).
 
 Run: .venv/bin/python benches/redis_bench.py [seconds-per-level]
 (`benches/table.py` runs the same functions and prints them in the one table.)
@@ -240,6 +241,34 @@ def cpu_split(server: RedisServer, callers: int, seconds: float) -> dict[str, fl
     return out
 
 
+def functions_pair(server: RedisServer, seconds: float, rounds: int) -> list[dict[str, float]]:
+    """64 asyncio callers with the scripts as functions (`FCALL`, the default) and by SHA
+    (`functions=False`), alternating, `rounds` times: per round and way, calls/s and the
+    redis-server main thread's CPU per call."""
+    guards = {
+        way: ug.Guard(
+            ug.Policy.from_dict(POLICY),
+            store=ug.RedisStore(server.url, f"ways-{way}", functions=way == "function"),
+        )
+        for way in ("function", "by SHA")
+    }
+    for guard in guards.values():
+        asyncio.run(run_level(guard, 64, 0.2))
+    out = []
+    for _ in range(rounds):
+        row = {}
+        for way, guard in guards.items():
+            redis_side, started = redis_cpu(server), time.perf_counter()
+            rate = asyncio.run(run_level(guard, 64, seconds))
+            calls = rate * (time.perf_counter() - started)
+            row[f"{way} calls/s"] = rate
+            row[f"{way} redis µs"] = (redis_cpu(server) - redis_side) / calls * 1e6
+        out.append(row)
+    for guard in guards.values():
+        guard.close()
+    return out
+
+
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
     server = RedisServer()
@@ -259,6 +288,13 @@ def main() -> None:
             print(
                 f"{peer}, 64 callers, CPU per call: this process {split[peer + ' client']:.0f} "
                 f"µs, redis-server {split[peer + ' redis']:.0f} µs"
+            )
+        for row in functions_pair(server, seconds, 2):
+            print(
+                "64 callers, as functions / by SHA: "
+                f"{row['function calls/s']:,.0f} / {row['by SHA calls/s']:,.0f} calls/s, "
+                f"redis-server {row['function redis µs']:.0f} / {row['by SHA redis µs']:.0f} "
+                "µs per call"
             )
         sync = sync_pair(server, seconds, 1)
         print(
