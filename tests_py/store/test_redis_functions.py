@@ -9,7 +9,7 @@ import re
 
 import pytest
 import usage_guard as ug
-from redis_harness import RedisServer
+from redis_harness import RedisCluster, RedisServer
 
 POLICY = {
     "models": {"m": {"display_name": "M", "max_output_tokens": 100}},
@@ -90,6 +90,30 @@ def test_a_user_denied_functions_falls_back_to_sha(redis_server: RedisServer) ->
     guard = _bill_three(store)
     assert store.functions is False
     assert _used(guard) == 3 * 15
+
+
+def test_on_a_cluster_every_master_runs_the_library() -> None:
+    """Slot groups spread people over the masters: each master gets the library at its
+    first call (FUNCTION LOAD goes to every master) and runs their calls as functions."""
+    cluster = RedisCluster()
+    try:
+        store = ug.RedisStore.cluster(cluster.urls, "fn-cluster", slot_groups=True)
+        people = [f"p{i}" for i in range(24)]
+        rule = POLICY["limits"]["direct"][0]  # type: ignore[index]
+        policy = {**POLICY, "limits": {"direct": [{**rule, "user": p} for p in people]}}
+        guard = ug.Guard(ug.Policy.from_dict(policy), store=store)
+        for person in people:
+            guard.admit(person, "m", prompt_tokens=10, max_tokens=10).bill(
+                input_tokens=10, output_tokens=5, wait=True
+            )
+        assert store.functions is True
+        for master in cluster.masters():
+            assert "usage_guard_" in master.cli("FUNCTION", "LIST")
+            assert _calls(master).get("fcall", 0) > 0, master.port
+        assert all(guard.usage(p, "m")["rules"][0]["used"] == 15 for p in people)
+        guard.close()
+    finally:
+        cluster.stop()
 
 
 @pytest.mark.parametrize("command", ["FCALL", "FUNCTION"])
