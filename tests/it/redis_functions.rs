@@ -217,3 +217,57 @@ fn a_library_of_the_same_name_without_the_functions_falls_back_to_sha() {
     assert!(!store.uses_functions());
     assert_eq!(used(&store), 4 * 7);
 }
+
+#[test]
+fn a_server_out_of_memory_fails_the_call_and_keeps_the_library_for_later() {
+    let server = RedisServer::start();
+    let store = fenced_store(&server.url());
+    // Full: the library cannot be loaded now (OOM), which says nothing of later.
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    assert!(block_on((&store as &dyn CounterStore).reserve(
+        "a".into(),
+        vec![item(10)],
+        minute(),
+        T0
+    ))
+    .is_err());
+    assert!(store.uses_functions());
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    reserve_and_bill(&store, "b", 2);
+    assert!(store.uses_functions());
+    assert!(server.cli(&["FUNCTION", "LIST"]).contains("usage_guard_"));
+    assert_eq!(used(&store), 2 * 7);
+}
+
+#[test]
+fn a_replica_keeps_the_library_for_after_its_promotion() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    let port = primary
+        .url()
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
+    replica.cli(&["REPLICAOF", "127.0.0.1", &port]);
+    while !replica
+        .cli(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let store = RedisStore::connect(&replica.url(), "fn").unwrap();
+    // A replica refuses the load (READONLY) as it refuses the call's writes: the call fails,
+    // and says nothing of the server the replica becomes.
+    let on_replica =
+        block_on((&store as &dyn CounterStore).reserve("a".into(), vec![item(10)], minute(), T0));
+    assert!(on_replica.is_err());
+    assert!(store.uses_functions());
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    let fencing: &dyn CounterStore = &store;
+    assert!(block_on(fencing.set_epoch("g".into(), T0, None, false, 0)).unwrap());
+    reserve_and_bill(&store, "b", 2);
+    assert!(store.uses_functions());
+    assert_eq!(used(&store), 2 * 7);
+}

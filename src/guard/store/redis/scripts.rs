@@ -99,8 +99,10 @@ impl Library {
     }
 
     /// Loads the library on the server behind `conn` (every master of a cluster). Ok when it
-    /// is there now; a server that cannot or will not have it turns the library off (calls
-    /// then go by SHA), and only a failure to reach the server is an error.
+    /// is there now; a server that will not have it (an ACL, a renamed or unknown command,
+    /// code it refuses) turns the library off (calls then go by SHA). A server that cannot
+    /// now (out of memory, loading, busy, a cluster without a master) and a failure to reach
+    /// it are errors: the call fails as any store operation would, and a later one loads.
     async fn load<C: redis::aio::ConnectionLike>(&self, conn: &mut C) -> redis::RedisResult<()> {
         let loaded: redis::RedisResult<String> = redis::cmd("FUNCTION")
             .arg("LOAD")
@@ -110,7 +112,10 @@ impl Library {
         match loaded {
             Ok(_) => Ok(()),
             Err(e) if e.detail().is_some_and(|d| d.contains("already exists")) => Ok(()),
-            Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+            Err(e)
+                if e.code() == Some("ERR")
+                    || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) =>
+            {
                 log::info!(
                     "redis: the server did not load the function library ({e}); \
                      the store calls its scripts by SHA"
