@@ -178,35 +178,34 @@ impl Lua {
         let Some((_, library)) = &self.function else {
             return Ok(false);
         };
-        let detail = e.detail().unwrap_or("");
-        if !library.on.load(Ordering::Relaxed) {
-            Ok(false)
-        } else if e.code() == Some("ERR") && detail.starts_with("Function not found") {
-            if send == 1 {
-                library.load(conn).await?;
-            } else {
-                // Loaded (or "already exists"), and still not found: a library of that name
-                // with other functions, or a proxy that loads on one node and calls another.
-                log::info!(
-                    "redis: the function library was loaded but its functions are not found \
-                     ({e}); the store calls its scripts by SHA"
-                );
-                library.on.store(false, Ordering::Relaxed);
-            }
-            Ok(true)
-        } else if (e.code() == Some("ERR") && detail.starts_with("unknown command"))
-            || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
-        {
-            // No functions on this server, or an ACL that keeps this user from `FCALL` (it
-            // may still allow `EVALSHA`; if not, that call's refusal is the error).
-            log::info!(
-                "redis: the store cannot call functions here ({e}); it calls its scripts by SHA"
-            );
-            library.on.store(false, Ordering::Relaxed);
-            Ok(true)
-        } else {
-            Ok(false)
+        // Only answers to an `FCALL` are read here (each names the function or the command):
+        // the same refusals of an `EVALSHA` are the call's error.
+        let detail = e.detail().unwrap_or("").to_ascii_lowercase();
+        let missing = e.code() == Some("ERR") && detail.starts_with("function not found");
+        // No functions on this server (Redis 6 answers "unknown command `FCALL`"), or an ACL
+        // that keeps this user from `FCALL` (it may still allow `EVALSHA`).
+        let refused = (e.code() == Some("ERR") && detail.starts_with("unknown command"))
+            || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm);
+        if !(missing || (refused && detail.contains("fcall"))) {
+            return Ok(false);
         }
+        if !library.on.load(Ordering::Relaxed) {
+            // Sent as a function before another call turned the library off: by SHA now.
+            return Ok(true);
+        }
+        if missing && send == 1 {
+            library.load(conn).await?;
+            return Ok(true);
+        }
+        let why = match missing {
+            // Loaded (or "already exists"), and still not found: a library of that name with
+            // other functions, or a proxy that loads on one node and calls another.
+            true => "its functions are not found once it is loaded",
+            false => "the server or this user cannot call functions",
+        };
+        log::info!("redis: {why} ({e}); the store calls its scripts by SHA");
+        library.on.store(false, Ordering::Relaxed);
+        Ok(true)
     }
 }
 
