@@ -5,6 +5,7 @@ they must. Real redis-server."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -137,3 +138,27 @@ def test_functions_must_be_a_bool(redis_server: RedisServer, bad: object) -> Non
         ug.RedisStore(redis_server.url, "fn-bad", functions=bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="functions"):
         ug.RedisStore.cluster([redis_server.url], "fn-bad", functions=bad)  # type: ignore[arg-type]
+
+
+def test_calls_sent_together_before_the_fallback_all_land() -> None:
+    """16 asyncio tasks call a fresh store at once on a server without FCALL: the first
+    answer turns the library off, and every call already sent as a function is sent again by
+    SHA instead of failing."""
+    server = RedisServer(extra=("--rename-command", "FCALL", ""))
+    try:
+        store = ug.RedisStore(server.url, "fn-together")
+        guard = ug.Guard(ug.Policy.from_dict(POLICY), store=store)
+
+        async def call() -> None:
+            ticket = await guard.admit_async("alice", "m", prompt_tokens=10, max_tokens=10)
+            await ticket.bill_async(input_tokens=10, output_tokens=5, wait=True)
+
+        async def together() -> None:
+            await asyncio.gather(*(call() for _ in range(16)))
+
+        asyncio.run(together())
+        assert store.functions is False
+        assert _used(guard) == 16 * 15
+        guard.close()
+    finally:
+        server.stop()
