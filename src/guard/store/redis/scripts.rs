@@ -57,8 +57,9 @@ const LIBRARY: [(&str, bool, &str); 9] = [
 
 /// The function library of one store: its code, and whether calls go to it.
 pub(super) struct Library {
-    /// `usage_guard_<12 hex digits of the code's SHA-256>`: two versions of the guard on one
-    /// server load two libraries, and never call each other's functions.
+    /// `usage_guard_<12 hex digits of the SHA-256 of all its code>`: two versions of the
+    /// guard whose Lua differs anywhere load two libraries on one server, and never call
+    /// each other's functions.
     name: String,
     code: String,
     /// Cleared for good when the server has no functions (before Redis 7) or refuses to load
@@ -68,6 +69,11 @@ pub(super) struct Library {
 
 impl Library {
     fn new() -> Self {
+        Self::of(&LIBRARY)
+    }
+
+    /// The library of `scripts` (name, fenced, body) on the shared Lua.
+    fn of(scripts: &[(&str, bool, &str)]) -> Self {
         let mut body = String::from("local KEYS, ARGV\n");
         body.push_str(COMMON_LUA);
         body.push('\n');
@@ -80,12 +86,19 @@ impl Library {
              KEYS, ARGV = keys, args\n    begin_call()\n    \
              if fenced then fence_begin() end\n    return body()\n  end\nend\n",
         );
-        let hash = Sha256::digest(body.as_bytes());
+        // The name hashes all the code, the bodies too (registered below, under the name).
+        let mut code = Sha256::new();
+        code.update(body.as_bytes());
+        for (script, fenced, text) in scripts {
+            code.update(format!("{script}:{fenced}:{}:", text.len()).as_bytes());
+            code.update(text.as_bytes());
+        }
+        let hash = code.finalize();
         let mut name = String::from("usage_guard_");
         for byte in &hash[..6] {
             name.push_str(&format!("{byte:02x}"));
         }
-        for (script, fenced, text) in LIBRARY {
+        for (script, fenced, text) in scripts {
             body.push_str(&format!(
                 "redis.register_function('{name}_{script}', call(function()\n{text}\nend, {fenced}))\n"
             ));
@@ -328,6 +341,24 @@ where
         match eval_cmd(lua, keys, args).query_async(conn).await {
             Err(e) if lua.recover(&e, conn, send).await? => continue,
             answer => return answer,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Library, LIBRARY};
+
+    #[test]
+    fn the_name_changes_with_any_of_the_code() {
+        let name = Library::new().name;
+        assert_eq!(Library::new().name, name, "the same code, the same name");
+        assert!(name.starts_with("usage_guard_") && name.len() == "usage_guard_".len() + 12);
+        for i in 0..LIBRARY.len() {
+            let mut edited = LIBRARY;
+            let changed = format!("{}\n", LIBRARY[i].2);
+            edited[i].2 = &changed;
+            assert_ne!(Library::of(&edited).name, name, "{} edited", LIBRARY[i].0);
         }
     }
 }
