@@ -94,15 +94,22 @@ pub(crate) fn leave_signals_to_other_threads() {
 /// host (and a test reading the thread's mask could see it unblocked).
 pub(crate) fn starting_threads<R>(start: impl FnOnce() -> R) -> R {
     #[cfg(unix)]
-    {
-        let old = block_host_signals();
-        let started = start();
-        // SAFETY: `old` is the mask `pthread_sigmask` returned for this thread.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-        started
-    }
-    #[cfg(not(unix))]
+    let _restore = Restore(block_host_signals());
     start()
+}
+
+/// Puts back a thread's signal mask when dropped: after `starting_threads`' start, however
+/// it ends (a panic too: the caller may be Python's main thread, which must get its signals
+/// back).
+#[cfg(unix)]
+struct Restore(libc::sigset_t);
+
+#[cfg(unix)]
+impl Drop for Restore {
+    fn drop(&mut self) {
+        // SAFETY: the mask `pthread_sigmask` returned for this thread.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
 }
 
 /// Starts a named thread of the core: its signals blocked from its start
@@ -253,6 +260,9 @@ mod tests {
                 !blocked(libc::SIGTERM),
                 "the starting thread's mask is restored"
             );
+            let panicked = std::panic::catch_unwind(|| starting_threads(|| panic!("no thread")));
+            assert!(panicked.is_err());
+            assert!(!blocked(libc::SIGTERM), "restored after a panic too");
         })
         .join()
         .unwrap();

@@ -234,6 +234,18 @@ fn a_server_out_of_memory_fails_the_call_and_keeps_the_library_for_later() {
     assert!(store.uses_functions());
     server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
     reserve_and_bill(&store, "b", 2);
+    // Full again, with the library loaded: a reservation is refused, a read answers (`read`
+    // is registered allow-oom, as a script by SHA would run it).
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    assert!(block_on((&store as &dyn CounterStore).reserve(
+        "c".into(),
+        vec![item(10)],
+        minute(),
+        T0
+    ))
+    .is_err());
+    assert_eq!(used(&store), 2 * 7);
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
     assert!(store.uses_functions());
     assert!(server.cli(&["FUNCTION", "LIST"]).contains("usage_guard_"));
     assert_eq!(used(&store), 2 * 7);

@@ -36,8 +36,9 @@ end
 -- instructions. (epoch.lua reads it the same way: the two must agree.)
 -- Kept in RUN_ID once read: an EVALSHA script reads it again at each call, while the
 -- function library (scripts.rs) keeps it for the life of the Lua state that loaded it. That
--- state lives in the process's memory and is made anew by every process (a restart, a
--- replica promoted) and every FUNCTION LOAD, so what it keeps is always this process's.
+-- state lives in one process's memory (a restarted process makes a new one; a promoted
+-- replica runs its own, which read its own run_id), so what it keeps is always this
+-- process's.
 local RUN_ID = nil
 local function run_id()
   if RUN_ID == nil then

@@ -90,11 +90,16 @@ impl RedisStore {
                 }
                 let answers: Vec<RedisResult<i64>> = pipe.query_async(&mut conn).await?;
                 // A server that cannot run the script yet (`Lua::recover`) is made able to,
-                // and sent the whole pipeline again.
-                if let Some(Err(e)) = answers.iter().find(|a| a.is_err()) {
+                // and sent the whole pipeline again (whichever settle's answer says so).
+                let mut again = false;
+                for e in answers.iter().filter_map(|a| a.as_ref().err()) {
                     if script.recover(e, &mut conn, send).await? {
-                        continue;
+                        again = true;
+                        break;
                     }
+                }
+                if again {
+                    continue;
                 }
                 let mut answers = answers.into_iter();
                 return Ok(calls

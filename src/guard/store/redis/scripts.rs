@@ -42,7 +42,10 @@ fn carried_parts() -> String {
 }
 
 /// The library's scripts: name, whether the epoch fence's key and arguments end the call
-/// (`fence_begin`), and the body.
+/// (`fence_begin`), and the body. Redis refuses a function without flags whole when it is
+/// out of memory (where a script by SHA fails at its first write that needs memory);
+/// `read` and `filled` only read and delete, so they are registered `allow-oom` and answer
+/// as before (`READS`).
 const LIBRARY: [(&str, bool, &str); 9] = [
     ("read", false, READ_LUA),
     ("reserve", true, RESERVE_LUA),
@@ -54,6 +57,9 @@ const LIBRARY: [(&str, bool, &str); 9] = [
     ("fill", false, FILL_LUA),
     ("unreserve", false, UNRESERVE_LUA),
 ];
+
+/// The scripts of the library that only read (and delete what is past its time).
+const READS: [&str; 2] = ["read", "filled"];
 
 /// The function library of one store: its code, and whether calls go to it.
 pub(super) struct Library {
@@ -89,6 +95,7 @@ impl Library {
         // The name hashes all the code, the bodies too (registered below, under the name).
         let mut code = Sha256::new();
         code.update(body.as_bytes());
+        code.update(format!("{READS:?}").as_bytes());
         for (script, fenced, text) in scripts {
             code.update(format!("{script}:{fenced}:{}:", text.len()).as_bytes());
             code.update(text.as_bytes());
@@ -99,8 +106,13 @@ impl Library {
             name.push_str(&format!("{byte:02x}"));
         }
         for (script, fenced, text) in scripts {
+            let flags = match READS.contains(script) {
+                true => "{'allow-oom'}",
+                false => "{}",
+            };
             body.push_str(&format!(
-                "redis.register_function('{name}_{script}', call(function()\n{text}\nend, {fenced}))\n"
+                "redis.register_function{{function_name = '{name}_{script}', flags = {flags}, \
+                 callback = call(function()\n{text}\nend, {fenced})}}\n"
             ));
         }
         let code = format!("#!lua name={name}\n{body}");
@@ -125,6 +137,8 @@ impl Library {
         match loaded {
             Ok(_) => Ok(()),
             Err(e) if e.detail().is_some_and(|d| d.contains("already exists")) => Ok(()),
+            // Redis gives a load 500 ms: a busy server may take longer this once.
+            Err(e) if e.detail().is_some_and(|d| d.contains("timeout")) => Err(e),
             Err(e)
                 if e.code() == Some("ERR")
                     || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) =>
