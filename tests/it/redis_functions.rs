@@ -13,7 +13,7 @@ use usage_guard::internals::{
     expiry_minute, CounterKey, Fence, FenceAnswer, HoldRef, ReserveItem, ReserveOutcome, Settle,
     UsageAdd,
 };
-use usage_guard::{CounterStore, Millis, RedisStore};
+use usage_guard::{CounterStore, Millis, RedisStore, StoreError};
 
 /// 2026-01-01T00:00:30Z.
 const T0: Millis = 1_767_225_630_000;
@@ -63,6 +63,12 @@ fn reserve_fenced(store: &RedisStore, ticket: &str) -> ReserveOutcome {
         fenced: vec![true],
     };
     block_on(store.reserve_fenced(ticket.into(), vec![item(10)], minute(), T0, fence)).unwrap()
+}
+
+/// A reservation of 10 without the fence (no epoch needed).
+fn reserve_unfenced(store: &RedisStore, ticket: &str) -> Result<ReserveOutcome, StoreError> {
+    let store: &dyn CounterStore = store;
+    block_on(store.reserve(ticket.into(), vec![item(10)], minute(), T0))
 }
 
 /// Reserves and bills `n` tickets named `<name>-<i>`, the bills in one pipeline.
@@ -224,26 +230,14 @@ fn a_server_out_of_memory_fails_the_call_and_keeps_the_library_for_later() {
     let store = fenced_store(&server.url());
     // Full: the library cannot be loaded now (OOM), which says nothing of later.
     server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
-    assert!(block_on((&store as &dyn CounterStore).reserve(
-        "a".into(),
-        vec![item(10)],
-        minute(),
-        T0
-    ))
-    .is_err());
+    assert!(reserve_unfenced(&store, "a").is_err());
     assert!(store.uses_functions());
     server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
     reserve_and_bill(&store, "b", 2);
     // Full again, with the library loaded: a reservation is refused, a read answers (`read`
     // is registered allow-oom, as a script by SHA would run it).
     server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
-    assert!(block_on((&store as &dyn CounterStore).reserve(
-        "c".into(),
-        vec![item(10)],
-        minute(),
-        T0
-    ))
-    .is_err());
+    assert!(reserve_unfenced(&store, "c").is_err());
     assert_eq!(used(&store), 2 * 7);
     server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
     assert!(store.uses_functions());
@@ -272,9 +266,7 @@ fn a_replica_keeps_the_library_for_after_its_promotion() {
     let store = RedisStore::connect(&replica.url(), "fn").unwrap();
     // A replica refuses the load (READONLY) as it refuses the call's writes: the call fails,
     // and says nothing of the server the replica becomes.
-    let on_replica =
-        block_on((&store as &dyn CounterStore).reserve("a".into(), vec![item(10)], minute(), T0));
-    assert!(on_replica.is_err());
+    assert!(reserve_unfenced(&store, "a").is_err());
     assert!(store.uses_functions());
     replica.cli(&["REPLICAOF", "NO", "ONE"]);
     let fencing: &dyn CounterStore = &store;
