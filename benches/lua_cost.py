@@ -52,20 +52,27 @@ def scripts(lua: str) -> dict[str, str]:
 
     common, fence = read("common"), read("fence")
     settle, known = read("settle"), read("reserve_known")
+    carried = (
+        f"local function settle_one(KEYS, ARGV)\n{settle}\nend\n"
+        f"local function reserve_one(KEYS, ARGV)\n{known}\nend\n"
+    )
+
+    def fenced(body: str, helpers: str = "") -> str:
+        return f"{common}\n{fence}\n{helpers}fence_begin()\n{body}"
+
     return {
         "read": f"{common}\n{read('read')}",
-        "reserve": f"{common}\n{fence}\n{read('reserve')}",
-        "reserve_known": f"{common}\n{fence}\n{known}",
-        "settle": f"{common}\n{fence}\n{settle}",
+        "reserve": fenced(read("reserve")),
+        "reserve_known": fenced(known),
+        "settle": fenced(settle),
         "filled": f"{common}\n{read('filled')}",
         "fill": f"{common}\n{read('fill')}",
         "mark_once": read("mark_once"),
         "raise_until": read("raise_until"),
         "epoch": read("epoch"),
-        "settle_parts": f"{common}\n{fence}\n{read('settle_parts')}",
+        "settle_parts": fenced(read("settle_parts")),
         "wait_queues": read("wait_queues"),
-        "carry": f"{common}\n{fence}\nlocal function settle_one(KEYS, ARGV)\n{settle}\nend\n"
-        f"local function reserve_one(KEYS, ARGV)\n{known}\nend\n{read('carry')}",
+        "carry": fenced(read("carry"), carried),
     }
 
 
@@ -97,7 +104,9 @@ def capture(calls: int, vary: bool = False) -> list[list[bytes]]:
         reader = threading.Thread(target=pump)
         reader.start()
         time.sleep(0.3)
-        guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), store=ug.RedisStore(server.url, "b6"))
+        guard = ug.Guard(
+            ug.Policy.from_toml(SIX_RULES), store=ug.RedisStore(server.url, "b6", functions=False)
+        )
         for i in range(calls):
             max_tokens = 4000 + (i % 97) * 10 if vary else 4000
             guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=max_tokens).bill(1100, 800)

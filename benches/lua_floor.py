@@ -7,7 +7,13 @@ before any of the scripts' own Lua runs:
 - `current_commands`: the 46 commands the carried 6-rule script issues on today's layout (a
   bucket and a holds hash per counter; docs/redis.md), with no logic between them;
 - `per_counter_hash`: a layout with a counter's buckets and holds in one hash (27 commands);
-- `one_hash`: every counter of the call in one hash, read once and written once (3 commands).
+- `one_hash`: every counter of the call in one hash, read once and written once (3 commands);
+- `group_window`: issue 34's suggested layout as it falls for this policy: one hash per owner
+  and window holding its counters' buckets and holds as fields. The six rules have six
+  windows (day, 10 minutes, week for alice; day for the model; hour, month for the
+  platform), so that is six hashes, each read once and written once (16 commands);
+- `group`: one hash per owner (alice, the model, the platform), every window's buckets and
+  holds as fields (10 commands).
 
 With `--units`, what one operation costs inside a script instead: each of `UNITS` repeats
 it 100 times (10 for INFO), and the empty script's cost is taken off.
@@ -63,6 +69,31 @@ for c = 1, 6 do
 end
 redis.call('GET', KEYS[1]); redis.call('SET', KEYS[1], 'h123', 'PX', 60000)
 redis.call('SET', KEYS[14], 's123', 'PX', 60000)
+return 0
+""",
+    "group_window": """
+for c = 1, 6 do
+  redis.call('HGETALL', KEYS[1 + c])
+  redis.call('HSET', KEYS[1 + c], 'u1796277600', 7, 'e', 1796364000000, 'r29937960', 5, 'k', '1')
+end
+redis.call('GET', KEYS[1]); redis.call('SET', KEYS[1], 'h123', 'PX', 60000)
+redis.call('GET', KEYS[14]); redis.call('SET', KEYS[14], 's123', 'PX', 60000)
+return 0
+""",
+    "group": """
+for g, n in ipairs({3, 1, 2}) do
+  local fields = {}
+  for c = 1, n do
+    local f = 'c' .. c .. ':'
+    for _, v in ipairs({f .. 'u1796277600', 7, f .. 'e', 1796364000000, f .. 'r29937960', 5}) do
+      fields[#fields + 1] = v
+    end
+  end
+  redis.call('HGETALL', KEYS[1 + g])
+  redis.call('HSET', KEYS[1 + g], unpack(fields))
+end
+redis.call('GET', KEYS[1]); redis.call('SET', KEYS[1], 'h123', 'PX', 60000)
+redis.call('GET', KEYS[14]); redis.call('SET', KEYS[14], 's123', 'PX', 60000)
 return 0
 """,
     "one_hash": """
