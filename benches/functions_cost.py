@@ -9,8 +9,13 @@ times through one made with `functions=False`, each call asking for a different 
 (holds that differ, as in real traffic). Prints instructions per call each way and the
 ratio.
 
-Run: .venv/bin/python benches/functions_cost.py [N]   (default 300; needs valgrind and
-redis-py, which `make bench` installs)
+With `--spread SECONDS`, the guard runs on a manual clock moved that far after each call:
+calls spread over minutes keep holds of many minutes in each counter's holds hash (a field
+per minute a hold expires in, kept until that minute is over), as a steady stream of real
+calls does; calls made back to back within one minute keep one.
+
+Run: .venv/bin/python benches/functions_cost.py [N] [--spread SECONDS]   (default 300 calls,
+no spread; needs valgrind and redis-py, which `make bench` installs)
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from lua_floor import under_callgrind  # noqa: E402
 COUNTED = {"function": "fcallCommand", "by SHA": "evalShaCommand"}
 
 
-def run(calls: int) -> dict[str, float]:
-    """Instructions per admit + bill, each way, from one callgrind run."""
+def run(calls: int, spread: float = 0.0) -> dict[str, float]:
+    """Instructions per admit + bill, each way, from one callgrind run; with `spread`, on a
+    manual clock moved `spread` seconds after each call."""
 
     def drive(client: redis.Redis) -> None:
         port = client.connection_pool.connection_kwargs["port"]
@@ -40,10 +46,13 @@ def run(calls: int) -> dict[str, float]:
             store = ug.RedisStore(
                 f"redis://127.0.0.1:{port}", f"cost-{functions}", timeout=30, functions=functions
             )
-            guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), store=store)
+            clock = ug.ManualClock() if spread else None
+            guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), store=store, clock=clock)
             for i in range(calls):
                 ticket = guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=4000 + i % 7)
                 ticket.bill(1100, 800 + i % 5)
+                if clock is not None:
+                    clock.advance(spread)
             guard.close()
             assert store.functions is functions, way
 
@@ -59,8 +68,14 @@ def run(calls: int) -> dict[str, float]:
 def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
-    calls = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-    per_call = run(calls)
+    args = sys.argv[1:]
+    spread = 0.0
+    if "--spread" in args:
+        at = args.index("--spread")
+        spread = float(args[at + 1])
+        del args[at : at + 2]
+    calls = int(args[0]) if args else 300
+    per_call = run(calls, spread)
     for way, instructions in per_call.items():
         print(f"{way:>9}: {instructions:>10,.0f} instructions per admit + bill")
     ratio = per_call["function"] / per_call["by SHA"]

@@ -8,13 +8,16 @@ built from `--lua` (default: this tree's `src/guard/store/lua`), so one captured
 replayed against an edited script to see what an edit saves before building anything.
 
 Run: .venv/bin/python benches/lua_cost.py [--calls N] [--lua DIR ...] [--top N] [--vary]
+[--spread SECONDS]
 (--top N also prints the N costliest functions of each replay, inclusive, per script;
 --time also replays the stream on a plain redis-server, each folder in turn, 5 rounds, and
 prints the best round's µs per script from INFO commandstats and the server's main-thread CPU
 per script: the goal's unit, though it moves with the machine's load;
 --vary asks each call for a different max_tokens, so its holds differ from the last call's as
 in real traffic: by default every call is the same, and a carried bill's give-back cancels
-the next reservation's hold of the same size.)
+the next reservation's hold of the same size;
+--spread runs the guard on a manual clock moved that far after each call, so each counter's
+holds hash keeps a field per minute its holds expire in, as steady real traffic does.)
 Needs `valgrind` (apt-get install valgrind); the build installed in the venv makes the stream.
 """
 
@@ -80,9 +83,10 @@ def sha(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
-def capture(calls: int, vary: bool = False) -> list[list[bytes]]:
+def capture(calls: int, vary: bool = False, spread: float = 0.0) -> list[list[bytes]]:
     """The EVALSHA commands of `calls` sync admit + bill, in order (MONITOR); with `vary`,
-    each call asks a different max_tokens."""
+    each call asks a different max_tokens; with `spread`, on a manual clock moved that many
+    seconds after each call."""
     server = RedisServer()
     try:
         sock = socket.create_connection(("127.0.0.1", server.port))
@@ -104,12 +108,14 @@ def capture(calls: int, vary: bool = False) -> list[list[bytes]]:
         reader = threading.Thread(target=pump)
         reader.start()
         time.sleep(0.3)
-        guard = ug.Guard(
-            ug.Policy.from_toml(SIX_RULES), store=ug.RedisStore(server.url, "b6", functions=False)
-        )
+        clock = ug.ManualClock() if spread else None
+        store = ug.RedisStore(server.url, "b6", functions=False)
+        guard = ug.Guard(ug.Policy.from_toml(SIX_RULES), store=store, clock=clock)
         for i in range(calls):
             max_tokens = 4000 + (i % 97) * 10 if vary else 4000
             guard.admit("alice", "gpt-5", prompt_tokens=1200, max_tokens=max_tokens).bill(1100, 800)
+            if clock is not None:
+                clock.advance(spread)
         guard.close()
         time.sleep(1.0)
         stop.set()
@@ -211,12 +217,15 @@ def main() -> None:
         "--vary", action="store_true", help="a different max_tokens per call (holds differ)"
     )
     parser.add_argument(
+        "--spread", type=float, default=0.0, help="seconds of a manual clock between calls"
+    )
+    parser.add_argument(
         "--time", action="store_true", help="also the µs per script on a plain redis-server"
     )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
-    commands = capture(args.calls, args.vary)
+    commands = capture(args.calls, args.vary, args.spread)
     names = {sha(text): name for name, text in scripts(args.built_from).items()}
     kinds: dict[str, int] = {}
     for command in commands:

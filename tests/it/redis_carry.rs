@@ -14,7 +14,7 @@ use usage_guard::internals::{
     expiry_minute, CounterKey, CounterRead, Fence, HoldRef, KnownOutcome, KnownReserve,
     ReserveFromKnown, ReserveItem, ReserveOutcome, Settle, SettleOutcome, UsageAdd,
 };
-use usage_guard::{Millis, RedisStore};
+use usage_guard::{CounterStore, Millis, RedisStore};
 
 /// 2026-01-01T00:00:30Z.
 const T0: Millis = 1_767_225_630_000;
@@ -148,6 +148,54 @@ fn a_reservation_that_does_not_fit_still_lands_its_carried_bills_in_order(groupe
     assert_eq!(again.counters[0], CounterRead { used: 950, held: 0 });
 }
 
+/// The fields of the counter's holds hash (the store's only `:h:` key), sorted, as
+/// `name=value`.
+fn holds_fields(server: &RedisServer) -> Vec<String> {
+    let keys = server.cli(&["--scan", "--pattern", "*:h:*"]);
+    let keys: Vec<&str> = keys.lines().collect();
+    assert_eq!(keys.len(), 1, "one holds hash: {keys:?}");
+    let flat = server.cli(&["HGETALL", keys[0]]);
+    let flat: Vec<&str> = flat.lines().collect();
+    let mut fields: Vec<String> = flat.chunks(2).map(|f| format!("{}={}", f[0], f[1])).collect();
+    fields.sort();
+    fields
+}
+
+/// A steady stream of calls leaves a holds field per minute its holds expire in, each given
+/// back to zero. A zero of the reading call's own minute stays (its next hold there needs no
+/// new time to live); a zero of another minute is deleted by the next reservation that reads
+/// it, so it is not read by every call until its minute is over. Nothing counted changes.
+fn a_hold_given_back_to_zero_goes_when_a_call_holds_in_another_minute(grouped: bool) {
+    let server = RedisServer::start();
+    let store = store(&server, grouped);
+    let first = block_on(store.reserve_known(reserve("t1", 300), T0, Fence::default()));
+    assert_eq!(
+        first.unwrap().outcome,
+        KnownOutcome::Reserve(ReserveOutcome::Reserved)
+    );
+    let settled = block_on(store.settle(&bill("t1", 300, 120), T0)).unwrap();
+    assert_eq!(settled, SettleOutcome::Settled);
+    let m1 = minute();
+    assert_eq!(holds_fields(&server), vec![format!("r{m1}=0")]);
+    // The same minute: its zero stays and takes the next hold.
+    let same = block_on(store.reserve_known(reserve("t2", 50), T0, Fence::default())).unwrap();
+    assert_eq!(same.counters[0], CounterRead { used: 120, held: 50 });
+    assert_eq!(holds_fields(&server), vec![format!("r{m1}=50")]);
+    let settled = block_on(store.settle(&bill("t2", 50, 10), T0)).unwrap();
+    assert_eq!(settled, SettleOutcome::Settled);
+    // Two minutes later a call holds in a later minute: the zero of m1 is gone.
+    let later = T0 + 120_000;
+    let m2 = expiry_minute(later, 15 * 60_000);
+    assert_ne!(m1, m2);
+    let third = KnownReserve {
+        expiry_minute: m2,
+        ..reserve("t3", 70)
+    };
+    let read = block_on(store.reserve_known(third, later, Fence::default())).unwrap();
+    assert_eq!(read.counters[0], CounterRead { used: 130, held: 70 });
+    assert_eq!(holds_fields(&server), vec![format!("r{m2}=70")]);
+}
+
 /// Every case in both layouts.
 macro_rules! layouts {
     ($($layout:ident: $grouped:expr),*) => {$(
@@ -155,6 +203,10 @@ macro_rules! layouts {
         #[test]
         fn a_carried_bill_lands_before_the_reservation_and_only_once() {
             super::super::a_carried_bill_lands_before_the_reservation_and_only_once($grouped)
+        }
+        #[test]
+        fn a_hold_given_back_to_zero_goes_when_a_call_holds_in_another_minute() {
+            super::super::a_hold_given_back_to_zero_goes_when_a_call_holds_in_another_minute($grouped)
         }
         #[test]
         fn a_reservation_that_does_not_fit_still_lands_its_carried_bills_in_order() {

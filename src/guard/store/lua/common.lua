@@ -153,8 +153,12 @@ end
 
 -- The live holds of a counter at `now` (its holds hash), and whether it has the field `field`
 -- (then a reserve already kept the hash as long as that field's holds: live_at_least).
--- Deletes the expired and negative fields; a field given back to zero stays until its minute
--- is over, so the next hold of that minute needs neither an HDEL nor a new time to live.
+-- Deletes the expired and negative fields. A reservation (`field` not '') also deletes those
+-- of other minutes given back to zero (a missing field reads zero): kept until their minute
+-- was over, a counter with steady calls held a field per minute a hold expires in (~16),
+-- each read by every call. Its own minute's zero stays, so the next hold of that minute
+-- needs neither an HDEL nor a new time to live; a read (`field` '') keeps every zero for the
+-- reservation that follows it.
 -- The caller passes a `field` whose minute is not over (else ''), so its name need not be
 -- converted.
 local function load_holds(key, now, field)
@@ -177,7 +181,7 @@ local function load_holds(key, now, field)
     end
     if live then
       local amount = number_of(value)
-      if amount < 0 then
+      if amount < 0 or (amount == 0 and name ~= field and field ~= '') then
         dead = dead or {}
         dead[#dead + 1] = name
       else

@@ -26,7 +26,7 @@ end
 if landed then
   for i = 1, holds do
     -- Never there (HINCRBY made it negative) goes; zero stays for the next hold of the
-    -- minute (load_holds).
+    -- minute (load_holds deletes it when the reservation reading it holds in another).
     local key = KEYS[2 + i]
     if not live or redis.call('HINCRBY', key, field, ARGV[4 + i]) < 0 then
       redis.call('HDEL', key, field)
