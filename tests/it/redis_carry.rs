@@ -156,7 +156,10 @@ fn holds_fields(server: &RedisServer) -> Vec<String> {
     assert_eq!(keys.len(), 1, "one holds hash: {keys:?}");
     let flat = server.cli(&["HGETALL", keys[0]]);
     let flat: Vec<&str> = flat.lines().collect();
-    let mut fields: Vec<String> = flat.chunks(2).map(|f| format!("{}={}", f[0], f[1])).collect();
+    let mut fields: Vec<String> = flat
+        .chunks(2)
+        .map(|f| format!("{}={}", f[0], f[1]))
+        .collect();
     fields.sort();
     fields
 }
@@ -179,7 +182,13 @@ fn a_hold_given_back_to_zero_goes_when_a_call_holds_in_another_minute(grouped: b
     assert_eq!(holds_fields(&server), vec![format!("r{m1}=0")]);
     // The same minute: its zero stays and takes the next hold.
     let same = block_on(store.reserve_known(reserve("t2", 50), T0, Fence::default())).unwrap();
-    assert_eq!(same.counters[0], CounterRead { used: 120, held: 50 });
+    assert_eq!(
+        same.counters[0],
+        CounterRead {
+            used: 120,
+            held: 50
+        }
+    );
     assert_eq!(holds_fields(&server), vec![format!("r{m1}=50")]);
     let settled = block_on(store.settle(&bill("t2", 50, 10), T0)).unwrap();
     assert_eq!(settled, SettleOutcome::Settled);
@@ -192,7 +201,13 @@ fn a_hold_given_back_to_zero_goes_when_a_call_holds_in_another_minute(grouped: b
         ..reserve("t3", 70)
     };
     let read = block_on(store.reserve_known(third, later, Fence::default())).unwrap();
-    assert_eq!(read.counters[0], CounterRead { used: 130, held: 70 });
+    assert_eq!(
+        read.counters[0],
+        CounterRead {
+            used: 130,
+            held: 70
+        }
+    );
     assert_eq!(holds_fields(&server), vec![format!("r{m2}=70")]);
 }
 
