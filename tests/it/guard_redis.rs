@@ -274,11 +274,52 @@ fn one_round_trip_per_admission_from_known_values_and_one_per_bill() {
         t.bill_blocking(used(1, 1)).unwrap().is_none(),
         "billed once"
     );
-    // Known values older than a second are read again first.
-    clock.advance(1_001);
+    // Known values decide however old they are (the script checks them): still one script.
+    clock.advance(600_000);
     let before = evalsha_calls(&server);
     let _open = g.admit_blocking(ask("alice", 10)).unwrap();
-    assert_eq!(evalsha_calls(&server), before + 2, "read + reserve");
+    assert_eq!(
+        evalsha_calls(&server),
+        before + 1,
+        "reserve from 10-minute-old values"
+    );
+}
+
+/// A decision from known values that rests on what is left (here an output maximum lowered
+/// to fit) is made again from a read: another guard's hold given back since leaves room the
+/// known values do not show, and the call gets its full output maximum.
+#[test]
+fn a_ceiling_lowered_from_known_values_is_decided_again_from_a_read() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), "ug").unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let (a, b) = (
+        guard(&store, &clock, policy("")),
+        guard(&store, &clock, policy("")),
+    );
+    // B holds 800 of alice's 1,000 tokens; A learns it (its own 110 held on top), and gives
+    // its hold back.
+    let open = b.admit_blocking(ask("alice", 700)).unwrap();
+    assert!(a
+        .admit_blocking(ask("alice", 10))
+        .unwrap()
+        .release_blocking());
+    assert!(open.release_blocking());
+    clock.advance(5_000);
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]), "OK");
+    // From what A knows (910 held), 500 would be lowered to fit; from the read, nothing is
+    // held and 500 fits whole.
+    let t = a.admit_blocking(ask("alice", 500)).unwrap();
+    assert_eq!(t.ceiling().max_output_tokens, 500);
+    assert_eq!(evalsha_calls(&server), 2, "read + reserve");
+    assert!(t.release_blocking());
+    // Values the call's own reserve answered are known now: the next call, far from the
+    // limit, reserves at once.
+    clock.advance(5_000);
+    let before = evalsha_calls(&server);
+    let t = a.admit_blocking(ask("alice", 10)).unwrap();
+    assert_eq!(t.ceiling().max_output_tokens, 10);
+    assert_eq!(evalsha_calls(&server), before + 1, "reserve alone");
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! The last known values of counters, from this guard's reads and reserve answers, with the
-//! time they were read: admission on a store across a network decides from them while they
-//! are at most `KNOWN_FRESH_MS` old and reserves at once (docs/redis-internals.md, "One
-//! round trip to admit"). Correctness never rests on them: the store checks every condition the
-//! decision rested on, and a refusal or a lowered ceiling is only ever decided from values read in
-//! the same admission.
+//! time they were read: admission on a store across a network decides from them, however old,
+//! and reserves at once (docs/redis-internals.md, "One round trip to admit"). Correctness never
+//! rests on them: the store checks every condition the decision rested on and answers the
+//! values it found, and a refusal or a lowered ceiling is only ever decided from values read
+//! (or answered) in the same admission. Old values cost a retry only where the counters moved
+//! under them: near a limit, where a read first would have cost the same round trip.
 
 use std::collections::HashMap;
 
@@ -13,8 +14,6 @@ use crate::fork::ForkLocal;
 use crate::guard::domain::clock::Millis;
 use crate::guard::store::{CounterKey, CounterRead};
 
-/// How old known values may be to decide from.
-pub(crate) const KNOWN_FRESH_MS: i64 = 1_000;
 /// At most this many keys are kept (all forgotten when reached; they refill at the next read).
 const KNOWN_MAX: usize = 100_000;
 
@@ -26,14 +25,15 @@ pub(crate) struct Known {
 }
 
 impl Known {
-    /// The values of every key of `keys`, if each is known and fresh at `now`.
-    pub(crate) fn fresh(&self, keys: &[CounterKey], now: Millis) -> Option<Vec<CounterRead>> {
+    /// The values of every key of `keys`, if each is known from a time at or before `now` (a
+    /// clock set back makes later values unknown until they are read again).
+    pub(crate) fn get(&self, keys: &[CounterKey], now: Millis) -> Option<Vec<CounterRead>> {
         let values = self.values.get().lock();
         keys.iter()
             .map(|k| {
                 values
                     .get(k)
-                    .filter(|(_, at)| *at <= now && now - *at <= KNOWN_FRESH_MS)
+                    .filter(|(_, at)| *at <= now)
                     .map(|(read, _)| *read)
             })
             .collect()

@@ -5,8 +5,8 @@
 //!
 //! - read, then reserve (a store that answers at once, the memory store);
 //! - reserve from known values (a store across a network): decide from the counter values
-//!   the guard already knows (`known.rs`: read by this guard, or answered by its last
-//!   reserve, at most 1 s ago) and reserve at once, in one round trip. The store's script
+//!   the guard already knows (`known.rs`: read by this guard, or answered by its
+//!   reserves, however long ago) and reserve at once, in one round trip. The store's script
 //!   checks what the decision rested on (the chosen source's items fit, the sources passed
 //!   over still have nothing left, no previous bucket counted grew) and answers the fresh
 //!   values of every counter of the call, so a failed condition decides again from them

@@ -1,5 +1,5 @@
 //! The values one attempt of `reserve_loop` decides from, and the decision: those the last
-//! reserve answered, the known ones (`known.rs`) when fresh, else a read; and what
+//! reserve answered, the known ones (`known.rs`) when every key is known, else a read; and what
 //! `reserve_known` needs to check that a decision from them still holds.
 
 use std::sync::Arc;
@@ -42,8 +42,8 @@ pub(super) type Answered = Option<(Vec<CounterKey>, Vec<SlotRead>)>;
 
 impl Guard {
     /// The values to decide from at `now`: those the last reserve answered (same keys), else
-    /// the known ones when fresh (unless `force_read`), else a read (remembered when the
-    /// guard decides from known values).
+    /// the known ones when every key is known (unless `force_read`), else a read (remembered
+    /// when the guard decides from known values).
     pub(super) async fn values(
         &self,
         path: &Path,
@@ -70,7 +70,7 @@ impl Guard {
         }
         // Only a guard that decides from known values has any (the others never remember).
         if !force_read && self.shared.ways.from_known {
-            if let Some(flat) = self.shared.known.fresh(&values.keys, now) {
+            if let Some(flat) = self.shared.known.get(&values.keys, now) {
                 values.reads = slot_reads(&flat, &values.previous_at);
                 values.exact = false;
                 return Ok(values);
