@@ -9,10 +9,10 @@ times through one made with `functions=False`, each call asking for a different 
 (holds that differ, as in real traffic). Prints instructions per call each way and the
 ratio.
 
-With `--spread SECONDS`, the guard runs on a manual clock moved that far after each call:
-calls spread over minutes keep holds of many minutes in each counter's holds hash (a field
-per minute a hold expires in, kept until that minute is over), as a steady stream of real
-calls does; calls made back to back within one minute keep one.
+With `--spread SECONDS`, the guard runs on a manual clock moved that far after each call, as
+real calls spread over minutes: their holds fall in many minutes' fields of each counter's
+holds hash, and the values the guard knows age between calls. Calls made back to back fall
+in one minute and one second.
 
 Run: .venv/bin/python benches/functions_cost.py [N] [--spread SECONDS]   (default 300 calls,
 no spread; needs valgrind and redis-py, which `make bench` installs)

@@ -4,8 +4,8 @@ the guard on a manual clock moved SPREAD seconds after each call (the 6 rules of
 fresh prefix and counts the second half's scripts in `INFO commandstats` (the first half
 builds the holds up); prints the best and the median round's Redis µs per admit + bill, and
 its wall-clock µs per admit + bill in this process (the guard's own work, the round trips,
-and Redis's time). Time moves
-with the machine's load; `benches/functions_cost.py --spread` counts instructions instead.
+and Redis's time). Time moves with the machine's load; `benches/functions_cost.py --spread`
+counts instructions instead.
 
 Run: .venv/bin/python benches/spread_time.py SPREAD [N]   (default N 400; needs redis-py)
 """

@@ -37,6 +37,17 @@ fn guard(store: &RedisStore, clock: &Arc<ManualClock>, policy: Policy) -> Guard 
     Guard::new(policy, Arc::new(store.clone()), clock.clone())
 }
 
+/// Two guards of `policy("")` on one store of `server`, on one manual clock at T0.
+fn two_guards(server: &RedisServer) -> (Arc<ManualClock>, Guard, Guard) {
+    let store = RedisStore::connect(&server.url(), "ug").unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let (a, b) = (
+        guard(&store, &clock, policy("")),
+        guard(&store, &clock, policy("")),
+    );
+    (clock, a, b)
+}
+
 fn ask(user: &str, max_tokens: u64) -> AdmitRequest {
     AdmitRequest {
         user: Some(user.into()),
@@ -291,12 +302,7 @@ fn one_round_trip_per_admission_from_known_values_and_one_per_bill() {
 #[test]
 fn a_ceiling_lowered_from_known_values_is_decided_again_from_a_read() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), "ug").unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let (a, b) = (
-        guard(&store, &clock, policy("")),
-        guard(&store, &clock, policy("")),
-    );
+    let (clock, a, b) = two_guards(&server);
     // B holds 800 of alice's 1,000 tokens; A learns it (its own 110 held on top), and gives
     // its hold back.
     let open = b.admit_blocking(ask("alice", 700)).unwrap();
@@ -325,12 +331,7 @@ fn a_ceiling_lowered_from_known_values_is_decided_again_from_a_read() {
 #[test]
 fn stale_known_values_retry_from_the_values_the_reserve_answered() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), "ug").unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let (a, b) = (
-        guard(&store, &clock, policy("")),
-        guard(&store, &clock, policy("")),
-    );
+    let (_clock, a, b) = two_guards(&server);
     // A learns the counter (nothing used), then B uses 950 of the 1000 behind A's back.
     assert!(a
         .admit_blocking(ask("alice", 10))

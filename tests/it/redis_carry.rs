@@ -87,14 +87,19 @@ fn carrying(
     (answer.outcome, answer.counters[0], settled)
 }
 
+/// Reserves `hold` for `ticket` alone (nothing carried); it must be placed.
+fn placed(store: &RedisStore, ticket: &str, hold: u64) {
+    let answer = block_on(store.reserve_known(reserve(ticket, hold), T0, Fence::default()));
+    assert_eq!(
+        answer.unwrap().outcome,
+        KnownOutcome::Reserve(ReserveOutcome::Reserved)
+    );
+}
+
 fn a_carried_bill_lands_before_the_reservation_and_only_once(grouped: bool) {
     let server = RedisServer::start();
     let store = store(&server, grouped);
-    let first = block_on(store.reserve_known(reserve("t1", 300), T0, Fence::default()));
-    assert_eq!(
-        first.unwrap().outcome,
-        KnownOutcome::Reserve(ReserveOutcome::Reserved)
-    );
+    placed(&store, "t1", 300);
     let (outcome, read, settled) = carrying(&store, reserve("t2", 200), &[bill("t1", 300, 120)]);
     assert_eq!(outcome, KnownOutcome::Reserve(ReserveOutcome::Reserved));
     assert_eq!(settled, vec![SettleOutcome::Settled]);
@@ -122,11 +127,7 @@ fn a_reservation_that_does_not_fit_still_lands_its_carried_bills_in_order(groupe
     let server = RedisServer::start();
     let store = store(&server, grouped);
     for ticket in ["a", "b"] {
-        let placed = block_on(store.reserve_known(reserve(ticket, 400), T0, Fence::default()));
-        assert_eq!(
-            placed.unwrap().outcome,
-            KnownOutcome::Reserve(ReserveOutcome::Reserved)
-        );
+        placed(&store, ticket, 400);
     }
     // A settle with nothing to do sits between the two: it answers in its place.
     let nothing = Settle {
@@ -171,11 +172,7 @@ fn holds_fields(server: &RedisServer) -> Vec<String> {
 fn a_hold_given_back_to_zero_goes_when_a_call_holds_in_another_minute(grouped: bool) {
     let server = RedisServer::start();
     let store = store(&server, grouped);
-    let first = block_on(store.reserve_known(reserve("t1", 300), T0, Fence::default()));
-    assert_eq!(
-        first.unwrap().outcome,
-        KnownOutcome::Reserve(ReserveOutcome::Reserved)
-    );
+    placed(&store, "t1", 300);
     let settled = block_on(store.settle(&bill("t1", 300, 120), T0)).unwrap();
     assert_eq!(settled, SettleOutcome::Settled);
     let m1 = minute();
