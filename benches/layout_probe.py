@@ -13,9 +13,9 @@ The layout: one hash per owner and window (for the six rules of `benches/admit_b
 six hashes: each window is a different one), holding `u<bucket start>` per bucket, `e`
 (retain-until) and `r<minute>` (holds expiring then) as fields; ticket records as today.
 What the probe leaves out, so the store on that layout would do more than it does (its
-figure is one lean way of writing it, not a prediction): the epoch fence (its check, registry and marks), fill marks, the known-values
-checks of `reserve_known.lua` (previous buckets that grew, sources passed over), batches and
-slot groups' bookkeeping.
+figure is one lean way of writing it, not a prediction): the epoch fence (its check,
+registry and marks), fill marks, the known-values checks of `reserve_known.lua` (previous
+buckets that grew, sources passed over), batches and slot groups' bookkeeping.
 
 Run: .venv/bin/python benches/layout_probe.py [N]   (default 300; needs valgrind, redis-py)
 """
