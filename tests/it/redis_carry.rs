@@ -208,6 +208,61 @@ fn a_hold_given_back_to_zero_goes_when_a_call_holds_in_another_minute(grouped: b
     assert_eq!(holds_fields(&server), vec![format!("r{m2}=70")]);
 }
 
+/// A carried bill gives its holds back as the bill sent alone would: a give-back larger than
+/// the field (here cut to 100 under a hold of 300, as a partial loss would) takes it below
+/// zero, so it goes before the reservation's hold is added (the 100 is not counted twice),
+/// and the bill of a counter the reservation does not read gives its hold back all the same.
+fn carried_give_backs_write_what_bills_sent_alone_write(grouped: bool) {
+    let server = RedisServer::start();
+    let store = store(&server, grouped);
+    let bob = common::tokens_key_in("bob", "day", DAY_START);
+    let bobs = KnownReserve {
+        counters: vec![bob.clone()],
+        items: vec![ReserveItem {
+            key: bob.clone(),
+            ..reserve("b1", 80).items[0].clone()
+        }],
+        ..reserve("b1", 80)
+    };
+    let answer = block_on(store.reserve_known(bobs, T0, Fence::default())).unwrap();
+    assert_eq!(answer.counters[0], CounterRead { used: 0, held: 80 });
+    placed(&store, "t1", 300);
+    let field = format!("r{}", minute());
+    let alices = server.cli(&["--scan", "--pattern", "*:h:*alice*"]);
+    assert_eq!(server.cli(&["HSET", &alices, &field, "100"]), "0");
+    let bobs_bill = Settle {
+        holds: vec![HoldRef {
+            key: bob.clone(),
+            amount: 80,
+        }],
+        adds: vec![UsageAdd {
+            key: bob.clone(),
+            amount: 30,
+            retain_until: T0 + 2 * 86_400_000,
+        }],
+        ..bill("b1", 0, 0)
+    };
+    let (outcome, read, settled) = carrying(
+        &store,
+        reserve("t2", 200),
+        &[bill("t1", 300, 120), bobs_bill],
+    );
+    assert_eq!(outcome, KnownOutcome::Reserve(ReserveOutcome::Reserved));
+    assert_eq!(settled, vec![SettleOutcome::Settled; 2]);
+    assert_eq!(
+        read,
+        CounterRead {
+            used: 120,
+            held: 200
+        }
+    );
+    assert_eq!(server.cli(&["HGET", &alices, &field]), "200");
+    let bob_now = block_on(store.read(vec![bob], T0)).unwrap();
+    assert_eq!(bob_now[0], CounterRead { used: 30, held: 0 });
+    let bobs_holds = server.cli(&["--scan", "--pattern", "*:h:*bob*"]);
+    assert_eq!(server.cli(&["HGET", &bobs_holds, &field]), "0");
+}
+
 /// Every case in both layouts.
 macro_rules! layouts {
     ($($layout:ident: $grouped:expr),*) => {$(
@@ -219,6 +274,10 @@ macro_rules! layouts {
         #[test]
         fn a_hold_given_back_to_zero_goes_when_a_call_holds_in_another_minute() {
             super::super::a_hold_given_back_to_zero_goes_when_a_call_holds_in_another_minute($grouped)
+        }
+        #[test]
+        fn carried_give_backs_write_what_bills_sent_alone_write() {
+            super::super::carried_give_backs_write_what_bills_sent_alone_write($grouped)
         }
         #[test]
         fn a_reservation_that_does_not_fit_still_lands_its_carried_bills_in_order() {

@@ -117,6 +117,30 @@ fn reservation(id: &str, bucket: i64, hold: u64, minute: i64) -> KnownReserve {
     }
 }
 
+/// The holds hashes of the stores with prefixes `a` and `b`, each as sorted lines of
+/// `<key without its prefix> <field>=<value>`, read in one step.
+fn holds_hashes(server: &RedisServer, a: &str, b: &str) -> (String, String) {
+    const DUMP: &str = "local out = {} \
+        for i, prefix in ipairs(ARGV) do \
+          local lines = {} \
+          for _, key in ipairs(redis.call('KEYS', '{' .. prefix .. '}:h:*')) do \
+            local flat = redis.call('HGETALL', key) \
+            for j = 1, #flat, 2 do \
+              lines[#lines + 1] = string.sub(key, #prefix + 3) .. ' ' .. flat[j] .. '=' .. flat[j + 1] \
+            end \
+          end \
+          table.sort(lines) \
+          out[i] = table.concat(lines, ';') \
+        end \
+        return out";
+    let both = server.cli(&["EVAL", DUMP, "0", a, b]);
+    let mut lines = both.lines().map(str::to_owned);
+    (
+        lines.next().unwrap_or_default(),
+        lines.next().unwrap_or_default(),
+    )
+}
+
 /// Replays `steps` on the three stores; `Err` names the first step where they disagree.
 /// `fenced`: the Redis stores get an epoch and the counter is fenced (fence.lua checks and
 /// lists every key the scripts touch; nothing is lost, so nothing may be refused for it).
@@ -126,8 +150,9 @@ fn replay(
     steps: &[Step],
     fenced: bool,
 ) -> Result<(), TestCaseError> {
-    let carried = RedisStore::connect(&server.url(), &format!("c{case}-{fenced}")).unwrap();
-    let plain = RedisStore::connect(&server.url(), &format!("p{case}-{fenced}")).unwrap();
+    let (carried_prefix, plain_prefix) = (format!("c{case}-{fenced}"), format!("p{case}-{fenced}"));
+    let carried = RedisStore::connect(&server.url(), &carried_prefix).unwrap();
+    let plain = RedisStore::connect(&server.url(), &plain_prefix).unwrap();
     let memory = MemoryStore::new();
     let mut now = BASE + 5 * BUCKET_MS;
     let fence = if fenced {
@@ -186,6 +211,10 @@ fn replay(
         prop_assert_eq!(one.counters[0], read[0], "current bucket, {}", at);
         prop_assert_eq!(one.previous[0], read[1].used, "previous bucket, {}", at);
         prop_assert!(read[0].total() <= LIMIT, "over the limit, {}", at);
+        // Field for field, not only in sum: the carried bills and the reservation wrote the
+        // holds hash exactly as the bills sent alone and the reservation after them did.
+        let (carried_holds, plain_holds) = holds_hashes(server, &carried_prefix, &plain_prefix);
+        prop_assert_eq!(carried_holds, plain_holds, "holds hashes, {}", at);
         if one.outcome == KnownOutcome::Reserve(usage_guard::internals::ReserveOutcome::Reserved) {
             open.push(Open {
                 id,
