@@ -71,9 +71,11 @@ def test_report_logs_an_evicting_store_and_goes_on(
         admit(guard).release()
         wait_for(lambda: warnings_of(caplog), "no store-check warning")
         admit(guard).release()
-    messages = warnings_of(caplog)
-    assert len(messages) == 1, messages
-    assert "allkeys-lru" in messages[0] and "noeviction" in messages[0]
+    # Logged once, not at every check: a recheck that finds the same problem stays quiet.
+    # (A recheck that times out on a loaded machine logs its own, different problem.)
+    messages = [m for m in warnings_of(caplog) if "allkeys-lru" in m]
+    assert len(messages) == 1, warnings_of(caplog)
+    assert "noeviction" in messages[0]
 
 
 def test_enforce_fences_until_the_store_is_fixed(lru_server: RedisServer) -> None:
