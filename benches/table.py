@@ -98,6 +98,8 @@ def redis_rows(seconds: float, rounds: int) -> list[Row]:
         many = redis_bench.asyncio_pair(server, 64, seconds, rounds)
         progress("Redis sync: 6 rules, usage_guard and limits")
         sync = redis_bench.sync_pair(server, seconds, rounds)
+        progress("Redis sync: 6 rules, calls 5 s apart and back to back (a manual clock)")
+        spread = redis_bench.spread_pair(server)
     finally:
         server.stop()
     aio = "`limits.aio` sliding-window hit, redis-py asyncio"
@@ -145,6 +147,12 @@ def redis_rows(seconds: float, rounds: int) -> list[Row]:
             f"{sync['trips']:.2f}",
             "—",
             "—",
+        ),
+        Row(
+            "Redis sync, 6 rules, calls 5 s apart: Redis time per admit+bill",
+            f"{spread['apart']:.1f} µs",
+            f"the same calls back to back: {spread['back to back']:.1f} µs",
+            f"{spread['apart'] / spread['back to back']:.2f}×",
         ),
         Row(
             "Redis sync, server time per script",
