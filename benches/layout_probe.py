@@ -17,6 +17,14 @@ figure is one lean way of writing it, not a prediction): the epoch fence (its ch
 registry and marks), fill marks, the known-values checks of `reserve_known.lua` (previous
 buckets that grew, sources passed over), batches and slot groups' bookkeeping.
 
+A second probe does the same work on a packed layout: each counter one string of
+little-endian doubles (its bucket start, use, the previous bucket's use, retain-until, the
+number of holds, then each hold's minute and amount), read with `GET`, decoded and encoded
+with the `struct` library Redis bundles, written with `SET` (`KEEPTTL` unless its retention
+moved); the call's numbers come as one packed argument and the answer goes back as one packed
+string. So no hash fields pass through Lua as strings and no number goes through `tonumber`.
+It leaves out what the first probe leaves out.
+
 Run: .venv/bin/python benches/layout_probe.py [N]   (default 300; needs valgrind, redis-py)
 """
 
@@ -25,6 +33,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests_py"))
@@ -133,37 +142,167 @@ COUNTERS = [
 ]
 
 
+# KEYS: the new ticket's record, the settled ticket's record, one string per counter.
+# ARGV[1]: packed doubles: now, minute, the settled call's minute, settled_until, n, then per
+# counter: bucket start, previous bucket start (-1 none), hold, limit (0 none), carried,
+# give-back, use added, retain-until. ARGV[2]: n. Answers the packed doubles {code, used and
+# held per counter, the previous bucket's use per counter}.
+PACKED = """
+local n = tonumber(ARGV[2])
+local v = {struct.unpack('<' .. string.rep('d', 5 + 8 * n), ARGV[1])}
+local now, minute, back, settled_until = v[1], v[2], v[3], v[4]
+local hold_until = minute * 60000
+local mark = redis.call('GET', KEYS[2])
+local landed = mark and string.byte(mark, 1) == 104 -- 'h'
+local out, states = {-1}, {}
+for c = 1, n do
+  local a = 5 + (c - 1) * 8
+  local bucket, previous, hold, limit = v[a + 1], v[a + 2], v[a + 3], v[a + 4]
+  local blob = redis.call('GET', KEYS[2 + c])
+  local start, used, before, until_ms, nh = bucket, 0, 0, 0, 0
+  local holds = {}
+  if blob then
+    start, used, before, until_ms, nh = struct.unpack('<ddddd', blob)
+    if nh > 0 then
+      local h = {struct.unpack('<' .. string.rep('d', 2 * nh), blob, 41)}
+      for i = 1, 2 * nh, 2 do
+        if h[i] * 60000 > now then
+          holds[#holds + 1] = h[i]
+          holds[#holds + 1] = h[i + 1]
+        end
+      end
+    end
+    if start ~= bucket then
+      before = (start == previous) and used or 0
+      used, start = 0, bucket
+    end
+  end
+  local held, at, at_back = 0, nil, nil
+  for i = 1, #holds, 2 do
+    if holds[i] == back then at_back = i end
+    if holds[i] == minute then at = i end
+  end
+  if landed and at_back then
+    local left = holds[at_back + 1] + v[a + 6]
+    holds[at_back + 1] = left > 0 and left or 0
+  end
+  for i = 2, #holds, 2 do
+    held = held + holds[i]
+  end
+  used = used + v[a + 7]
+  if limit > 0 then
+    local counted = used + held + v[a + 5]
+    if counted >= limit or hold > limit - counted then
+      out[1] = c - 1
+    end
+  end
+  states[c] = {start, used, before, until_ms, holds, at, hold, v[a + 8]}
+  out[2 * c], out[2 * c + 1] = used, held
+  out[1 + 2 * n + c] = before
+end
+for c = 1, n do
+  local s = states[c]
+  local holds, at, hold, retain = s[5], s[6], s[7], s[8]
+  if out[1] == -1 and hold > 0 then
+    if at then
+      holds[at + 1] = holds[at + 1] + hold
+    else
+      holds[#holds + 1] = minute
+      holds[#holds + 1] = hold
+    end
+    out[2 * c + 1] = out[2 * c + 1] + hold
+  end
+  local nh = #holds / 2
+  local blob = struct.pack('<ddddd' .. string.rep('d', 2 * nh), s[1], s[2], s[3],
+    math.max(retain, s[4]), nh, unpack(holds))
+  if retain > s[4] then
+    redis.call('SET', KEYS[2 + c], blob, 'PX', retain - now)
+  else
+    redis.call('SET', KEYS[2 + c], blob, 'KEEPTTL')
+  end
+end
+redis.call('SET', KEYS[2], (landed and 's' or 'n') .. string.format('%d', settled_until),
+  'PX', 300000)
+if out[1] == -1 then
+  redis.call('SET', KEYS[1], 'h' .. string.format('%d', hold_until), 'PX', hold_until - now)
+end
+return struct.pack('<' .. string.rep('d', #out), unpack(out))
+"""
+
+
+def call_numbers(i: int) -> tuple[int, list[tuple[int, int, int, int, int, int, int]]]:
+    """Call i's time, and per counter of COUNTERS: its bucket start, the previous bucket's
+    start (-1: not a sliding window), hold, limit, give-back, use added, retain-until."""
+    now = 1796645827868 + i * 500
+    rows = []
+    for _key, length, sliding, hold, use in COUNTERS:
+        bucket = now // 1000 // length * length
+        # holds that differ call to call, as real ones do; the give-back is the previous call's
+        held, hold = (hold + ((i - 1) % 7) * 10, hold + (i % 7) * 10) if hold > 1 else (hold, hold)
+        retain = (bucket + length) * 1000 + 86_400_000
+        previous = bucket - length if sliding else -1
+        give, added = (-held, use) if i else (0, 0)
+        rows.append((bucket, previous, hold, 9000000000000, give, added, retain))
+    return now, rows
+
+
+def in_function(listing: str, name: str, calls: int) -> float | None:
+    """What callgrind's inclusive `listing` gives function `name`, per call."""
+    found = re.search(r"([\d,]+) \(\s*[\d.]+%\)\s+\S*:" + name + r"\b", listing)
+    return int(found.group(1).replace(",", "")) / calls if found else None
+
+
+def probe_packed(calls: int) -> float:
+    """Instructions per carried admission of the packed probe, `calls` calls 0.5 s apart;
+    checks the last answer's uses and holds."""
+    answers = []
+
+    def drive(client: redis.Redis) -> None:
+        sha = client.script_load(PACKED)
+        for i in range(calls):
+            now, rows = call_numbers(i)
+            minute, back = (now + 300_000) // 60_000, (now - 500 + 300_000) // 60_000
+            keys = [f"{{b6}}:t:t-{i}", f"{{b6}}:t:t-{i - 1}"]
+            keys += [c[0].replace(":w:", ":p:") for c in COUNTERS]
+            numbers = [now, minute, back, now + 300_000, len(COUNTERS)]
+            for bucket, previous, hold, limit, give, use, retain in rows:
+                numbers += [bucket, previous, hold, limit, 0, give, use, retain]
+            packed = struct.pack("<" + "d" * len(numbers), *numbers)
+            answers.append(client.evalsha(sha, len(keys), *keys, packed, len(COUNTERS)))
+
+    total, listing = under_callgrind(drive)
+    last = struct.unpack("<" + "d" * (len(answers[-1]) // 8), answers[-1])
+    _, rows = call_numbers(calls - 1)
+    assert last[0] == -1, last
+    for c, (_b, _p, hold, _l, _g, use, _r) in enumerate(rows):
+        # every earlier call billed `use`; the last holds `hold`, not billed yet
+        assert last[1 + 2 * c] == use * (calls - 1) and last[2 + 2 * c] == hold, (c, last)
+    for name in ("scriptCall", "strtod"):
+        part = in_function(listing, name, calls)
+        if part is not None:
+            print(f"  of the packed probe's, in {name}: {part:,.0f} per call")
+    return total / calls
+
+
 def probe(calls: int) -> float:
     """Instructions per carried admission of the probe, `calls` calls 0.5 s apart."""
 
     def drive(client: redis.Redis) -> None:
         sha = client.script_load(PROBE)
-        start = 1796645827868
         for i in range(calls):
-            now = start + i * 500
+            now, rows = call_numbers(i)
             minute, back = (now + 300_000) // 60_000, (now - 500 + 300_000) // 60_000
             keys = [f"{{b6}}:t:t-{i}", f"{{b6}}:t:t-{i - 1}"] + [c[0] for c in COUNTERS]
             args = [now, minute, back, now + 300_000, len(COUNTERS)]
-            for _key, length, sliding, hold, use in COUNTERS:
-                bucket = now // 1000 // length * length
-                hold = hold + (i % 7) * 10 if hold > 1 else hold
-                args += [
-                    f"u{bucket}",
-                    f"u{bucket - length}" if sliding else "",
-                    hold,
-                    9000000000000,
-                    0,
-                    -hold if i else 0,
-                    use if i else 0,
-                    (bucket + length) * 1000 + 86_400_000,
-                ]
+            for bucket, previous, hold, limit, give, use, retain in rows:
+                before = f"u{previous}" if previous >= 0 else ""
+                args += [f"u{bucket}", before, hold, limit, 0, give, use, retain]
             client.evalsha(sha, len(keys), *keys, *args)
 
     total, listing = under_callgrind(drive)
     for name in ("scriptCall", "strtod"):
-        found = re.search(r"([\d,]+) \([\d.]+%\)\s+\S*:" + name + r"\b", listing)
-        if found:
-            part = int(found.group(1).replace(",", "")) / calls
+        part = in_function(listing, name, calls)
+        if part is not None:
             print(f"  of the probe's, in {name}: {part:,.0f} per call")
     return total / calls
 
@@ -173,11 +312,14 @@ def main() -> None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 300
     layout = probe(calls)
+    packed = probe_packed(calls)
     store = store_cost(calls)
     print(f"{'probe, one hash per owner and window':>40}: {layout:>10,.0f} instructions per call")
+    print(f"{'probe, packed strings':>40}: {packed:>10,.0f} instructions per call")
     for way, instructions in store.items():
         print(f"{'the store today, ' + way:>40}: {instructions:>10,.0f} instructions per call")
     print(f"probe / the store as a function: {layout / store['function']:.3f}")
+    print(f"packed probe / the store as a function: {packed / store['function']:.3f}")
 
 
 if __name__ == "__main__":
