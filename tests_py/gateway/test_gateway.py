@@ -90,6 +90,7 @@ def test_openai_stream_asks_for_usage_and_bills_it(fake, start):
     # the caller did not ask for the usage chunk: the gateway asked, and kept it back
     assert fake.requests[0].body["stream_options"] == {"include_usage": True}
     assert all(c.choices for c in chunks)
+    settle(guard, "alice", "gpt-4o")  # a stream is billed once its end has been passed on
     assert used(guard, "alice", "gpt-4o") == 21 + 12
     # a caller that asks gets it
     asked = list(
@@ -269,6 +270,7 @@ def test_anthropic_plain_and_streamed(fake, start):
     ) as stream:
         text = "".join(stream.text_stream)
     assert text == WORD * 12
+    settle(guard, "alice", "claude-haiku-4-5")
     assert used(guard, "alice", "claude-haiku-4-5") == 2 * (21 + 12)
     assert fake.requests[0].headers["anthropic-version"]
 
@@ -292,6 +294,7 @@ def test_ollama_chat_plain_and_streamed(fake, start):
     parts = list(client.chat(model="llama3.2", messages=MESSAGES, stream=True))
     assert "".join(p.message.content or "" for p in parts) == WORD * 12
     assert parts[-1].done
+    settle(guard, "alice", "llama3.2")
     assert used(guard, "alice", "llama3.2") == 2 * (21 + 12)
 
 
