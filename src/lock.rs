@@ -27,6 +27,13 @@ impl<T> Mutex<T> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The data, through the one reference there is: no lock is taken (so it is safe where
+    /// another thread may have held the lock at a `fork()`).
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Holds the lock if it is free now; `None` if another thread holds it.
     pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         match self.0.try_lock() {

@@ -2,9 +2,10 @@
 //! `asyncio.Future` of the running loop. Work that completes without waiting (every in-memory
 //! store operation) is polled once, inline, and the future comes back already resolved:
 //! awaiting it does not even yield to the loop. Other work runs on the crate's shared runtime
-//! (as it is in this process: a forked child has its own) and resolves the future with one
-//! `call_soon_threadsafe`. Cancelling the future drops the Rust work where it stands, so what
-//! that work holds is given back by its own drop.
+//! (as it is in this process: a forked child has its own) and resolves the future on the
+//! loop's thread, with the other results finished meanwhile (`asyncio_batch`: one
+//! `call_soon_threadsafe` a batch). Cancelling the future drops the Rust work where it stands,
+//! so what that work holds is given back by its own drop.
 
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
@@ -13,6 +14,8 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::{intern, IntoPyObjectExt};
+
+use super::asyncio_batch::{resolve, LoopResults};
 
 static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -57,21 +60,6 @@ impl FirstPoll {
             FirstPoll::Inline
         }
     }
-}
-
-/// Resolves an asyncio future with the outcome of `work`, on the loop's thread; does nothing
-/// to a future already done (cancelled meanwhile).
-#[pyfunction]
-fn _resolve(future: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyResult<()> {
-    if future
-        .call_method0(intern!(future.py(), "done"))?
-        .is_truthy()?
-    {
-        return Ok(());
-    }
-    let method = if ok { "set_result" } else { "set_exception" };
-    future.call_method1(method, (value,))?;
-    Ok(())
 }
 
 /// Aborts the runtime task of a future that was cancelled (its done-callback).
@@ -148,36 +136,20 @@ where
         });
         if let Poll::Ready(out) = polled {
             let (ok, value) = outcome(py, out);
-            _resolve(&future, ok, value.bind(py))?;
+            resolve(&future, ok, value.bind(py))?;
             return Ok(future);
         }
     }
+    let results = LoopResults::of(&event_loop);
     let mut held = WithGil(Some((event_loop.clone().unbind(), future.clone().unbind())));
     let task = runtime.spawn(async move {
         let out = work.await;
         let Some((loop_ref, future_ref)) = held.0.take() else {
             return;
         };
-        let (mut refs, mut out) = (Some((loop_ref, future_ref)), Some(out));
-        super::alive::attach(|py| {
-            let (loop_ref, future_ref) = refs.take().expect("taken once");
-            let out = out.take().expect("taken once");
-            let (ok, value) = outcome(py, out);
-            let sent = wrap_pyfunction!(_resolve, py).and_then(|resolve| {
-                loop_ref.call_method1(
-                    py,
-                    intern!(py, "call_soon_threadsafe"),
-                    (resolve, future_ref, ok, value),
-                )
-            });
-            if let Err(e) = sent {
-                // The loop closed before the work finished: nobody is left to tell.
-                log::debug!("an asyncio result had no loop to go to: {e}");
-            }
-        });
-        // Once Python is exiting, the loop and the future are left to the process's end; the
-        // result is dropped (a ticket in it gives its holds back).
-        std::mem::forget(refs);
+        // The result goes to the loop's thread with the others finished meanwhile
+        // (`asyncio_batch`); it is made a Python object there.
+        results.push(future_ref, Box::new(move |py| outcome(py, out)), loop_ref);
     });
     future
         .call_method1(

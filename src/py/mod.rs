@@ -4,6 +4,7 @@
 mod admit_args;
 mod alive;
 mod asyncio;
+mod asyncio_batch;
 mod audit;
 mod batch;
 mod ceiling;

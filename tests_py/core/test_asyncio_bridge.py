@@ -6,6 +6,7 @@ the loop keeps going."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +112,64 @@ async def test_a_cancelled_call_leaves_the_loop_working(redis_server: RedisServe
             break
         await asyncio.sleep(0.05)
     assert rules["tokens"]["reserved"] == 0, "a cancelled call left its hold"
+
+
+def test_results_that_come_back_after_their_loop_closed_give_their_holds_back(
+    redis_server: RedisServer,
+) -> None:
+    """Results reach their loop in batches (src/py/asyncio_batch.rs): one call_soon_threadsafe
+    carries every result finished meanwhile. A loop that closes first never runs that drain
+    (or refuses it): the results in it are dropped, and each ticket gives its hold back."""
+    g = guard(store=ug.RedisStore(redis_server.url, prefix="closed"))
+
+    async def leave_calls_behind() -> None:
+        for _ in range(60):  # started and never awaited: the loop closes before most answers
+            g.admit_async("alice", "m", prompt_tokens=1, max_tokens=1)
+
+    asyncio.run(leave_calls_behind())
+
+    async def reserved() -> int:
+        rules = (await g.usage_async("alice", "m"))["rules"]
+        return int(next(r for r in rules if r["metric"] == "tokens")["reserved"])
+
+    async def settled() -> int:
+        for _ in range(100):
+            left = await reserved()
+            if left == 0:
+                break
+            await asyncio.sleep(0.05)
+        return left
+
+    assert asyncio.run(settled()) == 0, "a result dropped with its loop kept its hold"
+
+    # and a new loop on the same thread gets its own results
+    async def one_call() -> ug.Ticket:
+        pending = g.admit_async("alice", "m", prompt_tokens=1, max_tokens=1)
+        return await asyncio.wait_for(pending, 10)
+
+    ticket = asyncio.run(one_call())
+    assert ticket.release()
+
+
+def test_loops_in_two_threads_each_get_their_own_results(redis_server: RedisServer) -> None:
+    """Each loop's results are queued for that loop's thread: two loops running at once, in
+    two threads, on one guard, each resolve exactly their own calls."""
+    g = guard(store=ug.RedisStore(redis_server.url, prefix="threads"))
+    counts: dict[str, int] = {}
+
+    async def calls(name: str) -> None:
+        async def one() -> None:
+            ticket = await g.admit_async("alice", "m", prompt_tokens=1, max_tokens=1)
+            await ticket.bill_async(1, 1)
+
+        await asyncio.wait_for(asyncio.gather(*(one() for _ in range(100))), 20)
+        counts[name] = 100
+
+    threads = [threading.Thread(target=asyncio.run, args=(calls(n),)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert counts == {"a": 100, "b": 100}
+    view = g.usage("alice", "m")
+    assert [r["used"] for r in view["rules"]] == [200, 400]
