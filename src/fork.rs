@@ -10,6 +10,8 @@
 //! - runtime: the build lock (`runtime::shared`, a `OnceLock` per generation);
 //! - a guard's settle queue: `pending`, the `moved` notify and the registry of queues
 //!   (`engine::queue`, per generation; the parent's jobs stay the parent's to settle);
+//! - the parent's open tickets: one the child drops (at its exit, with all it inherited)
+//!   does not give its holds back (`TicketState`'s drop): they hold the parent's call;
 //! - Redis: the connection manager / cluster connection holder (`store::redis::connection`)
 //!   and the store checks' state (`store::redis::checks`), per generation;
 //! - ledger: the writer handle's `live` slot (per generation; the parent's thread and queue

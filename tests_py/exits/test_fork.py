@@ -287,3 +287,40 @@ def test_forked_children_that_start_threads_do_not_crash(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "failed []", done.stdout[-2000:]
+
+
+# A parent holds an open ticket; its forked child exits normally (the interpreter drops
+# everything the child inherited, the ticket among them); then the parent bills.
+PARENT_TICKET = """
+import os, sys, time
+import usage_guard as ug
+policy = ug.Policy.from_dict({policy!r})
+guard = ug.Guard(policy, store=ug.RedisStore({url!r}, prefix="parent-ticket"))
+ticket = guard.admit("alice", "m", prompt_tokens=10, max_tokens=10)
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+time.sleep(0.3)  # what a child's give-back would have sent has landed by now
+held = guard.usage("alice", "m")["rules"][0]["reserved"]
+ticket.bill(10, 5)
+used = guard.usage("alice", "m")["rules"][0]["used"]
+print(held, used)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
+def test_a_child_that_exits_leaves_its_parents_open_ticket_alone(
+    redis_server: RedisServer,
+) -> None:
+    """A ticket dropped unsettled gives its holds back by its id, but not in a forked child:
+    there it is the parent's call still. Given back by the child, the parent's hold was gone
+    while its call ran and its bill found the id settled and counted nothing."""
+    script = PARENT_TICKET.format(policy=POLICY, url=redis_server.url)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    held, used = done.stdout.split()
+    assert (int(held), int(used)) == (20, 15)

@@ -43,6 +43,9 @@ pub(crate) struct TicketParts {
 struct TicketState {
     parts: TicketParts,
     settled: AtomicBool,
+    /// The fork generation that admitted it (`crate::fork`): only that process gives its
+    /// holds back when it is dropped unsettled.
+    generation: u64,
     /// The model asked for and its refusal, when a `degrade` rule admitted this one instead.
     degraded_from: std::sync::OnceLock<(Arc<str>, Box<Refusal>)>,
 }
@@ -73,6 +76,7 @@ impl Ticket {
             state: Arc::new(TicketState {
                 parts,
                 settled: AtomicBool::new(false),
+                generation: crate::fork::generation(),
                 degraded_from: std::sync::OnceLock::new(),
             }),
         };

@@ -35,10 +35,16 @@ impl Ticket {
 
 /// A ticket dropped without bill or release (an abandoned or cancelled call) gives its
 /// holds back by ticket id at once (retried in the background while the store does not
-/// answer) instead of leaving them to expire 15 minutes later.
+/// answer) instead of leaving them to expire 15 minutes later. Not in a forked child: a
+/// parent's ticket that a child drops (at its exit, with everything it inherited) is still
+/// the parent's call, and a give-back by its id would let the parent's bill find it settled
+/// and count nothing.
 impl Drop for TicketState {
     fn drop(&mut self) {
-        if self.settled.load(Ordering::SeqCst) || self.parts.holds.is_empty() {
+        if self.settled.load(Ordering::SeqCst)
+            || self.parts.holds.is_empty()
+            || self.generation != crate::fork::generation()
+        {
             return;
         }
         let shared = &self.parts.shared;
