@@ -6,11 +6,12 @@
 //! before the drain runs on the loop's thread rides with it, without entering Python.
 //!
 //! The queue of a loop is found through the loop's thread (asyncio runs one loop per thread
-//! at a time), without a global map. The thread keeps only a weak reference: the queue lives
-//! while a task or a drain holds it, and its last holder is a drain, dropped by Python on the
-//! loop's thread (so no runtime worker enters Python to drop it, and a thread's exit drops
-//! nothing that needs Python). It holds the loop, so the loop it names cannot be another
-//! object at the same address. A drain that never runs (its loop closed first, or
+//! at a time), without a global map. The thread keeps only a weak reference, so a thread's
+//! exit drops nothing that needs Python: the queue lives while a task or a drain holds it.
+//! Its last holder is usually a drain, dropped by Python on the loop's thread; a task
+//! cancelled or outrun by its drain may let go last, from a runtime worker, which then enters
+//! Python to drop it (as `asyncio::WithGil` does). It holds the loop, so the loop it names
+//! cannot be another object at the same address. A drain that never runs (its loop closed first, or
 //! `call_soon_threadsafe` refused) drops the results with the GIL when Python drops it: a
 //! ticket in one gives its holds back, as when a single result was dropped before.
 //!
@@ -101,7 +102,7 @@ impl LoopResults {
     /// Queues `future`'s outcome for the loop's thread (from a runtime task); sends a drain
     /// unless one is on its way. `event_loop` is the task's reference to the loop. The task's
     /// hold on the queue goes into the drain it sends, or is let go while a drain on its way
-    /// holds the queue: either way the last holder is a drain.
+    /// holds the queue.
     pub(crate) fn push(
         self: Arc<Self>,
         future: Py<PyAny>,
