@@ -324,3 +324,44 @@ def test_a_child_that_exits_leaves_its_parents_open_ticket_alone(
     assert done.returncode == 0, done.stderr
     held, used = done.stdout.split()
     assert (int(held), int(used)) == (20, 15)
+
+
+# The same with a leased Model Total: the parent's lease stays the parent's.
+PARENT_LEASE = """
+import os, sys, time
+import usage_guard as ug
+policy = ug.Policy.from_dict({policy!r})
+def store():
+    return ug.RedisStore({url!r}, prefix="parent-lease", slot_groups=True, lease_above=0)
+def model_total():
+    return ug.Guard(policy, store=store()).usage("alice", "m")["ceilings"][0]
+guard = ug.Guard(policy, store=store())
+for _ in range(3):
+    guard.admit("alice", "m", prompt_tokens=10, max_tokens=10).bill(10, 5)
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+time.sleep(0.3)
+leased = model_total()["reserved"]
+for _ in range(3):
+    guard.admit("alice", "m", prompt_tokens=10, max_tokens=10).bill(10, 5)
+guard.close()
+end = model_total()
+print(leased, end["used"], end["reserved"])
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
+def test_a_child_that_exits_leaves_its_parents_lease_alone(redis_server: RedisServer) -> None:
+    """A child's exit does not give back the lease its parent holds on a Model Total (the
+    parent admits against it after); the parent's close does, with every call counted."""
+    script = PARENT_LEASE.format(policy=WITH_MODEL_TOTAL, url=redis_server.url)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    leased, used, reserved = (int(v) for v in done.stdout.split())
+    assert leased > 0, "the child gave back the parent's lease"
+    assert (used, reserved) == (6 * 15, 0)
