@@ -11,7 +11,8 @@
 //! - a guard's settle queue: `pending`, the `moved` notify and the registry of queues
 //!   (`engine::queue`, per generation; the parent's jobs stay the parent's to settle);
 //! - the parent's open tickets: one the child drops (at its exit, with all it inherited)
-//!   does not give its holds back (`TicketState`'s drop): they hold the parent's call;
+//!   does not give its holds back (`TicketState`'s drop): they hold the parent's call; and
+//!   its bill or release of one is refused (`Ticket::check_process`);
 //! - Redis: the connection manager / cluster connection holder (`store::redis::connection`)
 //!   and the store checks' state (`store::redis::checks`), per generation;
 //! - ledger: the writer handle's `live` slot (per generation; the parent's thread and queue

@@ -20,8 +20,9 @@ pub(crate) fn py_to_json(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Value
     to_json(value, path, false)
 }
 
-/// Like [`py_to_json`], but a NaN or infinite float becomes its text ("nan", "inf"), so that
-/// a document validator reports it with the document's other errors.
+/// Like [`py_to_json`], but a NaN or infinite float becomes its text ("nan", "inf"), and an
+/// int past 64 bits a float (past a float's range, its text), so that a document validator
+/// reports it with the document's other errors.
 pub(crate) fn py_to_json_document(value: &Bound<'_, PyAny>) -> PyResult<Value> {
     to_json(value, "", true)
 }
@@ -193,6 +194,17 @@ fn scalar(
         }
         if let Ok(n) = value.extract::<u64>() {
             return Ok(Some(Value::from(n)));
+        }
+        if non_finite_as_text {
+            // A document's validator says what the field accepts, with its other errors
+            // (a PolicyError): the number as a float, or past a float's range its text.
+            let as_float = value.extract::<f64>().ok().filter(|f| f.is_finite());
+            return Ok(Some(
+                match as_float.and_then(serde_json::Number::from_f64) {
+                    Some(n) => Value::Number(n),
+                    None => Value::String(value.str()?.to_string()),
+                },
+            ));
         }
         return Err(Error::invalid(&at(), value, "is too large a number").into());
     }

@@ -178,13 +178,15 @@ impl PyTicket {
     }
 
     /// Gives the reservation back; returns False if the ticket had already settled.
-    fn release(&self, py: Python<'_>) -> bool {
+    fn release(&self, py: Python<'_>) -> PyResult<bool> {
+        self.inner.check_process()?;
         let ticket = self.inner.clone();
-        py.detach(move || ticket.release_blocking())
+        Ok(py.detach(move || ticket.release_blocking()))
     }
 
     /// `release` as a coroutine.
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.inner.check_process()?;
         let ticket = self.inner.clone();
         let first_poll = FirstPoll::unless_ledger(ticket.has_ledger());
         super::asyncio::future_into_py(py, first_poll, async move { Ok(ticket.release().await) })

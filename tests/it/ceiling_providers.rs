@@ -192,6 +192,20 @@ fn usage_per_provider() {
             json!({"usage_metadata": {"prompt_token_count": 11, "candidates_token_count": 6}}),
             usage(11, 6, 0, 0),
         ),
+        // The prompts of Gemini's own tool calls are billed as input (totalTokenCount has them).
+        (
+            Api::Gemini,
+            json!({"usageMetadata": {"promptTokenCount": 21, "candidatesTokenCount": 12,
+                "thoughtsTokenCount": 40, "toolUsePromptTokenCount": 1500,
+                "totalTokenCount": 1573}}),
+            usage(1521, 52, 0, 40),
+        ),
+        (
+            Api::Gemini,
+            json!({"usage_metadata": {"prompt_token_count": 2, "candidates_token_count": 1,
+                "tool_use_prompt_token_count": 3}}),
+            usage(5, 1, 0, 0),
+        ),
         (
             Api::OllamaChat,
             json!({"done": true, "prompt_eval_count": 12, "eval_count": 13}),

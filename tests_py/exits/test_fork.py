@@ -326,6 +326,55 @@ def test_a_child_that_exits_leaves_its_parents_open_ticket_alone(
     assert (int(held), int(used)) == (20, 15)
 
 
+# The child bills or releases the ticket it inherited (sync or asyncio); then the parent bills.
+CHILD_SETTLES = """
+import asyncio, os, sys, time
+import usage_guard as ug
+policy = ug.Policy.from_dict({policy!r})
+guard = ug.Guard(policy, store=ug.RedisStore({url!r}, prefix="child-settles"))
+async def bill_async(t):
+    return await t.bill_async(1, 1)
+async def release_async(t):
+    return await t.release_async()
+settles = {{
+    "bill": lambda t: t.bill(1, 1),
+    "release": lambda t: t.release(),
+    "bill_async": lambda t: asyncio.run(bill_async(t)),
+    "release_async": lambda t: asyncio.run(release_async(t)),
+}}
+for way, settle in settles.items():
+    ticket = guard.admit("alice", "m", prompt_tokens=10, max_tokens=10)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            settle(ticket)
+        except ValueError as e:
+            os._exit(0 if "was admitted before this process forked" in str(e) else 3)
+        os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, (way, status)
+    billed = ticket.bill(10, 5, wait=True)
+    print(way, billed["recorded"], guard.usage("alice", "m")["rules"][0]["used"])
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX-only")
+def test_a_child_cannot_settle_its_parents_open_ticket(redis_server: RedisServer) -> None:
+    """The parent's call is the parent's to bill: a child's bill or release settled the id
+    first, and the parent's bill (answered as recorded) then counted nothing."""
+    script = CHILD_SETTLES.format(policy=POLICY, url=redis_server.url)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:4] == [
+        "bill True 15",
+        "release True 30",
+        "bill_async True 45",
+        "release_async True 60",
+    ]
+
+
 # The same with a leased Model Total: the parent's lease stays the parent's.
 PARENT_LEASE = """
 import os, sys, time

@@ -17,7 +17,10 @@ from test_gateway import MESSAGES, gateway_policy, oai
 
 def test_a_degraded_call_sends_the_substitute_and_says_so(fake: FakeProvider) -> None:
     document = gateway_policy(fake)
-    document["models"]["gpt-4o-mini"] = {"provider": "openai", "prices": {"input": 0.15}}
+    document["models"]["gpt-4o-mini"] = {
+        "provider": "openai",
+        "prices": {"input": 0.15, "output": 0.6},
+    }
     tokens = [{"metric": "tokens", "amount": 100_000, "window": "day"}]
     document["limits"]["direct"].append({"user": "alice", "model": "gpt-4o-mini", "rules": tokens})
     document["rules"] = [

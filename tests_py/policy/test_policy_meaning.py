@@ -252,6 +252,17 @@ def test_anonymous_left_unset_is_a_warning_when_the_policy_limits_anything() -> 
         chosen = ug.Policy.from_dict({**limited, "settings": {"anonymous": choice}})
         assert chosen.warnings == []
     assert ug.Policy.from_dict(doc()).warnings == []  # nothing is limited for anyone
+    # A user id is taken as written, but one that reads as a misspelt word is said.
+    for near, word in (("Refuse", "refuse"), ("unlimted", "unlimited"), (" REFUSE", "refuse")):
+        chosen = ug.Policy.from_dict({**limited, "settings": {"anonymous": near}})
+        assert warnings_of(chosen) == [
+            (
+                "settings.anonymous",
+                json.dumps(near),
+                f"counts calls with no user as the user {json.dumps(near)}; did you mean "
+                f'"{word}"? (a user id is taken as written)',
+            )
+        ]
     for bad in ("", "  ", 3, None):
         assert errors_of({**limited, "settings": {"anonymous": bad}}) == [
             (
@@ -407,3 +418,13 @@ def test_user_none_on_a_call_means_the_clients_user(
     anonymous = GuardedOpenAI(sdk, ug.Guard(limited("refuse"), clock=clock))
     with pytest.raises(ValueError, match="settings.anonymous"):
         anonymous.chat.completions.create(model="gpt-5", messages=messages)
+
+
+def test_an_int_past_64_bits_is_a_policy_error_with_the_others() -> None:
+    """Not a bare ValueError that `except ug.PolicyError` misses and that hides the
+    document's other errors."""
+    document = doc({"platform": {"rules": [rule(amount=2**64), rule(amount=-1, window="week")]}})
+    with pytest.raises(ug.PolicyError) as e:
+        ug.Policy.from_dict(document)
+    paths = [err["path"] for err in e.value.errors]
+    assert paths == ["limits.platform.rules[0].amount", "limits.platform.rules[1].amount"]

@@ -196,8 +196,8 @@ def test_check_notes_that_a_numbered_day_slides(tmp_path: Path) -> None:
     done = run_cli("check", "--strict", str(path))
     assert done.returncode == 0, done.stdout  # a note is not a warning
     assert (
-        "note: limits.direct[0].rules[0].window: is a sliding window of 1 day (any 1 day in a "
-        'row), not the calendar day: write "day" for the calendar day (from 00:00 UTC) '
+        "note: limits.direct[0].rules[0].window: is a sliding window of 1 day (the last 1 day "
+        'at each call), not the calendar day: write "day" for the calendar day (from 00:00 UTC) '
         '(got "1d")'
     ) in done.stdout.splitlines()
     assert ug.Policy.from_dict(direct("day")).notes == []
@@ -335,3 +335,22 @@ def test_a_team_total_beside_its_team_limit_stays_valid() -> None:
         }
     ]
     ug.Policy.from_dict(doc)
+
+
+def test_a_sliding_window_after_a_burst_at_its_bucket_end(clock: ug.ManualClock) -> None:
+    """What policy.md says a sliding window lets through at worst: the whole amount in the
+    last second of a bucket, then a call every second while it admits one. Within the
+    window's length just under twice the amount pass, within half of it about 1.5 times; a
+    calendar window would let the second amount through at once."""
+    guard = ug.Guard(ug.Policy.from_dict(direct("10 minutes", amount=10)), clock=clock)
+    clock.advance(seconds=599)  # 08:09:59, the last second of the 08:00 bucket
+    spend(guard, 10)
+    admitted = [0] * 10  # seconds after the burst
+    for second in range(1, 600):
+        clock.advance(seconds=1)
+        if not refused(guard):
+            spend(guard)
+            admitted.append(second)
+    assert 10 < len(admitted) < 20, admitted
+    half = max(sum(1 for s in admitted if start <= s < start + 300) for start in range(300))
+    assert half <= 15, admitted

@@ -241,3 +241,47 @@ def test_check_names_the_unpriced_model_trap(tmp_path: Path) -> None:
     assert "models.mine.prices: is required: the user_total for alice counts the cost" in (
         done.stdout
     )
+
+
+def test_a_price_table_must_give_both_rates(tmp_path: Path) -> None:
+    """A rate left out would price that side of every call at 0: a cost cap over the model
+    would count nothing for it."""
+    doc: dict[str, Any] = {
+        "models": {"my-model": {"provider": "openai", "prices": {"input": 2.5}}},
+        "limits": {
+            "user_total": [
+                {"user": "alice", "rules": [{"metric": "cost", "amount": 1.0, "window": "day"}]}
+            ]
+        },
+        "settings": {"anonymous": "refuse"},
+    }
+    for prices, missing in (({"input": 2.5}, ["output"]), ({}, ["input", "output"])):
+        doc["models"]["my-model"]["prices"] = prices
+        with pytest.raises(ug.PolicyError) as e:
+            ug.Policy.from_dict(doc)
+        paths = {err["path"]: err["message"] for err in e.value.errors}
+        for key in missing:
+            assert paths[f"models.my-model.prices.{key}"] == "is required"
+    # A prices file's entry, too.
+    partial = tmp_path / "prices.toml"
+    partial.write_text('[models."my-model"]\noutput = 4.0\n')
+    del doc["models"]["my-model"]["prices"]
+    doc["settings"]["prices_file"] = str(partial)
+    with pytest.raises(ug.PolicyError) as e:
+        ug.Policy.from_dict(doc)
+    assert [err["path"] for err in e.value.errors] == [f"{partial}: models.my-model.input"]
+
+
+def test_a_model_given_twice_in_a_json_prices_file_is_an_error(tmp_path: Path) -> None:
+    """JSON parsers keep the last of two entries: the second would silently replace the
+    first's price (here with 0)."""
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        '{"models": {"my-ft": {"input": 3.0, "output": 12.0}, "my-ft": {"input": 0, "output": 0}}}'
+    )
+    doc = {"models": {"my-ft": {"provider": "openai"}}, "settings": {"prices_file": str(prices)}}
+    with pytest.raises(ug.PolicyError) as e:
+        ug.Policy.from_dict(doc)
+    [error] = e.value.errors
+    assert error["path"] == f"{prices}: models.my-ft"
+    assert error["message"].startswith("is given twice in one table")

@@ -158,6 +158,10 @@ def test_bad_attributes_are_refused_by_name(make_guard: Callable[..., ug.Guard])
         guard.admit("alice", "gpt-4o", prompt_tokens=10, attributes={"credentail": "k"})
     with pytest.raises(ValueError, match="comes from the call"):
         guard.admit("alice", "gpt-4o", prompt_tokens=10, attributes={"model": "x"})
+    # The model's provider: naming another would step out of every rule by provider.
+    for provider in ("anthropic", "OpenAI", "openai"):
+        with pytest.raises(ValueError, match="provider the model's policy provider"):
+            guard.admit("alice", "gpt-4o", prompt_tokens=10, attributes={"provider": provider})
     with pytest.raises(TypeError, match="must be a string"):
         guard.admit("alice", "gpt-4o", prompt_tokens=10, attributes={"credential": 3})
     with pytest.raises(TypeError, match="attributes"):
@@ -172,6 +176,28 @@ def test_bad_rules_name_their_paths() -> None:
     text = str(err.value)
     assert "rules[0].window.anchor_zone: is not an IANA time zone" in text
     assert "rules[0].action_duration_seconds: is required" in text
+
+
+def test_a_rule_on_a_value_no_call_can_have_is_an_error() -> None:
+    """A provider the policy has no word for, or (unknown models refused) a model it does
+    not declare: the rule would silently limit nothing."""
+    for when, path, says in (
+        ({"provider": "opnai"}, "rules[0].applies_when.provider", 'did you mean "openai"'),
+        ({"provider": "OpenAI"}, "rules[0].applies_when.provider", "accepted: openai"),
+        ({"model": ["gpt-4o", "gtp-5"]}, "rules[0].applies_when.model[1]", "is not a model"),
+    ):
+        with pytest.raises(ug.PolicyError) as err:
+            ug.Policy.from_dict(policy(dict(PER_CREDENTIAL, applies_when=when)))
+        [error] = err.value.errors
+        assert error["path"] == path and says in error["message"], error
+    unless = dict(PER_CREDENTIAL, applies_unless={"model": "gpt-5"})
+    with pytest.raises(ug.PolicyError, match="rules\\[0\\].applies_unless.model"):
+        ug.Policy.from_dict(policy(unless))
+    # Any name of a declared model is one; with unknown models allowed, any model may be.
+    ug.Policy.from_dict(policy(dict(PER_CREDENTIAL, applies_when={"model": "GPT-4o-2024-08-06"})))
+    allowed = policy(dict(PER_CREDENTIAL, applies_when={"model": "gpt-5"}))
+    allowed["settings"]["unknown_models"] = "allow"
+    ug.Policy.from_dict(allowed)
 
 
 HALT = {

@@ -405,7 +405,10 @@ async def test_usage_chunk_reaches_only_callers_who_asked_for_it(fake, make_guar
 
 def test_usage_attributes_reach_the_rules_and_the_reply_says_what_they_did(fake, make_guard):
     document = policy()
-    document["models"]["gpt-4o-mini"] = {"provider": "openai", "prices": {"input": 0.15}}
+    document["models"]["gpt-4o-mini"] = {
+        "provider": "openai",
+        "prices": {"input": 0.15, "output": 0.6},
+    }
     document["rules"] = [
         {
             "name": "gpt-4o per agent",

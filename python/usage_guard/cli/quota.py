@@ -304,7 +304,14 @@ def _stored_preset(
 def add_quota_commands(commands: Any) -> None:
     """Adds `quota` and `init` to the main parser's subcommands."""
     quota = commands.add_parser(
-        "quota", help="stored quota policies: list, show, create, assign, usage, check"
+        "quota",
+        help="stored quota policies: list, show, create, assign, usage, check",
+        description=(
+            "Manage the quota policies stored in a ledger (docs/quotas.md): named limits "
+            "assigned to teams, users or roles, which the guards with a QuotaService on that "
+            "ledger enforce beside their own policy; read a subject's usage against them, or "
+            "check whether an amount fits."
+        ),
     )
     quota.add_argument(
         "--ledger", required=True, help="the ledger database (path, sqlite:///, postgres://)"
@@ -353,7 +360,15 @@ def add_quota_commands(commands: Any) -> None:
     check.add_argument("--team")
     check.add_argument("--role")
     quota.set_defaults(func=run_quota)
-    init = commands.add_parser("init", help="write a conservative starter quota policy")
+    init = commands.add_parser(
+        "init",
+        help="write a conservative starter quota policy",
+        description=(
+            "Write a starter quota policy for a preset (its limits JSON, for `quota create "
+            "--limits @file`), and with --ledger store it there, with --assign assign it too "
+            "(docs/quotas.md)."
+        ),
+    )
     init.add_argument("--preset", choices=sorted(PRESETS), required=True)
     init.add_argument("--out", help="the file written (default quota-<preset>.json)")
     init.add_argument("--ledger", help="also store the policy in this ledger database")

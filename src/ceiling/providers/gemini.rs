@@ -81,8 +81,11 @@ pub(super) fn usage(response: &Value) -> Option<ReportedUsage> {
     }
     let f = |camel_case, snake_case| n(u, spelled(camel, camel_case, snake_case));
     let thoughts = f("/thoughtsTokenCount", "/thoughts_token_count");
+    // The prompts of tool calls Gemini makes itself (code execution, search) are billed as
+    // input and counted in totalTokenCount, apart from promptTokenCount.
+    let tool_use = f("/toolUsePromptTokenCount", "/tool_use_prompt_token_count");
     Some(ReportedUsage {
-        input_tokens: f("/promptTokenCount", "/prompt_token_count"),
+        input_tokens: f("/promptTokenCount", "/prompt_token_count").saturating_add(tool_use),
         output_tokens: f("/candidatesTokenCount", "/candidates_token_count") + thoughts,
         cached_input_tokens: f("/cachedContentTokenCount", "/cached_content_token_count"),
         reasoning_tokens: thoughts,

@@ -64,8 +64,10 @@ impl Attribute {
         }
     }
 
-    /// Whether the call itself gives this attribute (`user` is the principal; the model and
-    /// its provider), so `attributes=` must not.
+    /// Whether the call itself gives this attribute (`user` is the principal; the model), so
+    /// `attributes=` must not, and a ledger row records it in a column of its own. The
+    /// model's provider is not given by `attributes=` either (`checked`), but rows record it
+    /// among the attributes.
     pub fn from_call(self) -> bool {
         matches!(self, Attribute::Principal | Attribute::Model)
     }
@@ -333,9 +335,12 @@ fn checked(key: &str, value: &str) -> Result<Attribute, Error> {
             let why = format!("is not an attribute; accepted: {words}");
             Err(Error::invalid("attributes", key, why))
         }
-        Some(a) if a.from_call() => {
+        // The provider is the model's (its policy `provider`): a caller naming another
+        // would step out of every rule that applies by provider.
+        Some(a) if a.from_call() || a == Attribute::Provider => {
             let why = "comes from the call (principal is the user argument, model the model \
-                       argument); remove it from attributes";
+                       argument, provider the model's policy provider); remove it from \
+                       attributes";
             Err(Error::invalid(&format!("attributes[{key:?}]"), value, why))
         }
         Some(a) => Ok(a),

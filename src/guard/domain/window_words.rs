@@ -5,10 +5,12 @@
 //! The meaning of every form is fixed: a bare `day`, `week`, `month` or `year` is the calendar
 //! period (UTC unless a window table gives a zone); any form with a number is a sliding
 //! window of that length, so `"1d"` and `"1 day"` are a sliding 24 hours, never the calendar
-//! day. A sliding window never lets more than the amount through in any span of its length,
-//! while a calendar day lets an amount through just before midnight and another just after:
-//! the reading that cannot grant twice the amount is the one a number gets. `minute` and
-//! `hour` are sliding: they have no calendar meaning here.
+//! day. A sliding window never resets: a calendar day lets an amount through just before
+//! midnight and another just after, where a sliding window (its bucket plus the previous
+//! bucket weighted by the share still inside it) lets use through again only as earlier use
+//! slides out (at worst just under twice the amount within its length, after a burst at a
+//! bucket's end; docs/policy.md). `minute` and `hour` are sliding: they have no calendar
+//! meaning here.
 
 use super::calendar::CalendarUnit;
 use super::suggest::nearest;
@@ -109,8 +111,8 @@ pub(crate) fn note(text: &str, window: Window) -> Option<String> {
     };
     let from = if calendar == "day" { "" } else { "Monday " };
     Some(format!(
-        "is a sliding window of {length} (any {length} in a row), not the calendar {calendar}: \
-         write \"{calendar}\" for the calendar {calendar} (from {from}00:00 UTC)"
+        "is a sliding window of {length} (the last {length} at each call), not the calendar \
+         {calendar}: write \"{calendar}\" for the calendar {calendar} (from {from}00:00 UTC)"
     ))
 }
 

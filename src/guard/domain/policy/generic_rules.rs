@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::models::Provider;
 use super::values::{key_path, Parser};
 use crate::guard::domain::generic::{Action, Attribute, GenericRule, THROTTLE_MAX_QUEUE};
 use crate::guard::domain::rule::{Metric, RuleSpec};
@@ -30,17 +31,19 @@ const RULE_KEYS: [&str; 13] = [
 const THROTTLE_MAX_WAIT_MS: u64 = 10_000;
 
 impl Parser {
-    /// The list of generic rules; `models` are the policy's model ids (for `degrade_to`).
+    /// The list of generic rules; `models` are the policy's model ids (for `degrade_to`);
+    /// `declared_only`: calls on undeclared models are refused (a rule may name no other).
     pub(super) fn generic_rules(
         &mut self,
         value: &Value,
         models: &HashSet<String>,
+        declared_only: bool,
     ) -> Vec<Arc<GenericRule>> {
         let mut out = Vec::new();
         let mut names = HashSet::new();
         for (i, item) in self.list("rules", value).iter().enumerate() {
             let path = format!("rules[{i}]");
-            if let Some(rule) = self.generic_rule(&path, item, models) {
+            if let Some(rule) = self.generic_rule(&path, item, models, declared_only) {
                 if !names.insert(rule.name.clone()) {
                     let v = Value::from(&*rule.name);
                     self.error(
@@ -60,17 +63,18 @@ impl Parser {
         path: &str,
         value: &Value,
         models: &HashSet<String>,
+        declared_only: bool,
     ) -> Option<GenericRule> {
         let fields = self.table(path, value, &RULE_KEYS)?;
         let name = self
             .required(path, fields, "name")
             .and_then(|v| self.string(&key_path(path, "name"), v));
         let applies_when = match fields.get("applies_when") {
-            Some(v) => self.applies_when(&key_path(path, "applies_when"), v),
+            Some(v) => self.applies_when(&key_path(path, "applies_when"), v, declared_only),
             None => Some(Vec::new()),
         };
         let unless = match fields.get("applies_unless") {
-            Some(v) => self.applies_when(&key_path(path, "applies_unless"), v),
+            Some(v) => self.applies_when(&key_path(path, "applies_unless"), v, declared_only),
             None => Some(Vec::new()),
         };
         let count_by = match fields.get("count_by") {
@@ -142,10 +146,49 @@ impl Parser {
         found
     }
 
+    /// Whether each of `values` of `attr` can be a call's, else an error for each that
+    /// cannot (a rule written for it would silently limit nothing): a provider is one of the
+    /// policy's words, and with `declared_only` (`unknown_models = "refuse"`) a model is one
+    /// the policy declares, by any of its names.
+    fn matchable(
+        &mut self,
+        path: &str,
+        attr: Attribute,
+        values: &[String],
+        declared_only: bool,
+    ) -> bool {
+        let mut ok = true;
+        for (i, v) in values.iter().enumerate() {
+            let at = if values.len() > 1 {
+                format!("{path}[{i}]")
+            } else {
+                path.to_string()
+            };
+            let value = Value::from(v.as_str());
+            match attr {
+                Attribute::Provider => {
+                    ok &= self
+                        .word(&at, &value, &Provider::WORDS, "provider")
+                        .is_some();
+                }
+                Attribute::Model if declared_only && self.model_names.find(v).is_none() => {
+                    let why = "is not a model of the policy: with settings.unknown_models = \
+                               \"refuse\" no call can be on it, so the rule would never apply; \
+                               declare the model, or name one the policy declares";
+                    self.error(&at, Some(&value), why);
+                    ok = false;
+                }
+                _ => {}
+            }
+        }
+        ok
+    }
+
     fn applies_when(
         &mut self,
         path: &str,
         value: &Value,
+        declared_only: bool,
     ) -> Option<Vec<(Attribute, Vec<Arc<str>>)>> {
         let Value::Object(map) = value else {
             self.table(path, value, &[]);
@@ -172,6 +215,7 @@ impl Parser {
                 _ => vec![self.string(&attr_path, v)],
             };
             match values.into_iter().collect::<Option<Vec<String>>>() {
+                Some(vs) if !self.matchable(&attr_path, attr, &vs, declared_only) => ok = false,
                 // A rule on a model matches every name of it, as admission resolves them.
                 Some(vs) if attr == Attribute::Model => {
                     let names = &self.model_names;
@@ -317,7 +361,8 @@ impl super::Policy {
         let models: HashSet<String> = self.models.iter().map(|m| m.id.to_string()).collect();
         let mut p = Parser::new();
         p.model_names = self.index.names.clone();
-        let extra = p.generic_rules(rules, &models);
+        let declared_only = self.settings.unknown_models == super::settings::UnknownModels::Refuse;
+        let extra = p.generic_rules(rules, &models, declared_only);
         for (i, rule) in extra.iter().enumerate() {
             if self.rules.iter().any(|r| r.name == rule.name) {
                 let v = Value::from(&*rule.name);

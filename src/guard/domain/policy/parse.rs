@@ -9,6 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::limits::Known;
+use super::settings::UnknownModels;
 use super::values::Parser;
 use super::Policy;
 use crate::error::Error;
@@ -92,7 +93,8 @@ impl Parser {
             policy.scopes = self.scopes(scopes);
         }
         if let Some(rules) = top.get("rules") {
-            policy.rules = self.generic_rules(rules, &model_ids);
+            let declared_only = policy.settings.unknown_models == UnknownModels::Refuse;
+            policy.rules = self.generic_rules(rules, &model_ids, declared_only);
         }
         self.traps(top, &policy);
         let anonymous_written = top

@@ -86,14 +86,17 @@ pub(crate) fn built_in() -> &'static PriceBook {
     })
 }
 
-/// A table document from TOML (when `toml`) or JSON text.
-fn document(text: &str, toml: bool) -> Result<Value, String> {
+/// A table document from TOML (when `toml`) or JSON text, with one error per key a JSON
+/// table gives twice (TOML refuses those itself): plain JSON parsing keeps the last, so a
+/// second entry for a model would silently replace its price.
+fn document(text: &str, toml: bool) -> Result<(Value, Vec<FieldError>), String> {
     if toml {
         toml::from_str::<toml::Value>(text)
             .map_err(|e| e.message().trim().replace('\n', "; "))
             .and_then(|v| serde_json::to_value(v).map_err(|e| e.to_string()))
+            .map(|v| (v, Vec::new()))
     } else {
-        serde_json::from_str(text).map_err(|e| e.to_string())
+        super::json::parse_strict(text).map_err(|e| e.to_string())
     }
 }
 
@@ -105,19 +108,29 @@ pub(crate) fn read_text(
     toml: bool,
     origin: PriceOrigin,
 ) -> Result<PriceBook, Vec<FieldError>> {
-    let value = document(text, toml).map_err(|e| {
+    let (value, repeated) = document(text, toml).map_err(|e| {
         vec![FieldError::new(
             name,
             "",
             format!("is not a valid price table: {e}"),
         )]
     })?;
+    let repeated = repeated.into_iter().map(|e| FieldError {
+        path: format!("{name}: {}", e.path),
+        ..e
+    });
     let mut p = Parser::new();
     let book = p.price_book(name, &value, origin);
-    p.finish(book).map(|(book, _)| book).map_err(|e| match e {
+    let found = p.finish(book).map(|(book, _)| book).map_err(|e| match e {
         crate::error::Error::Policy(errors) => errors,
         other => vec![FieldError::new(name, "", other.to_string())],
-    })
+    });
+    let repeated: Vec<FieldError> = repeated.collect();
+    match found {
+        Ok(_) if !repeated.is_empty() => Err(repeated),
+        Err(rest) if !repeated.is_empty() => Err(repeated.into_iter().chain(rest).collect()),
+        other => other,
+    }
 }
 
 impl Parser {
@@ -209,7 +222,12 @@ impl Parser {
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("toml"));
         match document(&text, toml) {
-            Ok(value) => Some(Arc::new(self.price_book(file, &value, PriceOrigin::File))),
+            Ok((value, repeated)) => {
+                for e in repeated {
+                    self.error(&format!("{file}: {}", e.path), None, e.message);
+                }
+                Some(Arc::new(self.price_book(file, &value, PriceOrigin::File)))
+            }
             Err(e) => {
                 let why = format!("is not a valid price table ({}): {e}", path.display());
                 self.error("settings.prices_file", Some(&shown), why);

@@ -148,6 +148,11 @@ impl Parser {
         let Some(fields) = self.table(path, value, &accepted) else {
             return Pricing::default();
         };
+        // Both rates must be written (0 for free): a rate left out would price that side
+        // of every call at 0, and a cost rule over the model would count nothing for it.
+        for key in ["input", "output"] {
+            self.required(path, fields, key);
+        }
         let base = self.rates_of(path, fields);
         let reasoning = fields
             .get("reasoning")

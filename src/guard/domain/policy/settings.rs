@@ -305,7 +305,22 @@ impl Parser {
         match value.as_str() {
             Some("unlimited") => Anonymous::Unlimited,
             Some("refuse") => Anonymous::Refuse,
-            Some(user) if !user.trim().is_empty() => Anonymous::As(Arc::from(user)),
+            Some(user) if !user.trim().is_empty() => {
+                // A misspelt word would silently count calls with no user as a user so
+                // named: said, since ids are any text and cannot be refused.
+                let words = ["unlimited", "refuse"];
+                if let Some(word) = crate::guard::domain::suggest::nearest(user, &words) {
+                    self.warn(
+                        "settings.anonymous",
+                        Some(value),
+                        format!(
+                            "counts calls with no user as the user {user:?}; did you mean \
+                             \"{word}\"? (a user id is taken as written)"
+                        ),
+                    );
+                }
+                Anonymous::As(Arc::from(user))
+            }
             _ => {
                 self.error(
                     "settings.anonymous",
