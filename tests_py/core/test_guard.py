@@ -372,6 +372,17 @@ def test_set_policy_takes_effect_at_once(make_guard: MakeGuard) -> None:
     guard.admit("alice", "gpt-5").release()
 
 
+def test_a_lowered_limit_says_what_calls_in_progress_hold(make_guard: MakeGuard) -> None:
+    """The refusal tells the held figure as it is, above a limit lowered meanwhile (it
+    said the new amount)."""
+    guard = make_guard(policy(direct=[direct("alice", "gpt-5", tokens(10_000))]))
+    ticket = guard.admit("alice", "gpt-5", prompt_tokens=1_000, max_tokens=7_000)
+    guard.set_policy(ug.Policy.from_dict(policy(direct=[direct("alice", "gpt-5", tokens(5_000))])))
+    refusal = refused(lambda: guard.admit("alice", "gpt-5", prompt_tokens=10, max_tokens=10))
+    assert "You have 8,000 tokens held by calls in progress" in str(refusal), str(refusal)
+    ticket.release()
+
+
 # --- bill and release -----------------------------------------------------------------------
 
 

@@ -110,7 +110,7 @@ pub(crate) fn held(path: &Path, rule: &PathRule, team_name: &str, held: u64, use
         "{} {} held by calls in progress ({} used) of {} {}{}; this call fits once they \
          end: try again in a moment.",
         p.who,
-        r.metric.amount_phrase(held.min(r.amount)),
+        r.metric.amount_phrase(held),
         r.metric.amount_phrase(used),
         p.whose,
         measure(r.metric, r.amount, r.window),
