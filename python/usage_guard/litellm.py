@@ -2,22 +2,28 @@
 `litellm.callbacks = [UsageGuardHandler(guard)]`. Needs the `litellm` package:
 `pip install 'usage-guard[litellm]'`.
 
-Each async completion (`litellm.acompletion`, and the Router's) is admitted before it is sent
-(`async_pre_call_deployment_hook`: the prompt counted, the output maximum fitted into the
+Metered: completions, text completions, the Responses API and embeddings, async
+(`acompletion`, `atext_completion`, `aresponses`, `aembedding`, and the Router's) and sync.
+Each is admitted before it is sent (the prompt counted, the output maximum fitted into the
 request), billed from the usage LiteLLM reports when it succeeds (a stream at its end), and
-released when it fails, by the call's `litellm_call_id`. A refusal raises
-`UsageLimitError` to the caller; nothing is sent.
+released when it fails, by the call's `litellm_call_id`. A refusal raises `UsageLimitError` to
+the caller; nothing is sent. Any other call type that reaches the handler's hook (image
+generation, speech, ...) is refused with `TypeError` rather than sent unmetered.
 
+Async calls, and a sync `litellm.responses`, are admitted in `async_pre_call_deployment_hook`.
 A sync `litellm.completion` runs no hook a `CustomLogger` can change or stop a call from
 (`log_pre_api_call`'s exceptions are swallowed): importing this module adds a rule to
 `litellm.pre_call_rules`, which LiteLLM runs for both, and which admits and fits a sync call
 (from LiteLLM's call setup, where the call's arguments are) while a `UsageGuardHandler` is in
-`litellm.callbacks`; the sync success and failure events bill and release it. Where that setup
-is not found (another LiteLLM layout), a sync call is refused with `TypeError` rather than
-sent unmetered.
+`litellm.callbacks`. A sync `text_completion` or `embedding` runs neither the hook nor the
+rules: importing this module wraps `litellm.text_completion` and `litellm.embedding`, which
+admit first. The sync success and failure events bill and release. Where LiteLLM's call setup
+is not found (another LiteLLM layout), a sync completion is refused with `TypeError` rather
+than sent unmetered.
 
 A stream left before its end reports neither success nor failure: its hold is released when
-LiteLLM's logging object of the call is collected (what it delivered is not billed).
+LiteLLM's logging object of the call (or the sync stream) is collected (what it delivered is
+not billed).
 
 `handler` is one for LiteLLM's `callbacks:` setting, its guard loaded on first use from the
 policy file named by `USAGE_GUARD_POLICY` (and `USAGE_GUARD_REDIS`, a Redis URL, to share
@@ -26,12 +32,15 @@ counters between processes).
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
 import threading
+import uuid
 import weakref
 from types import FrameType
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 try:
     import litellm
@@ -42,37 +51,14 @@ except ImportError as exc:  # pragma: no cover - exercised by the wheel smoke te
         "pip install 'usage-guard[litellm]' (or pip install litellm)"
     ) from exc
 
-from ._adapter.call import jsonable
+from ._adapter.litellm_calls import admission_of, call_id_of, fit, kind_of, usage_of
 from ._core import Guard, Policy, RedisStore
 
 __all__ = ["UsageGuardHandler", "handler"]
 
-# The request fields admission reads (the prompt, the output maximum, the answer count).
-_REQUEST = ("messages", "tools", "functions", "max_tokens", "max_completion_tokens", "n")
-_COMPLETIONS = ("acompletion", "completion")
-
-
-def _call_type(value: Any) -> str:
-    return str(getattr(value, "value", value) or "")
-
-
-def _usage(response: Any) -> dict[str, int]:
-    """The bill of LiteLLM's answer (its OpenAI-shaped usage)."""
-    usage = getattr(response, "usage", None)
-    prompt = int(getattr(usage, "prompt_tokens", None) or 0)
-    output = int(getattr(usage, "completion_tokens", None) or 0)
-    details = getattr(usage, "prompt_tokens_details", None)
-    thinking = getattr(usage, "completion_tokens_details", None)
-    return {
-        "input_tokens": prompt,
-        "output_tokens": output,
-        "cached_input_tokens": min(int(getattr(details, "cached_tokens", 0) or 0), prompt),
-        "reasoning_tokens": min(int(getattr(thinking, "reasoning_tokens", 0) or 0), output),
-    }
-
 
 class UsageGuardHandler(CustomLogger):
-    """Admits, fits and bills LiteLLM completions with `guard` (loaded from
+    """Admits, fits and bills LiteLLM model calls with `guard` (loaded from
     `USAGE_GUARD_POLICY` when None). The user is the call's `user`, else the proxy key's user
     (`metadata.user_api_key_user_id`), else `user`."""
 
@@ -114,24 +100,24 @@ class UsageGuardHandler(CustomLogger):
     async def async_pre_call_deployment_hook(
         self, kwargs: dict[str, Any], call_type: Any
     ) -> Optional[dict[str, Any]]:
-        """Admits the call and writes the fitted output maximum into it."""
-        if _call_type(call_type) not in _COMPLETIONS:
-            return None
+        """Admits the call and writes the fitted output maximum into it; refuses a call type
+        it does not meter."""
+        kind = kind_of(call_type)
+        call_id = call_id_of(kwargs)
+        admission = admission_of(kind, kwargs)
         model = str(kwargs.get("model") or "").split("/", 1)[-1]
-        request = {k: jsonable(kwargs[k]) for k in _REQUEST if kwargs.get(k) is not None}
         ticket = await self.guard.admit_async(
-            self._who(kwargs), model, request=request, provider="openai"
+            self._who(kwargs), model, request=admission.request, provider=admission.provider
         )
         kwargs = dict(kwargs)
-        kwargs.update(ticket.fitted)
-        self._hold(kwargs, ticket, kwargs.get("litellm_logging_obj"))
+        fit(kwargs, admission, ticket.fitted)
+        self._hold(call_id, ticket, kwargs.get("litellm_logging_obj"))
         return kwargs
 
-    def _hold(self, kwargs: dict[str, Any], ticket: Any, logging_obj: Any) -> None:
+    def _hold(self, call_id: str, ticket: Any, logging_obj: Any) -> None:
         """Keeps `ticket` for the call's success or failure event; released when LiteLLM's
-        logging object of the call goes away without either (a stream abandoned before
-        its end reports neither)."""
-        call_id = str(kwargs.get("litellm_call_id"))
+        logging object of the call (or the stream handed back) goes away without either (a
+        stream abandoned before its end reports neither)."""
         with self._lock:
             self._tickets[call_id] = ticket
         if logging_obj is not None:
@@ -143,14 +129,27 @@ class UsageGuardHandler(CustomLogger):
         if ticket is not None:
             ticket.release()
 
-    def admit_sync(self, kwargs: dict[str, Any], logging_obj: Any = None) -> None:
+    def admit_sync(
+        self, kwargs: dict[str, Any], logging_obj: Any = None, kind: str = "completion"
+    ) -> None:
         """Admits a sync call and writes the fitted output maximum into `kwargs` (LiteLLM's
         own dict of the call's arguments, changed in place)."""
+        call_id = call_id_of(kwargs)
+        admission = admission_of(kind, kwargs)
         model = str(kwargs.get("model") or "").split("/", 1)[-1]
-        request = {k: jsonable(kwargs[k]) for k in _REQUEST if kwargs.get(k) is not None}
-        ticket = self.guard.admit(self._who(kwargs), model, request=request, provider="openai")
-        kwargs.update(ticket.fitted)
-        self._hold(kwargs, ticket, logging_obj)
+        ticket = self.guard.admit(
+            self._who(kwargs), model, request=admission.request, provider=admission.provider
+        )
+        fit(kwargs, admission, ticket.fitted)
+        self._hold(call_id, ticket, logging_obj)
+
+    def abandoned_with(self, kwargs: dict[str, Any], stream: Any) -> None:
+        """Releases the call's hold when `stream` (what a sync call handed back) is collected
+        before its end was billed."""
+        try:
+            weakref.finalize(stream, self._abandoned, call_id_of(kwargs))
+        except TypeError:  # an answer that cannot be weakly referenced: billed on success
+            pass
 
     def _take(self, kwargs: dict[str, Any]) -> Any:
         with self._lock:
@@ -162,7 +161,7 @@ class UsageGuardHandler(CustomLogger):
         """Bills the call's reported usage (a stream's, at its end)."""
         ticket = self._take(kwargs)
         if ticket is not None:
-            await ticket.bill_async(**_usage(response_obj))
+            await ticket.bill_async(**usage_of(response_obj))
 
     def log_success_event(
         self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any
@@ -170,7 +169,7 @@ class UsageGuardHandler(CustomLogger):
         """Bills a sync call's reported usage (a stream's, at its end)."""
         ticket = self._take(kwargs)
         if ticket is not None:
-            ticket.bill(**_usage(response_obj))
+            ticket.bill(**usage_of(response_obj))
 
     def log_failure_event(
         self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any
@@ -204,10 +203,15 @@ def _setup_frame() -> Optional[FrameType]:
     return None
 
 
+def _handlers() -> list[UsageGuardHandler]:
+    return [c for c in litellm.callbacks if isinstance(c, UsageGuardHandler)]
+
+
 def _meter_sync_calls(text: str) -> bool:
     """A LiteLLM pre-call rule: admits a sync completion with each `UsageGuardHandler` in
-    `litellm.callbacks` (async ones are admitted by the handler's async hook)."""
-    handlers = [c for c in litellm.callbacks if isinstance(c, UsageGuardHandler)]
+    `litellm.callbacks` (async ones are admitted by the handler's async hook), and refuses
+    another sync call type LiteLLM runs the rules for (`anthropic_messages`)."""
+    handlers = _handlers()
     if not handlers:
         return True
     frame = _setup_frame()
@@ -219,14 +223,77 @@ def _meter_sync_calls(text: str) -> bool:
     if frame.f_locals.get("is_async_call", True):
         return True
     kwargs = frame.f_locals.get("kwargs")
-    if str(frame.f_locals.get("original_function")) not in _COMPLETIONS or not isinstance(
-        kwargs, dict
-    ):
-        return True
-    for h in handlers:
-        h.admit_sync(kwargs, frame.f_locals.get("logging_obj"))
+    kind = kind_of(frame.f_locals.get("original_function"))
+    if not isinstance(kwargs, dict):
+        raise TypeError(
+            "usage_guard.litellm: cannot meter this sync LiteLLM call (its arguments were "
+            "not found in LiteLLM's call setup); use litellm.acompletion"
+        )
+    _admit_each(handlers, kwargs, frame.f_locals.get("logging_obj"), kind)
     return True
+
+
+def _admit_each(
+    handlers: list[UsageGuardHandler], kwargs: dict[str, Any], logging_obj: Any, kind: str
+) -> None:
+    """Admits a sync call with every handler, or with none: one refusing gives the others'
+    holds back."""
+    try:
+        for h in handlers:
+            h.admit_sync(kwargs, logging_obj, kind)
+    except BaseException:
+        for h in handlers:
+            h._abandoned(str(kwargs.get("litellm_call_id")))
+        raise
+
+
+def _arguments(signature: inspect.Signature, args: Any, kwargs: Any) -> dict[str, Any]:
+    """A call's arguments by name (its `**kwargs` among them), to call the function with."""
+    bound = signature.bind(*args, **kwargs)
+    named: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL and value:
+            raise TypeError(f"{name}: {len(value)} extra positional arguments; name them")
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        elif kind is not inspect.Parameter.VAR_POSITIONAL:
+            named[name] = value
+    return named
+
+
+def _metered_sync(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
+    """LiteLLM's sync `text_completion` / `embedding` admitted before the call. LiteLLM runs
+    neither the async hook nor the pre-call rules for them, and no logger can change or stop
+    a call: the function itself, as `litellm.<name>`, is wrapped. The success and failure
+    events bill and release, as for any call (by the `litellm_call_id` set here)."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def metered(*args: Any, **kwargs: Any) -> Any:
+        handlers = _handlers()
+        if not handlers or kwargs.get("a" + kind):  # async: the handler's hook admits it
+            return fn(*args, **kwargs)
+        arguments = _arguments(signature, args, kwargs)
+        arguments["litellm_call_id"] = arguments.get("litellm_call_id") or str(uuid.uuid4())
+        _admit_each(handlers, arguments, None, kind)
+        try:
+            result = fn(**arguments)
+        except BaseException:  # released, unless the failure event did it already
+            for h in handlers:
+                h._abandoned(arguments["litellm_call_id"])
+            raise
+        if arguments.get("stream"):
+            for h in handlers:
+                h.abandoned_with(arguments, result)
+        return result
+
+    metered._usage_guard_metered = True  # type: ignore[attr-defined]
+    return metered
 
 
 if _meter_sync_calls not in litellm.pre_call_rules:
     litellm.pre_call_rules.append(_meter_sync_calls)
+for _name, _kind in (("text_completion", "text_completion"), ("embedding", "embedding")):
+    if not getattr(getattr(litellm, _name), "_usage_guard_metered", False):
+        setattr(litellm, _name, _metered_sync(getattr(litellm, _name), _kind))

@@ -1,6 +1,7 @@
-"""usage_guard.litellm with the real `litellm` SDK (`acompletion`) against the fake provider:
-admitted and fitted before the call, billed once from the reported usage, refused with
-`UsageLimitError`, and N concurrent callers on a small budget never billed past it."""
+"""usage_guard.litellm with the real `litellm` SDK (completions, text completions, the
+Responses API and embeddings, async and sync) against the fake provider: admitted and fitted
+before the call, billed once from the reported usage, refused with `UsageLimitError`, other
+call types refused, and N concurrent callers on a small budget never billed past it."""
 
 from __future__ import annotations
 
@@ -140,6 +141,99 @@ async def test_a_sync_completion_is_refused_before_the_provider(
         sync_call(fake, user="alice")
     assert isinstance(raised.value, ug.UsageLimitError), repr(raised.value)
     assert fake.requests == []
+
+
+async def settled_on(guard: ug.Guard, model: str) -> None:
+    for _ in range(200):
+        if reserved(guard, "alice", model) == 0:
+            return
+        await asyncio.sleep(0.02)
+
+
+async def test_text_completions_responses_and_embeddings_are_fitted_and_billed(
+    fake: FakeProvider, handler: Any
+) -> None:
+    guard, handler_ = handler(1000)
+    fake.output_tokens = 10_000
+    base = {"api_base": f"{fake.url}/v1", "api_key": "k", "user": "alice"}
+    await litellm.atext_completion(model=f"openai/{GPT}", prompt="Hi", max_tokens=5000, **base)
+    await settled(guard)
+    sent = fake.requests[-1].body["max_tokens"]
+    assert 0 < sent < 1000 and used(guard, "alice", GPT) == 21 + sent
+    # Without max_tokens: LiteLLM's (and the completions API's) default, 16, is what the guard
+    # reserves, and it is sent (a chat model's text completion goes out as a chat completion).
+    guard, _ = handler(1000)
+    litellm.text_completion(model=f"openai/{GPT}", prompt="Hi", **base)
+    await settled(guard)
+    assert fake.requests[-1].body["max_tokens"] == 16
+    assert used(guard, "alice", GPT) == 21 + 16
+
+    guard, _ = handler(1000)
+    await litellm.aresponses(model=f"openai/{GPT}", input="Hi", max_output_tokens=5000, **base)
+    await settled(guard)
+    sent = fake.requests[-1].body["max_output_tokens"]
+    assert 0 < sent < 1000 and used(guard, "alice", GPT) == 21 + sent
+    guard, _ = handler(1000)
+    litellm.responses(model=f"openai/{GPT}", input="Hi", max_output_tokens=5000, **base)
+    await settled(guard)
+    sent = fake.requests[-1].body["max_output_tokens"]
+    assert 0 < sent < 1000 and used(guard, "alice", GPT) == 21 + sent
+
+    embed = "openai/text-embedding-3-small"
+    await litellm.aembedding(model=embed, input=["a", "b"], **base)
+    litellm.embedding(model=embed, input=["a"], **base)
+    await settled_on(guard, "text-embedding-3-small")
+    assert used(guard, "alice", "text-embedding-3-small") == 2 * 21
+    assert handler_._tickets == {}
+
+
+async def test_every_metered_call_type_is_refused_past_the_limit(
+    fake: FakeProvider, handler: Any
+) -> None:
+    guard, _ = handler(50)
+    for model in (GPT, "text-embedding-3-small"):
+        guard.admit("alice", model, prompt_tokens=50, max_tokens=0).bill(50, 0)
+    base = {"api_base": f"{fake.url}/v1", "api_key": "k", "user": "alice"}
+    calls = [
+        lambda: litellm.atext_completion(model=f"openai/{GPT}", prompt="Hi", **base),
+        lambda: litellm.aresponses(model=f"openai/{GPT}", input="Hi", **base),
+        lambda: litellm.aembedding(model="openai/text-embedding-3-small", input="a", **base),
+        lambda: asyncio.to_thread(
+            litellm.text_completion, model=f"openai/{GPT}", prompt="Hi", **base
+        ),
+        lambda: asyncio.to_thread(
+            litellm.embedding, model="openai/text-embedding-3-small", input="a", **base
+        ),
+    ]
+    for call_ in calls:
+        with pytest.raises(Exception) as raised:
+            await call_()
+        assert isinstance(raised.value, ug.UsageLimitError), repr(raised.value)
+    assert fake.requests == []
+
+
+async def test_unmetered_call_types_and_background_are_refused(
+    fake: FakeProvider, handler: Any
+) -> None:
+    handler(1_000_000)
+    base = {"api_base": f"{fake.url}/v1", "api_key": "k", "user": "alice"}
+    with pytest.raises(Exception) as raised:
+        await litellm.aimage_generation(model="openai/dall-e-3", prompt="A cat.", **base)
+    assert "'aimage_generation' calls are not metered" in str(raised.value)
+    with pytest.raises(Exception) as raised:
+        await litellm.aresponses(model=f"openai/{GPT}", input="Hi", background=True, **base)
+    assert "background: True is not accepted" in str(raised.value)
+    assert fake.requests == []
+
+
+async def test_extra_body_cannot_lift_the_fitted_maximum(fake: FakeProvider, handler: Any) -> None:
+    guard, _ = handler(400)
+    fake.output_tokens = 10_000
+    await call(fake, user="alice", extra_body={"max_completion_tokens": 100_000})
+    sent = fake.requests[0].body["max_completion_tokens"]
+    assert 0 < sent < 400
+    await settled(guard)
+    assert used(guard, "alice", GPT) == 21 + sent
 
 
 async def test_concurrent_callers_never_bill_past_the_budget(

@@ -242,6 +242,52 @@ async def test_aio_generate_and_stream(fake: FakeProvider, make_guard: Any) -> N
     assert used(guard, "alice", FLASH) == 21 + 12
 
 
+def test_the_models_resource_name_is_the_model(fake: FakeProvider, make_guard: Any) -> None:
+    """`models/<id>` reaches the same endpoint as `<id>`: it is admitted and billed as the
+    model the policy declares (a policy refusing unknown models would refuse it otherwise)."""
+    guard = make_guard({**gemini_policy(), "settings": {"unknown_models": "refuse"}})
+    guarded = client(fake, guard)
+    reply = guarded.models.generate_content(model=f"models/{FLASH}", contents="Hi")
+    assert reply.usage_limits["source"] == {"type": "direct", "id": "alice"}
+    stream = guarded.models.generate_content_stream(model=f"models/{FLASH}", contents="Hi")
+    assert "".join(chunk.text or "" for chunk in stream) == WORD * 12
+    assert used(guard, "alice", FLASH) == 2 * 33
+    assert {r.path.split("?")[0] for r in fake.requests} == {
+        f"/v1/models/{FLASH}:generateContent",
+        f"/v1/models/{FLASH}:streamGenerateContent",
+    }
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"generationConfig": {"maxOutputTokens": 60_000}},
+        {"generation_config": {"thinking_config": {"thinking_budget": 20_000}}},
+        {"contents": [{"role": "user", "parts": [{"text": "a long prompt"}]}]},
+    ],
+    ids=["max_output_tokens", "thinking_budget", "contents"],
+)
+def test_extra_body_may_not_set_what_the_guard_fits(
+    fake: FakeProvider, make_guard: Any, extra: dict[str, Any]
+) -> None:
+    guard = make_guard(gemini_policy(tokens_a_day=400))
+    config = types.GenerateContentConfig(http_options=types.HttpOptions(extra_body=extra))
+    with pytest.raises(ValueError, match=r"config\.http_options\.extra_body\."):
+        client(fake, guard).models.generate_content(model=FLASH, contents="Hi", config=config)
+    # Set on the client, it would reach every call: refused when the client is wrapped.
+    sdk = genai.Client(
+        api_key="k", http_options=types.HttpOptions(base_url=fake.url, extra_body=extra)
+    )
+    with pytest.raises(ValueError, match=r"^http_options\.extra_body\."):
+        GuardedGenAI(sdk, guard, user="alice")
+    # Fields the guard does not read pass.
+    unmetered = types.HttpOptions(extra_body={"generationConfig": {"seed": 7}})
+    client(fake, guard).models.generate_content(
+        model=FLASH, contents="Hi", config=types.GenerateContentConfig(http_options=unmetered)
+    )
+    assert [b["generationConfig"]["seed"] for b in bodies(fake)] == [7]
+
+
 def test_count_tokens_passes_through_unbilled(fake: FakeProvider, make_guard: Any) -> None:
     guard = make_guard(gemini_policy())
     guarded = client(fake, guard)

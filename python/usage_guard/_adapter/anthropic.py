@@ -31,6 +31,7 @@ from .call import (
     settle_sync,
 )
 from .flow import GuardedClient, Proxy
+from .sealed import seal_stream
 
 __all__ = ["GuardedAnthropic", "GuardedAsyncAnthropic", "MESSAGES"]
 
@@ -142,6 +143,7 @@ class _StreamManager:
         except BaseException:
             call.ticket.release()
             raise
+        seal_stream(self._stream)  # billed from what it accumulates: no body read around it
         attach_pending(self._stream)
         return self._stream
 
@@ -160,6 +162,7 @@ class _StreamManager:
         except BaseException:
             await call.ticket.release_async()
             raise
+        seal_stream(self._stream)
         attach_pending(self._stream)
         return self._stream
 

@@ -5,20 +5,17 @@ sync and async; the provider modules describe their SDK with an `Api`."""
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .. import _core
+from .body import jsonable, not_given, place_fitted, sent_request
 from .owner import Owner
 
 log = logging.getLogger("usage_guard")
 
-
-# SDK-only keyword arguments: they configure the HTTP call, they are not the request.
-_SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 
 # The encoding to count a cut-off stream's text with when admission counted no prompt.
 _DEFAULT_ENCODING = "o200k_base"
@@ -39,34 +36,6 @@ def g(obj: Any, *path: Any, default: Any = None) -> Any:
         else:
             obj = getattr(obj, key, None)
     return default if obj is None else obj
-
-
-def _not_given(value: Any) -> bool:
-    # openai.NOT_GIVEN / anthropic.NOT_GIVEN / omit sentinels, without importing the SDKs.
-    return type(value).__name__ in ("NotGiven", "Omit")
-
-
-def jsonable(value: Any) -> Any:
-    """The request as plain JSON values (SDK models dumped, bytes as base64, sentinels dropped)."""
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items() if not _not_given(v)}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, type):  # e.g. a pydantic class as `response_format`
-        return value.__name__
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        try:
-            return jsonable(dump(exclude_none=True))
-        except Exception:
-            return str(value)
-    if hasattr(value, "keys"):
-        return {str(k): jsonable(value[k]) for k in value.keys()}
-    return str(value)
 
 
 @dataclass
@@ -128,6 +97,12 @@ class Api:
     # Sends the keys admission fitted (`ticket.fitted`) in the call's keyword arguments;
     # absent: they replace the caller's (Gemini sets two fields inside the caller's config).
     apply_fitted: Optional[Callable[[dict[str, Any], dict[str, Any]], None]] = None
+    # Keys taken out of `extra_body` into the keywords: the stream plumbing reads them there
+    # (and the SDK streams only for the `stream` keyword). Other keys stay where given.
+    keywords: tuple[str, ...] = ("stream",)
+    # Refuses (raises) a request the guard cannot meter, given the body as it will be sent
+    # and whether it streams; nothing is admitted or sent.
+    check: Optional[Callable[[dict[str, Any], bool], None]] = None
 
 
 class Call:
@@ -144,7 +119,7 @@ class Call:
         # A per-call `user=None` means the client's user, never "no user": dropping every
         # limit is the policy's choice (settings.anonymous), not a keyword's.
         call_user: Optional[str] = kwargs.pop("user", None)
-        if _not_given(call_user):  # a framework passing the SDK's `omit` (Pydantic AI)
+        if not_given(call_user):  # a framework passing the SDK's `omit` (Pydantic AI)
             call_user = None
         self.user: Optional[str] = owner._guard_user if call_user is None else call_user
         # The call's attributes for the policy's generic rules (credential, session, ...).
@@ -152,11 +127,12 @@ class Call:
         self.guard: _core.Guard = owner._guard
         self.api = api
         self.kwargs = kwargs
-        self.model = str(kwargs.get("model") or "")
+        # What admission reads is the body the SDK will send: `extra_body` merged in.
+        self.request = sent_request(kwargs, api.keywords)
+        self.model = str(self.request.get("model") or "")
         self.stream = (api.streaming or bool(kwargs.get("stream"))) and not api.embeddings
-        self.request = {
-            k: jsonable(v) for k, v in kwargs.items() if k not in _SDK_OPTIONS and not _not_given(v)
-        }
+        if api.check is not None:
+            api.check(self.request, self.stream)
         self.ticket: Any = None
         self.started = 0.0
         self.hide_extra_chunks = False
@@ -183,7 +159,7 @@ class Call:
         if self.api.apply_fitted is not None:
             self.api.apply_fitted(self.kwargs, ticket.fitted)
         else:
-            self.kwargs.update(ticket.fitted)
+            place_fitted(self.kwargs, ticket.fitted)
         if self.stream and self.api.stream_setup is not None:
             self.hide_extra_chunks = self.api.stream_setup(self.kwargs)
         self.started = time.monotonic()

@@ -28,6 +28,7 @@ from .call import (
     settle_sync,
 )
 from .ladder import Ladder
+from .sealed import seal
 
 __all__ = ["AsyncGuardedStream", "GuardedClient", "GuardedStream", "Proxy"]
 
@@ -118,7 +119,9 @@ class _StreamProxy:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self._inner, name)
+        value = getattr(self._inner, name)
+        # The body read off the HTTP response would bypass the iterator, which bills it.
+        return seal(value) if name == "response" else value
 
 
 class GuardedStream(_StreamProxy):

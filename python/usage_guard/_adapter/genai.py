@@ -98,13 +98,65 @@ GENERATE_STREAM = Api(
 )
 
 
+# What metering reads in the REST body, by its camelCase name (the SDK also accepts the
+# snake_case one in `extra_body`): the prompt's fields, and in the generation config the
+# output maximum, the answer count and the thinking budget.
+_METERED_BODY = ("contents", "systemInstruction", "tools")
+_METERED_GENERATION = ("maxOutputTokens", "candidateCount", "thinkingConfig")
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name)
+
+
+def _metered_keys(extra: Any, where: str) -> list[str]:
+    """The keys of an `extra_body` (Gemini's REST shape) that metering reads, as paths."""
+    if not isinstance(extra, dict):
+        return []
+    top = _METERED_BODY + tuple(map(_snake, _METERED_BODY))
+    found = [f"{where}.{k}" for k in top if k in extra]
+    for name in ("generationConfig", "generation_config"):
+        generation = extra.get(name)
+        if isinstance(generation, dict):
+            keys = _METERED_GENERATION + tuple(map(_snake, _METERED_GENERATION))
+            found += [f"{where}.{name}.{k}" for k in keys if k in generation]
+    return found
+
+
+def refuse_metered_extra_body(http_options: Any, where: str) -> None:
+    """Refuses an `extra_body` (the SDK merges it over the request body it built from the
+    config, recursively) that carries a field metering reads: the guard would count and fit
+    the config's value while the provider received another. Raises ValueError naming it."""
+    extra = g(http_options, "extra_body")
+    found = _metered_keys(extra, f"{where}.extra_body")
+    if found:
+        raise ValueError(
+            f"{found[0]}: {where}.extra_body may not set what the guard counts or fits "
+            "(contents, system instruction, tools, max_output_tokens, candidate_count, "
+            "thinking_config); pass it as the argument or config field of the same name, "
+            "where it is counted and fitted"
+        )
+
+
+def _model_name(model: Any) -> Any:
+    """`models/<id>`, the resource name, is the model `<id>` (the SDK sends both to the same
+    endpoint): admission reads the id the policy declares."""
+    if isinstance(model, str) and model.startswith("models/"):
+        return model[len("models/") :]
+    return model
+
+
 def _with_config(guarded: Callable[..., Any]) -> Callable[..., Any]:
     """`guarded` given a config even when the caller gave none: admission writes the fitted
-    output maximum into the request's config, which must be the SDK's `config`."""
+    output maximum into the request's config, which must be the SDK's `config`. The model's
+    resource name is read as its id; an `extra_body` setting a metered field is refused."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("config") is None:
             kwargs["config"] = {}
+        if "model" in kwargs:
+            kwargs["model"] = _model_name(kwargs["model"])
+        refuse_metered_extra_body(g(kwargs["config"], "http_options"), "config.http_options")
         return guarded(*args, **kwargs)
 
     call.__doc__ = guarded.__doc__
@@ -123,6 +175,10 @@ class _GuardedGenAIClient(GuardedClient):
         credential: str = "default",
     ):
         super().__init__(client, guard, user, fallbacks, credential)
+        # The client's own http_options are merged into every request too (a private field
+        # of the SDK's: read when there).
+        options = g(client, "_api_client", "_http_options")
+        refuse_metered_extra_body(options, "http_options")
         models = client.models
         self.models = Proxy(
             models,

@@ -101,17 +101,49 @@ def _chat_reasons(response: Any) -> list[str]:
     return [str(r) for c in g(response, "choices", default=()) if (r := g(c, "finish_reason"))]
 
 
+def _no_background(request: dict[str, Any], stream: bool) -> None:
+    """A background response is written after `create` returns and read with
+    `responses.retrieve`, which no guarded call sees: refused rather than left unbilled."""
+    if request.get("background"):
+        raise ValueError(
+            f"background: {request['background']!r} is not accepted on a guarded client: a "
+            "background response is produced after create() returns and fetched with "
+            "responses.retrieve(), so the guard can neither bill its output nor hold its "
+            "reservation; call without background (stream=True for a long answer)"
+        )
+
+
+def _no_raw_stream(request: dict[str, Any], stream: bool) -> None:
+    """A raw stream's chunks are read by the caller, never by the guard: refused rather than
+    sent unmetered (`with_raw_response.create`, plain, is guarded)."""
+    if stream:
+        raise TypeError(
+            "stream: with_raw_response.create(stream=True) is not guarded; call "
+            "create(stream=True) on the guarded client (its stream is metered)"
+        )
+
+
+def _no_raw_background_stream(request: dict[str, Any], stream: bool) -> None:
+    _no_raw_stream(request, stream)
+    _no_background(request, stream)
+
+
+# Chat and legacy completions read `stream_options` from the keywords (usage is asked for).
+_STREAM_KEYWORDS = ("stream", "stream_options")
+
 CHAT = Api(
     word="openai",
     finish_reasons=_chat_reasons,
     observe=_chat_observe,
     stream_setup=_chat_stream_setup,
     extra_chunk=_usage_only,
+    keywords=_STREAM_KEYWORDS,
 )
 RESPONSES = Api(
     word="openai.responses",
     finish_reasons=_responses_reasons,
     observe=_responses_observe,
+    check=_no_background,
 )
 COMPLETIONS = Api(
     word="openai.completions",
@@ -119,6 +151,7 @@ COMPLETIONS = Api(
     observe=_completions_observe,
     stream_setup=_chat_stream_setup,
     extra_chunk=_usage_only,
+    keywords=_STREAM_KEYWORDS,
 )
 EMBEDDINGS = Api(
     word="openai.embeddings",
@@ -132,24 +165,21 @@ def _parsed(raw: Any) -> Any:
     return raw.parse()
 
 
-# `with_raw_response.create` (LangChain's ChatOpenAI calls it): billed from the parsed answer.
-CHAT_RAW = Api(word=CHAT.word, finish_reasons=_chat_reasons, answer=_parsed)
-RESPONSES_RAW = Api(word=RESPONSES.word, finish_reasons=_responses_reasons, answer=_parsed)
-
-
-def _raw(guarded: Callable[..., Any]) -> Callable[..., Any]:
-    """A guarded `with_raw_response.create` for plain calls. A raw stream is refused rather
-    than sent unmetered: its chunks are read by the caller, never by the guard."""
-
-    def create(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("stream"):
-            raise TypeError(
-                "stream: with_raw_response.create(stream=True) is not guarded; call "
-                "create(stream=True) on the guarded client (its stream is metered)"
-            )
-        return guarded(*args, **kwargs)
-
-    return create
+# `with_raw_response.create` (LangChain's ChatOpenAI calls it): billed from the parsed answer;
+# a raw stream is refused.
+CHAT_RAW = Api(
+    word=CHAT.word,
+    finish_reasons=_chat_reasons,
+    answer=_parsed,
+    keywords=_STREAM_KEYWORDS,
+    check=_no_raw_stream,
+)
+RESPONSES_RAW = Api(
+    word=RESPONSES.word,
+    finish_reasons=_responses_reasons,
+    answer=_parsed,
+    check=_no_raw_background_stream,
+)
 
 
 class _GuardedOpenAIClient(GuardedClient):
@@ -174,17 +204,30 @@ class _GuardedOpenAIClient(GuardedClient):
         }
         if hasattr(client.responses, "parse"):
             guarded_responses["parse"] = self._guarded(RESPONSES, client.responses.parse)
-        guarded_chat["with_raw_response"] = Proxy(
+        raw_chat = Proxy(
             chat.with_raw_response,
-            create=_raw(self._guarded(CHAT_RAW, chat.with_raw_response.create)),
+            create=self._guarded(CHAT_RAW, chat.with_raw_response.create),
         )
-        guarded_responses["with_raw_response"] = Proxy(
+        raw_responses = Proxy(
             client.responses.with_raw_response,
-            create=_raw(self._guarded(RESPONSES_RAW, client.responses.with_raw_response.create)),
+            create=self._guarded(RESPONSES_RAW, client.responses.with_raw_response.create),
         )
+        guarded_chat["with_raw_response"] = raw_chat
+        guarded_responses["with_raw_response"] = raw_responses
         completions = Proxy(chat, **guarded_chat)
         responses = Proxy(client.responses, **guarded_responses)
-        self.chat = Proxy(client.chat, completions=completions)
+        # The same raw calls reached from the client or from `chat` are guarded the same way.
+        raw_root = client.with_raw_response
+        self.with_raw_response = Proxy(
+            raw_root,
+            chat=Proxy(raw_root.chat, completions=raw_chat),
+            responses=raw_responses,
+        )
+        self.chat = Proxy(
+            client.chat,
+            completions=completions,
+            with_raw_response=Proxy(client.chat.with_raw_response, completions=raw_chat),
+        )
         self.responses = responses
         self.completions = Proxy(
             client.completions, create=self._guarded(COMPLETIONS, client.completions.create)
