@@ -74,3 +74,20 @@ pub(crate) fn field_error(path: &str, value: &Value, accepted: &str) -> Error {
     }
     Error::invalid(path, shown, accepted)
 }
+
+/// The list of messages in `request`'s `field`, or an error naming the field.
+pub(crate) fn messages<'a>(request: &'a Value, field: &str) -> Result<&'a [Value]> {
+    match request.get(field) {
+        Some(Value::Array(items)) => Ok(items),
+        Some(v) => Err(field_error(
+            &format!("request.{field}"),
+            v,
+            "must be a list of messages",
+        )),
+        None => Err(Error::invalid(
+            &format!("request.{field}"),
+            "",
+            "is required; a list of messages",
+        )),
+    }
+}

@@ -19,6 +19,7 @@ mod message_cache;
 mod models;
 mod prompt;
 mod prompt_gemini;
+mod prompt_ollama;
 mod prompt_openai;
 mod providers;
 mod thinking;

@@ -6,11 +6,12 @@ use serde_json::Value;
 
 use super::api::Api;
 use super::count::{Counter, MESSAGE_FRAMING};
-use super::fields::field_error;
+use super::fields::{field_error, messages};
 use super::image::{anthropic_image_tokens, data_dimensions, data_len};
 use super::message_cache::Site;
 use super::models::tokenizer_for;
 use super::prompt_gemini;
+use super::prompt_ollama;
 use super::prompt_openai;
 use super::tokenizer::Encoding;
 use crate::error::{Error, Result};
@@ -75,8 +76,8 @@ pub fn count_request(
         Api::OpenAiEmbeddings => embeddings(&mut c, request, "input")?,
         Api::Anthropic => anthropic(&mut c, request)?,
         Api::Gemini => prompt_gemini::count(&mut c, request)?,
-        Api::OllamaChat => ollama_chat(&mut c, request)?,
-        Api::OllamaGenerate => ollama_generate(&mut c, request)?,
+        Api::OllamaChat => prompt_ollama::chat(&mut c, request)?,
+        Api::OllamaGenerate => prompt_ollama::generate(&mut c, request)?,
         Api::OllamaEmbed => {
             let field = if request.get("input").is_some() {
                 "input"
@@ -161,24 +162,10 @@ fn completions(c: &mut Counter, request: &Value) -> Result<()> {
     Ok(())
 }
 
-fn messages<'a>(request: &'a Value, field: &str) -> Result<&'a [Value]> {
-    match request.get(field) {
-        Some(Value::Array(items)) => Ok(items),
-        Some(v) => Err(field_error(
-            &format!("request.{field}"),
-            v,
-            "must be a list of messages",
-        )),
-        None => Err(Error::invalid(
-            &format!("request.{field}"),
-            "",
-            "is required; a list of messages",
-        )),
-    }
-}
-
-/// Anthropic messages: `system`, `messages` (string or content blocks), `tools`. Claude's
-/// tokenizer is not public, so this is an estimate unless the policy says otherwise.
+/// Anthropic messages: `system`, `messages` (string or content blocks), `tools`,
+/// `mcp_servers` (the servers' tool definitions are added to the prompt by Anthropic: their
+/// entries are counted as JSON, an estimate of at least what was sent). Claude's tokenizer
+/// is not public, so this is an estimate unless the policy says otherwise.
 fn anthropic(c: &mut Counter, request: &Value) -> Result<()> {
     match request.get("system") {
         Some(Value::String(s)) => c.text(s),
@@ -210,6 +197,21 @@ fn anthropic(c: &mut Counter, request: &Value) -> Result<()> {
             if let Some(schema) = t.get("input_schema") {
                 c.json(schema);
             }
+        }
+    }
+    match request.get("mcp_servers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(servers)) => {
+            for server in servers {
+                c.json(server);
+            }
+        }
+        Some(v) => {
+            return Err(field_error(
+                "request.mcp_servers",
+                v,
+                "must be a list of MCP servers",
+            ))
         }
     }
     c.exact = false;
@@ -247,58 +249,6 @@ fn anthropic_blocks(c: &mut Counter, blocks: &[Value]) {
     }
 }
 
-/// Ollama images: a model-dependent number of tokens; 768 as the estimate.
-const OLLAMA_IMAGE: u64 = 768;
-
-fn ollama_message(c: &mut Counter, m: &Value) {
-    c.add(MESSAGE_FRAMING);
-    for key in ["role", "content", "thinking"] {
-        if let Some(Value::String(s)) = m.get(key) {
-            c.text(s);
-        }
-    }
-    if let Some(Value::Array(images)) = m.get("images") {
-        c.estimate(OLLAMA_IMAGE * images.len() as u64);
-    }
-    if let Some(calls) = m.get("tool_calls") {
-        c.json(calls);
-    }
-}
-
-fn ollama_chat(c: &mut Counter, request: &Value) -> Result<()> {
-    for m in messages(request, "messages")? {
-        c.message(Site::OllamaChat, m, |c| ollama_message(c, m));
-    }
-    c.add(MESSAGE_FRAMING);
-    if let Some(tools) = request.get("tools") {
-        c.json(tools);
-    }
-    c.exact = false;
-    Ok(())
-}
-
-fn ollama_generate(c: &mut Counter, request: &Value) -> Result<()> {
-    match request.get("prompt") {
-        Some(Value::String(s)) => c.text(s),
-        Some(v) => return Err(field_error("request.prompt", v, "must be a string")),
-        None => {}
-    }
-    for key in ["system", "suffix"] {
-        if let Some(Value::String(s)) = request.get(key) {
-            c.text(s);
-        }
-    }
-    if let Some(Value::Array(images)) = request.get("images") {
-        c.estimate(OLLAMA_IMAGE * images.len() as u64);
-    }
-    // The model's template wraps the prompt unless `raw` is set.
-    if request.get("raw") != Some(&Value::Bool(true)) {
-        c.add(2 * MESSAGE_FRAMING);
-    }
-    c.exact = false;
-    Ok(())
-}
-
 /// Counts the prompt for a routing group: with each candidate's encoding, taking the largest
 /// count (exact only when every candidate's count is). `candidates` are model ids with their
 /// policy entries; an empty group is an error naming `model`.
@@ -319,4 +269,65 @@ pub fn count_request_for_group(
         });
     }
     largest.ok_or_else(|| Error::invalid("model", "[]", "must name at least one candidate model"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::{count_request, Api};
+
+    fn tokens(request: &Value, api: Api) -> u64 {
+        count_request(request, api, None, None).unwrap().tokens
+    }
+
+    /// What adding `key: value` to `request` adds to its count.
+    fn added(request: Value, api: Api, pointer: &str, value: Value) -> u64 {
+        let mut with = request.clone();
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        let at = if parent.is_empty() {
+            &mut with
+        } else {
+            with.pointer_mut(parent).unwrap()
+        };
+        at.as_object_mut().unwrap().insert(key.into(), value);
+        tokens(&with, api) - tokens(&request, api)
+    }
+
+    /// Some 2,000 tokens of text.
+    fn big() -> String {
+        "lorem ipsum dolor sit amet ".repeat(400)
+    }
+
+    #[test]
+    fn ollama_generate_counts_context_ids_and_the_template() {
+        let request = json!({"model": "llama3.2", "prompt": "hi"});
+        let ids: Vec<u64> = (0..3000).collect();
+        let api = Api::OllamaGenerate;
+        assert_eq!(added(request.clone(), api, "/context", json!(ids)), 3000);
+        let template = format!("{}{{{{ .Prompt }}}}", big());
+        assert!(added(request.clone(), api, "/template", json!(template)) >= 2000);
+        let refused = json!({"model": "llama3.2", "prompt": "hi", "context": "1 2 3"});
+        let e = count_request(&refused, api, None, None).unwrap_err();
+        assert!(e.to_string().contains("request.context"), "{e}");
+    }
+
+    #[test]
+    fn responses_count_the_structured_output_schema() {
+        let request = json!({"model": "gpt-4o", "input": "hi", "text": {}});
+        let format = json!({"type": "json_schema", "name": "x",
+                            "schema": {"type": "object", "description": big()}});
+        let n = added(request, Api::OpenAiResponses, "/text/format", format);
+        assert!(n >= 2000, "{n}");
+    }
+
+    #[test]
+    fn anthropic_counts_its_mcp_servers() {
+        let request = json!({"model": "claude-sonnet-4", "max_tokens": 10,
+                             "messages": [{"role": "user", "content": "hi"}]});
+        let servers = json!([{"type": "url", "url": "https://mcp.example.com/sse",
+                              "name": big()}]);
+        let n = added(request, Api::Anthropic, "/mcp_servers", servers);
+        assert!(n >= 2000, "{n}");
+    }
 }

@@ -239,8 +239,10 @@ pub(crate) fn function_definitions(c: &mut Counter, functions: &[&Value]) {
     }
 }
 
-/// Responses: `instructions`, `input` (a string or a list of items), `tools`. OpenAI does not
-/// document its framing, so the chat framing is used and the count is an estimate.
+/// Responses: `instructions`, `input` (a string or a list of items), `tools`, and the
+/// structured output's schema (`text.format`, a `json_schema`: its name, description and
+/// schema, as chat's `response_format`). OpenAI does not document its framing, so the chat
+/// framing is used and the count is an estimate.
 pub(crate) fn responses(c: &mut Counter, request: &Value) -> Result<()> {
     if let Some(Value::String(s)) = request.get("instructions") {
         c.add(TOKENS_PER_MESSAGE + 1);
@@ -283,6 +285,15 @@ pub(crate) fn responses(c: &mut Counter, request: &Value) -> Result<()> {
             .filter(|t| t.get("type").and_then(Value::as_str) != Some("function"))
         {
             c.json(t);
+        }
+    }
+    if let Some(format) = request.pointer("/text/format") {
+        if format.get("type").and_then(Value::as_str) == Some("json_schema") {
+            for key in ["name", "description", "schema"] {
+                if let Some(v) = format.get(key) {
+                    c.json(v);
+                }
+            }
         }
     }
     c.exact = false;

@@ -2,10 +2,13 @@
 //! that follows. A new connection, or a kept-alive one whose next request has begun, must
 //! send its headers within the header timeout; a request's body must arrive within the
 //! body timeout; a kept-alive connection may wait for its next request for the idle
-//! timeout. While a call runs (the provider works, a stream is relayed) nothing is timed
-//! here: the upstream timeout bounds that. The socket's reads enforce the header and idle
-//! deadlines (a read past one fails, and the connection is closed); the request body's own
-//! reads enforce the body deadline (the call answers 408).
+//! timeout. While a call runs (the provider works, a stream is relayed) its reads are not
+//! timed here: the upstream timeout bounds that. The socket's reads enforce the header and
+//! idle deadlines (a read past one fails, and the connection is closed); the request body's
+//! own reads enforce the body deadline (the call answers 408). Writes are held to the idle
+//! timeout too, whatever the phase: a write the client takes nothing of for that long (it
+//! stopped reading, its buffers are full) fails, and the connection is closed (a stream
+//! it was relaying is billed as dropped).
 
 use std::future::Future;
 use std::io;
@@ -25,6 +28,10 @@ use tokio::time::Sleep;
 
 use super::spread::Busy;
 
+mod bodies;
+pub(crate) use bodies::is_body_timeout;
+pub(super) use bodies::{TimedBody, Tracked};
+
 /// What a connection is waiting for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -34,7 +41,8 @@ enum Phase {
     Idle = 1,
     /// A request's body.
     Body = 2,
-    /// A call's answer (nothing timed).
+    /// A call's answer (its reads untimed; its writes, as every write, held to the idle
+    /// timeout while they make no progress).
     Busy = 3,
 }
 
@@ -174,11 +182,15 @@ fn passed(timer: &mut Option<Pin<Box<Sleep>>>, deadline: Instant, cx: &mut Conte
     timer.as_mut().poll(cx).is_ready()
 }
 
-/// The client's socket, its reads held to the connection's header and idle deadlines.
+/// The client's socket, its reads held to the connection's header and idle deadlines, its
+/// writes to the idle timeout while they make no progress.
 pub(super) struct Watched {
     stream: TcpStream,
     conn: Arc<Conn>,
     timer: Option<Pin<Box<Sleep>>>,
+    /// Since when a write has been waiting for the client to take something (none waits).
+    stalled: Option<Instant>,
+    write_timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl Watched {
@@ -187,6 +199,34 @@ impl Watched {
             stream,
             conn,
             timer: None,
+            stalled: None,
+            write_timer: None,
+        }
+    }
+
+    /// A write's outcome, held to the idle timeout: a write that has waited that long
+    /// without the client taking a byte fails (the connection is closed).
+    fn timed_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        written: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match written {
+            Poll::Pending => {
+                let since = *self.stalled.get_or_insert_with(Instant::now);
+                let deadline = since + self.conn.timeouts.idle;
+                if passed(&mut self.write_timer, deadline, cx) {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the client took none of its answer in time",
+                    )));
+                }
+                Poll::Pending
+            }
+            done => {
+                self.stalled = None;
+                done
+            }
         }
     }
 }
@@ -238,7 +278,9 @@ impl hyper::rt::Write for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.stream).poll_write(cx, buf);
+        this.timed_write(cx, written)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -258,142 +300,8 @@ impl hyper::rt::Write for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
-    }
-}
-
-/// A request body that did not arrive within `gateway.body_timeout_seconds`.
-#[derive(Debug)]
-pub(crate) struct BodyTimeout(pub(crate) u64);
-
-impl std::fmt::Display for BodyTimeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the request body did not arrive within {} s (gateway.body_timeout_seconds)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for BodyTimeout {}
-
-/// Whether `error` (or what caused it) is a [`BodyTimeout`].
-pub(crate) fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut at = Some(error);
-    while let Some(e) = at {
-        if e.is::<BodyTimeout>() {
-            return true;
-        }
-        at = e.source();
-    }
-    false
-}
-
-/// A request's body, held to the body deadline; read to its end (or dropped), the call
-/// runs untimed.
-pub(super) struct TimedBody {
-    inner: Incoming,
-    conn: Arc<Conn>,
-    deadline: Instant,
-    timer: Option<Pin<Box<Sleep>>>,
-}
-
-impl TimedBody {
-    pub(super) fn new(inner: Incoming, conn: Arc<Conn>) -> Self {
-        let deadline = Instant::now() + conn.timeouts.body;
-        TimedBody {
-            inner,
-            conn,
-            deadline,
-            timer: None,
-        }
-    }
-
-    fn arrived(&self) {
-        self.conn.change(Phase::Body, Phase::Busy);
-    }
-}
-
-impl HttpBody for TimedBody {
-    type Data = Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(None) => {
-                this.arrived();
-                Poll::Ready(None)
-            }
-            Poll::Ready(Some(frame)) => {
-                if this.inner.is_end_stream() {
-                    this.arrived();
-                }
-                Poll::Ready(Some(frame.map_err(Into::into)))
-            }
-            Poll::Pending if passed(&mut this.timer, this.deadline, cx) => {
-                let seconds = this.conn.timeouts.body.as_secs();
-                Poll::Ready(Some(Err(Box::new(BodyTimeout(seconds)))))
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for TimedBody {
-    fn drop(&mut self) {
-        self.arrived();
-    }
-}
-
-/// An answer's body; once written whole (or given up), the connection idles.
-pub(super) struct Tracked {
-    inner: axum::body::Body,
-    request: Option<InProgress>,
-}
-
-impl Tracked {
-    pub(super) fn new(inner: axum::body::Body, request: InProgress) -> Self {
-        Tracked {
-            inner,
-            request: Some(request),
-        }
-    }
-}
-
-impl HttpBody for Tracked {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let this = self.get_mut();
-        let frame = Pin::new(&mut this.inner).poll_frame(cx);
-        if matches!(frame, Poll::Ready(None)) {
-            this.request = None;
-        }
-        frame
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let written = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.timed_write(cx, written)
     }
 }

@@ -7,18 +7,18 @@
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::{HeaderValue, Response};
+use axum::http::{header, HeaderValue, Response};
 use bytes::Bytes;
-use futures::StreamExt;
 use serde_json::Value;
 
 use super::answer_usage::usage_part;
 use super::headers::head;
 use super::health::{credential, header_pairs, outcome};
 use super::metrics::Metrics;
-use super::relay::{Call, Relay};
-use super::shape::{set_headers, stream_error, Endpoint, Problem};
+use super::relay::Call;
+use super::shape::{set_headers, Endpoint, Problem};
 use super::upstream::{self, read_bounded, Unread};
+use super::upstream_error::caller_body;
 use crate::ceiling::{answer_text, reported_usage, ReportedUsage};
 use crate::guard::domain::health::Outcome;
 use crate::guard::domain::policy::Upstream;
@@ -152,7 +152,9 @@ impl Forward<'_> {
         Problem::Timeout.response(self.endpoint.shape, &message)
     }
 
-    /// A provider's error answer, passed on as it came (its allowed headers), and its
+    /// A provider's error answer, passed on with its status, its allowed headers
+    /// (`Retry-After`, ...) and its error type and code, in the gateway's words
+    /// (`upstream_error`: the provider's message speaks of the operator's account), and its
     /// outcome, recorded in `health` for `caller`; a 401 or 403, the provider refusing the
     /// operator's credential, becomes a 502 `provider_credentials_rejected` (the provider's
     /// text may quote the operator's key), logged for the operator.
@@ -189,7 +191,20 @@ impl Forward<'_> {
                 outcome,
             );
         }
-        *response.body_mut() = Body::from(body);
+        let secret = self
+            .upstream
+            .api_key_env
+            .as_deref()
+            .and_then(|v| std::env::var(v).ok());
+        let shape = self.endpoint.shape;
+        let theirs = caller_body(shape, provider, status, &body, secret.as_deref());
+        let headers = response.headers_mut();
+        headers.remove(header::CONTENT_ENCODING);
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        *response.body_mut() = Body::from(theirs.to_string());
         (response, outcome)
     }
 
@@ -296,73 +311,6 @@ impl Forward<'_> {
         };
         let usage = call.usage_counted(reported, delivered).await;
         call.bill(usage, "complete").await;
-    }
-
-    /// The streamed answer relayed as it arrives, billed when it ends. A stream the
-    /// upstream breaks off, or whose event outgrows `gateway.max_event_bytes`, ends with an
-    /// error event in the endpoint's shape (what came before it passed on whole).
-    fn relay(&self, upstream: reqwest::Response, call: Call, strip_usage: bool) -> Body {
-        let endpoint = self.endpoint;
-        let relay = Relay::new(
-            call,
-            endpoint.api,
-            endpoint.framing,
-            strip_usage,
-            self.max_event,
-        );
-        let source = upstream.bytes_stream().boxed();
-        let (timeout, max_event) = (self.timeout, self.max_event);
-        let word = self.upstream.provider.as_str();
-        let events = futures::stream::unfold(
-            (source, relay, false),
-            move |(mut source, mut relay, done)| async move {
-                if done {
-                    return None;
-                }
-                let (out, ended, message) = loop {
-                    match tokio::time::timeout(timeout, source.next()).await {
-                        Ok(Some(Ok(chunk))) => match relay.feed(&chunk) {
-                            (out, Ok(())) if out.is_empty() => continue,
-                            (out, Ok(())) => return Some((Ok(out), (source, relay, false))),
-                            (out, Err(_)) => {
-                                let message = format!(
-                                    "The {word} upstream sent an event larger than \
-                                     {max_event} bytes (gateway.max_event_bytes): the answer \
-                                     ends here"
-                                );
-                                break (out, "event_too_large", message);
-                            }
-                        },
-                        Ok(None) => {
-                            let rest = relay.rest();
-                            relay.finish("complete").await;
-                            if rest.is_empty() {
-                                return None;
-                            }
-                            return Some((Ok(rest), (source, relay, true)));
-                        }
-                        Ok(Some(Err(_))) => {
-                            let message = format!("The {word} upstream broke off its answer");
-                            break (Bytes::new(), "upstream_broke", message);
-                        }
-                        Err(_) => {
-                            let message = format!(
-                                "The {word} upstream sent nothing for {} s: the answer ends \
-                                 here",
-                                timeout.as_secs()
-                            );
-                            break (Bytes::new(), "upstream_broke", message);
-                        }
-                    }
-                };
-                log::warn!("gateway: {message}");
-                relay.finish(ended).await;
-                let error = stream_error(endpoint.shape, ended, &message);
-                let out = Bytes::from([&out[..], &error[..]].concat());
-                Some((Ok::<_, std::io::Error>(out), (source, relay, true)))
-            },
-        );
-        Body::from_stream(events)
     }
 }
 

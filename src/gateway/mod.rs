@@ -4,7 +4,8 @@
 //! only the fitted keys changed, streamed back as it arrives, and billed from the usage the
 //! provider reports (or what was delivered, when a stream ends early).
 //!
-//! Files import one way: body, shape, keys, metrics, upstream, conn, otel_ids, answer_usage ←
+//! Files import one way: body, shape, keys, metrics, upstream, upstream_error, conn, otel_ids,
+//! answer_usage ←
 //! otel ←
 //! headers ← relay ←
 //! forward ← proxy ← admin ← health, fallback_hops ← fallback ← dashboard_api ← dashboard ←
@@ -36,7 +37,10 @@ mod relay;
 mod server;
 mod shape;
 mod spread;
+mod stream_events;
+mod streamed;
 mod threads;
 mod upstream;
+mod upstream_error;
 
 pub use server::{Gateway, GatewayOptions};

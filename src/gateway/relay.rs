@@ -11,6 +11,7 @@ use super::framing::{Framer, TooLarge};
 use super::otel::{CallSpan, Otel};
 use super::otel_ids::now_ns;
 use super::shape::Framing;
+use super::stream_events::{delta_text, is_done, is_last, payload};
 use crate::ceiling::{reported_usage, Api, Encoding, ReportedUsage};
 use crate::guard::engine::settle::ticket::{BillInfo, Ticket, Usage};
 
@@ -145,6 +146,8 @@ struct Reading {
     strip_usage: bool,
     reported: Option<ReportedUsage>,
     delivered: String,
+    /// The stream's last event was read: what the provider reports is complete.
+    ended: bool,
 }
 
 fn merge(a: Option<ReportedUsage>, b: ReportedUsage) -> ReportedUsage {
@@ -154,85 +157,6 @@ fn merge(a: Option<ReportedUsage>, b: ReportedUsage) -> ReportedUsage {
         output_tokens: a.output_tokens.max(b.output_tokens),
         cached_input_tokens: a.cached_input_tokens.max(b.cached_input_tokens),
         reasoning_tokens: a.reasoning_tokens.max(b.reasoning_tokens),
-    }
-}
-
-/// The JSON payload of one event (SSE: its `data:` lines; NDJSON: the line).
-fn payload(event: &[u8], framing: Framing) -> Option<Value> {
-    let text = std::str::from_utf8(event).ok()?;
-    match framing {
-        Framing::Ndjson => serde_json::from_str(text.trim()).ok(),
-        Framing::Sse => {
-            let data: Vec<&str> = text
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(|d| d.strip_prefix(' ').unwrap_or(d))
-                .collect();
-            if data.is_empty() || data == ["[DONE]"] {
-                return None;
-            }
-            serde_json::from_str(&data.join("\n")).ok()
-        }
-    }
-}
-
-/// The output text an event carries, in each API's delta fields.
-fn delta_text(event: &Value, api: Api, out: &mut String) {
-    let mut push = |v: Option<&Value>| {
-        if let Some(s) = v.and_then(Value::as_str) {
-            out.push_str(s);
-        }
-    };
-    match api {
-        Api::OpenAiChat => {
-            for c in event
-                .get("choices")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let delta = c.get("delta");
-                push(delta.and_then(|d| d.get("content")));
-                push(delta.and_then(|d| d.get("reasoning_content")));
-                for t in delta
-                    .and_then(|d| d.get("tool_calls"))
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    push(t.pointer("/function/arguments"));
-                }
-            }
-        }
-        Api::OpenAiCompletions => {
-            for c in event
-                .get("choices")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                push(c.get("text"));
-            }
-        }
-        Api::OpenAiResponses => {
-            let kind = event.get("type").and_then(Value::as_str).unwrap_or("");
-            if kind.ends_with(".delta") {
-                push(event.get("delta"));
-            }
-        }
-        Api::Anthropic => {
-            if let Some(d) = event.get("delta") {
-                push(d.get("text"));
-                push(d.get("thinking"));
-                push(d.get("partial_json"));
-            }
-        }
-        _ => {
-            push(event.pointer("/message/content"));
-            push(event.pointer("/message/thinking"));
-            push(event.get("response"));
-            push(event.get("thinking"));
-        }
     }
 }
 
@@ -253,6 +177,7 @@ impl Relay {
                 strip_usage,
                 reported: None,
                 delivered: String::new(),
+                ended: false,
             },
             call: Some(call),
         }
@@ -285,6 +210,12 @@ impl Relay {
         Bytes::from(rest)
     }
 
+    /// Whether the call is still to be billed and its stream's last event not read yet (a
+    /// relay dropped so is read on to learn the provider's usage: `streamed.rs`).
+    pub(crate) fn unbilled(&self) -> bool {
+        self.call.is_some() && !self.reading.ended
+    }
+
     /// Bills the call: `ended` says how the stream ended. The call stays in the relay while
     /// a long delivered text is counted: a relay dropped meanwhile (its client gone) still
     /// bills it.
@@ -304,8 +235,10 @@ impl Reading {
     /// Reads one event; false when it is not passed on.
     fn inspect(&mut self, event: &[u8]) -> bool {
         let Some(value) = payload(event, self.framing) else {
+            self.ended |= self.framing == Framing::Sse && is_done(event);
             return true;
         };
+        self.ended |= is_last(&value, self.api);
         if let Some(u) = reported_usage(&value, self.api) {
             self.reported = Some(merge(self.reported, u));
             let usage_only = value

@@ -15,7 +15,7 @@ import openai
 import pytest
 import usage_guard as ug
 from fake_provider import WORD, FakeProvider
-from provider_support import reserved
+from provider_support import reserved, used
 from serve_support import (
     address,
     closed_within,
@@ -258,3 +258,93 @@ def test_a_cap_the_descriptors_cannot_hold_stops_the_start(fake):
     with pytest.raises(ValueError) as e:
         ug.Gateway(guard, "127.0.0.1:0")
     assert "gateway.max_connections" in str(e.value) and "ulimit -n" in str(e.value)
+
+
+def stop_reading(gateway: ug.Gateway, request: bytes, pump: bool) -> socket.socket:
+    """A client with a 4 KB receive buffer that sends `request` (again and again, pipelined,
+    when `pump`) and never reads its answers."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((gateway.host, gateway.port))
+
+    def send() -> None:
+        try:
+            sock.sendall(request)
+            while pump:
+                sock.sendall(request * 100)
+        except OSError:
+            pass
+
+    threading.Thread(target=send, daemon=True).start()
+    return sock
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/dashboard/assets/uPlot.iife.min.js"])
+def test_clients_that_stop_reading_their_answers_are_closed_at_the_idle_timeout(fake, path):
+    """max_connections = 2, taken by two clients that pipeline GETs (no key needed) and never
+    read: the gateway's writes to them stall, and a write that makes no progress for the idle
+    timeout closes the connection, so an honest caller is served (not 503
+    too_many_connections) a few seconds later."""
+    document = with_gateway(
+        fake, max_connections=2, idle_timeout_seconds=1, header_timeout_seconds=1
+    )
+    guard = ug.Guard(ug.Policy.from_dict(document))
+    gateway = ug.Gateway(guard, "127.0.0.1:0")
+    request = f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    stalled = [stop_reading(gateway, request, pump=True) for _ in range(2)]
+    try:
+        time.sleep(4)
+        reply = client(gateway.url, timeout=3).chat.completions.create(
+            model="gpt-4o", messages=MESSAGES, max_tokens=20
+        )
+        assert reply.choices[0].message.content == WORD * 12
+    finally:
+        for s in stalled:
+            s.close()
+        gateway.shutdown()
+        assert gateway.wait(10)
+
+
+def test_a_stream_whose_client_stops_reading_is_ended_and_billed(fake):
+    """Two long streams whose clients stop reading after the headers hold both connections
+    of max_connections = 2: each is ended once its writes make no progress for the idle
+    timeout, billed as a dropped stream (the prompt and what was delivered), no hold is left,
+    and an honest caller is served."""
+    document = with_gateway(
+        fake, max_connections=2, idle_timeout_seconds=1, header_timeout_seconds=1
+    )
+    guard = ug.Guard(ug.Policy.from_dict(document))
+    gateway = ug.Gateway(guard, "127.0.0.1:0")
+    fake.output_tokens = 100_000
+    body = (
+        b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], '
+        b'"max_tokens": 120000, "stream": true}'
+    )
+    request = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {ALICE}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    stalled = [stop_reading(gateway, request, pump=False) for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 10
+        while reserved(guard, "alice", "gpt-4o") == 0:  # both streams admitted
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        deadline = time.monotonic() + 8
+        while reserved(guard, "alice", "gpt-4o") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert reserved(guard, "alice", "gpt-4o") == 0
+        # Billed the prompts and what was delivered: more than the prompts, far less than
+        # the maximum reserved.
+        assert 2 * 21 < used(guard, "alice", "gpt-4o") < 2 * 100_000
+        fake.output_tokens = 12
+        reply = client(gateway.url, timeout=3).chat.completions.create(
+            model="gpt-4o", messages=MESSAGES, max_tokens=20
+        )
+        assert reply.choices[0].message.content == WORD * 12
+    finally:
+        for s in stalled:
+            s.close()
+        gateway.shutdown()
+        assert gateway.wait(10)

@@ -9,6 +9,7 @@ provider refusing the operator's credential (401/403) is a 502
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,3 +210,89 @@ def test_a_provider_refusing_the_operator_s_key_is_a_502_without_key_text(fake, 
     assert any("openai upstream refused the credential" in m and "401" in m for m in logged)
     assert any("anthropic upstream refused the credential" in m and "403" in m for m in logged)
     assert not any("wxyz" in m for m in logged)
+
+
+RATE_LIMITED = (
+    "Rate limit reached for gpt-4o in organization org-OPERATOR123 on tokens per min (TPM): "
+    "Limit 30000, Used 29000, Requested 2000. Please try again in 2s."
+)
+UPSTREAM_KEY = "sk-UPSTREAM-SECRET-0123456789"
+
+
+def test_a_provider_error_keeps_its_status_type_and_code_not_the_operator_s_words(
+    fake, monkeypatch
+):
+    """A 429 in OpenAI's wording (the operator's organization, its account's limit and use)
+    and a 5xx echoing the operator's key: the caller gets the status, Retry-After, the error
+    type and code in the endpoint's shape, none of the organization, the figures or the key;
+    a 400's own message is passed on, its ids redacted."""
+    monkeypatch.setenv("UG_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
+    doc = headers_policy(fake)
+    for p in doc["providers"].values():
+        p["api_key_env"] = "UG_TEST_UPSTREAM_KEY"
+    guard = ug.Guard(ug.Policy.from_dict(doc))
+    gateway = ug.Gateway(guard, "127.0.0.1:0")
+    try:
+        fake.script = [
+            (
+                429,
+                {"retry-after": "1", "openai-organization": "org-OPERATOR123"},
+                {
+                    "error": {
+                        "message": RATE_LIMITED,
+                        "type": "tokens",
+                        "param": None,
+                        "code": "rate_limit_exceeded",
+                    }
+                },
+            )
+        ]
+        with pytest.raises(openai.RateLimitError) as limited:
+            oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=20)
+        answer = limited.value.response
+        assert answer.headers["retry-after"] == "1"
+        error = answer.json()["error"]
+        assert (error["type"], error["code"]) == ("tokens", "rate_limit_exceeded")
+        for leak in ("org-OPERATOR123", "30000", "29000", "organization"):
+            assert leak not in answer.text, answer.text
+        time.sleep(1.2)  # past the credential's cooldown the 429 asked for
+        echoed = f"proxy error: upstream rejected header Authorization: Bearer {UPSTREAM_KEY}"
+        fake.script = [(500, {}, {"error": {"message": echoed}})]
+        with pytest.raises(openai.InternalServerError) as failed:
+            oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=20)
+        assert failed.value.response.status_code == 500
+        assert "SECRET" not in failed.value.response.text
+        fake.script = [
+            (529, {}, {"type": "error", "error": {"type": "overloaded_error", "message": echoed}})
+        ]
+        with pytest.raises(anthropic.APIStatusError) as overloaded:
+            claude(gateway).messages.create(
+                model="claude-haiku-4-5", max_tokens=20, messages=MESSAGES
+            )
+        assert overloaded.value.response.status_code == 529
+        assert overloaded.value.response.json()["error"]["type"] == "overloaded_error"
+        assert "SECRET" not in overloaded.value.response.text
+        refused = "messages.0.role: unknown role 'robot' (request by org-OPERATOR123)"
+        fake.script = [
+            (
+                400,
+                {},
+                {
+                    "error": {
+                        "message": refused,
+                        "type": "invalid_request_error",
+                        "param": "messages.0.role",
+                        "code": None,
+                    }
+                },
+            )
+        ]
+        with pytest.raises(openai.BadRequestError) as bad:
+            oai(gateway).chat.completions.create(model="gpt-4o", messages=MESSAGES, max_tokens=20)
+        error = bad.value.response.json()["error"]
+        assert error["param"] == "messages.0.role"
+        assert "unknown role 'robot'" in error["message"]
+        assert "OPERATOR123" not in bad.value.response.text
+    finally:
+        gateway.shutdown()
+        assert gateway.wait(10)

@@ -229,3 +229,45 @@ def test_healthz_answers_while_two_huge_prompts_are_counted(fake):
             c.join(60)
         gateway.shutdown()
         assert gateway.wait(10)
+
+
+def test_a_client_leaving_at_finish_reason_is_billed_the_reported_reasoning(fake):
+    """A reasoning model's stream: 20 visible tokens, then the usage chunk (after the
+    finish_reason chunk) reports 2,020 output tokens, 2,000 of them reasoning never streamed
+    as text. A client that hangs up as soon as finish_reason arrives has the whole answer:
+    the gateway reads the upstream on to its usage event and bills what it reports, as for a
+    client reading to [DONE]."""
+    guard = ug.Guard(ug.Policy.from_dict(gateway_policy(fake)))
+    gateway = ug.Gateway(guard, "127.0.0.1:0")
+    fake.chunk_delay, fake.output_tokens = 0.02, 20
+    fake.chat_usage = {
+        "prompt_tokens": 21,
+        "completion_tokens": 2020,
+        "total_tokens": 2041,
+        "completion_tokens_details": {"reasoning_tokens": 2000},
+    }
+    body = json.dumps(
+        {"model": "gpt-4o", "messages": MESSAGES, "max_tokens": 4000, "stream": True}
+    ).encode()
+    request = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        f"Authorization: Bearer {ALICE}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    try:
+        for leave_at in (b"[DONE]", b'"finish_reason": "stop"'):
+            before = used(guard, "alice", "gpt-4o")
+            sock = socket.create_connection((gateway.host, gateway.port))
+            sock.sendall(request)
+            sock.settimeout(10)
+            got = b""
+            while leave_at not in got:
+                piece = sock.recv(65536)
+                assert piece, got[-300:]
+                got += piece
+            sock.close()
+            assert settled(guard, "gpt-4o")
+            assert used(guard, "alice", "gpt-4o") - before == 2041, leave_at
+    finally:
+        gateway.shutdown()
+        assert gateway.wait(10)

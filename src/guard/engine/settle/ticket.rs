@@ -272,26 +272,9 @@ impl Ticket {
         Ok(Some(billed))
     }
 
-    /// A ticket settles only in the process that admitted it: one inherited through `fork()`
-    /// is the parent's call, which the parent bills. A child's bill or release would settle
-    /// the parent's ticket id first, and the parent's own bill would then count nothing.
-    pub fn check_process(&self) -> Result<()> {
-        if self.state.generation == crate::fork::generation() {
-            return Ok(());
-        }
-        Err(crate::error::Error::invalid(
-            "ticket",
-            self.id(),
-            "was admitted before this process forked, so it is the parent's call: bill or \
-             release it in the process that admitted it (admit the child's own calls in \
-             the child)",
-        ))
-    }
-
     /// Gives the reservation back (the call failed and used nothing). Returns false if the
     /// ticket had already settled. When the store does not answer, the release is retried in
-    /// the background by ticket id. A caller that may hold a ticket inherited through
-    /// `fork()` (Python) checks `check_process` first.
+    /// the background by ticket id. (Python, which can fork, checks `check_process` first.)
     pub async fn release(&self) -> bool {
         if !self.claim() {
             return false;

@@ -1,11 +1,13 @@
 //! An open ticket's end of life: what it holds while open (for the epoch fence's recovery,
-//! `open_calls.rs`), and its holds given back when it is dropped unsettled.
+//! `open_calls.rs`), its holds given back when it is dropped unsettled, and which process
+//! may end it (the one that admitted it, not a forked child).
 
 use std::sync::atomic::Ordering;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
 
 use super::{Ticket, TicketState};
+use crate::error::Result;
 use crate::guard::engine::fence::open_calls::OpenCall;
 use crate::guard::engine::settle::settling;
 use crate::guard::store::HoldRef;
@@ -23,6 +25,22 @@ impl OpenCall for TicketState {
 }
 
 impl Ticket {
+    /// A ticket settles only in the process that admitted it: one inherited through `fork()`
+    /// is the parent's call, which the parent bills. A child's bill or release would settle
+    /// the parent's ticket id first, and the parent's own bill would then count nothing.
+    pub fn check_process(&self) -> Result<()> {
+        if self.state.generation == crate::fork::generation() {
+            return Ok(());
+        }
+        Err(crate::error::Error::invalid(
+            "ticket",
+            self.id(),
+            "was admitted before this process forked, so it is the parent's call: bill or \
+             release it in the process that admitted it (admit the child's own calls in \
+             the child)",
+        ))
+    }
+
     /// Lists this ticket (one that holds something, on a store that fences and so may lose
     /// holds) among the guard's open calls.
     pub(super) fn keep_open(&self) {
