@@ -59,6 +59,34 @@ def test_a_streams_response_gives_its_headers_but_not_its_body(fake, make_guard)
     responses = client.responses.create(model="gpt-4o", input="Hi", stream=True)
     assert_body_sealed(responses.response)
     responses.close()
+    # httpx's raise_for_status returns the response: the sealed one, not the SDK's.
+    stream = client.chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+    assert_body_sealed(stream.response.raise_for_status())
+    stream.close()
+
+
+def test_parse_cut_short_by_the_fitted_maximum_is_billed(fake, make_guard):
+    """`parse` raises LengthFinishReasonError when the output maximum cuts the structured
+    answer short, which the guard's fit causes on a small budget: the provider answered, and
+    the answer in the error is billed (released, such calls were free however often made)."""
+    document = policy()
+    document["limits"] = {
+        "direct": [
+            {
+                "user": "alice",
+                "model": "gpt-4o",
+                "rules": [{"metric": "tokens", "amount": 1000, "window": "day"}],
+            }
+        ]
+    }
+    guard = make_guard(document)
+    fake.output_tokens = 5000
+    client = openai_client(fake, guard)
+    with pytest.raises(openai.LengthFinishReasonError):
+        client.chat.completions.parse(model="gpt-4o", messages=MESSAGES)
+    sent = fake.bodies("/v1/chat/completions")[-1]["max_completion_tokens"]
+    assert used(guard, "alice", "gpt-4o") == 21 + sent
+    assert reserved(guard, "alice", "gpt-4o") == 0
 
 
 async def test_an_async_streams_response_is_sealed_too(fake, make_guard):

@@ -24,6 +24,8 @@ from .call import (
     attach_pending,
     begin_async,
     begin_sync,
+    give_back_async,
+    give_back_sync,
     settle_async,
     settle_sync,
 )
@@ -48,8 +50,8 @@ def run_sync(
     call = begin_sync(owner, api, args, kwargs)
     try:
         result = fn(**call.kwargs)
-    except BaseException:
-        call.ticket.release()
+    except BaseException as exc:
+        give_back_sync(call, exc)
         raise
     return finish_sync(call, result)
 
@@ -87,7 +89,7 @@ def run_ladder_sync(
         try:
             result = fn(**call.kwargs)
         except BaseException as exc:
-            call.ticket.release()
+            give_back_sync(call, exc)
             if ladder.failed(exc, provider, last=i + 1 == len(ladder.rungs)):
                 continue
             raise
@@ -189,8 +191,8 @@ async def run_async(
     call = await begin_async(owner, api, args, kwargs)
     try:
         result = await fn(**call.kwargs)
-    except BaseException:
-        await call.ticket.release_async()
+    except BaseException as exc:
+        await give_back_async(call, exc)
         raise
     return await finish_async(call, result)
 
@@ -229,7 +231,7 @@ async def run_ladder_async(
         try:
             result = await fn(**call.kwargs)
         except BaseException as exc:
-            await call.ticket.release_async()
+            await give_back_async(call, exc)
             last = i + 1 == len(ladder.rungs)
             if await asyncio.to_thread(ladder.failed, exc, provider, last):
                 continue

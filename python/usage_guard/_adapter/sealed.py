@@ -41,6 +41,9 @@ class SealedResponse:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
+        if name == "raise_for_status":
+            # httpx's returns the response itself: it would hand back the unsealed one.
+            return self._raise_for_status
         if name in _BODY:
             raise TypeError(
                 f"response.{name}: the body of a guarded stream is read by iterating the "
@@ -49,6 +52,10 @@ class SealedResponse:
                 "and the request id only"
             )
         return getattr(self._response, name)
+
+    def _raise_for_status(self) -> Any:
+        self._response.raise_for_status()
+        return self
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"response.{name}: the response of a guarded stream is read-only")
