@@ -37,6 +37,7 @@ mod relay;
 mod server;
 mod shape;
 mod spread;
+mod stream_errors;
 mod stream_events;
 mod streamed;
 mod threads;

@@ -11,6 +11,7 @@ use super::framing::{Framer, TooLarge};
 use super::otel::{CallSpan, Otel};
 use super::otel_ids::now_ns;
 use super::shape::Framing;
+use super::stream_errors::redacted;
 use super::stream_events::{delta_text, is_done, is_last, payload};
 use crate::ceiling::{reported_usage, Api, Encoding, ReportedUsage};
 use crate::guard::engine::settle::ticket::{BillInfo, Ticket, Usage};
@@ -190,11 +191,11 @@ impl Relay {
         let mut out = Vec::new();
         loop {
             match self.framer.next_event() {
-                Ok(Some(event)) => {
-                    if self.reading.inspect(event) {
-                        out.extend_from_slice(event);
-                    }
-                }
+                Ok(Some(event)) => match self.reading.inspect(event) {
+                    Passed::Whole => out.extend_from_slice(event),
+                    Passed::Nothing => {}
+                    Passed::Rewritten(bytes) => out.extend_from_slice(&bytes),
+                },
                 Ok(None) => return (Bytes::from(out), Ok(())),
                 Err(e) => return (Bytes::from(out), Err(e)),
             }
@@ -204,10 +205,14 @@ impl Relay {
     /// Whatever is left in the buffer (a last event without its blank line).
     pub(crate) fn rest(&mut self) -> Bytes {
         let rest = self.framer.take_rest();
-        if !rest.is_empty() {
-            self.reading.inspect(&rest);
+        if rest.is_empty() {
+            return Bytes::new();
         }
-        Bytes::from(rest)
+        match self.reading.inspect(&rest) {
+            Passed::Rewritten(bytes) => Bytes::from(bytes),
+            // A last event without its blank line goes on as it came, unless an error.
+            Passed::Whole | Passed::Nothing => Bytes::from(rest),
+        }
     }
 
     /// Whether the call is still to be billed and its stream's last event not read yet (a
@@ -232,13 +237,16 @@ impl Relay {
 }
 
 impl Reading {
-    /// Reads one event; false when it is not passed on.
-    fn inspect(&mut self, event: &[u8]) -> bool {
+    /// Reads one event; says what of it is passed on.
+    fn inspect(&mut self, event: &[u8]) -> Passed {
         let Some(value) = payload(event, self.framing) else {
             self.ended |= self.framing == Framing::Sse && is_done(event);
-            return true;
+            return Passed::Whole;
         };
         self.ended |= is_last(&value, self.api);
+        if let Some(bytes) = redacted(event, &value, self.framing) {
+            return Passed::Rewritten(bytes);
+        }
         if let Some(u) = reported_usage(&value, self.api) {
             self.reported = Some(merge(self.reported, u));
             let usage_only = value
@@ -246,12 +254,21 @@ impl Reading {
                 .and_then(Value::as_array)
                 .is_some_and(Vec::is_empty);
             if self.strip_usage && usage_only {
-                return false;
+                return Passed::Nothing;
             }
         }
         delta_text(&value, self.api, &mut self.delivered);
-        true
+        Passed::Whole
     }
+}
+
+/// What of an event is passed on to the caller.
+enum Passed {
+    Whole,
+    /// Nothing: the usage-only chunk the gateway asked for on the caller's behalf.
+    Nothing,
+    /// An error event with the provider's message replaced (`stream_errors`).
+    Rewritten(Vec<u8>),
 }
 
 /// A stream dropped before it ended (the client went away): bills what was delivered.

@@ -77,7 +77,7 @@ pub(crate) fn caller_body(
 }
 
 /// `s` when it is a short identifier (an error type, code or parameter name), not an id.
-fn identifier(s: &str) -> Option<&str> {
+pub(super) fn identifier(s: &str) -> Option<&str> {
     let plain = !s.is_empty()
         && s.len() <= 64
         && s.chars()
