@@ -142,7 +142,8 @@ async fn read_on(
             Ok(Some(Ok(chunk))) => {
                 read += chunk.len();
                 let (_, fed) = relay.feed(&chunk);
-                if fed.is_err() || read > max_answer {
+                // Its last event read, the usage is known: no need to wait for the close.
+                if fed.is_err() || read > max_answer || !relay.unbilled() {
                     break;
                 }
             }
