@@ -10,6 +10,7 @@ from typing import Any
 
 import anthropic
 import openai
+import pydantic
 import pytest
 from anthropic.lib.streaming import MessageStream
 from fake_provider import WORD, FakeProvider
@@ -86,6 +87,46 @@ def test_parse_cut_short_by_the_fitted_maximum_is_billed(fake, make_guard):
         client.chat.completions.parse(model="gpt-4o", messages=MESSAGES)
     sent = fake.bodies("/v1/chat/completions")[-1]["max_completion_tokens"]
     assert used(guard, "alice", "gpt-4o") == 21 + sent
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+
+class _Number(pydantic.BaseModel):
+    """A structured answer the fake's `{"text": ...}` never validates as."""
+
+    number: int
+
+
+def test_parse_whose_answer_does_not_validate_is_billed(fake, make_guard):
+    """The provider answered and the SDK's parse raised (a ValidationError): the answer is
+    billed from the JSON the provider sent (released, any call whose schema the model misses
+    was free however often made). Responses' `parse` too; the raw twin is guarded as well."""
+    guard = make_guard(policy())
+    client = openai_client(fake, guard)
+    with pytest.raises(pydantic.ValidationError):
+        client.chat.completions.parse(model="gpt-4o", messages=MESSAGES, response_format=_Number)
+    assert used(guard, "alice", "gpt-4o") == 21 + 12
+    with pytest.raises(pydantic.ValidationError):
+        client.responses.parse(model="gpt-4o", input="Hi", text_format=_Number)
+    assert used(guard, "alice", "gpt-4o") == 2 * (21 + 12)
+    # The raw twin hands over its response (whose own parse raises), billed all the same.
+    raw = client.chat.completions.with_raw_response.parse(
+        model="gpt-4o", messages=MESSAGES, response_format=_Number
+    )
+    assert used(guard, "alice", "gpt-4o") == 3 * (21 + 12)
+    assert reserved(guard, "alice", "gpt-4o") == 0
+    with pytest.raises(pydantic.ValidationError):
+        raw.parse()
+
+
+async def test_an_async_parse_whose_answer_does_not_validate_is_billed(fake, make_guard):
+    guard = make_guard(policy())
+    sdk = openai.AsyncOpenAI(base_url=f"{fake.url}/v1", api_key="sk-test", max_retries=0)
+    client = GuardedAsyncOpenAI(sdk, guard, user="alice")
+    with pytest.raises(pydantic.ValidationError):
+        await client.chat.completions.parse(
+            model="gpt-4o", messages=MESSAGES, response_format=_Number
+        )
+    assert used(guard, "alice", "gpt-4o") == 21 + 12
     assert reserved(guard, "alice", "gpt-4o") == 0
 
 

@@ -103,6 +103,13 @@ class Api:
     # Refuses (raises) a request the guard cannot meter, given the body as it will be sent
     # and whether it streams; nothing is admitted or sent.
     check: Optional[Callable[[dict[str, Any], bool], None]] = None
+    # The guarded method answers what `answer` read (a `parse` sent through its raw twin),
+    # not the raw object the SDK method returned.
+    returns_answer: bool = False
+    # The answer as the provider sent it (a dict), read off what the SDK method returned, for
+    # when `answer` raises: the provider answered and the SDK's own reading failed (a
+    # structured answer that does not validate), so the call is billed, not released.
+    unread: Optional[Callable[[Any], Any]] = None
 
 
 class Call:
@@ -352,19 +359,34 @@ def _answer_in(exc: BaseException) -> Any:
     return answer if getattr(answer, "usage", None) is not None else None
 
 
-def give_back_sync(call: Call, exc: BaseException) -> None:
-    """A call whose SDK call raised: released, unless the provider's answer is in the error
-    (`_answer_in`), which is billed."""
-    answer = None if call.stream else _answer_in(exc)
+def unread_answer(call: Call, result: Any) -> Any:
+    """The answer as the provider sent it, read off `result` when the SDK could not read it
+    (`Api.unread`); None when it cannot be had. Never raises: the call has run."""
+    if call.api.unread is None:
+        return None
+    try:
+        body = call.api.unread(result)
+    except Exception as exc:
+        log.warning("usage_guard: cannot read the answer the provider sent: %s", exc)
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def give_back_sync(call: Call, exc: BaseException, answer: Any = None) -> None:
+    """A call whose SDK call raised: released, unless the provider's answer is known
+    (`answer`, from `unread_answer`) or in the error (`_answer_in`), which is billed."""
+    if answer is None and not call.stream:
+        answer = _answer_in(exc)
     if answer is None:
         call.ticket.release()
     else:
         settle_sync(call, call.response_usage(answer), answer, call.response_capped(answer))
 
 
-async def give_back_async(call: Call, exc: BaseException) -> None:
+async def give_back_async(call: Call, exc: BaseException, answer: Any = None) -> None:
     """`give_back_sync` for asyncio."""
-    answer = None if call.stream else _answer_in(exc)
+    if answer is None and not call.stream:
+        answer = _answer_in(exc)
     if answer is None:
         await call.ticket.release_async()
     else:

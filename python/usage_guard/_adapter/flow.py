@@ -28,6 +28,7 @@ from .call import (
     give_back_sync,
     settle_async,
     settle_sync,
+    unread_answer,
 )
 from .ladder import Ladder
 from .sealed import seal
@@ -59,9 +60,17 @@ def run_sync(
 def finish_sync(call: Call, result: Any) -> Any:
     if call.stream:
         return GuardedStream(call, result)
-    answer = result if call.api.answer is None else call.api.answer(result)
+    try:
+        answer = result if call.api.answer is None else call.api.answer(result)
+    except BaseException as exc:
+        # The provider answered and the SDK cannot read it: billed from what was sent. A raw
+        # response is still handed over (its own parse() raises); anything else raises.
+        answer = unread_answer(call, result)
+        if answer is None or call.api.returns_answer:
+            give_back_sync(call, exc, answer)
+            raise
     settle_sync(call, call.response_usage(answer), answer, call.response_capped(answer))
-    return result
+    return answer if call.api.returns_answer else result
 
 
 def run_ladder_sync(
@@ -200,9 +209,17 @@ async def run_async(
 async def finish_async(call: Call, result: Any) -> Any:
     if call.stream:
         return AsyncGuardedStream(call, result)
-    answer = result if call.api.answer is None else call.api.answer(result)
+    try:
+        answer = result if call.api.answer is None else call.api.answer(result)
+    except BaseException as exc:
+        # The provider answered and the SDK cannot read it: billed from what was sent. A raw
+        # response is still handed over (its own parse() raises); anything else raises.
+        answer = unread_answer(call, result)
+        if answer is None or call.api.returns_answer:
+            await give_back_async(call, exc, answer)
+            raise
     await settle_async(call, call.response_usage(answer), answer, call.response_capped(answer))
-    return result
+    return answer if call.api.returns_answer else result
 
 
 async def run_ladder_async(

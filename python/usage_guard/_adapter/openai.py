@@ -165,12 +165,18 @@ def _parsed(raw: Any) -> Any:
     return raw.parse()
 
 
-# `with_raw_response.create` (LangChain's ChatOpenAI calls it): billed from the parsed answer;
-# a raw stream is refused.
+def _raw_body(raw: Any) -> Any:
+    """The answer as the provider sent it (its JSON), read off a raw response."""
+    return raw.http_response.json()
+
+
+# `with_raw_response.create` (LangChain's ChatOpenAI calls it): billed from the parsed answer
+# (from the JSON sent, when the SDK cannot parse it); a raw stream is refused.
 CHAT_RAW = Api(
     word=CHAT.word,
     finish_reasons=_chat_reasons,
     answer=_parsed,
+    unread=_raw_body,
     keywords=_STREAM_KEYWORDS,
     check=_no_raw_stream,
 )
@@ -178,8 +184,37 @@ RESPONSES_RAW = Api(
     word=RESPONSES.word,
     finish_reasons=_responses_reasons,
     answer=_parsed,
+    unread=_raw_body,
     check=_no_raw_background_stream,
 )
+# Structured-output `parse`, sent through its raw twin (`with_raw_response.parse`): when the
+# SDK's parse of the answer fails (the structured answer does not validate, or was cut short
+# by the output maximum), the provider's answer is still at hand and billed; a `parse` called
+# directly leaves nothing to bill but the error. The caller gets what `parse` returns.
+CHAT_PARSE = Api(
+    word=CHAT.word,
+    finish_reasons=_chat_reasons,
+    answer=_parsed,
+    returns_answer=True,
+    unread=_raw_body,
+    keywords=_STREAM_KEYWORDS,
+)
+RESPONSES_PARSE = Api(
+    word=RESPONSES.word,
+    finish_reasons=_responses_reasons,
+    answer=_parsed,
+    returns_answer=True,
+    unread=_raw_body,
+    check=_no_background,
+)
+
+
+def _guarded_raw(client: GuardedClient, api: Api, resource: Any) -> dict[str, Any]:
+    """The guarded methods of `resource.with_raw_response`: `create`, and `parse` where the
+    SDK has it."""
+    raw = resource.with_raw_response
+    names = ("create", "parse") if hasattr(raw, "parse") else ("create",)
+    return {name: client._guarded(api, getattr(raw, name)) for name in names}
 
 
 class _GuardedOpenAIClient(GuardedClient):
@@ -195,23 +230,23 @@ class _GuardedOpenAIClient(GuardedClient):
     ):
         super().__init__(client, guard, user, fallbacks, credential)
         chat = client.chat.completions
-        # Structured-output `parse` takes and answers the same shapes as `create`.
+        # Structured-output `parse` takes and answers the same shapes as `create`; it is
+        # sent through its raw twin (CHAT_PARSE), which is guarded too.
+        raw_chat = Proxy(chat.with_raw_response, **_guarded_raw(self, CHAT_RAW, chat))
+        raw_responses = Proxy(
+            client.responses.with_raw_response,
+            **_guarded_raw(self, RESPONSES_RAW, client.responses),
+        )
         guarded_chat: dict[str, Any] = {"create": self._guarded(CHAT, chat.create)}
-        if hasattr(chat, "parse"):
-            guarded_chat["parse"] = self._guarded(CHAT, chat.parse)
+        if "parse" in raw_chat.__dict__:
+            guarded_chat["parse"] = self._guarded(CHAT_PARSE, chat.with_raw_response.parse)
         guarded_responses: dict[str, Any] = {
             "create": self._guarded(RESPONSES, client.responses.create)
         }
-        if hasattr(client.responses, "parse"):
-            guarded_responses["parse"] = self._guarded(RESPONSES, client.responses.parse)
-        raw_chat = Proxy(
-            chat.with_raw_response,
-            create=self._guarded(CHAT_RAW, chat.with_raw_response.create),
-        )
-        raw_responses = Proxy(
-            client.responses.with_raw_response,
-            create=self._guarded(RESPONSES_RAW, client.responses.with_raw_response.create),
-        )
+        if "parse" in raw_responses.__dict__:
+            guarded_responses["parse"] = self._guarded(
+                RESPONSES_PARSE, client.responses.with_raw_response.parse
+            )
         guarded_chat["with_raw_response"] = raw_chat
         guarded_responses["with_raw_response"] = raw_responses
         completions = Proxy(chat, **guarded_chat)
