@@ -89,3 +89,43 @@ fn policy_summary(errors: &[FieldError]) -> String {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `url` as an error message may show it: a password (`scheme://user:password@host`) is
+/// replaced by `***`; anything else is kept as given.
+pub(crate) fn url_without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::url_without_password;
+
+    #[test]
+    fn a_urls_password_is_never_shown() {
+        let cases = [
+            (
+                "redis://:S3cret#1@127.0.0.1:6379/0",
+                "redis://:***@127.0.0.1:6379/0",
+            ),
+            (
+                "postgres://app:p@ss@db/usage",
+                "postgres://app:***@db/usage",
+            ),
+            ("rediss://user@host", "rediss://user@host"),
+            ("redis://host:6379", "redis://host:6379"),
+            ("not a url @ all", "not a url @ all"),
+        ];
+        for (given, shown) in cases {
+            assert_eq!(url_without_password(given), shown, "{given}");
+        }
+    }
+}

@@ -18,13 +18,23 @@ from typing import Union
 
 from ._core import PostgresLedger, SqliteLedger
 
-__all__ = ["ACCEPTED", "open_ledger", "sqlite_path"]
+__all__ = ["ACCEPTED", "open_ledger", "sqlite_path", "without_password"]
 
 MEMORY = ":memory:"
 ACCEPTED = (
     "accepted: sqlite:///relative.db (from the working directory), sqlite:////absolute.db, "
     "sqlite:// (in memory), postgres://… or postgresql://…, or a SQLite file path"
 )
+
+
+def without_password(url: str) -> str:
+    """`url` as a message may show it: the password of `scheme://user:password@host` replaced
+    by `***` (as the core shows store and PostgreSQL URLs)."""
+    start, at = url.find("://"), url.rfind("@")
+    if start < 0 or at <= start:
+        return url
+    colon = url.find(":", start + 3, at)
+    return url if colon < 0 else f"{url[: colon + 1]}***{url[at:]}"
 
 
 def sqlite_path(url: str) -> str:
@@ -66,7 +76,8 @@ def open_ledger(url: str, *, create: bool = False) -> Union[SqliteLedger, Postgr
         return PostgresLedger(url)
     if "://" in url and not url.startswith("sqlite:"):
         scheme = url.split("://", 1)[0]
-        raise ValueError(f"--ledger {url!r}: {scheme!r} is not a ledger scheme; {ACCEPTED}")
+        shown = without_password(url)
+        raise ValueError(f"--ledger {shown!r}: {scheme!r} is not a ledger scheme; {ACCEPTED}")
     path = sqlite_path(url)
     if path != MEMORY:
         if create:

@@ -5,7 +5,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString, PyType};
 
-use crate::error::Error;
+use crate::error::{url_without_password, Error};
 use std::sync::Arc;
 
 use crate::guard::store::{
@@ -96,7 +96,8 @@ fn with_leases(
 
 /// A store that cannot be set up from `argument` (`url` or `urls`).
 fn setup_error(argument: &str, given: &str, e: StoreError) -> Error {
-    Error::invalid(argument, given, format!("cannot set up a Redis store: {e}"))
+    let shown = url_without_password(given);
+    Error::invalid(argument, shown, format!("cannot set up a Redis store: {e}"))
 }
 
 #[pymethods]
@@ -150,12 +151,14 @@ impl PyRedisStore {
         const ACCEPTED: &str = "must be a list of node URLs (str)";
         let duration = timeout.map(timeout_of).transpose()?.unwrap_or(DEFAULT);
         if urls.cast::<PyString>().is_ok() {
-            return Err(Error::wrong_type("urls", urls.repr()?, ACCEPTED).into());
+            let shown = url_without_password(&urls.repr()?.to_string());
+            return Err(Error::wrong_type("urls", shown, ACCEPTED).into());
         }
         let urls: Vec<String> = urls
             .extract()
             .map_err(|_| Error::wrong_type("urls", urls.get_type(), ACCEPTED))?;
-        let given = format!("{urls:?}");
+        let shown: Vec<String> = urls.iter().map(|u| url_without_password(u)).collect();
+        let given = format!("{shown:?}");
         let store = match slot_groups {
             true => RedisStore::cluster_grouped(&urls, prefix, duration),
             false => RedisStore::cluster_with_timeout(&urls, prefix, duration),

@@ -191,3 +191,51 @@ def test_init_and_assign_replace_a_policy_only_when_told(
     assert code == 1 and "a policy 'preset-small' is stored already with other limits" in text
     code, text = run(capsys, "init", "--preset", "small", "--out", out, "--ledger", db, "--replace")
     assert code == 0 and "(replacing the limits of preset-small)" in text
+
+
+def test_bad_input_and_unreachable_ledgers_are_errors_not_tracebacks(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "l.db")
+    ug.SqliteLedger(db).flush()
+    q = ("quota", "--ledger", db)
+    twice = '{"ai.tokens.total": {"limit": 5, "window": "day"}, "ai.tokens.total": {"limit": 9}}'
+    code, text = run(capsys, *q, "create", "dup", "--limits", twice)
+    assert code == 1 and "'ai.tokens.total' is given twice in one JSON object" in text
+    code, text = run(capsys, *q, "check", "user:alice", "ai.tokens.total", "inf")
+    assert code == 1 and "amount: inf is not an amount" in text
+    unreachable = "postgres://app:S3cret@127.0.0.1:1/usage"
+    code, text = run(capsys, "quota", "--ledger", unreachable, "list")
+    assert code == 1 and text.startswith("error: cannot connect") and "S3cret" not in text
+    with pytest.raises(SystemExit):
+        main(["audit", "--ledger", db, "--limit", "-1"])
+    assert "'-1' is not a count" in capsys.readouterr().err
+    # init checks before it stores: --assign without a ledger, an output it cannot write.
+    code, text = run(capsys, "init", "--preset", "small", "--assign", "role:member")
+    assert code == 1 and "--assign role:member: assigning needs --ledger" in text
+    out = str(tmp_path / "missing" / "q.json")
+    code, text = run(capsys, "init", "--preset", "small", "--out", out, "--ledger", db)
+    assert code == 1 and "No such file or directory" in text
+    assert run(capsys, *q, "--json", "list")[1].strip() == "[]"
+
+
+def test_a_refusal_names_a_subject_whose_id_has_a_space(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "l.db")
+    ug.SqliteLedger(db).flush()
+    q = ("quota", "--ledger", db)
+    limits = json.dumps({"ai.tokens.total": {"limit": 5, "window": "day"}})
+    assert run(capsys, *q, "create", "p", "--limits", limits)[0] == 0
+    assert run(capsys, *q, "assign", "p", "team:data science")[0] == 0
+    code, text = run(capsys, *q, "--json", "check", "team:data science", "ai.tokens.total", "10")
+    assert json.loads(text)["reason"].startswith("quota_exceeded: team:data science has 5")
+
+
+def test_a_stores_url_password_is_not_echoed() -> None:
+    with pytest.raises(ValueError) as caught:
+        ug.RedisStore("redis://:S3cretPw#1@127.0.0.1:6379/0")
+    assert "S3cretPw" not in str(caught.value) and "redis://:***@127.0.0.1" in str(caught.value)
+    with pytest.raises(ValueError) as caught:
+        ug.RedisStore.cluster(["redis://u:S3cretPw@127.0.0.1:99999"])
+    assert "S3cretPw" not in str(caught.value)

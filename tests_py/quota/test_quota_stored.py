@@ -62,6 +62,51 @@ def test_a_failed_change_writes_nothing(tmp_path: Any) -> None:
     assert q.policies()[0]["description"] == ""
 
 
+
+def test_a_limit_the_guard_would_refuse_is_never_stored(tmp_path: Any) -> None:
+    """A limit past 2^53, a cost that rounds to $0 and a blank subject id are refused when
+    given, naming the field, as the guard's own checker would refuse them at install."""
+    ledger = ug.SqliteLedger(str(tmp_path / "l.db"))
+    q = ug.QuotaService(ug.Guard(ug.Policy.from_dict(POLICY), ledger=ledger), poll=False)
+    with pytest.raises(ug.QuotaPolicyError, match=r"limits\['ai.tokens.total'\].limit: must"):
+        q.create_policy("huge", {"ai.tokens.total": {"limit": 1e17, "window": "day"}})
+    with pytest.raises(ug.QuotaPolicyError, match=r"limits\['ai.cost'\].limit: rounds to \$0"):
+        q.create_policy("tiny", {"ai.cost": {"limit": 1e-9, "window": "day"}})
+    q.create_policy("p", USER)
+    with pytest.raises(ug.QuotaPolicyError, match="limit: must"):
+        q.update_policy("p", limits={"ai.tokens.total": {"limit": 2**64, "window": "day"}})
+    with pytest.raises(ValueError, match="subject: the id of 'team: ' must be a non-blank"):
+        q.assign("p", "team: ")
+    assert [p["name"] for p in q.policies()] == ["p"] and q.assignments() == []
+
+
+def test_a_stored_row_the_guard_refuses_is_logged_and_left_out(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row written around the checks (by hand, or by an older version) is not enforced,
+    with an error naming its subject; the other assignments load, the service starts, and
+    the row can be unassigned."""
+    path = str(tmp_path / "l.db")
+    q = ug.QuotaService(ug.Guard(ug.Policy.from_dict(POLICY), ledger=ug.SqliteLedger(path)))
+    q.create_policy("p", USER)
+    q.create_policy("q", USER)
+    q.assign("p", "user:alice")
+    q.assign("q", "user:bob")
+    with q.store.tx() as tx:
+        tx.run("UPDATE quota_policies SET limits = ? WHERE name = ?", HUGE, "q")
+    other = ug.QuotaService(
+        ug.Guard(ug.Policy.from_dict(POLICY), ledger=ug.SqliteLedger(path)), poll=False
+    )
+    assert "assigned to user:bob is not enforced" in caplog.text
+    assert "limits['ai.tokens.total'].limit: must be a whole number" in caplog.text
+    assert other.effective_limit("user:alice", "ai.tokens.total") is not None
+    assert other.effective_limit("user:bob", "ai.tokens.total") is None
+    assert other.unassign("user:bob")
+    q.close()
+
+
+HUGE = '{"ai.tokens.total": {"limit": 1e17, "window": "day"}}'
+
 CHILD = """
 import sys, time
 import usage_guard as ug

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional, TextIO
 
 from .._core import LedgerError
 from ..ledger_url import open_ledger
-from .common import instant
+from .common import count, instant
 
 if TYPE_CHECKING:
     from ..types import AuditEntry  # annotations only: types.py is ~2 ms of TypedDicts
@@ -54,7 +54,7 @@ def add_audit_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--until", type=instant, help="up to (not including) this date or instant")
     p.add_argument("--kind", choices=KINDS, help="only events of this kind")
     p.add_argument("--rule", help="only events of this rule")
-    p.add_argument("--limit", type=int, help="only the latest N events")
+    p.add_argument("--limit", type=count, help="only the latest N events")
     p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     p.set_defaults(func=run_audit)
     return p

@@ -25,6 +25,20 @@ def instant(text: str) -> str:
     return parsed.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def count(text: str) -> int:
+    """A count of 1 or more (an `argparse` type: anything else is an `ArgumentTypeError`
+    naming the value)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 2**31:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a count: a whole number from 1 to 2147483648"
+        )
+    return n
+
+
 def store_from_url(
     url: str, prefix: str, slot_groups: bool = False, lease_above: Optional[float] = None
 ) -> Optional[Union[MemoryStore, RedisStore]]:

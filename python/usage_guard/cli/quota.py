@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .._core import Guard, MemoryStore, Policy, RedisStore
+from .._core import Guard, LedgerError, MemoryStore, Policy, RedisStore
+from ..errors import UsageLimitsUnavailable
 from ..ledger_url import open_ledger
 
 if TYPE_CHECKING:
@@ -91,9 +92,21 @@ def run_quota(args: argparse.Namespace) -> int:
     """Runs one `quota` action; 0, or 1 when refused (check) or on bad input."""
     try:
         return _run(args, _service(args))
-    except (ValueError, KeyError, OSError) as e:
-        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+    except FAILURES as e:
+        print(f"error: {_said(e)}", file=sys.stderr)
         return 1
+
+
+def _said(e: BaseException) -> str:
+    """An error's message for `error: ...` (an OSError's args are its number and text)."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename!r}: {e.strerror}" if e.filename else e.strerror
+    return str(e.args[0]) if e.args else str(e)
+
+
+# What a command reports as `error: ...` (exit 1) rather than a traceback: bad input, and a
+# ledger or store that cannot be reached.
+FAILURES = (ValueError, KeyError, OSError, LedgerError, UsageLimitsUnavailable)
 
 
 def read_limits(text: str) -> tuple[Any, Optional[str], Optional[str]]:
@@ -110,7 +123,7 @@ def read_limits(text: str) -> tuple[Any, Optional[str], Optional[str]]:
             raise ValueError(f"--limits: cannot read {path!r} ({e.strerror})") from None
         source = f"--limits {path!r}"
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_no_key_twice(source))
     except json.JSONDecodeError as e:
         raise ValueError(
             f"{source}: not JSON ({e}); accepted: a JSON object of dimension to "
@@ -123,6 +136,21 @@ def read_limits(text: str) -> tuple[Any, Optional[str], Optional[str]]:
 
 
 DOCUMENT_KEYS = {"name", "limits", "description"}
+
+
+def _no_key_twice(source: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A JSON object hook refusing a key given twice in one object (json keeps the last one
+    silently: a dimension's second limit would replace its first unseen)."""
+
+    def table(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise ValueError(f"{source}: {key!r} is given twice in one JSON object")
+            out[key] = value
+        return out
+
+    return table
 
 
 def _create(args: argparse.Namespace, q: QuotaService) -> None:
@@ -258,16 +286,23 @@ def run_init(args: argparse.Namespace) -> int:
     limits = PRESETS[args.preset]
     replaced: list[str] = []
     args.store, args.prefix = None, None
+    out = args.out or f"quota-{args.preset}.json"
     try:
+        if args.assign and not args.ledger:
+            raise ValueError(
+                f"--assign {args.assign}: assigning needs --ledger (where it is stored)"
+            )
+        # The file is written first: a file that cannot be is an error before anything is
+        # stored (a failure to store leaves the file, which a run again rewrites).
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump({"name": name, "limits": limits}, f, indent=2)
         q = _service(args, create=True) if args.ledger else None
         if q is not None:
             replaced = _stored_preset(q, name, limits, args)
-    except (ValueError, KeyError, OSError) as e:
-        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+    except FAILURES as e:
+        print(f"error: {_said(e)}", file=sys.stderr)
         return 1
-    with open(args.out or f"quota-{args.preset}.json", "w", encoding="utf-8") as f:
-        json.dump({"name": name, "limits": limits}, f, indent=2)
-    print(f"wrote {f.name}: {_limits(limits)}")
+    print(f"wrote {out}: {_limits(limits)}")
     if q is not None:
         said = f"stored {name}" + (f", assigned to {args.assign}" if args.assign else "")
         print(said + (f" ({'; '.join(replaced)})" if replaced else ""))

@@ -68,6 +68,8 @@ def units_of(dimension: str, amount: Any, field: str = "amount") -> int:
         raise ValueError(f"{field}: {amount!r} is not an amount; accepted: a number >= 0")
     if amount < 0:
         raise ValueError(f"{field}: {amount!r} is negative; accepted: a number >= 0")
+    if amount == float("inf"):
+        raise ValueError(f"{field}: {amount!r} is not an amount; accepted: a finite number")
     if amount != int(amount):
         what = (
             "whole micro-dollars for ai.cost (1000000 is $1)"
@@ -190,7 +192,8 @@ def decide(dimension: str, units: int, counters: list[dict[str, Any]]) -> Decisi
     if not short:
         return Decision(True, binding["left"], binding["resets_at"], None, unit)
     worst = max(short, key=lambda c: c["resets_at"] or "")
-    subject = worst["rule"].rsplit(" ", 1)[1]
+    # "quota <dimension> <kind>:<id>" (rule_name): a dimension has no space, an id may.
+    subject = worst["rule"][len(RULE_PREFIX) :].split(" ", 1)[1]
     reason = (
         f"quota_exceeded: {subject} has {spoken(dimension, worst['left'])} of "
         f"{spoken(dimension, worst['budget'])} {dimension} left"
@@ -278,12 +281,17 @@ def disabled_by(file_on: bool, stored_on: bool) -> Optional[str]:
 def poll(ref: weakref.ref[Any], stop: threading.Event, seconds: float) -> None:
     """Every `seconds`: reload the service when the store's version moved or an assignment
     came due (`_poll_once`); stops when the service is gone or `stop` is set."""
+    failing = None
     while not stop.wait(seconds):
         service = ref()
         if service is None:
             return
         try:
             service._poll_once()
+            failing = None
         except Exception as e:  # noqa: BLE001 - a store or database outage: try again later
-            LOG.debug("quota poll failed: %s", e)
+            # Said once per cause (at 4 polls a second), again when it changes.
+            if str(e) != failing:
+                LOG.warning("quota poll failed (retried every %s s): %s", seconds, e)
+            failing = str(e)
         del service

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from math import inf
 from typing import Any, Optional, Union
 
-from .._core import _window_word
+from .._core import Policy, _window_word
+from ..errors import PolicyError
 
 SUBJECT_TYPES = ("team", "user", "role")
 
@@ -46,8 +47,8 @@ def parse_subject(subject: Subject) -> tuple[str, str]:
         raise ValueError(
             f"subject: {kind!r} is not a subject type; accepted: team, user, role (got {subject!r})"
         )
-    if not isinstance(ident, str) or not ident:
-        raise ValueError(f"subject: the id of {subject!r} must be a non-empty string")
+    if not isinstance(ident, str) or not ident.strip():
+        raise ValueError(f"subject: the id of {subject!r} must be a non-blank string")
     return kind, ident
 
 
@@ -114,9 +115,39 @@ def check_limits(limits: Any) -> dict[str, dict[str, Any]]:
         checked = _dimension(dimension, spec, errors)
         if checked is not None:
             out[dimension] = checked
+    if not errors:
+        errors = engine_problems("user", "any", out)
     if errors:
         raise QuotaPolicyError(errors)
     return out
+
+
+def engine_problems(kind: str, ident: str, limits: dict[str, dict[str, Any]]) -> list[str]:
+    """What the guard's own policy checker refuses in the rules `limits` compile into for the
+    subject `kind:ident` (a limit past 2^53, a cost that rounds to $0), each named by its
+    quota field; [] when it takes them. So nothing is stored, or installed, that a guard
+    would refuse (one such rule would stop every service from loading the others)."""
+    rules = compile_rules([(kind, ident, limits)], None)
+    try:
+        Policy.from_dict({"rules": rules})
+    except PolicyError as e:
+        # rules[0] is the version rule; rules[i] is the i-th dimension of `limits`.
+        dimensions = [""] + list(limits)
+        out = []
+        for error in e.errors:
+            found = re.fullmatch(r"rules\[(\d+)\]\.?(.*)", error["path"])
+            at = int(found.group(1)) if found else 0
+            if not found or not 0 < at < len(dimensions):
+                field = error["path"]
+            elif found.group(2).startswith("applies_when."):
+                field = "subject"
+            elif found.group(2) == "budget":
+                field = f"limits[{dimensions[at]!r}].limit"
+            else:
+                field = f"limits[{dimensions[at]!r}] ({found.group(2)})"
+            out.append(f"{field}: {error['message']} (got {error['value']})")
+        return out
+    return []
 
 
 def _dimension(dimension: Any, spec: Any, errors: list[str]) -> Optional[dict[str, Any]]:

@@ -19,6 +19,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _core
+from ..errors import PolicyError
 from .calls import (
     Decision,
     Instant,
@@ -37,6 +38,7 @@ from .model import (
     VERSION_RULE,
     Subject,
     compile_rules,
+    engine_problems,
 )
 from .store import Database, QuotaStore
 
@@ -45,6 +47,28 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger("usage_guard.quota")
 POLL_SECONDS = 0.25
+
+
+def _enforceable(
+    in_force: list[tuple[str, str, dict[str, dict[str, Any]]]],
+) -> list[tuple[str, str, dict[str, dict[str, Any]]]]:
+    """The assignments whose rules the guard accepts; each other one is logged (an error,
+    naming the subject and why) and left out, so one bad stored row (written by hand, or by
+    an older version) does not keep the others, or the service, from loading."""
+    out = []
+    for kind, ident, limits in in_force:
+        problems = engine_problems(kind, ident, limits)
+        if problems:
+            LOG.error(
+                "the quota policy assigned to %s:%s is not enforced (unassign it, or update "
+                "its policy): %s",
+                kind,
+                ident,
+                "; ".join(problems),
+            )
+        else:
+            out.append((kind, ident, limits))
+    return out
 
 
 class QuotaService:
@@ -140,11 +164,16 @@ class QuotaService:
                 else:
                     later.append(a["effective_from"])
             rules = compile_rules(in_force, self.warn_at)
+            if rules != self._installed:
+                try:
+                    self.guard.set_policy(self._base.with_rules(rules))
+                except PolicyError:
+                    in_force = _enforceable(in_force)
+                    rules = compile_rules(in_force, self.warn_at)
+                    self.guard.set_policy(self._base.with_rules(rules))
+                self._installed = rules
             self._next_change = min(later) if later else None
             self._in_force = in_force
-            if rules != self._installed:
-                self.guard.set_policy(self._base.with_rules(rules))
-                self._installed = rules
             if self._seen is None:
                 self._seen = self._version()
 

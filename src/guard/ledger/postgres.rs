@@ -6,6 +6,8 @@
 use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls, Statement};
 
+use crate::error::url_without_password;
+
 use super::sql::{self, ColumnParam, Dialect, SqlValue};
 use super::sql_ledger::{self, SqlDialect, SqlLedger};
 use super::{audit, audit_db};
@@ -98,20 +100,6 @@ pub(crate) fn rows(
     Ok(out)
 }
 
-/// The URL without its password, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
 fn text(e: postgres::Error) -> String {
     e.to_string()
 }
@@ -121,7 +109,7 @@ impl PgConn {
         let mut client = Client::connect(url, NoTls).map_err(|e| {
             format!(
                 "cannot connect to the PostgreSQL ledger {}: {e}",
-                redact(url)
+                url_without_password(url)
             )
         })?;
         // One transaction under an advisory lock: processes opening a new database at the
@@ -228,13 +216,13 @@ impl SqlLedger<Postgres> {
     /// Connects and creates the table if needed; fails when the server cannot be reached.
     /// Rows are committed within about 250 ms of being recorded.
     pub fn connect(url: &str) -> Result<Self, LedgerError> {
-        sql_ledger::start(url, redact(url), false)
+        sql_ledger::start(url, url_without_password(url), false)
     }
 
     /// `connect`, but `record` (and so `Ticket::bill`) returns only once the row is
     /// committed; concurrent billers share one commit.
     pub fn connect_durable(url: &str) -> Result<Self, LedgerError> {
-        sql_ledger::start(url, redact(url), true)
+        sql_ledger::start(url, url_without_password(url), true)
     }
 
     /// The URL, password hidden.
