@@ -62,7 +62,6 @@ def test_a_failed_change_writes_nothing(tmp_path: Any) -> None:
     assert q.policies()[0]["description"] == ""
 
 
-
 def test_a_limit_the_guard_would_refuse_is_never_stored(tmp_path: Any) -> None:
     """A limit past 2^53, a cost that rounds to $0 and a blank subject id are refused when
     given, naming the field, as the guard's own checker would refuse them at install."""
