@@ -10,6 +10,7 @@ use super::audit::audit_rows;
 use super::clock::instant;
 use super::convert::py_to_json;
 use crate::error::Error;
+use crate::guard::domain::caller::{storable, storable_json};
 use crate::guard::engine::guard::Guard;
 use crate::guard::engine::settle::ticket::BillInfo;
 use crate::guard::ledger::{
@@ -254,12 +255,19 @@ pub(crate) fn bill_info(
     request_id: Option<String>,
     metadata: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<BillInfo> {
+    let metadata = metadata
+        .filter(|m| !m.is_none())
+        .map(|m| py_to_json(m, "metadata"))
+        .transpose()?;
+    if let Some(id) = &request_id {
+        storable("request_id", id)?;
+    }
+    if let Some(value) = &metadata {
+        storable_json("metadata", value)?;
+    }
     Ok(BillInfo {
         request_id,
-        metadata: metadata
-            .filter(|m| !m.is_none())
-            .map(|m| py_to_json(m, "metadata"))
-            .transpose()?,
+        metadata,
     })
 }
 

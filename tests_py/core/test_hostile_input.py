@@ -4,6 +4,7 @@ stack, and the guard goes on working."""
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Callable
 
@@ -82,3 +83,33 @@ def test_json_and_toml_documents_are_bounded_too() -> None:
         ug.Policy.from_json("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ug.PolicyError, match="recursion limit"):
         ug.Policy.from_toml("a = " + "[" * 100_000 + "]" * 100_000)
+
+
+NUL_CASES: dict[str, Callable[[ug.Guard], Any]] = {
+    "user": lambda g: g.admit("a\x00b", "m", prompt_tokens=1, max_tokens=1),
+    "model": lambda g: g.admit("a", "m\x00", prompt_tokens=1, max_tokens=1),
+    'attributes["session"]': lambda g: g.admit(
+        "a", "m", prompt_tokens=1, max_tokens=1, attributes={"session": "x\x00"}
+    ),
+    "attributes": lambda g: g.admit(
+        "a", "m", prompt_tokens=1, max_tokens=1, attributes={"s\x00": "x"}
+    ),
+    "request_id": lambda g: g.admit("a", "m", prompt_tokens=1, max_tokens=1).bill(
+        1, 1, request_id="r\x00"
+    ),
+    "metadata": lambda g: g.admit("a", "m", prompt_tokens=1, max_tokens=1).bill(
+        1, 1, metadata={"k": ["v\x00"]}
+    ),
+}
+
+
+@pytest.mark.parametrize("field", list(NUL_CASES))
+def test_a_nul_character_the_ledger_cannot_store_is_refused(field: str, tmp_path: Any) -> None:
+    """PostgreSQL refuses a NUL in text and JSON, and one row holding it held up every row
+    behind it (and every refill of the day): a call carrying one is refused, naming the
+    field, and nothing is counted."""
+    guard = ug.Guard(ug.Policy.from_dict(POLICY), ledger=ug.SqliteLedger(str(tmp_path / "l.db")))
+    with pytest.raises(ValueError, match=rf"^{re.escape(field)}: must not contain a NUL"):
+        NUL_CASES[field](guard)
+    guard.close()
+    assert guard.ledger is not None and guard.ledger.query() == []

@@ -67,6 +67,7 @@ fn call_of(
     user: Option<&str>,
     attributes: &[(String, String)],
 ) -> Result<CallAttributes> {
+    crate::guard::domain::caller::storable_call(user, "", attributes)?;
     let (policy, _) = guard.shared.policy();
     let call = CallAttributes::of(user, "", None, attributes, &policy.scopes)?;
     Ok(call)
@@ -176,6 +177,7 @@ impl Guard {
 
     /// The work of [`Guard::record_rules`].
     pub(crate) async fn record_rule_use(&self, record: &QuotaRecord) -> Result<bool> {
+        crate::guard::domain::caller::storable("request_id", &record.request_id)?;
         let call = call_of(self, record.user.as_deref(), &record.attributes)?;
         let now = self.shared.clock.now_ms();
         let adds: Vec<UsageAdd> = matching(self, &call, &record.prefix)

@@ -217,6 +217,7 @@ impl Shared {
         attributes: &[(String, String)],
         now: Millis,
     ) -> Result<Resolved> {
+        crate::guard::domain::caller::storable_call(user, model, attributes)?;
         let (policy, version) = self.policy();
         let suffix = generic::cache_suffix(attributes, policy.rule_index.used)?;
         let Some(user) = crate::guard::domain::caller::caller(&policy, user)? else {

@@ -195,6 +195,14 @@ impl Parser {
 
     pub(super) fn string(&mut self, path: &str, value: &Value) -> Option<String> {
         match value {
+            Value::String(s) if s.contains('\0') => {
+                self.error(
+                    path,
+                    Some(value),
+                    "must not contain a NUL character (\\u0000)",
+                );
+                None
+            }
             Value::String(s) if !s.trim().is_empty() => Some(s.clone()),
             Value::String(_) => {
                 self.error(path, Some(value), "must not be empty or blank");
