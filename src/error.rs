@@ -92,6 +92,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `url` as an error message may show it: a password (`scheme://user:password@host`) is
 /// replaced by `***`; anything else is kept as given.
+#[cfg_attr(not(any(feature = "postgres", feature = "python")), allow(dead_code))]
 pub(crate) fn url_without_password(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
