@@ -11,15 +11,16 @@ the caller; nothing is sent. Any other call type that reaches the handler's hook
 generation, speech, ...) is refused with `TypeError` rather than sent unmetered.
 
 Async calls, and a sync `litellm.responses`, are admitted in `async_pre_call_deployment_hook`.
-A sync `litellm.completion` runs no hook a `CustomLogger` can change or stop a call from
-(`log_pre_api_call`'s exceptions are swallowed): importing this module adds a rule to
-`litellm.pre_call_rules`, which LiteLLM runs for both, and which admits and fits a sync call
-(from LiteLLM's call setup, where the call's arguments are) while a `UsageGuardHandler` is in
-`litellm.callbacks`. A sync `text_completion` or `embedding` runs neither the hook nor the
-rules: importing this module wraps `litellm.text_completion` and `litellm.embedding`, which
-admit first. The sync success and failure events bill and release. Where LiteLLM's call setup
-is not found (another LiteLLM layout), a sync completion is refused with `TypeError` rather
-than sent unmetered.
+A sync `litellm.completion`, `text_completion` or `embedding` runs no hook a `CustomLogger`
+can change or stop a call from (`log_pre_api_call`'s exceptions are swallowed): importing this
+module wraps the three functions of the `litellm` module, which admit first. LiteLLM's
+pre-call rules run only for some message lists (a first message that is a dict with
+"content"), so they cannot be the only gate; importing this module also adds a rule to
+`litellm.pre_call_rules` that admits a sync completion the wrapper did not (a caller holding
+LiteLLM's own function), from LiteLLM's call setup, where the call's arguments
+are. The sync success and failure events bill and release. Where LiteLLM's call setup is not
+found (another LiteLLM layout), that rule refuses the call with `TypeError` rather than let
+it go unmetered.
 
 A stream left before its end reports neither success nor failure: its hold is released when
 LiteLLM's logging object of the call (or the sync stream) is collected (what it delivered is
@@ -223,6 +224,8 @@ def _meter_sync_calls(text: str) -> bool:
     if frame.f_locals.get("is_async_call", True):
         return True
     kwargs = frame.f_locals.get("kwargs")
+    if isinstance(kwargs, dict) and _admitted(handlers, kwargs):
+        return True  # admitted by the wrapped `litellm.completion` (_metered_sync)
     kind = kind_of(frame.f_locals.get("original_function"))
     if not isinstance(kwargs, dict):
         raise TypeError(
@@ -231,6 +234,12 @@ def _meter_sync_calls(text: str) -> bool:
         )
     _admit_each(handlers, kwargs, frame.f_locals.get("logging_obj"), kind)
     return True
+
+
+def _admitted(handlers: list[UsageGuardHandler], kwargs: dict[str, Any]) -> bool:
+    """Whether the call (by its `litellm_call_id`) holds a ticket of every handler already."""
+    call_id = str(kwargs.get("litellm_call_id"))
+    return all(call_id in h._tickets for h in handlers)
 
 
 def _admit_each(
@@ -294,6 +303,10 @@ def _metered_sync(fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
 
 if _meter_sync_calls not in litellm.pre_call_rules:
     litellm.pre_call_rules.append(_meter_sync_calls)
-for _name, _kind in (("text_completion", "text_completion"), ("embedding", "embedding")):
+# `completion` too: LiteLLM runs the pre-call rules only for some message lists (not one that
+# starts with a turn without "content", nor one of `Message` objects), so the rule alone
+# would let those through unmetered; it stays for callers holding LiteLLM's own function.
+_SYNC = (("completion", "completion"), ("text_completion", "text_completion"))
+for _name, _kind in (*_SYNC, ("embedding", "embedding")):
     if not getattr(getattr(litellm, _name), "_usage_guard_metered", False):
         setattr(litellm, _name, _metered_sync(getattr(litellm, _name), _kind))

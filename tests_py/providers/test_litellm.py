@@ -143,6 +143,39 @@ async def test_a_sync_completion_is_refused_before_the_provider(
     assert fake.requests == []
 
 
+async def test_a_sync_completion_liteLLM_runs_no_rules_for_is_metered_too(
+    fake: FakeProvider, handler: Any
+) -> None:
+    """LiteLLM runs its pre-call rules only when the first message is a dict with "content":
+    a conversation that starts with a tool-call turn, or `Message` objects, is admitted (by
+    the wrapped `litellm.completion`) and billed once all the same; past the limit, refused
+    before the provider."""
+    guard, _ = handler(400)
+    tool_turn = [
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        {"role": "user", "content": "Say hello."},
+    ]
+    base = {"model": f"openai/{GPT}", "api_base": f"{fake.url}/v1", "api_key": "k"}
+    litellm.completion(messages=tool_turn, user="alice", max_tokens=10, **base)
+    await settled(guard)
+    assert used(guard, "alice", GPT) == 21 + 10 and len(fake.requests) == 1
+    message = litellm.Message(role="user", content="Say hello.")
+    litellm.completion(messages=[message], user="alice", max_tokens=10, **base)
+    await settled(guard)
+    assert used(guard, "alice", GPT) == 2 * (21 + 10)
+    guard.admit("alice", GPT, prompt_tokens=400 - 62, max_tokens=0).bill(400 - 62, 0)
+    for messages in (tool_turn, [message]):
+        with pytest.raises(ug.UsageLimitError):
+            litellm.completion(messages=messages, user="alice", **base)
+    assert len(fake.requests) == 2
+
+
 async def settled_on(guard: ug.Guard, model: str) -> None:
     for _ in range(200):
         if reserved(guard, "alice", model) == 0:
