@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the wheel smoke te
     ) from exc
 
 from . import __version__
-from ._core import Guard
+from ._core import Guard, _guard_policy
 from ._otel_names import PROVIDERS, register_core
 from .errors import UsageLimitError
 
@@ -111,10 +111,17 @@ class InstrumentedTicket:
     """A ticket whose `bill` / `bill_async` make a span and record the billed tokens and
     cost; every other attribute is the ticket's."""
 
-    def __init__(self, ticket: Any, instruments: _Instruments, attributes: dict[str, Any]):
+    def __init__(
+        self,
+        ticket: Any,
+        instruments: _Instruments,
+        attributes: dict[str, Any],
+        metric_attributes: dict[str, Any],
+    ):
         self._ticket = ticket
         self._instruments = instruments
         self._attributes = attributes
+        self._metric_attributes = metric_attributes
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -124,7 +131,7 @@ class InstrumentedTicket:
     def _billed(self, span: Any, billed: Any) -> None:
         if not billed:
             return
-        base = {k: v for k, v in self._attributes.items() if k.startswith("gen_ai.")}
+        base = self._metric_attributes
         for kind, key in (("input", "input_tokens"), ("output", "output_tokens")):
             self._instruments.tokens.record(billed[key], {**base, "gen_ai.token.type": kind})
             span.set_attribute(f"gen_ai.usage.{key}", billed[key])
@@ -157,6 +164,17 @@ class InstrumentedGuard:
     def __init__(self, guard: Guard, instruments: _Instruments) -> None:
         self._guard = guard
         self._instruments = instruments
+        # The policy's model ids, by the policy version they were read at.
+        self._models: tuple[int, frozenset[str]] = (-1, frozenset())
+
+    def _metric_model(self, model: str) -> str:
+        """`model` as a metric attribute: a model the policy declares, else `_OTHER`. The
+        caller chooses the name asked for (refused, or admitted as an unknown model), so as
+        a metric attribute as given it would make a new series per name."""
+        version = self._guard.policy_version
+        if self._models[0] != version:
+            self._models = (version, frozenset(_guard_policy(self._guard).models))
+        return model if model in self._models[1] else "_OTHER"
 
     @property
     def guard(self) -> Guard:
@@ -177,6 +195,9 @@ class InstrumentedGuard:
     def _end(self, span: Any, attributes: dict[str, Any], started: float, outcome: Any) -> Any:
         took = time.perf_counter() - started
         base = {k: v for k, v in attributes.items() if k.startswith("gen_ai.")}
+        asked = attributes["gen_ai.request.model"]
+        model = asked if isinstance(outcome, UsageLimitError) else outcome.model
+        base["gen_ai.request.model"] = self._metric_model(model)
         self._instruments.admit_time.record(took, base)
         if isinstance(outcome, UsageLimitError):
             refused = _refusal_attributes(outcome)
@@ -192,7 +213,7 @@ class InstrumentedGuard:
         tokens = dict(outcome.reserved).get("tokens")
         if tokens:
             self._instruments.reserved.add(tokens, base)
-        return InstrumentedTicket(outcome, self._instruments, {**attributes, **admitted})
+        return InstrumentedTicket(outcome, self._instruments, {**attributes, **admitted}, base)
 
     def admit(self, user: Optional[str], model: str, *args: Any, **kwargs: Any) -> Any:
         attributes, started_span = self._start(user, model, kwargs)

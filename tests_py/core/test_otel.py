@@ -119,6 +119,42 @@ async def test_async_spans_and_bill(fake: FakeProvider, make_guard: Any, otel: A
     assert trace_ids == {parent.get_span_context().trace_id}
 
 
+def test_a_models_name_the_caller_chose_makes_no_new_metric_series(
+    make_guard: Any, otel: Any
+) -> None:
+    """Names the policy does not declare (refused as unknown, or admitted under `allow`) are
+    `_OTHER` on the metrics, so callers cannot grow a series per name; a declared model, and
+    one reached by another of its names, keeps its id. The span keeps the name asked for."""
+    meters, tracers, reader, spans = otel
+    document = policy()
+    guard = instrument(make_guard(document), meter_provider=meters, tracer_provider=tracers)
+    for i in range(50):
+        with pytest.raises(ug.ModelNotFound):
+            guard.admit("alice", f"made-up-{i}", prompt_tokens=1, max_tokens=1)
+    guard.admit("alice", "gpt-4o", prompt_tokens=1, max_tokens=1).bill(1, 1)
+    guard.admit("alice", "GPT-4o", prompt_tokens=1, max_tokens=1).bill(1, 1)
+    allowing = instrument(
+        make_guard({**document, "settings": {"unknown_models": "allow"}}),
+        meter_provider=meters,
+        tracer_provider=tracers,
+    )
+    for i in range(20):
+        allowing.admit("alice", f"free-{i}", prompt_tokens=1, max_tokens=1).bill(1, 1)
+    for name, found in points(reader).items():
+        if name.startswith("usage_guard.") or name.startswith("gen_ai."):
+            models = {p.attributes.get("gen_ai.request.model") for p in found} - {None}
+            assert models <= {"gpt-4o", "_OTHER"}, (name, sorted(models)[:5])
+    admitted = [
+        p.value
+        for p in points(reader)["usage_guard.admissions"]
+        if p.attributes.get("outcome") == "admitted"
+        and p.attributes.get("gen_ai.request.model") == "gpt-4o"
+    ]
+    assert admitted == [2]
+    admits = [s for s in spans.get_finished_spans() if s.name == "usage_guard.admit"]
+    assert admits[0].attributes["gen_ai.request.model"] == "made-up-0"
+
+
 def test_instrument_refuses_what_is_not_a_guard(make_guard: Any, otel: Any) -> None:
     with pytest.raises(TypeError, match="guard: must be a usage_guard.Guard"):
         instrument("not a guard")  # type: ignore[arg-type]
