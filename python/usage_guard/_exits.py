@@ -1,5 +1,8 @@
 """Every way a Python worker ends flushes the bills queued for the background and the ledger
-rows queued for the writer, within the exit budget (5 s for the bills, then the rows).
+rows queued for the writer, within the exit budget (5 s for the bills, then 5 s for the
+rows; a database that does not answer does not keep the process). A bill that returns after
+the flush began (a daemon thread billing while the interpreter ends) waits for its row's
+commit, so it is not lost unseen.
 
 - Normal exit and `sys.exit`: an `atexit` hook.
 - SIGTERM under the default handler: a handler, installed at import only while SIGTERM has
@@ -55,7 +58,7 @@ def flush_at_exit(how: str) -> None:
             left,
             EXIT_BUDGET_S,
         )
-    for error in _flush_ledgers():
+    for error in _flush_ledgers(EXIT_BUDGET_S):
         _error("at %s: %s", how, error)
 
 

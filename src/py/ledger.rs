@@ -273,8 +273,9 @@ pub(crate) fn bill_info(
 
 /// Flushes every open ledger (registered with `atexit` by the package).
 #[pyfunction]
-fn _flush_ledgers(py: Python<'_>) -> Vec<String> {
-    py.detach(flush_all)
+fn _flush_ledgers(py: Python<'_>, budget_s: f64) -> Vec<String> {
+    let budget = std::time::Duration::from_secs_f64(budget_s.clamp(0.0, 3600.0));
+    py.detach(move || flush_all(budget))
 }
 
 /// Adds the ledger classes to the module.

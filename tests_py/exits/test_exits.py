@@ -201,3 +201,49 @@ def test_ledger_rows_of_a_guard_alive_at_exit_are_written_on_the_memory_store(
     rows = ug.SqliteLedger(ledger).query(user="alice")
     expected = 2 if path == "exit" else 2 * (1 + CHILDREN)
     assert sum(r["requests"] for r in rows) == expected
+
+
+DAEMONS = """
+import atexit, os, sys, threading, time
+# A host's exit hook that runs after the package's (registered first, so it runs last): the
+# daemon threads bill on after the package's exit flush; then the process ends at once, with
+# whatever the writer had not committed yet.
+def end_now():
+    time.sleep(0.1)
+    os._exit(0)
+atexit.register(end_now)
+import usage_guard as ug
+guard = ug.Guard(ug.Policy.from_dict({"models": {"m": {}}}), ledger=ug.SqliteLedger(sys.argv[1]))
+acked = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+def bill_on():
+    while True:
+        ticket = guard.admit("d", "m", prompt_tokens=1, max_tokens=1)
+        ticket.bill(1, 1)
+        os.write(acked, (ticket.id + "\\n").encode())  # acknowledged: it returned
+for _ in range(3):
+    threading.Thread(target=bill_on, daemon=True).start()
+time.sleep(0.3)
+sys.exit(0)
+"""
+
+
+def test_bills_daemon_threads_return_while_the_interpreter_ends_are_written(
+    tmp_path: Path,
+) -> None:
+    """Daemon threads bill on while the interpreter ends (here through a host's exit hook
+    that runs after the package's): a bill that returns after the exit flush began waits for
+    its row's commit (it was queued after the flush, and lost: thousands of acknowledged
+    rows a run)."""
+    import sqlite3
+
+    for run in range(3):
+        ledger, acked = str(tmp_path / f"l{run}.db"), str(tmp_path / f"acked{run}")
+        done = subprocess.run(
+            [sys.executable, "-c", DAEMONS, ledger, acked], capture_output=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        with open(acked, encoding="utf-8") as f:
+            returned = set(f.read().split())
+        with sqlite3.connect(ledger) as db:
+            written = {row[0] for row in db.execute("SELECT ticket_id FROM usage_ledger")}
+        assert returned and not returned - written, (run, len(returned - written))

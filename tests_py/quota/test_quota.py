@@ -185,6 +185,26 @@ def test_crud_effective_from_and_unassign(service: Make, clock: ug.ManualClock) 
     assert q.check("user:alice", "ai.tokens.total", 10**6).allowed
 
 
+def test_a_later_assignment_never_lifts_the_one_in_force_early(
+    service: Make, clock: ug.ManualClock
+) -> None:
+    """A subject has one assignment: one from a later time over one in force now would have
+    replaced it at once (the cap gone until that time). Refused, naming both; over one not
+    in force yet, or from now, it replaces as before."""
+    q = service()
+    q.create_policy("small", USER)
+    q.create_policy("next", {"ai.tokens.total": {"limit": 500, "window": "month"}})
+    q.assign("small", "user:alice")
+    later = "2027-01-01T00:00:00Z"
+    with pytest.raises(ValueError, match="user:alice has 'small' in force now"):
+        q.assign("next", "user:alice", effective_from=later)
+    assert q.effective_limit("user:alice", "ai.tokens.total")["limit"] == 300
+    q.assign("next", "user:bob", effective_from=later)
+    q.assign("small", "user:bob", effective_from="2027-02-01T00:00:00Z")  # not in force yet
+    q.assign("next", "user:alice")  # from now: replaces at once, as asked
+    assert q.effective_limit("user:alice", "ai.tokens.total")["limit"] == 500
+
+
 def test_a_change_reaches_another_service_on_the_same_store(service: Make) -> None:
     a, b = service(), service()
     a.create_policy("research", TEAM)

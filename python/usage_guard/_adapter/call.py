@@ -350,50 +350,6 @@ def settle_sync(call: Call, usage: Optional[Usage], target: Any, capped: bool) -
     attach(target, view, capped, billed, call.ticket.warnings, call.ticket.degraded_from)
 
 
-def _answer_in(exc: BaseException) -> Any:
-    """The answer an SDK error carries when the provider answered and the SDK raised on
-    reading it: openai's `LengthFinishReasonError` from `parse` (the output maximum cut the
-    structured answer short, which the guard's fit can cause), whose `completion` has the
-    usage. Released, such a call would be billed nothing, however often it is repeated."""
-    answer = getattr(exc, "completion", None)
-    return answer if getattr(answer, "usage", None) is not None else None
-
-
-def unread_answer(call: Call, result: Any) -> Any:
-    """The answer as the provider sent it, read off `result` when the SDK could not read it
-    (`Api.unread`); None when it cannot be had. Never raises: the call has run."""
-    if call.api.unread is None:
-        return None
-    try:
-        body = call.api.unread(result)
-    except Exception as exc:
-        log.warning("usage_guard: cannot read the answer the provider sent: %s", exc)
-        return None
-    return body if isinstance(body, dict) else None
-
-
-def give_back_sync(call: Call, exc: BaseException, answer: Any = None) -> None:
-    """A call whose SDK call raised: released, unless the provider's answer is known
-    (`answer`, from `unread_answer`) or in the error (`_answer_in`), which is billed."""
-    if answer is None and not call.stream:
-        answer = _answer_in(exc)
-    if answer is None:
-        call.ticket.release()
-    else:
-        settle_sync(call, call.response_usage(answer), answer, call.response_capped(answer))
-
-
-async def give_back_async(call: Call, exc: BaseException, answer: Any = None) -> None:
-    """`give_back_sync` for asyncio."""
-    if answer is None and not call.stream:
-        answer = _answer_in(exc)
-    if answer is None:
-        await call.ticket.release_async()
-    else:
-        usage = call.response_usage(answer)
-        await settle_async(call, usage, answer, call.response_capped(answer))
-
-
 async def begin_async(
     owner: Owner, api: Api, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Call:

@@ -24,12 +24,10 @@ from .call import (
     attach_pending,
     begin_async,
     begin_sync,
-    give_back_async,
-    give_back_sync,
     settle_async,
     settle_sync,
-    unread_answer,
 )
+from .finish import give_back_async, give_back_sync, settle_answer_async, settle_answer_sync
 from .ladder import Ladder
 from .sealed import seal
 
@@ -60,17 +58,7 @@ def run_sync(
 def finish_sync(call: Call, result: Any) -> Any:
     if call.stream:
         return GuardedStream(call, result)
-    try:
-        answer = result if call.api.answer is None else call.api.answer(result)
-    except BaseException as exc:
-        # The provider answered and the SDK cannot read it: billed from what was sent. A raw
-        # response is still handed over (its own parse() raises); anything else raises.
-        answer = unread_answer(call, result)
-        if answer is None or call.api.returns_answer:
-            give_back_sync(call, exc, answer)
-            raise
-    settle_sync(call, call.response_usage(answer), answer, call.response_capped(answer))
-    return answer if call.api.returns_answer else result
+    return settle_answer_sync(call, result)
 
 
 def run_ladder_sync(
@@ -209,17 +197,7 @@ async def run_async(
 async def finish_async(call: Call, result: Any) -> Any:
     if call.stream:
         return AsyncGuardedStream(call, result)
-    try:
-        answer = result if call.api.answer is None else call.api.answer(result)
-    except BaseException as exc:
-        # The provider answered and the SDK cannot read it: billed from what was sent. A raw
-        # response is still handed over (its own parse() raises); anything else raises.
-        answer = unread_answer(call, result)
-        if answer is None or call.api.returns_answer:
-            await give_back_async(call, exc, answer)
-            raise
-    await settle_async(call, call.response_usage(answer), answer, call.response_capped(answer))
-    return answer if call.api.returns_answer else result
+    return await settle_answer_async(call, result)
 
 
 async def run_ladder_async(

@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .._core import Guard, LedgerError, MemoryStore, Policy, RedisStore
 from ..errors import UsageLimitsUnavailable
 from ..ledger_url import open_ledger
+from .limits_json import read_limits
 
 if TYPE_CHECKING:
     from ..quota import QuotaService
@@ -107,50 +108,6 @@ def _said(e: BaseException) -> str:
 # What a command reports as `error: ...` (exit 1) rather than a traceback: bad input, and a
 # ledger or store that cannot be reached.
 FAILURES = (ValueError, KeyError, OSError, LedgerError, UsageLimitsUnavailable)
-
-
-def read_limits(text: str) -> tuple[Any, Optional[str], Optional[str]]:
-    """`--limits`: quotas.md's limits JSON, inline or `@file.json`; a file may also hold the
-    document `init --preset` writes (`{"name", "limits", "description"?}`). Returns the
-    limits and the document's name and description (None when absent)."""
-    source = "--limits"
-    if text.startswith("@"):
-        path = text[1:]
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise ValueError(f"--limits: cannot read {path!r} ({e.strerror})") from None
-        source = f"--limits {path!r}"
-    try:
-        value = json.loads(text, object_pairs_hook=_no_key_twice(source))
-    except json.JSONDecodeError as e:
-        raise ValueError(
-            f"{source}: not JSON ({e}); accepted: a JSON object of dimension to "
-            '{"limit", "window"}, or @file.json'
-        ) from None
-    # A dimension is a dotted name, so a top-level "limits" key means the whole document.
-    if isinstance(value, dict) and "limits" in value and set(value) <= DOCUMENT_KEYS:
-        return value["limits"], value.get("name"), value.get("description")
-    return value, None, None
-
-
-DOCUMENT_KEYS = {"name", "limits", "description"}
-
-
-def _no_key_twice(source: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
-    """A JSON object hook refusing a key given twice in one object (json keeps the last one
-    silently: a dimension's second limit would replace its first unseen)."""
-
-    def table(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise ValueError(f"{source}: {key!r} is given twice in one JSON object")
-            out[key] = value
-        return out
-
-    return table
 
 
 def _create(args: argparse.Namespace, q: QuotaService) -> None:

@@ -363,7 +363,7 @@ class QuotaService:
     def assign(self, policy: str, subject: Subject, *, effective_from: Instant = None) -> None:
         """Assigns `policy` to `subject` (replacing its previous one), in force from
         `effective_from` (ISO 8601 or datetime; None: now)."""
-        self.store.assign(policy, subject, instant_ms(effective_from))
+        self.store.assign(policy, subject, instant_ms(effective_from), self._now_ms())
         self._bump()
 
     def unassign(self, subject: Subject) -> bool:

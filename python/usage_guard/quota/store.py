@@ -6,6 +6,7 @@ ledger layer's (src/guard/ledger/quota_schema.rs): `QuotaDatabase.migrate` runs 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 import time
@@ -184,11 +185,17 @@ class QuotaStore:
             rows = tx.run(f"SELECT {POLICY_COLUMNS} FROM quota_policies ORDER BY name")
         return [_policy_row(r) for r in rows]
 
-    def assign(self, policy: str, subject: Any, effective_from_ms: int = 0) -> None:
-        """Assigns `policy` to `subject` (replacing its previous one) from `effective_from_ms`."""
+    def assign(
+        self, policy: str, subject: Any, effective_from_ms: int = 0, now_ms: int = 0
+    ) -> None:
+        """Assigns `policy` to `subject` (replacing its previous one) from `effective_from_ms`.
+        A subject has one assignment: one from a later time than `now_ms` over one in force
+        now is refused (it would lift the one in force at once, not at that time)."""
         kind, ident = parse_subject(subject)
         with self.tx() as tx:
             policy_id = self._id(tx, policy)
+            if effective_from_ms > now_ms:
+                _no_gap_before(tx, kind, ident, effective_from_ms, now_ms)
             tx.run(
                 "INSERT INTO quota_assignments (policy_id, subject_type, subject_id,"
                 " effective_from) VALUES (?, ?, ?, ?) ON CONFLICT (subject_type, subject_id)"
@@ -255,3 +262,20 @@ def _policy_row(row: tuple[Any, ...]) -> dict[str, Any]:
     out = dict(zip(keys, row))
     out["limits"] = json.loads(out["limits"])
     return out
+
+
+def _no_gap_before(tx: Tx, kind: str, ident: str, effective_from_ms: int, now_ms: int) -> None:
+    """Refuses an assignment from a later time over one in force now (see `assign`)."""
+    found = tx.one(
+        "SELECT p.name, a.effective_from FROM quota_assignments a JOIN quota_policies p"
+        " ON p.id = a.policy_id WHERE a.subject_type = ? AND a.subject_id = ?",
+        kind,
+        ident,
+    )
+    if found is not None and int(found[1]) <= now_ms:
+        when = dt.datetime.fromtimestamp(effective_from_ms / 1000, dt.timezone.utc).isoformat()
+        raise ValueError(
+            f"effective_from: {kind}:{ident} has {found[0]!r} in force now, and a subject has "
+            f"one assignment: one from {when} would replace it at once, leaving the time "
+            "between without it. Assign it at that time (or unassign first, on purpose)"
+        )

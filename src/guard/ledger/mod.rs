@@ -29,6 +29,8 @@ mod sqlite;
 mod write_queue;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod writer;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod writer_loop;
 
 #[cfg(feature = "python")]
 use std::sync::{Arc, Weak};
@@ -186,6 +188,12 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
     /// Waits until every row queued before the call is written (a closed ledger: nothing
     /// to wait for, `close` wrote them).
     fn flush(&self) -> Result<(), LedgerError>;
+    /// [`Ledger::flush`], waiting at most `wait` (an error past it: the rows not written yet
+    /// stay queued).
+    fn flush_within(&self, wait: std::time::Duration) -> Result<(), LedgerError> {
+        let _ = wait;
+        self.flush()
+    }
     /// Flushes and stops the writer; later records are dropped (and counted).
     fn close(&self) -> Result<(), LedgerError>;
     /// The sum of `metric` over the rows matching `filter` (`requests` counts rows).
@@ -229,17 +237,32 @@ pub(crate) fn register_open(ledger: &Arc<dyn Ledger>) {
     });
 }
 
+/// Set once the process is ending (`flush_all`): every row recorded from then on is written
+/// before its `record` returns (`write_queue`), since no later flush will write it. Read
+/// under each queue's lock, and set before `flush_all` queues its flushes: a row is either
+/// ahead of its ledger's flush or recorded as durable.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) static EXITING: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 #[cfg(feature = "python")]
-/// Flushes every ledger still alive; returns the errors' texts.
-pub(crate) fn flush_all() -> Vec<String> {
+/// Flushes every ledger still alive, waiting `budget` at most in all (the process is
+/// ending: a database that does not answer must not keep it); returns the errors' texts.
+pub(crate) fn flush_all(budget: std::time::Duration) -> Vec<String> {
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    EXITING.store(true, std::sync::atomic::Ordering::SeqCst);
     let live: Vec<Arc<dyn Ledger>> = OPEN_LEDGERS
         .load()
         .iter()
         .flat_map(|v| v.iter())
         .filter_map(Weak::upgrade)
         .collect();
+    let deadline = std::time::Instant::now() + budget;
     live.iter()
-        .filter_map(|l| l.flush().err().map(|e| e.to_string()))
+        .filter_map(|l| {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            l.flush_within(left).err().map(|e| e.to_string())
+        })
         .collect()
 }
 

@@ -96,6 +96,10 @@ impl<D: std::fmt::Debug + Send + Sync> Ledger for SqlLedger<D> {
         self.writer.close()
     }
 
+    fn flush_within(&self, wait: std::time::Duration) -> Result<(), LedgerError> {
+        self.writer.flush_within(wait)
+    }
+
     fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError> {
         self.writer.sum(filter, metric)
     }

@@ -141,6 +141,8 @@ impl Queue {
     /// dropped (counted).
     pub(crate) fn record(&self, row: RowMaker, durable: bool) -> bool {
         let mut st = self.lock();
+        // (Read under the lock: see `EXITING`.)
+        let durable = durable || super::EXITING.load(std::sync::atomic::Ordering::SeqCst);
         let start = Instant::now();
         let mut now = start;
         while st.must_wait(now) && !st.stopped {

@@ -1,7 +1,7 @@
 //! The writer thread every ledger runs: it owns the database connection, takes everything
 //! queued (so concurrent billers share one commit), writes it in transactions of up to
 //! `TX_ROWS` rows (multi-row inserts), keeps rows a failed write left and tries them again,
-//! and answers sums and queries in order with the writes.
+//! and answers sums and queries in order with the writes (its loop: `writer_loop`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -11,32 +11,16 @@ use std::time::Duration;
 
 use crate::lock::Mutex;
 
-use super::audit::MAX_PENDING;
-use super::failure_log::FailureLog;
 use super::write_queue::{Msg, Queue, Reply};
+pub(crate) use super::writer_loop::Backend;
 use super::{AuditQuery, AuditRow, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::fork::{ForkLocal, Quiet};
 use crate::guard::domain::rule::Metric;
 
-/// The most rows written in one transaction: small enough that a commit lands well inside
-/// the 250 ms loss window, large enough to amortise it.
-pub(crate) const TX_ROWS: usize = 2_000;
-/// How long rows a failed write left wait before the next try (when nothing else comes).
-const RETRY_AFTER: Duration = Duration::from_secs(1);
-
-/// A database the writer thread talks to.
-pub(crate) trait Backend: Send + 'static {
-    /// Writes rows in one transaction, skipping ticket ids already present.
-    fn write(&mut self, rows: &[LedgerRow]) -> Result<(), String>;
-    /// The sum of a metric over matching rows.
-    fn sum(&mut self, filter: &SumFilter, metric: Metric) -> Result<u64, String>;
-    /// Grouped usage.
-    fn query(&mut self, query: &UsageQuery) -> Result<Vec<UsageGroup>, String>;
-    /// Writes audit rows in one transaction, skipping event ids already present.
-    fn write_audit(&mut self, rows: &[AuditRow]) -> Result<(), String>;
-    /// The audit rows a query selects.
-    fn audit(&mut self, query: &AuditQuery) -> Result<Vec<AuditRow>, String>;
-}
+/// The longest a sum waits for the writer (`Writer::sum`).
+const SUM_WAIT: Duration = Duration::from_secs(2);
+/// No bound (a day: what `recv_timeout` takes for none).
+const FOREVER: Duration = Duration::from_secs(86_400);
 
 /// Opens the database connection a writer thread owns (again in a forked child).
 type Open = Arc<dyn Fn() -> Result<Box<dyn Backend>, String> + Send + Sync>;
@@ -97,7 +81,7 @@ fn spawn_live(name: &str, open: &Open) -> Result<Live, LedgerError> {
             move || match Quiet::run(|| open()) {
                 Ok(backend) => {
                     let _ = ready_tx.send(Ok(()));
-                    run(Box::new(QuietBackend(Some(backend))), &thread_queue);
+                    super::writer_loop::run(Box::new(QuietBackend(Some(backend))), &thread_queue);
                     thread_queue.stop();
                 }
                 Err(e) => {
@@ -192,7 +176,9 @@ impl Writer {
         slot.live.as_ref().map(|l| l.queue.clone())
     }
 
-    fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Msg) -> Result<T, LedgerError> {
+    /// Sends `make`'s message and waits for its answer, `wait` at most (a writer held up by
+    /// its database answers it later, to no one).
+    fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Msg, wait: Duration) -> Result<T, LedgerError> {
         let (tx, rx) = mpsc::channel();
         let Some(queue) = self.current() else {
             return Err(gone());
@@ -201,7 +187,15 @@ impl Writer {
             return Err(gone());
         }
         queue.send(make(tx));
-        rx.recv().map_err(|_| gone())?
+        match rx.recv_timeout(wait) {
+            Ok(answer) => answer,
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(LedgerError(format!(
+                "the {} ledger did not answer within {:.1} s (its database is held up)",
+                self.name,
+                wait.as_secs_f64()
+            ))),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(gone()),
+        }
     }
 
     /// Queues a row, built on the writer thread (waiting while the queue is full); a durable
@@ -218,22 +212,28 @@ impl Writer {
     /// them (under the slot lock), nor in a forked child that never used the ledger: no thread
     /// (nor connection) is started for it (the exit flush of each child of a pool reaches it).
     pub(crate) fn flush(&self) -> Result<(), LedgerError> {
+        self.flush_within(FOREVER)
+    }
+
+    /// [`Writer::flush`], waiting `wait` at most.
+    pub(crate) fn flush_within(&self, wait: Duration) -> Result<(), LedgerError> {
         let slot = self.live.get().lock();
         if !slot.started || self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
         drop(slot);
-        self.ask(Msg::Flush)
+        self.ask(Msg::Flush, wait)
     }
 
-    /// A sum, after every row queued so far.
+    /// A sum, after every row queued so far; `SUM_WAIT` at most (a counter's fill, on an
+    /// admission's path: a database held up must not hold the call).
     pub(crate) fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError> {
-        self.ask(|r| Msg::Sum(filter.clone(), metric, r))
+        self.ask(|r| Msg::Sum(filter.clone(), metric, r), SUM_WAIT)
     }
 
     /// A grouped query, after every row queued so far.
     pub(crate) fn query(&self, query: &UsageQuery) -> Result<Vec<UsageGroup>, LedgerError> {
-        self.ask(|r| Msg::Query(query.clone(), r))
+        self.ask(|r| Msg::Query(query.clone(), r), FOREVER)
     }
 
     /// Queues an audit row, never waiting (dropped when the ledger is closed).
@@ -248,7 +248,7 @@ impl Writer {
 
     /// The audit rows `query` selects, after every row queued so far.
     pub(crate) fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, LedgerError> {
-        self.ask(|r| Msg::Audited(query.clone(), r))
+        self.ask(|r| Msg::Audited(query.clone(), r), FOREVER)
     }
 
     /// Flushes and stops the thread; later calls answer "closed". In a forked child that
@@ -288,110 +288,6 @@ impl Drop for Writer {
     fn drop(&mut self) {
         let _ = self.close();
     }
-}
-
-struct Loop<'q> {
-    backend: Box<dyn Backend>,
-    pending: Vec<LedgerRow>,
-    /// Audit rows not yet written (at most `MAX_PENDING`: the oldest go first).
-    audit: Vec<AuditRow>,
-    queue: &'q Queue,
-    /// What is logged while the database does not take the rows, or the audit rows.
-    rows_failing: FailureLog,
-    audit_failing: FailureLog,
-}
-
-impl Loop<'_> {
-    /// Writes what is pending, a transaction at a time; stops at the first failure.
-    fn write_pending(&mut self) -> Result<(), LedgerError> {
-        while !self.pending.is_empty() {
-            let n = self.pending.len().min(TX_ROWS);
-            let written = self.backend.write(&self.pending[..n]);
-            if let Err(e) = self.rows_failing.after(written, self.pending.len()) {
-                self.queue.failed();
-                return Err(LedgerError(e));
-            }
-            self.pending.drain(..n);
-            self.queue.committed(n);
-        }
-        if !self.audit.is_empty() {
-            let written = self.backend.write_audit(&self.audit);
-            self.audit_failing
-                .after(written, self.audit.len())
-                .map_err(LedgerError)?;
-            self.audit.clear();
-        }
-        Ok(())
-    }
-
-    fn push_audit(&mut self, row: AuditRow) {
-        if self.audit.len() >= MAX_PENDING {
-            self.audit.remove(0);
-            log::warn!("usage_guard: the audit log is not taking rows: the oldest was dropped");
-        }
-        self.audit.push(row);
-    }
-}
-
-/// Takes everything queued, writes the rows, answers the rest in order; until `Stop`.
-fn run(backend: Box<dyn Backend>, queue: &Queue) {
-    let mut l = Loop {
-        backend,
-        pending: Vec::new(),
-        audit: Vec::new(),
-        queue,
-        rows_failing: FailureLog::new("ledger"),
-        audit_failing: FailureLog::new("audit log"),
-    };
-    loop {
-        let wait = (!l.pending.is_empty() || !l.audit.is_empty()).then_some(RETRY_AFTER);
-        let msgs = queue.take(wait);
-        for msg in msgs {
-            match msg {
-                Msg::Row(make) => l.pending.push(make()),
-                m => {
-                    if !answer(&mut l, m) {
-                        return;
-                    }
-                }
-            }
-        }
-        let _ = l.write_pending();
-    }
-}
-
-/// Answers a non-row message; false when the loop must stop.
-fn answer(l: &mut Loop<'_>, msg: Msg) -> bool {
-    match msg {
-        Msg::Row(make) => l.pending.push(make()),
-        Msg::Audit(row) => l.push_audit(*row),
-        Msg::Audited(query, reply) => {
-            let _ = reply.send(
-                l.write_pending()
-                    .and_then(|_| l.backend.audit(&query).map_err(LedgerError)),
-            );
-        }
-        Msg::Flush(reply) => {
-            let _ = reply.send(l.write_pending());
-        }
-        Msg::Sum(filter, metric, reply) => {
-            let _ = reply.send(
-                l.write_pending()
-                    .and_then(|_| l.backend.sum(&filter, metric).map_err(LedgerError)),
-            );
-        }
-        Msg::Query(query, reply) => {
-            let _ = reply.send(
-                l.write_pending()
-                    .and_then(|_| l.backend.query(&query).map_err(LedgerError)),
-            );
-        }
-        Msg::Stop(reply) => {
-            let _ = reply.send(l.write_pending());
-            return false;
-        }
-    }
-    true
 }
 
 #[cfg(test)]

@@ -149,3 +149,28 @@ fn a_failing_writer_does_not_try_again_for_every_row() {
     );
     assert!(writer.close().is_err(), "the rows were never written");
 }
+
+/// A database that holds every write up (a lock another session holds).
+fn held_up(_: &[LedgerRow]) -> Result<(), String> {
+    std::thread::sleep(Duration::from_secs(30));
+    Ok(())
+}
+
+/// A writer held up by its database answers a sum (an admission's fill) and a bounded flush
+/// (the exit's) with an error in their time, not when the database lets go.
+#[test]
+fn a_held_up_database_holds_a_sum_or_an_exit_flush_for_their_bound_only() {
+    let writer = Writer::start("test", false, || Ok(Fake(held_up))).expect("starts");
+    writer.record(row("stuck"));
+    let start = std::time::Instant::now();
+    let flushed = writer.flush_within(Duration::from_millis(200));
+    assert!(flushed
+        .unwrap_err()
+        .0
+        .contains("did not answer within 0.2 s"));
+    let filter = SumFilter::default();
+    assert!(writer.sum(&filter, Metric::Tokens).is_err());
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    std::mem::forget(writer); // its thread sleeps on: dropping would wait for it
+}

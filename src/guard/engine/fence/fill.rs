@@ -192,9 +192,20 @@ pub(crate) async fn fill_keys(
     let Ok(marks) = store.filled(candidates.clone(), now).await else {
         return;
     };
+    // After a sum the ledger did not answer, the other keys wait for the retry too: each
+    // would wait its `Writer::sum` bound again, on this admission's path.
+    let mut held_up = false;
     for (key, marked) in candidates.into_iter().zip(marks) {
         if marked {
             state.know(&key, era);
+            continue;
+        }
+        if held_up {
+            state
+                .fills()
+                .retry_at
+                .lock()
+                .insert(key, now + FILL_RETRY_MS);
             continue;
         }
         let lock = state.lock_of(&key);
@@ -217,6 +228,7 @@ pub(crate) async fn fill_keys(
                     .retry_at
                     .lock()
                     .insert(key.clone(), now + FILL_RETRY_MS);
+                held_up = true;
                 continue;
             }
         };

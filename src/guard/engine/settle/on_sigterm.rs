@@ -152,8 +152,8 @@ fn wait_for_signal(read: i32) -> bool {
     }
 }
 
-/// How long SIGTERM waits for the bills queued for the background, retries included (the
-/// Python package's exit budget, `EXIT_BUDGET_S`).
+/// How long SIGTERM waits for the bills queued for the background, retries included, and
+/// then for the ledger rows (the Python package's exit budget, `EXIT_BUDGET_S`).
 const EXIT_BUDGET: Duration = Duration::from_secs(5);
 
 fn flush_then_end() {
@@ -164,7 +164,7 @@ fn flush_then_end() {
             EXIT_BUDGET.as_secs()
         );
     }
-    for error in crate::guard::ledger::flush_all() {
+    for error in crate::guard::ledger::flush_all(EXIT_BUDGET) {
         log::error!("at SIGTERM: {error}");
     }
     // SAFETY: ends the process.
