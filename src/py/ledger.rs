@@ -259,11 +259,20 @@ pub(crate) fn bill_info(
         .filter(|m| !m.is_none())
         .map(|m| py_to_json(m, "metadata"))
         .transpose()?;
+    // Checked before the bill claims the ticket: the caller may bill again without it.
+    let unbilled = |e: Error| match e {
+        Error::InvalidArgument(mut f) => {
+            f.message
+                .push_str("; nothing was billed: bill again without it");
+            Error::InvalidArgument(f)
+        }
+        other => other,
+    };
     if let Some(id) = &request_id {
-        storable("request_id", id)?;
+        storable("request_id", id).map_err(unbilled)?;
     }
     if let Some(value) = &metadata {
-        storable_json("metadata", value)?;
+        storable_json("metadata", value).map_err(unbilled)?;
     }
     Ok(BillInfo {
         request_id,

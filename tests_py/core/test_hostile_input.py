@@ -100,6 +100,12 @@ NUL_CASES: dict[str, Callable[[ug.Guard], Any]] = {
     "metadata": lambda g: g.admit("a", "m", prompt_tokens=1, max_tokens=1).bill(
         1, 1, metadata={"k": ["v\x00"]}
     ),
+    "requests.id": lambda g: g.admit_batch("a", "m", [{"id": "r\x001", "prompt_tokens": 1}]),
+    "state": lambda g: g.resume_batch(
+        g.admit_batch("a", "m", [{"id": "r1", "prompt_tokens": 1}]).state.replace(
+            '"r1"', '"r\\u00001"'
+        )
+    ),
 }
 
 
@@ -109,7 +115,17 @@ def test_a_nul_character_the_ledger_cannot_store_is_refused(field: str, tmp_path
     behind it (and every refill of the day): a call carrying one is refused, naming the
     field, and nothing is counted."""
     guard = ug.Guard(ug.Policy.from_dict(POLICY), ledger=ug.SqliteLedger(str(tmp_path / "l.db")))
-    with pytest.raises(ValueError, match=rf"^{re.escape(field)}: must not contain a NUL"):
+    with pytest.raises(ValueError, match=rf"^{re.escape(field)}: must not contain a NUL") as e:
         NUL_CASES[field](guard)
+    if field in ("request_id", "metadata"):  # refused before the bill: it may bill again
+        assert "nothing was billed: bill again without it" in str(e.value)
     guard.close()
     assert guard.ledger is not None and guard.ledger.query() == []
+
+
+def test_a_nul_character_anywhere_in_a_policy_is_refused_with_its_path() -> None:
+    """Table keys too (a model id, a gateway key's label), not only string values."""
+    with pytest.raises(ug.PolicyError) as e:
+        ug.Policy.from_dict({"models": {"m\x00x": {}, "n": {"aliases": ["n\x00"]}}})
+    paths = {error["path"] for error in e.value.errors}
+    assert {'models."m\\u0000x"', "models.n.aliases[0]"} <= paths, paths

@@ -217,6 +217,14 @@ def test_bad_input_and_unreachable_ledgers_are_errors_not_tracebacks(
     code, text = run(capsys, "init", "--preset", "small", "--out", out, "--ledger", db)
     assert code == 1 and "No such file or directory" in text
     assert run(capsys, *q, "--json", "list")[1].strip() == "[]"
+    # A store that refuses (the name taken with other limits) leaves the file as it was.
+    edited = tmp_path / "quota-small.json"
+    edited.write_text("mine", encoding="utf-8")
+    other = json.dumps({"ai.tokens.total": {"limit": 1, "window": "day"}})
+    assert run(capsys, *q, "create", "preset-small", "--limits", other)[0] == 0
+    code, text = run(capsys, "init", "--preset", "small", "--out", str(edited), "--ledger", db)
+    assert code == 1 and "nothing was changed" in text
+    assert edited.read_text(encoding="utf-8") == "mine"
 
 
 def test_a_refusal_names_a_subject_whose_id_has_a_space(

@@ -104,6 +104,65 @@ def test_a_stored_row_the_guard_refuses_is_logged_and_left_out(
     q.close()
 
 
+def test_a_check_after_a_restart_counts_what_the_ledger_holds(tmp_path: Any) -> None:
+    """`check` and `usage` fill their counters from the ledger as admission does: in a new
+    process (an empty memory store) on the same ledger, they say what admission enforces
+    (they read 0 used and 1,000 left, and the admission after refused)."""
+    path = str(tmp_path / "l.db")
+    models = {"models": {"m": {"provider": "openai", "prices": {"input": 1, "output": 1}}}}
+    guard = ug.Guard(ug.Policy.from_dict(models), ledger=ug.SqliteLedger(path))
+    q = ug.QuotaService(guard, poll=False)
+    q.create_policy("p", {"ai.tokens.total": {"limit": 1000, "window": "day"}})
+    q.assign("p", "team:research")
+    research = {"team": "research"}
+    guard.admit("alice", "m", prompt_tokens=100, max_tokens=800, attributes=research).bill(100, 800)
+    guard.close()
+    again = ug.Guard(ug.Policy.from_dict(models), ledger=ug.SqliteLedger(path))
+    restarted = ug.QuotaService(again, poll=False)
+    decision = restarted.check("team:research", "ai.tokens.total", 500)
+    assert not decision.allowed and decision.remaining == 100
+    assert restarted.usage("team:research", "ai.tokens.total")["used"] == 900
+    with pytest.raises(ug.UsageLimitError):
+        again.admit("bob", "m", prompt_tokens=100, max_tokens=400, attributes=research)
+
+
+def test_a_record_whose_row_would_hold_a_nul_is_refused_before_it_counts(tmp_path: Any) -> None:
+    ledger = ug.SqliteLedger(str(tmp_path / "l.db"))
+    q = ug.QuotaService(ug.Guard(ug.Policy.from_dict(POLICY), ledger=ledger), poll=False)
+    q.create_policy("p", USER)
+    q.assign("p", "user:alice")
+    for field, kw in (
+        ("model", {"model": "g\x00"}),
+        ("executor", {"executor": "e\x00"}),
+        ("meta", {"meta": {"k": ["v\x00"]}}),
+    ):
+        with pytest.raises(ValueError, match=f"^{field}: must not contain a NUL"):
+            q.record("user:alice", "ai.tokens.total", 5, request_id=f"r-{field}", **kw)
+    assert q.usage("user:alice", "ai.tokens.total")["used"] == 0
+    assert q.record("user:alice", "ai.tokens.total", 5, request_id="r-ok", model="g")
+
+
+def test_a_stored_row_whose_rule_clashes_with_the_file_policy_is_left_out(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The guard refuses a stored rule named as a rule of the file policy: that assignment
+    is logged and left out, the others load (the service started before, now it would not)."""
+    path = str(tmp_path / "l.db")
+    q = ug.QuotaService(ug.Guard(ug.Policy.from_dict(POLICY), ledger=ug.SqliteLedger(path)))
+    q.create_policy("p", USER)
+    q.assign("p", "user:alice")
+    q.assign("p", "user:bob")
+    q.close()
+    clash = {"name": "quota ai.tokens.total user:bob", "amount": "tokens", "budget": 5}
+    clash["window"] = "day"
+    guard = ug.Guard(
+        ug.Policy.from_dict({**POLICY, "rules": [clash]}), ledger=ug.SqliteLedger(path)
+    )
+    other = ug.QuotaService(guard, poll=False)
+    assert "assigned to user:bob is not enforced" in caplog.text
+    assert other.effective_limit("user:alice", "ai.tokens.total") is not None
+
+
 HUGE = '{"ai.tokens.total": {"limit": 1e17, "window": "day"}}'
 
 CHILD = """

@@ -12,6 +12,7 @@ and fitted in the core) and billed; everything else passes through.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 from .call import Api, StreamState, g, reported
@@ -191,22 +192,8 @@ RESPONSES_RAW = Api(
 # SDK's parse of the answer fails (the structured answer does not validate, or was cut short
 # by the output maximum), the provider's answer is still at hand and billed; a `parse` called
 # directly leaves nothing to bill but the error. The caller gets what `parse` returns.
-CHAT_PARSE = Api(
-    word=CHAT.word,
-    finish_reasons=_chat_reasons,
-    answer=_parsed,
-    returns_answer=True,
-    unread=_raw_body,
-    keywords=_STREAM_KEYWORDS,
-)
-RESPONSES_PARSE = Api(
-    word=RESPONSES.word,
-    finish_reasons=_responses_reasons,
-    answer=_parsed,
-    returns_answer=True,
-    unread=_raw_body,
-    check=_no_background,
-)
+CHAT_PARSE = replace(CHAT_RAW, returns_answer=True, check=None)
+RESPONSES_PARSE = replace(RESPONSES_RAW, returns_answer=True, check=_no_background)
 
 
 def _guarded_raw(client: GuardedClient, api: Api, resource: Any) -> dict[str, Any]:

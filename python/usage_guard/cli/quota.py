@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -249,13 +250,20 @@ def run_init(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--assign {args.assign}: assigning needs --ledger (where it is stored)"
             )
-        # The file is written first: a file that cannot be is an error before anything is
-        # stored (a failure to store leaves the file, which a run again rewrites).
+        # A file that cannot be written is an error before anything is stored; it is
+        # written once the store took the preset (a refusal leaves it as it was).
+        existed = os.path.exists(out)
+        open(out, "a", encoding="utf-8").close()
+        try:
+            q = _service(args, create=True) if args.ledger else None
+            if q is not None:
+                replaced = _stored_preset(q, name, limits, args)
+        except BaseException:
+            if not existed:
+                os.remove(out)
+            raise
         with open(out, "w", encoding="utf-8") as f:
             json.dump({"name": name, "limits": limits}, f, indent=2)
-        q = _service(args, create=True) if args.ledger else None
-        if q is not None:
-            replaced = _stored_preset(q, name, limits, args)
     except FAILURES as e:
         print(f"error: {_said(e)}", file=sys.stderr)
         return 1

@@ -3,6 +3,7 @@ limits, and how a policy assigned to a subject compiles into generic rules."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from math import inf
@@ -286,3 +287,33 @@ def compile_rules(
                 rule["window"] = window
             rules.append(rule)
     return rules
+
+
+def enforceable(
+    base: Any,
+    in_force: list[tuple[str, str, dict[str, dict[str, Any]]]],
+    warn_at: Optional[float],
+) -> list[tuple[str, str, dict[str, dict[str, Any]]]]:
+    """The assignments whose rules the guard accepts over `base` (the policy they are added
+    to); each other one is logged (an error, naming the subject and why) and left out, so one
+    bad stored row (written by hand, or by an older version) does not keep the others, or
+    the service, from loading."""
+    out = []
+    for kind, ident, limits in in_force:
+        try:
+            problems = engine_problems(kind, ident, limits)
+            if not problems:
+                base.with_rules(compile_rules([(kind, ident, limits)], warn_at))
+        except (PolicyError, ValueError, KeyError, TypeError) as e:
+            problems = [str(e)]
+        if problems:
+            logging.getLogger("usage_guard.quota").error(
+                "the quota policy assigned to %s:%s is not enforced (unassign it, or update "
+                "its policy): %s",
+                kind,
+                ident,
+                "; ".join(problems),
+            )
+        else:
+            out.append((kind, ident, limits))
+    return out

@@ -38,7 +38,7 @@ from .model import (
     VERSION_RULE,
     Subject,
     compile_rules,
-    engine_problems,
+    enforceable,
 )
 from .store import Database, QuotaStore
 
@@ -47,28 +47,6 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger("usage_guard.quota")
 POLL_SECONDS = 0.25
-
-
-def _enforceable(
-    in_force: list[tuple[str, str, dict[str, dict[str, Any]]]],
-) -> list[tuple[str, str, dict[str, dict[str, Any]]]]:
-    """The assignments whose rules the guard accepts; each other one is logged (an error,
-    naming the subject and why) and left out, so one bad stored row (written by hand, or by
-    an older version) does not keep the others, or the service, from loading."""
-    out = []
-    for kind, ident, limits in in_force:
-        problems = engine_problems(kind, ident, limits)
-        if problems:
-            LOG.error(
-                "the quota policy assigned to %s:%s is not enforced (unassign it, or update "
-                "its policy): %s",
-                kind,
-                ident,
-                "; ".join(problems),
-            )
-        else:
-            out.append((kind, ident, limits))
-    return out
 
 
 class QuotaService:
@@ -163,14 +141,15 @@ class QuotaService:
                     in_force.append((kind, ident, a["limits"]))
                 else:
                     later.append(a["effective_from"])
-            rules = compile_rules(in_force, self.warn_at)
-            if rules != self._installed:
-                try:
-                    self.guard.set_policy(self._base.with_rules(rules))
-                except PolicyError:
-                    in_force = _enforceable(in_force)
-                    rules = compile_rules(in_force, self.warn_at)
-                    self.guard.set_policy(self._base.with_rules(rules))
+            try:
+                rules = compile_rules(in_force, self.warn_at)
+                policy = self._base.with_rules(rules) if rules != self._installed else None
+            except (PolicyError, ValueError, KeyError, TypeError):
+                in_force = enforceable(self._base, in_force, self.warn_at)
+                rules = compile_rules(in_force, self.warn_at)
+                policy = self._base.with_rules(rules) if rules != self._installed else None
+            if policy is not None:
+                self.guard.set_policy(policy)
                 self._installed = rules
             self._next_change = min(later) if later else None
             self._in_force = in_force

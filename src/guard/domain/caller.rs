@@ -61,8 +61,8 @@ pub(crate) fn storable_call(
     Ok(())
 }
 
-/// [`storable`] for every key and string inside a JSON value (a bill's `metadata`).
-#[cfg_attr(not(feature = "python"), allow(dead_code))]
+/// [`storable`] for every key and string inside a JSON value (a bill's `metadata`, a batch's
+/// state).
 pub(crate) fn storable_json(field: &str, value: &serde_json::Value) -> Result<(), Error> {
     match value {
         serde_json::Value::String(s) => storable(field, s),

@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use super::fence::fill::sum_filter_with;
 use super::handle::Guard;
 use crate::error::{Error, Result};
 use crate::guard::domain::clock::Millis;
@@ -13,6 +14,7 @@ use crate::guard::domain::decide::{rule_state, RuleWarning, SlotRead};
 use crate::guard::domain::event::EventKind;
 use crate::guard::domain::generic::{Attribute, CallAttributes, GenericRule};
 use crate::guard::domain::path::PathRule;
+use crate::guard::domain::recorded::rule_conditions;
 use crate::guard::domain::refusal::Refusal;
 use crate::guard::domain::rule::{CounterId, LimitType, Metric};
 use crate::guard::domain::window::Window;
@@ -98,13 +100,15 @@ impl Guard {
     ) -> Result<Vec<RuleCounter>> {
         let call = call_of(self, user, attributes)?;
         let rules = matching(self, &call, prefix);
-        self.read_rules(&rules).await
+        self.read_rules(&rules, &call).await
     }
 
-    /// The counters of `rules`, read in one store round trip.
+    /// The counters of `rules` for `call`, read in one store round trip (filled from the
+    /// ledger first, as admission fills them: so a check agrees with the admission after it).
     async fn read_rules(
         &self,
         rules: &[(Arc<GenericRule>, Arc<CounterId>)],
+        call: &CallAttributes,
     ) -> Result<Vec<RuleCounter>> {
         if rules.is_empty() {
             return Ok(Vec::new());
@@ -133,6 +137,11 @@ impl Guard {
                 keys.len() - 1
             }));
         }
+        let filter_of = |key: &CounterKey| {
+            let (rule, _) = rules.iter().find(|(_, id)| **id == *key.id)?;
+            sum_filter_with(key, || rule_conditions(rule, call))
+        };
+        self.shared.fill_with(&keys, now, &filter_of).await;
         let reads = self
             .shared
             .store
@@ -177,7 +186,7 @@ impl Guard {
 
     /// The work of [`Guard::record_rules`].
     pub(crate) async fn record_rule_use(&self, record: &QuotaRecord) -> Result<bool> {
-        crate::guard::domain::caller::storable("request_id", &record.request_id)?;
+        check_storable(record)?;
         let call = call_of(self, record.user.as_deref(), &record.attributes)?;
         let now = self.shared.clock.now_ms();
         let adds: Vec<UsageAdd> = matching(self, &call, &record.prefix)
@@ -230,7 +239,7 @@ impl Guard {
         if rules.is_empty() || !self.has_event_sinks() {
             return;
         }
-        let Ok(counters) = self.read_rules(&rules).await else {
+        let Ok(counters) = self.read_rules(&rules, call).await else {
             return;
         };
         let now = self.shared.clock.now_ms();
@@ -285,6 +294,23 @@ pub struct QuotaRecord {
     pub executor: Option<String>,
     /// Free JSON the caller attached.
     pub meta: Option<serde_json::Value>,
+}
+
+/// Refuses a record whose ledger row would hold a NUL character (`storable`): checked
+/// before its use is counted, as a call's are.
+fn check_storable(record: &QuotaRecord) -> Result<()> {
+    use crate::guard::domain::caller::{storable, storable_json};
+    storable("request_id", &record.request_id)?;
+    storable("dimension", &record.dimension)?;
+    for (field, value) in [("model", &record.model), ("executor", &record.executor)] {
+        if let Some(value) = value {
+            storable(field, value)?;
+        }
+    }
+    if let Some(meta) = &record.meta {
+        storable_json("meta", meta)?;
+    }
+    Ok(())
 }
 
 fn ledger_row(record: &QuotaRecord, call: &CallAttributes, now: Millis) -> LedgerRow {

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use crate::lock::Mutex;
 use arc_swap::ArcSwap;
 
-use super::fence::fill::{fill_keys, FillState};
+use super::fence::fill::{fill_keys, sum_filter, FillState};
 use super::fence::open_calls::OpenCalls;
 use crate::error::Result;
 use crate::fork::ForkLocal;
@@ -25,6 +25,7 @@ use crate::guard::engine::observe::stats::Stats;
 use crate::guard::engine::reserve::known::Known;
 use crate::guard::engine::settle::settle_queue::SettleQueue;
 use crate::guard::ledger::Ledger;
+use crate::guard::ledger::SumFilter;
 use crate::guard::store::{CounterKey, CounterRead, CounterStore, StoreError, StoreWays};
 
 /// A function `Guard::on_event` registered, called with each event.
@@ -292,9 +293,20 @@ impl Shared {
     /// Fills the keys of `path` that need it from the ledger (the first time they are read);
     /// without a ledger there is nothing to fill from.
     pub(crate) async fn fill(&self, path: &Path, keys: &[CounterKey], now: Millis) {
+        self.fill_with(keys, now, &|key| sum_filter(key, path))
+            .await;
+    }
+
+    /// [`Shared::fill`] of `keys`, each counting the rows `filter_of` selects for it.
+    pub(crate) async fn fill_with(
+        &self,
+        keys: &[CounterKey],
+        now: Millis,
+        filter_of: &(dyn Fn(&CounterKey) -> Option<SumFilter> + Sync),
+    ) {
         if let Some(ledger) = self.ledger.get() {
             let store = self.store.as_ref();
-            fill_keys(store, ledger, &self.fill, path, keys, now).await;
+            fill_keys(store, ledger, &self.fill, filter_of, keys, now).await;
         }
     }
 }

@@ -169,6 +169,17 @@ impl UsageGroup {
 #[error("usage ledger error: {0}")]
 pub struct LedgerError(pub String);
 
+/// What a [`LedgerError`] of a ledger that did not answer in time says (`is_timeout`).
+pub(crate) const TIMED_OUT: &str = "did not answer within";
+
+impl LedgerError {
+    /// Whether the ledger did not answer in time (its database held up), rather than
+    /// answering with an error.
+    pub fn is_timeout(&self) -> bool {
+        self.0.contains(TIMED_OUT)
+    }
+}
+
 /// A ledger row still to be built (by the writer thread, off the billing thread).
 pub type RowMaker = Box<dyn FnOnce() -> LedgerRow + Send>;
 

@@ -5,7 +5,9 @@
 //! that makes no progress never blocks a caller for more than `STALL` at a time.
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use std::sync::MutexGuard;
@@ -28,6 +30,8 @@ pub(crate) const WINDOW: Duration = Duration::from_millis(100);
 pub(crate) const STALL: Duration = Duration::from_secs(2);
 /// The longest a durable `record` waits for its commit while the writer is still trying.
 const DURABLE_WAIT: Duration = Duration::from_secs(30);
+/// The longest a record (or a close) waits for the writer once the process is ending.
+pub(crate) const EXIT_WAIT: Duration = Duration::from_secs(2);
 /// How long after the oldest uncommitted row was recorded the writer waits for more before
 /// its commit (`gather`; after a failed write, from then): the rows of a few bursts of calls
 /// share one transaction (a SQLite commit costs ~250 µs of CPU however
@@ -45,7 +49,8 @@ pub(crate) enum Msg {
     /// A row, built by the writer thread.
     Row(RowMaker),
     Flush(Reply<()>),
-    Sum(SumFilter, Metric, Reply<u64>),
+    /// A sum, unless its asker stopped waiting (the flag set) before the writer got to it.
+    Sum(SumFilter, Metric, Reply<u64>, Arc<AtomicBool>),
     Query(UsageQuery, Reply<Vec<UsageGroup>>),
     /// An audit row (never waited for: outside the rows' loss-window accounting).
     Audit(Box<AuditRow>),
@@ -187,9 +192,11 @@ impl Queue {
         Instant::now().duration_since(since)
     }
 
-    /// Waits until row `seq` is committed, the writer fails or stops, or `DURABLE_WAIT`.
+    /// Waits until row `seq` is committed, the writer fails or stops, or `DURABLE_WAIT`
+    /// (`EXIT_WAIT` once the process is ending: it must not be kept).
     fn wait_committed<'a>(&self, mut st: MutexGuard<'a, State>, seq: u64) -> MutexGuard<'a, State> {
-        let deadline = Instant::now() + DURABLE_WAIT;
+        let exiting = super::EXITING.load(std::sync::atomic::Ordering::SeqCst);
+        let deadline = Instant::now() + if exiting { EXIT_WAIT } else { DURABLE_WAIT };
         while st.committed < seq && !st.stopped {
             let timed_out = st.stalled || {
                 let left = deadline.saturating_duration_since(Instant::now());

@@ -11,14 +11,16 @@ use std::time::Duration;
 
 use crate::lock::Mutex;
 
-use super::write_queue::{Msg, Queue, Reply};
+use super::write_queue::{Msg, Queue, Reply, EXIT_WAIT};
 pub(crate) use super::writer_loop::Backend;
+use super::TIMED_OUT;
 use super::{AuditQuery, AuditRow, LedgerError, LedgerRow, SumFilter, UsageGroup, UsageQuery};
 use crate::fork::{ForkLocal, Quiet};
 use crate::guard::domain::rule::Metric;
 
-/// The longest a sum waits for the writer (`Writer::sum`).
-const SUM_WAIT: Duration = Duration::from_secs(2);
+/// The longest a sum waits for the writer (`Writer::sum`): a fill on an admission's path,
+/// long enough for a month's sum over a large table.
+const SUM_WAIT: Duration = Duration::from_secs(10);
 /// No bound (a day: what `recv_timeout` takes for none).
 const FOREVER: Duration = Duration::from_secs(86_400);
 
@@ -190,7 +192,7 @@ impl Writer {
         match rx.recv_timeout(wait) {
             Ok(answer) => answer,
             Err(mpsc::RecvTimeoutError::Timeout) => Err(LedgerError(format!(
-                "the {} ledger did not answer within {:.1} s (its database is held up)",
+                "the {} ledger {TIMED_OUT} {:.1} s (its database is held up)",
                 self.name,
                 wait.as_secs_f64()
             ))),
@@ -228,7 +230,15 @@ impl Writer {
     /// A sum, after every row queued so far; `SUM_WAIT` at most (a counter's fill, on an
     /// admission's path: a database held up must not hold the call).
     pub(crate) fn sum(&self, filter: &SumFilter, metric: Metric) -> Result<u64, LedgerError> {
-        self.ask(|r| Msg::Sum(filter.clone(), metric, r), SUM_WAIT)
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let asked = self.ask(
+            |r| Msg::Sum(filter.clone(), metric, r, abandoned.clone()),
+            SUM_WAIT,
+        );
+        if asked.as_ref().is_err_and(LedgerError::is_timeout) {
+            abandoned.store(true, Ordering::Release);
+        }
+        asked
     }
 
     /// A grouped query, after every row queued so far.
@@ -262,7 +272,21 @@ impl Writer {
         };
         let (reply, answer) = mpsc::channel();
         l.queue.send(Msg::Stop(reply));
-        let result = answer.recv().unwrap_or_else(|_| Err(gone()));
+        // Once the process is ending (a ledger dropped at interpreter exit), a database that
+        // does not answer must not keep it: the writer is left to end with the process.
+        let exiting = super::EXITING.load(Ordering::SeqCst);
+        let wait = if exiting { EXIT_WAIT } else { FOREVER };
+        let result = match answer.recv_timeout(wait) {
+            Ok(result) => result,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                return Err(LedgerError(format!(
+                    "the {} ledger did not write its last rows within {} s of the exit",
+                    self.name,
+                    wait.as_secs()
+                )))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(gone()),
+        };
         if let Some(thread) = l.thread {
             let _ = thread.join();
         }

@@ -113,11 +113,15 @@ fn answer(l: &mut Loop<'_>, msg: Msg) -> bool {
         Msg::Flush(reply) => {
             let _ = reply.send(l.write_pending());
         }
-        Msg::Sum(filter, metric, reply) => {
-            let _ = reply.send(
-                l.write_pending()
-                    .and_then(|_| l.backend.sum(&filter, metric).map_err(LedgerError)),
-            );
+        Msg::Sum(filter, metric, reply, abandoned) => {
+            // An abandoned sum (its asker timed out) is not run: under a slow database
+            // they would pile up ahead of the rows.
+            if !abandoned.load(std::sync::atomic::Ordering::Acquire) {
+                let _ = reply.send(
+                    l.write_pending()
+                        .and_then(|_| l.backend.sum(&filter, metric).map_err(LedgerError)),
+                );
+            }
         }
         Msg::Query(query, reply) => {
             let _ = reply.send(

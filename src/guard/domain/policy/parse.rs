@@ -20,6 +20,7 @@ use crate::error::Error;
 /// folder; the working directory when `None`).
 pub(super) fn parse(doc: &Value, base_dir: Option<&Path>) -> Result<Policy, Error> {
     let mut p = Parser::new();
+    p.no_nul("", doc);
     let policy = p.policy(doc, base_dir);
     let given = doc.pointer("/settings/uncapped_output");
     if given.is_some() && (doc.get("limits").is_some() || doc.get("rules").is_some()) {

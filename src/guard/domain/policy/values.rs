@@ -193,16 +193,34 @@ impl Parser {
         }
     }
 
+    /// Refuses every key and string of the document holding a NUL character, each by its
+    /// path: a policy's ids, labels and values reach the ledger's rows, which PostgreSQL
+    /// refuses with one (and one such row holds up every row after it).
+    pub(super) fn no_nul(&mut self, path: &str, value: &Value) {
+        const WHY: &str = "must not contain a NUL character (\\u0000)";
+        match value {
+            Value::String(s) if s.contains('\0') => self.error(path, Some(value), WHY),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    self.no_nul(&format!("{path}[{i}]"), item);
+                }
+            }
+            Value::Object(map) => {
+                for (key, item) in map {
+                    let at = key_path(path, key);
+                    if key.contains('\0') {
+                        self.error(&at, None, format!("a key {WHY}"));
+                    }
+                    self.no_nul(&at, item);
+                }
+            }
+            _ => {}
+        }
+    }
+
     pub(super) fn string(&mut self, path: &str, value: &Value) -> Option<String> {
         match value {
-            Value::String(s) if s.contains('\0') => {
-                self.error(
-                    path,
-                    Some(value),
-                    "must not contain a NUL character (\\u0000)",
-                );
-                None
-            }
+            Value::String(s) if s.contains('\0') => None, // (`no_nul` says so)
             Value::String(s) if !s.trim().is_empty() => Some(s.clone()),
             Value::String(_) => {
                 self.error(path, Some(value), "must not be empty or blank");

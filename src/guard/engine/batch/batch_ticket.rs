@@ -164,6 +164,10 @@ fn check_ids(requests: &[BatchRequest]) -> Result<()> {
         return Err(Error::invalid("requests", "[]", "a batch needs a request"));
     }
     let mut ids: Vec<&str> = requests.iter().map(|r| r.id.as_str()).collect();
+    for id in &ids {
+        // Each becomes part of a ledger row's ticket id.
+        crate::guard::domain::caller::storable("requests.id", id)?;
+    }
     ids.sort_unstable();
     if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
         return Err(Error::invalid("requests.id", w[0], "ids must be unique"));

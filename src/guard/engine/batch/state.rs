@@ -67,6 +67,8 @@ impl Guard {
 
 fn resume(guard: &Guard, state: &str) -> Result<BatchTicket> {
     let v: Value = serde_json::from_str(state).map_err(|e| bad("", &e.to_string()))?;
+    // Its ids and sources go to the ledger's rows.
+    crate::guard::domain::caller::storable_json("state", &v)?;
     let user = text(&v, "user")?;
     let model = text(&v, "model")?;
     let attributes = attributes(&v)?;

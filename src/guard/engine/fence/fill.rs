@@ -116,6 +116,15 @@ pub(crate) fn is_refilled(id: &CounterId) -> bool {
 /// The ledger rows a counter's bucket counts on `path` (`None`: a generic rule's counter
 /// the path binds no rule to, which nothing can answer).
 pub(crate) fn sum_filter(key: &CounterKey, path: &Path) -> Option<SumFilter> {
+    sum_filter_with(key, || rule_conditions_on(path, &key.id))
+}
+
+/// [`sum_filter`], with a generic rule's row conditions from `conditions` (`None`: the call
+/// has no counter for the rule).
+pub(crate) fn sum_filter_with(
+    key: &CounterKey,
+    conditions: impl FnOnce() -> Option<Vec<RowCondition>>,
+) -> Option<SumFilter> {
     let id = &key.id;
     let text = |v: &Option<Arc<str>>| v.as_deref().map(str::to_string);
     let mut f = SumFilter {
@@ -144,7 +153,7 @@ pub(crate) fn sum_filter(key: &CounterKey, path: &Path) -> Option<SumFilter> {
         Scope::TeamTotal => f.team = text(&id.team),
         Scope::ModelTotal => f.model = text(&id.model),
         Scope::PersonAllModels => f.user = text(&id.user),
-        Scope::Rule => f.attributes = rule_conditions_on(path, id)?,
+        Scope::Rule => f.attributes = conditions()?,
     }
     Some(f)
 }
@@ -167,13 +176,14 @@ pub(crate) fn rule_bound(path: &Path, id: &CounterId) -> bool {
     id.scope != Scope::Rule || rule_conditions_on(path, id).is_some()
 }
 
-/// Fills every key of `path` that needs it from `ledger`. Never fails: a store or
-/// ledger error leaves the counter as it is.
+/// Fills every key that needs it from `ledger`, counting the rows `filter_of` selects for it
+/// (`sum_filter` of the call's path). Never fails: a store or ledger error leaves the counter
+/// as it is.
 pub(crate) async fn fill_keys(
     store: &dyn CounterStore,
     ledger: &Arc<dyn Ledger>,
     state: &FillState,
-    path: &Path,
+    filter_of: &(dyn Fn(&CounterKey) -> Option<SumFilter> + Sync),
     keys: &[CounterKey],
     now: Millis,
 ) {
@@ -213,7 +223,7 @@ pub(crate) async fn fill_keys(
         if state.is_known(&key) || state.waiting(&key, now) {
             continue;
         }
-        let Some(filter) = sum_filter(&key, path) else {
+        let Some(filter) = filter_of(&key) else {
             continue;
         };
         // The database's wait, announced to tokio on a worker (`runtime::blocking`).
@@ -228,7 +238,7 @@ pub(crate) async fn fill_keys(
                     .retry_at
                     .lock()
                     .insert(key.clone(), now + FILL_RETRY_MS);
-                held_up = true;
+                held_up = e.is_timeout();
                 continue;
             }
         };
