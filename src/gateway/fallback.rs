@@ -6,7 +6,6 @@
 //! (5xx, timeout, connection fault) or limits the rate hands the call to the next one while
 //! nothing was relayed yet. Each answer's outcome is recorded in the guard's health.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -18,7 +17,9 @@ use super::forward::Forward;
 use super::headers::{rate_limit, restriction, tightest, to_upstream};
 use super::health::credential;
 use super::otel_ids::now_ns;
-use super::proxy::{attributes, bad, bill_info, check, outgoing, refusal_response, App, Checked};
+use super::proxy::{
+    attributes, bad, bill_info, check, outgoing, refusal_response, App, Checked, Running,
+};
 use super::relay::Call;
 use super::shape::{set_headers, Endpoint, Problem};
 use crate::error::Error;
@@ -55,22 +56,6 @@ pub(crate) async fn model_call(
         ],
     );
     response
-}
-
-/// One model call counted in `App::calls` while it runs.
-struct Running(Arc<App>);
-
-impl Running {
-    fn new(app: Arc<App>) -> Self {
-        app.calls.fetch_add(1, Ordering::AcqRel);
-        Running(app)
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.calls.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 /// The upstream of `model`'s provider (a model the policy does not list goes to the
@@ -332,6 +317,7 @@ impl Attempt<'_> {
         let client = app.client();
         let bounds = app.guard.policy().gateway.bounds;
         let forward = Forward {
+            app,
             client: &client,
             metrics: &app.metrics,
             endpoint,

@@ -4,6 +4,7 @@
 //! relayed as it arrives and billed when it ends, a call the upstream timed out on billed
 //! the prompt (it had the request).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -15,6 +16,7 @@ use super::answer_usage::usage_part;
 use super::headers::head;
 use super::health::{credential, header_pairs, outcome};
 use super::metrics::Metrics;
+use super::proxy::App;
 use super::relay::Call;
 use super::shape::{set_headers, Endpoint, Problem};
 use super::upstream::{self, read_bounded, Unread};
@@ -47,6 +49,8 @@ impl Unanswered {
 
 /// The provider side of one call.
 pub(crate) struct Forward<'a> {
+    /// The gateway (a stream read on after its client left counts as a running call).
+    pub(crate) app: &'a Arc<App>,
     pub(crate) client: &'a reqwest::Client,
     pub(crate) metrics: &'a Metrics,
     pub(crate) endpoint: Endpoint,

@@ -280,3 +280,20 @@ pub(crate) async fn check(
         first_byte: Duration::from_secs(policy.gateway.upstream_first_byte_seconds),
     })
 }
+
+/// A model call counted in [`App::calls`] while it runs, or while its stream is read on
+/// after its client left: a stop's drain waits for it (up to `gateway.drain_seconds`).
+pub(crate) struct Running(Arc<App>);
+
+impl Running {
+    pub(crate) fn new(app: Arc<App>) -> Self {
+        app.calls.fetch_add(1, Ordering::AcqRel);
+        Running(app)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.calls.fetch_sub(1, Ordering::AcqRel);
+    }
+}

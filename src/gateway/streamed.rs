@@ -3,6 +3,7 @@
 //! call is billed what the provider bills (hidden reasoning included), not only the text the
 //! client saw.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -10,6 +11,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::forward::Forward;
+use super::proxy::{App, Running};
 use super::relay::{Call, Relay};
 use super::shape::stream_error;
 
@@ -30,6 +32,7 @@ impl Forward<'_> {
         );
         let (timeout, max_event) = (self.timeout, self.max_event);
         let streaming = Streaming {
+            app: self.app.clone(),
             // Fused: a stream that ended, read on, ends at once.
             source: Some(upstream.bytes_stream().fuse().boxed()),
             relay: Some(relay),
@@ -105,6 +108,7 @@ impl Forward<'_> {
 /// the usage the provider reported, and only without one from the text it wrote (so a
 /// client leaving once the visible answer is complete is still billed its hidden reasoning).
 pub(super) struct Streaming {
+    pub(super) app: Arc<App>,
     pub(super) source: Option<futures::stream::BoxStream<'static, reqwest::Result<Bytes>>>,
     pub(super) relay: Option<Relay>,
     pub(super) timeout: Duration,
@@ -124,7 +128,13 @@ impl Drop for Streaming {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        runtime.spawn(read_on(source, relay, self.timeout, self.max_answer));
+        // Counted as a running call: a stop's drain waits for its bill.
+        let running = Running::new(self.app.clone());
+        let (timeout, max_answer) = (self.timeout, self.max_answer);
+        runtime.spawn(async move {
+            let _running = running;
+            read_on(source, relay, timeout, max_answer).await;
+        });
     }
 }
 

@@ -175,6 +175,20 @@ def test_client_gone_mid_stream_is_billed_the_usage_the_provider_reports(fake, s
     assert reserved(guard, "alice", "gpt-4o") == 0
 
 
+def test_a_stop_waits_for_a_stream_read_on_after_its_client_left(fake, start):
+    """The client hangs up after 5 of 60 words and the gateway is stopped at once: the drain
+    waits for the stream read on in the background, which bills what the provider reports
+    (cut off with its serving thread, it was billed only the words delivered)."""
+    guard, gateway = start()
+    fake.output_tokens, fake.chunk_delay = 60, 0.03
+    request = {"model": "gpt-4o", "messages": MESSAGES, "stream": True}
+    stream_then_hang_up(gateway.url, "/v1/chat/completions", request, words=5)
+    gateway.shutdown()
+    assert gateway.wait(30)
+    assert used(guard, "alice", "gpt-4o") == fake.input_tokens + 60
+    assert reserved(guard, "alice", "gpt-4o") == 0
+
+
 def test_upstream_broken_stream_bills_what_arrived(fake, start):
     guard, gateway = start()
     fake.output_tokens, fake.break_after = 50, 4
