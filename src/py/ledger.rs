@@ -10,7 +10,6 @@ use super::audit::audit_rows;
 use super::clock::instant;
 use super::convert::py_to_json;
 use crate::error::Error;
-use crate::guard::domain::caller::{storable, storable_json};
 use crate::guard::engine::guard::Guard;
 use crate::guard::engine::settle::ticket::BillInfo;
 use crate::guard::ledger::{
@@ -259,21 +258,6 @@ pub(crate) fn bill_info(
         .filter(|m| !m.is_none())
         .map(|m| py_to_json(m, "metadata"))
         .transpose()?;
-    // Checked before the bill claims the ticket: the caller may bill again without it.
-    let unbilled = |e: Error| match e {
-        Error::InvalidArgument(mut f) => {
-            f.message
-                .push_str("; nothing was billed: bill again without it");
-            Error::InvalidArgument(f)
-        }
-        other => other,
-    };
-    if let Some(id) = &request_id {
-        storable("request_id", id).map_err(unbilled)?;
-    }
-    if let Some(value) = &metadata {
-        storable_json("metadata", value).map_err(unbilled)?;
-    }
     Ok(BillInfo {
         request_id,
         metadata,

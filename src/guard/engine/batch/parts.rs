@@ -41,6 +41,7 @@ impl BatchTicket {
         info: BillInfo,
     ) -> Result<Option<Billed>> {
         check_usage(&usage)?;
+        info.check()?;
         let index = self
             .request_ids
             .iter()

@@ -101,6 +101,29 @@ pub struct BillInfo {
     pub metadata: Option<serde_json::Value>,
 }
 
+impl BillInfo {
+    /// Refuses a request id or metadata the ledger cannot store (`storable`: a NUL
+    /// character). Checked before the bill claims its ticket, so the caller may bill again.
+    pub(crate) fn check(&self) -> crate::error::Result<()> {
+        use crate::guard::domain::caller::{storable, storable_json};
+        let unbilled = |e: crate::error::Error| match e {
+            crate::error::Error::InvalidArgument(mut f) => {
+                f.message
+                    .push_str("; nothing was billed: bill again without it");
+                crate::error::Error::InvalidArgument(f)
+            }
+            other => other,
+        };
+        if let Some(id) = &self.request_id {
+            storable("request_id", id).map_err(unbilled)?;
+        }
+        if let Some(value) = &self.metadata {
+            storable_json("metadata", value).map_err(unbilled)?;
+        }
+        Ok(())
+    }
+}
+
 /// Hands the bill's row to the ledger, built by `ledger_row` where the ledger builds it (its
 /// writer thread): the billing thread only queues what the row is made of. A durable ledger
 /// (or one applying backpressure) blocks until its row is committed (`runtime::blocking`: on
@@ -216,4 +239,29 @@ pub(crate) fn check_usage(usage: &Usage) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BillInfo;
+
+    /// A Rust caller's bill is checked as a Python one is (the check is the engine's).
+    #[test]
+    fn a_bills_request_id_or_metadata_holding_a_nul_is_refused() {
+        let id = BillInfo {
+            request_id: Some("r\0".into()),
+            metadata: None,
+        };
+        let e = id.check().unwrap_err().to_string();
+        assert!(
+            e.contains("request_id") && e.contains("nothing was billed"),
+            "{e}"
+        );
+        let metadata = BillInfo {
+            request_id: Some("r1".into()),
+            metadata: Some(serde_json::json!({"k": ["v\u{0}"]})),
+        };
+        assert!(metadata.check().is_err());
+        assert!(BillInfo::default().check().is_ok());
+    }
 }

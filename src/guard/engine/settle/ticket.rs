@@ -238,7 +238,7 @@ impl Ticket {
         info: BillInfo,
         wait: bool,
     ) -> Result<Option<Billed>> {
-        check_usage(&usage)?;
+        check_usage(&usage).and_then(|()| info.check())?;
         self.check_process()?;
         if !self.claim() {
             return Ok(None);
