@@ -96,6 +96,17 @@ fn counters_read_without_reserving_and_record_counts_once() {
     ledger.flush().unwrap();
     let rows = ledger.query(&UsageQuery::default()).unwrap();
     assert_eq!((rows[0].requests, rows[0].input_tokens), (1, 900));
+    // Concurrency counts calls while they run: a record of it is refused, nothing counted.
+    let running = QuotaRecord {
+        metric: Metric::Concurrency,
+        dimension: "ai.concurrency".into(),
+        ..record(1, "r2")
+    };
+    let refused = rt.block_on(guard.record_rules(&running)).unwrap_err();
+    assert!(
+        refused.to_string().contains("cannot be recorded"),
+        "{refused}"
+    );
 }
 
 #[test]

@@ -104,6 +104,26 @@ def test_record_with_a_repeated_request_id_counts_once(service: Make) -> None:
     assert [(r["team"], r["requests"], r["input_tokens"]) for r in rows] == [(None, 1, 100)]
 
 
+def test_one_request_recorded_in_two_dimensions_counts_in_both(service: Make) -> None:
+    # The tokens and the cost of one request are two records with one request id: the cost
+    # was dropped as a repeat when records counted once per request id alone.
+    q = service()
+    q.create_policy("research", TEAM)
+    q.assign("research", "team:research")
+    assert q.record("team:research", "ai.tokens.total", 100, request_id="r") is True
+    assert q.record("team:research", "ai.cost", 2_000_000, request_id="r") is True
+    assert q.record("team:research", "ai.cost", 2_000_000, request_id="r") is False
+    assert q.usage("team:research", "ai.tokens.total")["used"] == 100
+    assert q.usage("team:research", "ai.cost")["used"] == 2_000_000
+    ledger = q.guard.ledger
+    assert ledger is not None
+    ledger.flush()
+    rows = ledger.query(group_by=["team"])
+    assert [(r["requests"], r["input_tokens"], r["cost_micros"]) for r in rows] == [
+        (2, 100, 2_000_000)
+    ]
+
+
 def test_team_cap_user_sub_cap_and_role_default(service: Make) -> None:
     q = service()
     q.create_policy("team", TEAM)
@@ -296,6 +316,10 @@ def test_file_rules_and_stored_quotas_compose(service: Make) -> None:
         (lambda q: q.record("team:x", "ai.cost", -1, request_id="n"), "amount: -1 is negative"),
         (lambda q: q.record("team:x", "ai.rate", 1.5, request_id="n"), "amount: 1.5 is not whole"),
         (lambda q: q.record("team:x", "ai.rate", 1, request_id=""), "request_id: '' is not"),
+        (
+            lambda q: q.record("team:x", "ai.concurrency", 1, request_id="n"),
+            "dimension: 'ai.concurrency' cannot be recorded: it counts calls while they run",
+        ),
         (
             lambda q: q.check("role:admin", "ai.rate"),
             "user: 'role:admin''s limits count per member",

@@ -167,6 +167,12 @@ def record_spec(
             f"request_id: {request_id!r} is not a request id; accepted: a non-empty string"
         )
     units = units_of(dimension, amount)
+    if unit_of(dimension) == "calls":
+        raise ValueError(
+            f"dimension: {dimension!r} cannot be recorded: it counts calls while they run"
+            " (admission holds it, the bill gives it back); accepted: a dimension of use,"
+            " such as ai.tokens.total, ai.cost, ai.rate"
+        )
     u, attrs, prefix = call_of(subject, dimension, team, role, user)
     return {
         "user": u,

@@ -241,8 +241,9 @@ class QuotaService:
     ) -> bool:
         """Adds use that did not pass through `admit` (`amount` in the dimension's unit: whole
         micro-dollars for ai.cost) to every quota it applies, never refusing; once per
-        `request_id` (a repeat counts nothing and returns False). The first time, a ledger
-        row `rec:<request_id>` (source type `quota`) is written."""
+        `request_id` and dimension (a repeat counts nothing and returns False). The first
+        time, a ledger row `rec:<dimension>:<request_id>` (source type `quota`) is written.
+        `ai.concurrency` is refused (`ValueError`): it counts calls while they run."""
         spec = record_spec(
             subject, dimension, amount, model, executor, request_id, meta, team, role, user
         )

@@ -272,9 +272,10 @@ impl Guard {
 
     /// Adds `record.amount` of `record.metric` to the counter of every generic rule named
     /// `record.prefix`... on that metric the attributes match, never refusing; once per
-    /// request id for 35 days (the store's settled mark, one round trip). The
-    /// first time, a ledger row (`rec:<request_id>`, source type `quota`) is queued too.
-    /// Returns whether this call counted it (`false`: already recorded).
+    /// request id and dimension for 35 days (the store's settled mark, one round trip). The
+    /// first time, a ledger row (`rec:<dimension>:<request_id>`, source type `quota`) is
+    /// queued too. Returns whether this call counted it (`false`: already recorded). The
+    /// concurrency metric is refused: it counts calls while they run.
     pub async fn record_rules(&self, record: &QuotaRecord) -> Result<bool> {
         self.record_rule_use(record).await
     }

@@ -187,6 +187,15 @@ impl Guard {
     /// The work of [`Guard::record_rules`].
     pub(crate) async fn record_rule_use(&self, record: &QuotaRecord) -> Result<bool> {
         check_storable(record)?;
+        if record.metric == Metric::Concurrency {
+            return Err(Error::invalid(
+                "metric",
+                serde_json::Value::from("concurrency"),
+                "cannot be recorded: it counts calls while they run (admission holds it, \
+                 the bill gives it back); accepted: tokens, input_tokens, output_tokens, \
+                 cost, requests",
+            ));
+        }
         let call = call_of(self, record.user.as_deref(), &record.attributes)?;
         let now = self.shared.clock.now_ms();
         let adds: Vec<UsageAdd> = matching(self, &call, &record.prefix)
@@ -202,7 +211,7 @@ impl Guard {
                 }
             })
             .collect();
-        let id = format!("rec:{}", record.request_id);
+        let id = record_id(record);
         let settle = Settle {
             id: id.clone(),
             ticket: id,
@@ -313,9 +322,20 @@ fn check_storable(record: &QuotaRecord) -> Result<()> {
     Ok(())
 }
 
+/// A record's ticket id, which makes it count once: per request id and dimension
+/// (`rec:<dimension>:<request_id>`; a dimension has no `:`), so the tokens and the cost of one
+/// request both count. A record without a dimension (no ledger row): `rec:<request_id>`.
+fn record_id(record: &QuotaRecord) -> String {
+    if record.dimension.is_empty() {
+        format!("rec:{}", record.request_id)
+    } else {
+        format!("rec:{}:{}", record.dimension, record.request_id)
+    }
+}
+
 fn ledger_row(record: &QuotaRecord, call: &CallAttributes, now: Millis) -> LedgerRow {
     let mut row = LedgerRow {
-        ticket_id: format!("rec:{}", record.request_id),
+        ticket_id: record_id(record),
         at_ms: now,
         user: record.user.clone(),
         teams: call
