@@ -38,6 +38,7 @@ mod store_groups;
 mod store_groups_expiry;
 mod store_groups_races;
 mod store_leases;
+mod store_leases_errors;
 mod store_leases_give_back;
 mod store_leases_races;
 mod store_leases_review;

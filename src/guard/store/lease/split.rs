@@ -250,7 +250,11 @@ pub(super) async fn reserve(
     if let Ok(ReserveOutcome::Fenced(_)) = outcome {
         lose_all(core);
     }
-    let outcome = outcome.inspect_err(|_| drop(core.book().lock().put_back(&ticket)))?;
+    // On an error the ticket keeps its take: the store may have placed the rest, and the
+    // call's give-back (or a retry) must know which holds are the slices', not the store's
+    // (Redis sums a counter's holds per minute: given back there, they would come off other
+    // calls' holds). The give-back puts the take back; an abandoned one, its expiry.
+    let outcome = outcome?;
     Ok(match outcome {
         ReserveOutcome::Reserved => ReserveOutcome::Reserved,
         ReserveOutcome::Conflict { item } => {
@@ -328,7 +332,8 @@ pub(super) async fn reserve_known(
             let step = known
                 .reserve_known_carrying(narrowed, &sent, now, fence)
                 .await;
-            step.inspect_err(|_| drop(core.book().lock().put_back(&ticket)))?
+            // (On an error the ticket keeps its take, as in `reserve`.)
+            step?
         }
         None => {
             let settled = if sent.is_empty() {
