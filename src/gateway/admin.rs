@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, Response, StatusCode};
+use axum::middleware::Next;
 use serde_json::{json, Value};
 
 use super::keys;
@@ -26,13 +27,34 @@ pub(crate) fn error(status: StatusCode, message: &str) -> Response<Body> {
     json_response(status, &json!({ "error": message }))
 }
 
+/// The admin token: the value of the variable `gateway.admin_token_env` names, without the
+/// blanks around it (a caller's are trimmed too), when that leaves one.
+pub(crate) fn admin_token(policy: &Policy) -> Option<String> {
+    let var = policy.gateway.admin_token_env.as_deref()?;
+    let token = std::env::var(var).ok()?;
+    let token = token.trim();
+    (!token.is_empty()).then(|| token.to_string())
+}
+
+/// Every `/admin` request is checked for the admin token before its handler reads anything
+/// (a body read first would let anyone hold the server's memory, 2 MB a connection).
+pub(crate) async fn gate(
+    State(app): State<Arc<App>>,
+    request: Request,
+    next: Next,
+) -> Response<Body> {
+    let path = request.uri().path();
+    if path == "/admin" || path.starts_with("/admin/") {
+        if let Some(answer) = refused(&app, request.headers()) {
+            return answer;
+        }
+    }
+    next.run(request).await
+}
+
 /// `None` when the request carries the admin token; else the answer to give.
 pub(crate) fn refused(app: &App, headers: &HeaderMap) -> Option<Response<Body>> {
-    let var = app.guard.policy().gateway.admin_token_env.clone();
-    let token = var
-        .and_then(|v| std::env::var(v).ok())
-        .filter(|t| !t.is_empty());
-    let Some(token) = token else {
+    let Some(token) = admin_token(&app.guard.policy()) else {
         let message = "The admin API is off: set gateway.admin_token_env in the policy";
         return Some(error(StatusCode::FORBIDDEN, message));
     };

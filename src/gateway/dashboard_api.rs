@@ -16,7 +16,7 @@ use super::proxy::App;
 use super::shape::json_response;
 use crate::error::Error;
 use crate::guard::domain::clock::{iso8601, parse_iso8601, Millis};
-use crate::guard::ledger::{GroupBy, Ledger, UsageGroup, UsageQuery};
+use crate::guard::ledger::{GroupBy, Ledger, LedgerError, UsageGroup, UsageQuery};
 
 type Params = Query<HashMap<String, String>>;
 
@@ -24,6 +24,9 @@ const HOUR_MS: Millis = 3_600_000;
 const DAY_MS: Millis = 86_400_000;
 /// The most buckets one series answers.
 const MAX_BUCKETS: i64 = 1_000;
+/// The most groups one series answer draws: those with the most tokens (the rest counted
+/// in `groups`), so a ledger of many users cannot make an answer of gigabytes.
+const MAX_SERIES: usize = 50;
 /// The most (person, model) pairs `counters` reads.
 const MAX_PAIRS: usize = 200;
 
@@ -97,11 +100,31 @@ fn totals_json(key: &Option<String>, g: &UsageGroup) -> Value {
     })
 }
 
-fn series_json(ask: &SeriesAsk, cells: &[UsageGroup], totals: &[UsageGroup]) -> Value {
+/// The `MAX_SERIES` groups of `totals` with the most tokens (ties: cost, then requests), in
+/// the ledger's order.
+fn largest(totals: &[UsageGroup]) -> Vec<&UsageGroup> {
+    if totals.len() <= MAX_SERIES {
+        return totals.iter().collect();
+    }
+    let mut by_size: Vec<usize> = (0..totals.len()).collect();
+    let size = |g: &UsageGroup| (g.tokens(), g.cost_micros, g.requests);
+    by_size.sort_by(|&a, &b| size(&totals[b]).cmp(&size(&totals[a])));
+    by_size.truncate(MAX_SERIES);
+    by_size.sort_unstable();
+    by_size.into_iter().map(|i| &totals[i]).collect()
+}
+
+fn series_json(ask: &SeriesAsk, cells: &[UsageGroup], all: &[UsageGroup]) -> Value {
     let n = ((ask.until - ask.since) / ask.step) as usize;
+    let totals = largest(all);
     let order: Vec<Option<String>> = totals
         .iter()
         .map(|g| g.keys.first().and_then(|k| k.1.clone()))
+        .collect();
+    let line_of: HashMap<Option<&str>, usize> = order
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.as_deref(), i))
         .collect();
     let mut lines: Vec<[Vec<u64>; 3]> = order
         .iter()
@@ -113,8 +136,8 @@ fn series_json(ask: &SeriesAsk, cells: &[UsageGroup], totals: &[UsageGroup]) -> 
             .first()
             .and_then(|k| k.1.as_deref())
             .and_then(bucket_start);
-        let key = cell.keys.get(1).and_then(|k| k.1.clone());
-        let (Some(start), Some(line)) = (start, order.iter().position(|k| *k == key)) else {
+        let key = cell.keys.get(1).and_then(|k| k.1.as_deref());
+        let (Some(start), Some(&line)) = (start, line_of.get(&key)) else {
             continue;
         };
         let i = ((start - ask.since) / ask.step) as usize;
@@ -139,6 +162,7 @@ fn series_json(ask: &SeriesAsk, cells: &[UsageGroup], totals: &[UsageGroup]) -> 
         "t": (0..n as i64).map(|i| (ask.since + i * ask.step) / 1000).collect::<Vec<_>>(),
         "series": series,
         "totals": order.iter().zip(totals).map(|(k, g)| totals_json(k, g)).collect::<Vec<_>>(),
+        "groups": all.len(),
     })
 }
 
@@ -146,14 +170,14 @@ async fn query(
     ledger: Arc<dyn Ledger>,
     queries: Vec<UsageQuery>,
 ) -> Result<Vec<Vec<UsageGroup>>, Response<Body>> {
-    let answer = tokio::task::spawn_blocking(move || {
-        queries
-            .iter()
-            .map(|q| ledger.query(q))
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await;
-    match answer {
+    blocking(move || queries.iter().map(|q| ledger.query(q)).collect()).await
+}
+
+/// `work` (ledger queries) on the blocking pool; its failure as the answer to give.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
+) -> Result<T, Response<Body>> {
+    match tokio::task::spawn_blocking(work).await {
         Ok(Ok(groups)) => Ok(groups),
         Ok(Err(e)) => Err(error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())),
         Err(_) => Err(error(
@@ -192,8 +216,13 @@ pub(crate) async fn series(
         group_by: vec![ask.group],
         ..base.clone()
     };
-    match query(ledger, vec![base, totals]).await {
-        Ok(answers) => json_response(StatusCode::OK, &series_json(&ask, &answers[0], &answers[1])),
+    // Built where the queries run: with many groups and buckets, not on a serving thread.
+    let built = blocking(move || {
+        let cells = ledger.query(&base)?;
+        Ok(series_json(&ask, &cells, &ledger.query(&totals)?))
+    });
+    match built.await {
+        Ok(answer) => json_response(StatusCode::OK, &answer),
         Err(r) => r,
     }
 }

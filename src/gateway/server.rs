@@ -101,6 +101,10 @@ fn routes(app: Arc<App>, dashboard_only: bool) -> Router {
             "/admin/keys/{label}",
             axum::routing::put(admin::put_key).delete(admin::delete_key),
         )
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            admin::gate,
+        ))
         .with_state(app)
 }
 
@@ -238,14 +242,11 @@ impl Gateway {
 /// A dashboard nobody can sign in to is refused: the policy must name the admin token's
 /// variable (`gateway.admin_token_env`) and the variable must be set.
 fn check_admin_token(guard: &Guard) -> Result<()> {
-    let var = guard.policy().gateway.admin_token_env.clone();
-    let set = var
-        .as_deref()
-        .and_then(|v| std::env::var(v).ok())
-        .is_some_and(|t| !t.is_empty());
-    if set {
+    let policy = guard.policy();
+    if admin::admin_token(&policy).is_some() {
         return Ok(());
     }
+    let var = policy.gateway.admin_token_env.clone();
     let message = match &var {
         Some(v) => format!("${v} is not set: it is the dashboard's sign-in token"),
         None => "the policy names no admin token: set [gateway] admin_token_env".to_string(),

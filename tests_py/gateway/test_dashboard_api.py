@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -151,6 +152,41 @@ def test_series_equal_the_ledgers_query_bucket_by_bucket(seeded: Any) -> None:
     days = get(gateway, "/admin/usage/series?bucket=day&group=team")
     assert len(days["t"]) == 30 and days["until"] == "2026-12-01T00:00:00Z"
     assert [(x["key"], sum(x["requests"])) for x in days["series"]] == [("research", 4), (None, 5)]
+
+
+def test_a_series_answers_the_50_groups_with_the_most_tokens(seeded: Any) -> None:
+    # Every group used to get its lines: a ledger of 20,000 users made a 121 MB answer.
+    guard, gateway, _ = seeded
+    for i in range(60):
+        spend(guard, f"u{i:02d}", "gpt-4o-mini", 1, 100 + i, 1)
+    guard.ledger.flush()
+    s = get(gateway, "/admin/usage/series?bucket=day&group=user")
+    every = guard.ledger.query(since=s["since"], until=s["until"], group_by=["user"])
+    largest = sorted(every, key=lambda g: -g["tokens"])[:50]
+    assert s["groups"] == len(every) == 63
+    kept = [g["user"] for g in every if g in largest]  # the ledger's order
+    assert [x["key"] for x in s["series"]] == kept == [t["key"] for t in s["totals"]]
+    assert kept[:3] == ["alice", "bob", "u12"] and EVIL not in kept and "u11" not in kept
+
+
+def test_an_admin_body_is_not_read_without_the_token(seeded: Any) -> None:
+    # The body was read (up to 2 MB) before the token was checked: anyone could make the
+    # server hold memory, a connection at a time. A body sent in part is answered at once.
+    _, gateway, _ = seeded
+    host, port = gateway.url.removeprefix("http://").split(":")
+    for path in ("/admin/policy", "/admin/keys/x"):
+        with socket.create_connection((host, int(port)), timeout=5) as c:
+            head = f"PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 1500000\r\n\r\n"
+            c.sendall(head.encode() + b"{" * 1000)
+            assert c.recv(4096).startswith(b"HTTP/1.1 401"), path
+
+
+def test_an_admin_token_set_with_blanks_around_it_signs_in(
+    seeded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, gateway, _ = seeded
+    monkeypatch.setenv("UG_DASHBOARD_TEST_TOKEN", f"  {TOKEN}\n")
+    assert get(gateway, "/admin/refusals") is not None
 
 
 def _next(since: str) -> str:

@@ -124,7 +124,8 @@
     const s = await api("/admin/usage/series?bucket=" + bucket + "&group=" + group);
     drawChart("usage-chart", s.t, s.series.map((x) => ({ key: x.key, values: x[metric] })), metric);
     $("totals-key").textContent = group;
-    $("totals-caption").textContent = "From " + when(s.since) + " to " + when(s.until);
+    $("totals-caption").textContent = "From " + when(s.since) + " to " + when(s.until) +
+      (s.groups > s.totals.length ? " (the " + s.totals.length + " with the most tokens, of " + s.groups + ")" : "");
     $("totals").dataset.since = s.since;
     $("totals").dataset.until = s.until;
     const tbody = $("totals").tBodies[0];
