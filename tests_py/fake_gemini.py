@@ -1,5 +1,6 @@
 """Gemini's REST shape for the fake provider: `POST /v1beta/models/{model}:generateContent`,
-`:streamGenerateContent?alt=sse` and `:countTokens`, as `google-genai` calls them.
+`:streamGenerateContent?alt=sse`, `:countTokens` and `:batchEmbedContents`, as `google-genai`
+calls them.
 
 The answer writes `output_tokens` tokens (each " hello") and stops at the request's
 `generationConfig.maxOutputTokens` with finish reason `MAX_TOKENS`; with a thinking budget
@@ -29,6 +30,7 @@ def route(provider: FakeProvider, path: str) -> Optional[Any]:
         "generateContent": lambda h, body: _generate(provider, h, body, model, stream=False),
         "streamGenerateContent": lambda h, body: _generate(provider, h, body, model, stream=True),
         "countTokens": lambda h, body: _count(provider, h, body),
+        "batchEmbedContents": lambda h, body: _embed(h, body),
     }
     return answers.get(method)
 
@@ -96,6 +98,14 @@ def _count(provider: FakeProvider, h: BaseHTTPRequestHandler, body: dict[str, An
     from fake_provider import _send_json
 
     _send_json(h, 200, {"totalTokens": provider.input_tokens})
+
+
+def _embed(h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    """One embedding per request of `batchEmbedContents`, with no usage (as Gemini answers)."""
+    from fake_provider import _send_json
+
+    requests = body.get("requests") or []
+    _send_json(h, 200, {"embeddings": [{"values": [0.5, 0.25]} for _ in requests]})
 
 
 def refusal_body(status: int, message: str, reason: str) -> dict[str, Any]:

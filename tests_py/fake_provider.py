@@ -239,7 +239,11 @@ class FakeProvider:
         events: list[tuple[Optional[str], Any]] = [
             (None, chunk({"role": "assistant", "content": ""}, None))
         ]
-        events += [(None, chunk({"content": WORD}, None)) for _ in range(n)]
+        pieces = [WORD] * n
+        if pieces and (body.get("response_format") or {}).get("type") == "json_schema":
+            pieces[0] = '{"text": "' + pieces[0]  # the answer as JSON, still n words
+            pieces[-1] += '"}'
+        events += [(None, chunk({"content": piece}, None)) for piece in pieces]
         events.append((None, chunk({}, finish)))
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append(
@@ -351,6 +355,17 @@ class FakeProvider:
                     "type": "response.output_item.added",
                     "output_index": 0,
                     "item": {**message, "status": "in_progress", "content": []},
+                    "sequence_number": next(seq),
+                },
+            ),
+            (  # the SDK's `responses.stream` helper accumulates the deltas into this part
+                "response.content_part.added",
+                {
+                    "type": "response.content_part.added",
+                    "item_id": "msg_fake1",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "part": {"type": "output_text", "text": "", "annotations": []},
                     "sequence_number": next(seq),
                 },
             ),

@@ -9,6 +9,7 @@ client = GuardedGenAI(genai.Client(), guard, user="alice")
 reply = client.models.generate_content(model="gemini-2.5-flash", contents="Hi")
 reply.usage_limits
 async_reply = await client.aio.models.generate_content(model=..., contents=...)
+chat = client.chats.create(model=...)  # each request it sends is guarded
 
 Typed in `genai.pyi`: the clients as the SDK's, answers as the SDK's types with the guard's
 attributes (`GuardedGenerateContentResponse`; `usage_guard.types.GuardedAnswer`).
@@ -23,15 +24,19 @@ except ImportError as exc:  # pragma: no cover - exercised by the wheel smoke te
     ) from exc
 
 from ._adapter.genai import GENERATE, GENERATE_STREAM, GuardedAsyncGenAI, GuardedGenAI
-from ._adapter.names import STREAMS, module_getattr, resources
+from ._adapter.names import STREAMS, module_getattr
+
+_ADAPTER = "usage_guard._adapter.genai"
 
 # The answer, stream and resource types `genai.pyi` declares, as their run-time classes.
 __getattr__ = module_getattr(
     __name__,
     {
         "GuardedGenerateContentResponse": ("google.genai.types", "GenerateContentResponse"),
+        "GuardedEmbedContentResponse": ("google.genai.types", "EmbedContentResponse"),
         **STREAMS,
-        **resources("GuardedModels", "GuardedAsyncModels"),
+        "GuardedModels": (_ADAPTER, "GuardedModels"),
+        "GuardedAsyncModels": (_ADAPTER, "GuardedAsyncModels"),
     },
 )
 

@@ -5,8 +5,10 @@ For a type checker a guarded client is the `genai.Client` it wraps: what it does
 passes through at run time and types as the SDK's; `models.generate_content` and
 `generate_content_stream` (and `aio`'s) take the SDK's parameters (plus `user` and
 `usage_attributes`) and answer the SDK's types with the guard's attributes
-(`usage_guard.types.GuardedAnswer`; streams `GuardedStreamAnswer`). At run time the clients
-are proxies, not subclasses: `isinstance(client, genai.Client)` is False.
+(`usage_guard.types.GuardedAnswer`; streams `GuardedStreamAnswer`), and `embed_content` too.
+`chats` are the SDK's, sending through the guarded `models`. At run time the clients are
+proxies, not subclasses: `isinstance(client, genai.Client)` is False (their `models` are
+the SDK's `Models` / `AsyncModels` subclasses).
 """
 
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -31,6 +33,7 @@ _T = TypeVar("_T")
 # The SDK's answer and streams with the guard's attributes (at run time: the SDK's class, and
 # usage_guard's stream proxies).
 class GuardedGenerateContentResponse(types.GenerateContentResponse, Answer): ...
+class GuardedEmbedContentResponse(types.EmbedContentResponse, Answer): ...
 
 class GuardedStream(Iterator[_T], StreamAnswer):
     def __next__(self) -> _T: ...
@@ -60,6 +63,15 @@ class GuardedModels(Models):
         user: Optional[str] = None,
         usage_attributes: Optional[Mapping[str, str]] = None,
     ) -> GuardedStream[types.GenerateContentResponse]: ...
+    def embed_content(
+        self,
+        *,
+        model: str,
+        contents: types.ContentListUnion,
+        config: Optional[types.EmbedContentConfigOrDict] = None,
+        user: Optional[str] = None,
+        usage_attributes: Optional[Mapping[str, str]] = None,
+    ) -> GuardedEmbedContentResponse: ...
 
 class GuardedAsyncModels(AsyncModels):
     async def generate_content(
@@ -80,6 +92,15 @@ class GuardedAsyncModels(AsyncModels):
         user: Optional[str] = None,
         usage_attributes: Optional[Mapping[str, str]] = None,
     ) -> GuardedAsyncStream[types.GenerateContentResponse]: ...
+    async def embed_content(
+        self,
+        *,
+        model: str,
+        contents: types.ContentListUnion,
+        config: Optional[types.EmbedContentConfigOrDict] = None,
+        user: Optional[str] = None,
+        usage_attributes: Optional[Mapping[str, str]] = None,
+    ) -> GuardedEmbedContentResponse: ...
 
 class GuardedAsyncGenAI(AsyncClient):
     """`GuardedGenAI`'s `aio`: the guarded methods are coroutines."""

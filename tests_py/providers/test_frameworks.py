@@ -188,3 +188,90 @@ async def test_langchain_chat_openai_async(fake: FakeProvider, make_guard: Any) 
     await llm.ainvoke("Say hello.")
     sent = sent_max(fake, "max_completion_tokens")
     assert 0 < sent < 400 and used(guard, "alice", GPT) == 21 + sent
+
+
+@pytest.mark.parametrize("responses", [False, True], ids=["chat_completions", "responses"])
+async def test_openai_agents_sdk_run_streamed_is_metered(
+    fake: FakeProvider, make_guard: Any, responses: bool
+) -> None:
+    """`Runner.run_streamed` with the Responses model streams through
+    `responses.with_streaming_response.create`: admitted, fitted and billed like `create`."""
+    pytest.importorskip("agents")
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        set_tracing_disabled,
+    )
+
+    set_tracing_disabled(True)
+    guard = make_guard(policy(tokens_a_day=400))
+    kind = OpenAIResponsesModel if responses else OpenAIChatCompletionsModel
+    model = kind(model=GPT, openai_client=async_openai(fake, guard))
+    agent = Agent(name="greeter", instructions="Be brief.", model=model)
+    result = Runner.run_streamed(agent, "Say hello.")
+    async for _ in result.stream_events():
+        pass
+    assert result.final_output == WORD * 12
+    sent = sent_max(fake, "max_output_tokens" if responses else "max_completion_tokens")
+    assert 12 < sent < 400  # fitted into what is left
+    assert used(guard, "alice", GPT) == 21 + 12 and reserved(guard, "alice", GPT) == 0
+    fake.reset()
+    spent(guard)
+    with pytest.raises(ug.UsageLimitError):
+        async for _ in Runner.run_streamed(agent, "Again.").stream_events():
+            pass
+    assert fake.requests == []
+
+
+def test_langchain_structured_output_stream_is_metered(fake: FakeProvider, make_guard: Any) -> None:
+    """Structured output streamed (`with_structured_output(...).stream`, or `stream` with a
+    `response_format`) goes through `beta.chat.completions.stream`: guarded too."""
+    pytest.importorskip("langchain_openai")
+    from langchain_openai import ChatOpenAI
+    from pydantic import BaseModel
+
+    class Greeting(BaseModel):
+        text: str
+
+    guard = make_guard(policy(tokens_a_day=400))
+    sdk = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="k", max_retries=0)
+    client = GuardedOpenAI(sdk, guard, user="alice")
+    llm = ChatOpenAI(model=GPT, api_key="k", root_client=client, client=client.chat.completions)
+    fake.output_tokens = 5
+    (greeting,) = list(llm.with_structured_output(Greeting).stream("Hi"))
+    assert greeting == Greeting(text=WORD * 5)
+    assert used(guard, "alice", GPT) == 21 + 5 and reserved(guard, "alice", GPT) == 0
+    assert 0 < sent_max(fake, "max_completion_tokens") < 400 - 26
+    fake.reset()
+    spent(guard)
+    for run in (
+        lambda: list(llm.with_structured_output(Greeting).stream("Again.")),
+        lambda: list(llm.stream("Again.", response_format=Greeting)),
+    ):
+        with pytest.raises(ug.UsageLimitError):
+            run()
+    assert fake.requests == []
+
+
+def test_pydantic_ai_max_retries_gets_the_sdk_http_client(
+    fake: FakeProvider, make_guard: Any
+) -> None:
+    """`model_settings={"max_retries": ...}` copies the client with its `_client` (the SDK's
+    HTTP client): the guarded client's own state must not shadow it."""
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    guard = make_guard(policy())
+    client = async_openai(fake, guard)
+    assert client._client is client.client._client  # the SDK's HTTP client, passed through
+    agent = Agent(OpenAIChatModel(GPT, provider=OpenAIProvider(openai_client=client)))
+    result = agent.run_sync("Say hello.", model_settings={"max_retries": 2})
+    assert result.output == WORD * 12
+    assert used(guard, "alice", GPT) == 21 + 12 and reserved(guard, "alice", GPT) == 0
+    sdk = anthropic.AsyncAnthropic(base_url=fake.url, api_key="k", max_retries=0)
+    guarded = GuardedAsyncAnthropic(sdk, guard, user="alice")
+    assert guarded._client is sdk._client

@@ -69,8 +69,11 @@ class StreamState:
     reasoning_text: list[str] = field(default_factory=list)
     input_tokens: Optional[int] = None  # reported before the end (Anthropic message_start)
     cached_input_tokens: int = 0
-    usage: Optional[Usage] = None  # the final reported usage
+    usage: Optional[Usage] = None  # the reported usage (the last, when reported cumulatively)
     finish_reason: Optional[str] = None  # why it stopped, for `ticket.capped`
+    # The provider's generator was run outside the guarded iterator: what it delivered is
+    # unknown, so the call is billed its prompt rather than released (`streams`).
+    unobserved: bool = False
 
 
 @dataclass
@@ -110,6 +113,10 @@ class Api:
     # when `answer` raises: the provider answered and the SDK's own reading failed (a
     # structured answer that does not validate), so the call is billed, not released.
     unread: Optional[Callable[[Any], Any]] = None
+    # What a streaming call answers, from what the SDK method returned and whether the client
+    # is async (a streamed raw response whose parse() gives the stream); absent: the guarded
+    # stream over it (`streams`).
+    stream_answer: Optional[Callable[[Call, Any, bool], Any]] = None
 
 
 class Call:
@@ -245,7 +252,10 @@ class Call:
 
     def stream_usage(self, state: StreamState, completed: bool) -> Optional[Usage]:
         """What a stream is billed: the reported usage when it ended with one; else the input
-        plus the output received (counted). None: nothing was sent or produced, release."""
+        plus the output received (counted), each count raised to what the chunks already
+        reported (Gemini reports its usage on every chunk, thoughts and the prompt's real size
+        included; Anthropic's message_delta the output). None: nothing was sent or produced,
+        release."""
         prompt = int(self._prompt().get("tokens") or 0)
         if completed and state.usage is not None:
             usage = state.usage
@@ -257,14 +267,21 @@ class Call:
                 usage.reasoning_tokens = self.count(state.reasoning_text)
             return usage
         if state.chunks == 0 and (self.api.lazy_stream or not completed):
-            return None
+            return Usage(input_tokens=prompt) if state.unobserved else None
         reasoning = self.count(state.reasoning_text)
-        return Usage(
+        usage = Usage(
             input_tokens=state.input_tokens if state.input_tokens is not None else prompt,
             cached_input_tokens=state.cached_input_tokens,
             output_tokens=self.count(state.text) + reasoning,
             reasoning_tokens=reasoning,
         )
+        if state.usage is not None:
+            # Each count the larger: never less than counted, nor than the provider reported.
+            # The cached input stays as counted (more of it would cost less).
+            usage.input_tokens = max(usage.input_tokens, state.usage.input_tokens)
+            usage.output_tokens = max(usage.output_tokens, state.usage.output_tokens)
+            usage.reasoning_tokens = max(usage.reasoning_tokens, state.usage.reasoning_tokens)
+        return usage
 
     def stream_capped(self, state: StreamState) -> bool:
         return self.capped(state.finish_reason)

@@ -6,30 +6,21 @@ output maximum and thinking budget, counting the prompt and fitting it are the c
 once in admission. Everything else — sending the fitted keys, releasing on a provider error,
 billing once from the reported usage, billing what a broken or abandoned stream produced,
 attaching `usage_limits` / `usage_restriction` — lives once: the steps in `call`, driven here
-by a sync and an async driver (and stream wrappers) that share every step that does not wait.
+by a sync and an async driver that share every step that does not wait (the stream wrappers
+are `streams`'; they are re-exported here).
 """
 
 from __future__ import annotations
 
 import asyncio
-from types import GenericAlias
 from typing import Any, Callable, Optional
 
 from .. import _core
 from ..errors import UsageLimitError
-from .call import (
-    Api,
-    Call,
-    StreamState,
-    attach_pending,
-    begin_async,
-    begin_sync,
-    settle_async,
-    settle_sync,
-)
+from .call import Api, Call, begin_async, begin_sync
 from .finish import give_back_async, give_back_sync, settle_answer_async, settle_answer_sync
 from .ladder import Ladder
-from .sealed import seal
+from .streams import AsyncGuardedStream, GuardedStream
 
 __all__ = ["AsyncGuardedStream", "GuardedClient", "GuardedStream", "Proxy"]
 
@@ -57,6 +48,8 @@ def run_sync(
 
 def finish_sync(call: Call, result: Any) -> Any:
     if call.stream:
+        if call.api.stream_answer is not None:
+            return call.api.stream_answer(call, result, False)
         return GuardedStream(call, result)
     return settle_answer_sync(call, result)
 
@@ -97,82 +90,6 @@ def run_ladder_sync(
     raise ladder.exhausted()
 
 
-class _StreamProxy:
-    """What the sync and async guarded streams share: the call, the provider's stream (its
-    other attributes pass through), what was delivered, and the `usage_*` attributes set
-    once it settles."""
-
-    def __init__(self, call: Call, inner: Any):
-        self._call = call
-        self._inner = inner
-        self._iter: Any = None
-        self._state = StreamState()
-        self._settled = False
-        attach_pending(self)
-
-    def __class_getitem__(cls, item: Any) -> GenericAlias:
-        """Generic for annotations (`GuardedStream[ChatCompletionChunk]`), as the SDKs'
-        streams are."""
-        return GenericAlias(cls, item)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        value = getattr(self._inner, name)
-        # The body read off the HTTP response would bypass the iterator, which bills it.
-        return seal(value) if name == "response" else value
-
-
-class GuardedStream(_StreamProxy):
-    """A provider stream that bills when it ends, breaks, is closed or is dropped."""
-
-    def __iter__(self) -> GuardedStream:
-        return self
-
-    def __next__(self) -> Any:
-        if self._iter is None:
-            self._iter = iter(self._inner)
-        while True:
-            try:
-                chunk = next(self._iter)
-            except StopIteration:
-                self._settle(completed=True)
-                raise
-            except BaseException:
-                self._settle(completed=False)
-                raise
-            if self._call.shown(self._state, chunk):
-                return chunk
-
-    def _settle(self, completed: bool) -> None:
-        if self._settled:
-            return
-        self._settled = True
-        call, state = self._call, self._state
-        settle_sync(call, call.stream_usage(state, completed), self, call.stream_capped(state))
-
-    def close(self) -> None:
-        try:
-            close = getattr(self._inner, "close", None)
-            if callable(close):
-                close()
-        finally:
-            self._settle(completed=False)
-
-    def __enter__(self) -> GuardedStream:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            if not getattr(self, "_settled", True):
-                self._settle(completed=False)
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
-
-
 # -- the async driver --------------------------------------------------------------------------
 
 
@@ -196,6 +113,8 @@ async def run_async(
 
 async def finish_async(call: Call, result: Any) -> Any:
     if call.stream:
+        if call.api.stream_answer is not None:
+            return call.api.stream_answer(call, result, True)
         return AsyncGuardedStream(call, result)
     return await settle_answer_async(call, result)
 
@@ -238,63 +157,6 @@ async def run_ladder_async(
     raise ladder.exhausted()
 
 
-class AsyncGuardedStream(_StreamProxy):
-    """An async provider stream that bills when it ends, breaks, is closed or is dropped."""
-
-    def __aiter__(self) -> AsyncGuardedStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        if self._iter is None:
-            self._iter = self._inner.__aiter__()
-        while True:
-            try:
-                chunk = await self._iter.__anext__()
-            except StopAsyncIteration:
-                await self._settle(completed=True)
-                raise
-            except BaseException:
-                await self._settle(completed=False)
-                raise
-            if self._call.shown(self._state, chunk):
-                return chunk
-
-    async def _settle(self, completed: bool) -> None:
-        if self._settled:
-            return
-        self._settled = True
-        call, state = self._call, self._state
-        await settle_async(
-            call, call.stream_usage(state, completed), self, call.stream_capped(state)
-        )
-
-    async def close(self) -> None:
-        try:
-            close = getattr(self._inner, "aclose", None) or getattr(self._inner, "close", None)
-            if callable(close):
-                await close()
-        finally:
-            await self._settle(completed=False)
-
-    aclose = close
-
-    async def __aenter__(self) -> AsyncGuardedStream:
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
-
-    def __del__(self) -> None:
-        # No loop to await on here: bill with the blocking call (it releases the GIL).
-        try:
-            if not getattr(self, "_settled", True):
-                self._settled = True
-                call, state = self._call, self._state
-                settle_sync(call, call.stream_usage(state, False), self, call.stream_capped(state))
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
-
-
 # -- the client proxies ------------------------------------------------------------------------
 
 
@@ -328,7 +190,9 @@ class GuardedClient:
         fallbacks: Optional[list[str]] = None,
         credential: str = "default",
     ):
-        self._client = client
+        # Not `_client`: SDK code reads a client's own `_client` (its HTTP client), which
+        # passes through (Pydantic AI's `max_retries` hands it to `with_options`).
+        self._wrapped = client
         self._guard: _core.Guard = guard
         self._guard_user = user
         # None: no ladder (and no health tracking); a list: the models tried in order after
@@ -340,28 +204,28 @@ class GuardedClient:
     @property
     def client(self) -> Any:
         """The wrapped client (unguarded)."""
-        return self._client
+        return self._wrapped
 
     @property
     def guard(self) -> Any:
         return self._guard
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("_client", "_guard", "_guard_user", "_fallbacks", "_credential"):
+        if name in ("_wrapped", "_guard", "_guard_user", "_fallbacks", "_credential"):
             raise AttributeError(name)
-        return getattr(self._client, name)
+        return getattr(self._wrapped, name)
 
     def with_options(self, **options: Any) -> Any:
         """The wrapped client's `with_options(...)`, guarded the same way."""
-        return self._same(self._client.with_options(**options), self._guard_user)
+        return self._same(self._wrapped.with_options(**options), self._guard_user)
 
     def copy(self, **options: Any) -> Any:
         """The wrapped client's `copy(...)`, guarded the same way."""
-        return self._same(self._client.copy(**options), self._guard_user)
+        return self._same(self._wrapped.copy(**options), self._guard_user)
 
     def for_user(self, user: Optional[str]) -> Any:
         """The same client and guard, with another default user."""
-        return self._same(self._client, user)
+        return self._same(self._wrapped, user)
 
     def _same(self, client: Any, user: Optional[str]) -> Any:
         return type(self)(client, self._guard, user, self._fallbacks, self._credential)
@@ -383,4 +247,4 @@ class GuardedClient:
         return guarded
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} user={self._guard_user!r} client={self._client!r}>"
+        return f"<{type(self).__name__} user={self._guard_user!r} client={self._wrapped!r}>"

@@ -1,8 +1,11 @@
 """Google Gen AI SDK (`google-genai`) plumbing: `models.generate_content` and
 `models.generate_content_stream`, and their `client.aio` twins, are admitted (the prompt
 counted, `max_output_tokens` and `thinking_config.thinking_budget` fitted, in the core) and
-billed from `usage_metadata`; everything else (`count_tokens`, files, caches, ...) passes
-through.
+billed from `usage_metadata`; automatic function calling runs turn by turn, each turn a
+guarded call (`genai_afc`); `chats` send through the guarded `models`; `embed_content` is
+counted and billed as input; the generating resources the guard cannot meter (batch jobs,
+the Interactions and Live APIs) are refused; everything else (`count_tokens`, files,
+caches, ...) passes through.
 
     from google import genai
     from usage_guard.genai import GuardedGenAI
@@ -16,12 +19,25 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from google.genai import _transformers as transformers
 from google.genai import types
+from google.genai.chats import AsyncChats, Chats
+from google.genai.models import AsyncModels, Models
 
 from .call import Api, StreamState, g, reported
 from .flow import GuardedClient, Proxy
+from .genai_afc import afc_async, afc_sync, refuse_stream_afc
+from .genai_config import prepare, refuse_metered_extra_body
 
-__all__ = ["GuardedGenAI", "GuardedAsyncGenAI", "GENERATE", "GENERATE_STREAM"]
+__all__ = [
+    "GuardedGenAI",
+    "GuardedAsyncGenAI",
+    "GuardedModels",
+    "GuardedAsyncModels",
+    "GENERATE",
+    "GENERATE_STREAM",
+    "EMBED",
+]
 
 WORD = "gemini"
 
@@ -98,73 +114,126 @@ GENERATE_STREAM = Api(
 )
 
 
-# What metering reads in the REST body, by its camelCase name (the SDK also accepts the
-# snake_case one in `extra_body`): the prompt's fields, and in the generation config the
-# output maximum, the answer count and the thinking budget.
-_METERED_BODY = ("contents", "systemInstruction", "tools")
-_METERED_GENERATION = ("maxOutputTokens", "candidateCount", "thinkingConfig")
-
-
-def _snake(name: str) -> str:
-    return "".join("_" + c.lower() if c.isupper() else c for c in name)
-
-
-def _metered_keys(extra: Any, where: str) -> list[str]:
-    """The keys of an `extra_body` (Gemini's REST shape) that metering reads, as paths."""
-    if not isinstance(extra, dict):
-        return []
-    top = _METERED_BODY + tuple(map(_snake, _METERED_BODY))
-    found = [f"{where}.{k}" for k in top if k in extra]
-    for name in ("generationConfig", "generation_config"):
-        generation = extra.get(name)
-        if isinstance(generation, dict):
-            keys = _METERED_GENERATION + tuple(map(_snake, _METERED_GENERATION))
-            found += [f"{where}.{name}.{k}" for k in keys if k in generation]
-    return found
-
-
-def refuse_metered_extra_body(http_options: Any, where: str) -> None:
-    """Refuses an `extra_body` (the SDK merges it over the request body it built from the
-    config, recursively) that carries a field metering reads: the guard would count and fit
-    the config's value while the provider received another. Raises ValueError naming it."""
-    extra = g(http_options, "extra_body")
-    found = _metered_keys(extra, f"{where}.extra_body")
-    if found:
+def _no_extra_body(kwargs: dict[str, Any]) -> None:
+    """An embedding request's `extra_body` could add texts the guard never counted."""
+    if g(kwargs.get("config"), "http_options", "extra_body") is not None:
         raise ValueError(
-            f"{found[0]}: {where}.extra_body may not set what the guard counts or fits "
-            "(contents, system instruction, tools, max_output_tokens, candidate_count, "
-            "thinking_config); pass it as the argument or config field of the same name, "
-            "where it is counted and fitted"
+            "config.http_options.extra_body: embed_content may not carry an extra_body (it "
+            "could add texts the guard does not count); pass the texts as `contents`"
         )
 
 
-def _model_name(model: Any) -> Any:
-    """`models/<id>`, the resource name, is the model `<id>` (the SDK sends both to the same
-    endpoint): admission reads the id the policy declares."""
-    if isinstance(model, str) and model.startswith("models/"):
-        return model[len("models/") :]
-    return model
+def _texts(contents: Any) -> list[str]:
+    """The texts of an embedding request, which the guard counts; anything else (an image,
+    a file) is refused (TypeError): it would be embedded and billed, never counted."""
+    texts = []
+    for content in transformers.t_contents(contents):
+        for part in content.parts or ():
+            if part.text is None:
+                raise TypeError(
+                    "usage_guard: embed_content meters text only; this part is not text: "
+                    f"{part!r:.80}"
+                )
+            texts.append(part.text)
+    return texts
 
 
-def _with_config(guarded: Callable[..., Any]) -> Callable[..., Any]:
-    """`guarded` given a config even when the caller gave none: admission writes the fitted
-    output maximum into the request's config, which must be the SDK's `config`. The model's
-    resource name is read as its id; an `extra_body` setting a metered field is refused."""
+# `embed_content`: its texts counted (as `input`, by the core's embeddings counting) and
+# billed as input; Gemini reports no usage for embeddings, so the count is what is billed.
+EMBED = Api(word="openai.embeddings", embeddings=True, apply_fitted=_apply_fitted)
 
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("config") is None:
-            kwargs["config"] = {}
-        if "model" in kwargs:
-            kwargs["model"] = _model_name(kwargs["model"])
-        refuse_metered_extra_body(g(kwargs["config"], "http_options"), "config.http_options")
-        return guarded(*args, **kwargs)
 
-    call.__doc__ = guarded.__doc__
-    return call
+def _embed(guarded: Callable[..., Any]) -> Callable[..., Any]:
+    def embed_content(**kwargs: Any) -> Any:
+        kwargs = prepare(kwargs, types.EmbedContentConfig)
+        _no_extra_body(kwargs)
+        return guarded(input=_texts(kwargs.get("contents")), **kwargs)
+
+    embed_content.__doc__ = guarded.__doc__
+    return embed_content
+
+
+def _without_input(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The SDK method, given the keywords less `input` (what admission counted)."""
+    return lambda input, **kwargs: fn(**kwargs)  # noqa: A006
+
+
+def _generate(guarded: Callable[..., Any], afc: Callable[..., Any]) -> Callable[..., Any]:
+    run = afc(guarded)
+
+    def generate_content(**kwargs: Any) -> Any:
+        return run(**prepare(kwargs, types.GenerateContentConfig))
+
+    generate_content.__doc__ = guarded.__doc__
+    return generate_content
+
+
+def _stream(guarded: Callable[..., Any], is_async: bool) -> Callable[..., Any]:
+    def generate_content_stream(**kwargs: Any) -> Any:
+        kwargs = prepare(kwargs, types.GenerateContentConfig)
+        refuse_stream_afc(kwargs, is_async)
+        return guarded(**kwargs)
+
+    generate_content_stream.__doc__ = guarded.__doc__
+    return generate_content_stream
+
+
+def _guarded_methods(owner: GuardedClient, models: Any) -> dict[str, Callable[..., Any]]:
+    """The guarded methods of `models` (the SDK's `Models` or `AsyncModels`)."""
+    is_async = owner._is_async
+    return {
+        "generate_content": _generate(
+            owner._guarded(GENERATE, models.generate_content),
+            afc_async if is_async else afc_sync,
+        ),
+        "generate_content_stream": _stream(
+            owner._guarded(GENERATE_STREAM, models.generate_content_stream), is_async
+        ),
+        "embed_content": _embed(owner._guarded(EMBED, _without_input(models.embed_content))),
+    }
+
+
+class GuardedModels(Models):
+    """The client's `models`, guarded: `generate_content` (automatic function calling turn by
+    turn), `generate_content_stream` and `embed_content`; the rest is the SDK's, over the same
+    API client. An SDK `Models`, so that the SDK's chats take it (they check)."""
+
+    def __init__(self, models: Models, owner: GuardedClient):
+        super().__init__(models._api_client)
+        self._inner = models
+        vars(self).update(_guarded_methods(owner, models))
+
+    def __repr__(self) -> str:
+        return f"<guarded {self._inner!r}>"
+
+
+class GuardedAsyncModels(AsyncModels):
+    """`GuardedModels` for `client.aio`: the guarded methods are coroutines."""
+
+    def __init__(self, models: AsyncModels, owner: GuardedClient):
+        super().__init__(models._api_client)
+        self._inner = models
+        vars(self).update(_guarded_methods(owner, models))
+
+    def __repr__(self) -> str:
+        return f"<guarded {self._inner!r}>"
+
+
+def _refused(what: str, how: str) -> Callable[..., Any]:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"usage_guard: {what} is not metered, so a guarded client refuses it; {how}"
+        )
+
+    return refused
+
+
+_GENERATE_INSTEAD = "call models.generate_content (or chats), which are metered"
 
 
 class _GuardedGenAIClient(GuardedClient):
-    """What the sync and async guarded clients share: the guarded `models`."""
+    """What the sync and async guarded clients share: the guarded `models` and `chats`, and
+    the generating resources the guard cannot meter refused."""
 
     def __init__(
         self,
@@ -180,12 +249,50 @@ class _GuardedGenAIClient(GuardedClient):
         options = g(client, "_api_client", "_http_options")
         refuse_metered_extra_body(options, "http_options")
         models = client.models
-        self.models = Proxy(
-            models,
-            generate_content=_with_config(self._guarded(GENERATE, models.generate_content)),
-            generate_content_stream=_with_config(
-                self._guarded(GENERATE_STREAM, models.generate_content_stream)
-            ),
+        if isinstance(models, AsyncModels):
+            self.models: Any = GuardedAsyncModels(models, self)
+        elif isinstance(models, Models):
+            self.models = GuardedModels(models, self)
+        else:  # not the SDK's (a stand-in): its guarded methods, the rest passing through
+            self.models = Proxy(models, **_guarded_methods(self, models))
+
+    @property
+    def chats(self) -> Any:
+        """The SDK's chats over the guarded `models`: each request a chat sends (each model
+        turn of its automatic function calling too) is admitted and billed."""
+        if isinstance(self.models, GuardedAsyncModels):
+            return AsyncChats(modules=self.models)
+        if isinstance(self.models, GuardedModels):
+            return Chats(modules=self.models)
+        raise TypeError(
+            "usage_guard: chats need the SDK's own models resource, which this client does "
+            "not have; call models.generate_content with the history as contents"
+        )
+
+    @property
+    def interactions(self) -> Any:
+        """Refused: the Interactions API generates outside the metered `models` calls."""
+        return Proxy(
+            self.client.interactions,
+            create=_refused("interactions.create (the Interactions API)", _GENERATE_INSTEAD),
+        )
+
+    @property
+    def batches(self) -> Any:
+        """`batches` with `create` and `create_embeddings` refused (their requests run later,
+        unseen by the guard, with no usage to bill); get, list, cancel, delete pass."""
+        how = "send the requests one by one through models.generate_content / embed_content"
+        return Proxy(
+            self.client.batches,
+            create=_refused("batches.create (a batch job)", how),
+            create_embeddings=_refused("batches.create_embeddings (a batch job)", how),
+        )
+
+    @property
+    def live(self) -> Any:
+        """`live` with `connect` refused: a Live API session generates unmetered."""
+        return Proxy(
+            self.client.live, connect=_refused("live.connect (the Live API)", _GENERATE_INSTEAD)
         )
 
 
@@ -197,8 +304,9 @@ class GuardedAsyncGenAI(_GuardedGenAIClient):
 
 
 class GuardedGenAI(_GuardedGenAIClient):
-    """A `genai.Client` whose `models.generate_content` and `generate_content_stream` are
-    guarded, and whose `aio` is a `GuardedAsyncGenAI`.
+    """A `genai.Client` whose `models.generate_content`, `generate_content_stream` and
+    `embed_content` are guarded, whose `chats` send through them, and whose `aio` is a
+    `GuardedAsyncGenAI`.
 
     `user` is the default user; a call's `user=` keyword overrides it and is not sent.
     """

@@ -1,6 +1,9 @@
 """OpenAI SDK plumbing: `chat.completions.create`, `responses.create`, the legacy
 `completions.create` (plain and streaming) and `embeddings.create` are admitted (counted
-and fitted in the core) and billed; everything else passes through.
+and fitted in the core) and billed, and so are chat's and responses' `parse`, their
+`with_raw_response` and `with_streaming_response` twins and `stream(...)` helpers
+(`openai_streams`), reached from the client, `chat` or `beta.chat`; everything else passes
+through.
 
     from openai import OpenAI
     from usage_guard.openai import GuardedOpenAI
@@ -17,6 +20,13 @@ from typing import Any, Callable, Optional
 
 from .call import Api, StreamState, g, reported
 from .flow import GuardedClient, Proxy
+from .openai_streams import (
+    guarded_helper,
+    guarded_streaming,
+    read_answer,
+    read_body,
+    streamed_answer,
+)
 
 __all__ = [
     "GuardedOpenAI",
@@ -194,6 +204,12 @@ RESPONSES_RAW = Api(
 # directly leaves nothing to bill but the error. The caller gets what `parse` returns.
 CHAT_PARSE = replace(CHAT_RAW, returns_answer=True, check=None)
 RESPONSES_PARSE = replace(RESPONSES_RAW, returns_answer=True, check=_no_background)
+# `with_streaming_response.create` / `.parse` (the OpenAI Agents SDK streams through it): a
+# plain answer is read on entry and billed; a stream is its parse(), billed as it is read.
+CHAT_STREAMING = replace(CHAT, answer=read_answer, unread=read_body, stream_answer=streamed_answer)
+RESPONSES_STREAMING = replace(
+    RESPONSES, answer=read_answer, unread=read_body, stream_answer=streamed_answer
+)
 
 
 def _guarded_raw(client: GuardedClient, api: Api, resource: Any) -> dict[str, Any]:
@@ -202,6 +218,31 @@ def _guarded_raw(client: GuardedClient, api: Api, resource: Any) -> dict[str, An
     raw = resource.with_raw_response
     names = ("create", "parse") if hasattr(raw, "parse") else ("create",)
     return {name: client._guarded(api, getattr(raw, name)) for name in names}
+
+
+def _guarded_resource(
+    client: GuardedClient, resource: Any, apis: tuple[Api, Api, Api, Api]
+) -> tuple[Proxy, Proxy, Proxy]:
+    """`resource` (chat completions or responses) with `create`, `parse`, their raw and
+    streaming-response twins and the `stream(...)` helper guarded, given its (plain, raw,
+    parse, streaming) `Api`s; (resource, with_raw_response, with_streaming_response)."""
+    plain, raw_api, parse_api, streaming_api = apis
+    # Structured-output `parse` takes and answers the same shapes as `create`; it is sent
+    # through its raw twin (`parse_api`), which is guarded too.
+    raw = Proxy(resource.with_raw_response, **_guarded_raw(client, raw_api, resource))
+    streaming = guarded_streaming(client, streaming_api, resource)
+    methods: dict[str, Any] = {
+        "create": client._guarded(plain, resource.create),
+        "with_raw_response": raw,
+        "with_streaming_response": streaming,
+    }
+    if "parse" in raw.__dict__:
+        methods["parse"] = client._guarded(parse_api, resource.with_raw_response.parse)
+    guarded = Proxy(resource, **methods)
+    helper = guarded_helper(client, guarded, resource)
+    if helper is not None:
+        guarded.__dict__["stream"] = helper
+    return guarded, raw, streaming
 
 
 class _GuardedOpenAIClient(GuardedClient):
@@ -216,40 +257,36 @@ class _GuardedOpenAIClient(GuardedClient):
         credential: str = "default",
     ):
         super().__init__(client, guard, user, fallbacks, credential)
-        chat = client.chat.completions
-        # Structured-output `parse` takes and answers the same shapes as `create`; it is
-        # sent through its raw twin (CHAT_PARSE), which is guarded too.
-        raw_chat = Proxy(chat.with_raw_response, **_guarded_raw(self, CHAT_RAW, chat))
-        raw_responses = Proxy(
-            client.responses.with_raw_response,
-            **_guarded_raw(self, RESPONSES_RAW, client.responses),
+        chat = client.chat
+        completions, raw_chat, streaming_chat = _guarded_resource(
+            self, chat.completions, (CHAT, CHAT_RAW, CHAT_PARSE, CHAT_STREAMING)
         )
-        guarded_chat: dict[str, Any] = {"create": self._guarded(CHAT, chat.create)}
-        if "parse" in raw_chat.__dict__:
-            guarded_chat["parse"] = self._guarded(CHAT_PARSE, chat.with_raw_response.parse)
-        guarded_responses: dict[str, Any] = {
-            "create": self._guarded(RESPONSES, client.responses.create)
-        }
-        if "parse" in raw_responses.__dict__:
-            guarded_responses["parse"] = self._guarded(
-                RESPONSES_PARSE, client.responses.with_raw_response.parse
-            )
-        guarded_chat["with_raw_response"] = raw_chat
-        guarded_responses["with_raw_response"] = raw_responses
-        completions = Proxy(chat, **guarded_chat)
-        responses = Proxy(client.responses, **guarded_responses)
-        # The same raw calls reached from the client or from `chat` are guarded the same way.
-        raw_root = client.with_raw_response
+        responses, raw_responses, streaming_responses = _guarded_resource(
+            self,
+            client.responses,
+            (RESPONSES, RESPONSES_RAW, RESPONSES_PARSE, RESPONSES_STREAMING),
+        )
+        # The same calls reached from the client, from `chat` or from `beta.chat` (LangChain
+        # streams structured output with `beta.chat.completions.stream`) are guarded alike.
         self.with_raw_response = Proxy(
-            raw_root,
-            chat=Proxy(raw_root.chat, completions=raw_chat),
+            client.with_raw_response,
+            chat=Proxy(client.with_raw_response.chat, completions=raw_chat),
             responses=raw_responses,
         )
-        self.chat = Proxy(
-            client.chat,
-            completions=completions,
-            with_raw_response=Proxy(client.chat.with_raw_response, completions=raw_chat),
+        self.with_streaming_response = Proxy(
+            client.with_streaming_response,
+            chat=Proxy(client.with_streaming_response.chat, completions=streaming_chat),
+            responses=streaming_responses,
         )
+        self.chat = Proxy(
+            chat,
+            completions=completions,
+            with_raw_response=Proxy(chat.with_raw_response, completions=raw_chat),
+            with_streaming_response=Proxy(chat.with_streaming_response, completions=streaming_chat),
+        )
+        beta = getattr(client, "beta", None)
+        if beta is not None and hasattr(beta, "chat"):
+            self.beta = Proxy(beta, chat=self.chat)
         self.responses = responses
         self.completions = Proxy(
             client.completions, create=self._guarded(COMPLETIONS, client.completions.create)
