@@ -2,6 +2,8 @@
 //! time-out after it landed), on a real Redis: its give-back must give back in the store only
 //! the holds the store placed for it.
 
+#![cfg(feature = "redis")]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
