@@ -211,8 +211,15 @@ async def test_unmetered_generation_is_refused(fake: FakeProvider, make_guard: A
         guarded.batches.create(model=FLASH, src=inlined)
     with pytest.raises(TypeError, match="create_embeddings"):
         guarded.aio.batches.create_embeddings(model=EMBEDDING, src={"inlined_requests": {}})
-    with pytest.raises(TypeError, match="Interactions API"):
-        guarded.interactions.create(model=FLASH, input="Hi")
+    for interactions in (guarded.interactions, guarded.aio.interactions):
+        for create in (
+            interactions.create,
+            interactions.with_raw_response.create,
+            interactions.with_streaming_response.create,
+            interactions.do_request,
+        ):
+            with pytest.raises(TypeError, match="Interactions API"):
+                create(model=FLASH, input="Hi")
     with pytest.raises(TypeError, match="Live API"):
         guarded.aio.live.connect(model=FLASH)
     assert fake.requests == []

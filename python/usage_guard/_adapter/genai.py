@@ -17,6 +17,7 @@ caches, ...) passes through.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Optional
 
 from google.genai import _transformers as transformers
@@ -181,10 +182,11 @@ def _stream(guarded: Callable[..., Any], is_async: bool) -> Callable[..., Any]:
 def _guarded_methods(owner: GuardedClient, models: Any) -> dict[str, Callable[..., Any]]:
     """The guarded methods of `models` (the SDK's `Models` or `AsyncModels`)."""
     is_async = owner._is_async
+    vertex = bool(getattr(getattr(models, "_api_client", None), "vertexai", False))
     return {
         "generate_content": _generate(
             owner._guarded(GENERATE, models.generate_content),
-            afc_async if is_async else afc_sync,
+            partial(afc_async, vertex=vertex) if is_async else afc_sync,
         ),
         "generate_content_stream": _stream(
             owner._guarded(GENERATE_STREAM, models.generate_content_stream), is_async
@@ -271,11 +273,16 @@ class _GuardedGenAIClient(GuardedClient):
 
     @property
     def interactions(self) -> Any:
-        """Refused: the Interactions API generates outside the metered `models` calls."""
-        return Proxy(
-            self.client.interactions,
-            create=_refused("interactions.create (the Interactions API)", _GENERATE_INSTEAD),
-        )
+        """Refused: the Interactions API generates outside the metered `models` calls
+        (`create`, its raw and streaming twins and `do_request`); get, cancel, delete pass."""
+        resource = self.client.interactions
+        refused = _refused("interactions.create (the Interactions API)", _GENERATE_INSTEAD)
+        twins = {
+            name: Proxy(getattr(resource, name), create=refused)
+            for name in ("with_raw_response", "with_streaming_response")
+            if hasattr(resource, name)
+        }
+        return Proxy(resource, create=refused, do_request=refused, **twins)
 
     @property
     def batches(self) -> Any:

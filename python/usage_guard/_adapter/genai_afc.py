@@ -29,20 +29,27 @@ _HOW = (
 )
 
 
-def _functions(config: Any, is_async: bool) -> dict[str, Any]:
+def _functions(config: Any, is_async: bool, vertex: bool = False) -> dict[str, Any]:
     """The Python functions AFC would run for `config`; empty when AFC is off for it (turned
-    off, no functions, or tools it cannot run beside them: then the SDK sends one request)."""
+    off, no functions, or tools it cannot run beside them: then the SDK sends one request).
+    `vertex`: the client is Vertex AI's, whose async calls run MCP servers' tools (refused
+    here: their turns would run inside one call)."""
     if not config or _extra_utils.should_disable_afc(config):
         return {}
-    if _extra_utils.find_afc_incompatible_tool_indexes(config):
-        return {}
     tools = _tools(config)
-    if tools and _mcp_utils.has_mcp_session_usage(tools):
+    sessions = bool(tools) and _mcp_utils.has_mcp_session_usage(tools)
+    servers = is_async and vertex and _extra_utils.has_agent_platform_mcp_servers(config)
+    if sessions or servers:
         raise TypeError(
-            "usage_guard: MCP sessions as tools with automatic function calling are not "
-            "metered turn by turn; use client.aio.chats.create(...).send_message, or set "
+            "usage_guard: MCP tools with automatic function calling are not metered turn by "
+            "turn; use client.aio.chats.create(...).send_message, or set "
             "automatic_function_calling={'disable': True}"
         )
+    incompatible = _extra_utils.find_afc_incompatible_tool_indexes(
+        config, is_agent_platform=is_async and vertex
+    )
+    if incompatible:
+        return {}
     functions: dict[str, Any] = _extra_utils.get_function_map(
         config, is_caller_method_async=is_async
     )
@@ -121,11 +128,14 @@ def afc_sync(guarded: Callable[..., Any]) -> Callable[..., Any]:
     return generate_content
 
 
-def afc_async(guarded: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """`afc_sync` for `client.aio` (functions may be coroutine functions, as the SDK's)."""
+def afc_async(
+    guarded: Callable[..., Awaitable[Any]], vertex: bool = False
+) -> Callable[..., Awaitable[Any]]:
+    """`afc_sync` for `client.aio` (functions may be coroutine functions, as the SDK's);
+    `vertex`: the client is Vertex AI's (`_functions`)."""
 
     async def generate_content(**kwargs: Any) -> Any:
-        functions = _functions(kwargs["config"], is_async=True)
+        functions = _functions(kwargs["config"], is_async=True, vertex=vertex)
         if not functions:
             return await guarded(**kwargs)
         turns = _Turns(kwargs)

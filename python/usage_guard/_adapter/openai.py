@@ -284,8 +284,11 @@ class _GuardedOpenAIClient(GuardedClient):
             with_raw_response=Proxy(chat.with_raw_response, completions=raw_chat),
             with_streaming_response=Proxy(chat.with_streaming_response, completions=streaming_chat),
         )
+        # `beta.chat` is the main `chat` in today's SDK (parse and stream on both): guarded
+        # as it. An older SDK's beta-only resource passes through as it was.
         beta = getattr(client, "beta", None)
-        if beta is not None and hasattr(beta, "chat"):
+        beta_chat = getattr(beta, "chat", None)
+        if type(getattr(beta_chat, "completions", None)) is type(chat.completions):
             self.beta = Proxy(beta, chat=self.chat)
         self.responses = responses
         self.completions = Proxy(
