@@ -248,10 +248,11 @@ def test_everything_else_passes_through(fake, make_guard):
     raw = sdk(fake)
     client = GuardedAnthropic(raw, make_guard(policy()), user="alice")
     assert client.models is raw.models
-    # beta.messages.create is guarded (Pydantic AI calls it); the rest of beta passes through.
+    # beta.messages is guarded like messages (Pydantic AI calls it); the rest of beta passes
+    # through, and so do a batch job's reads (its create is refused: test_..._twins.py).
     assert client.beta.files is raw.beta.files
-    assert client.beta.messages.batches is raw.beta.messages.batches
-    assert client.messages.batches is raw.messages.batches
+    assert client.beta.messages.batches.list == raw.beta.messages.batches.list
+    assert client.messages.batches.retrieve == raw.messages.batches.retrieve
     assert client.messages.count_tokens == raw.messages.count_tokens
 
 

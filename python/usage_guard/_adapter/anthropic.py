@@ -1,6 +1,8 @@
-"""Anthropic SDK plumbing: `messages.create` (plain and `stream=True`) and
-`messages.stream(...)` are admitted (counted, and the output maximum and thinking budget
-fitted, in the core) and billed; everything else passes through.
+"""Anthropic SDK plumbing: `messages.create` (plain and `stream=True`), `messages.stream(...)`,
+`messages.parse` and the raw twins, on `messages` and `beta.messages`, are admitted (counted,
+and the output maximum and thinking budget fitted, in the core) and billed; the ways the guard
+cannot meter (streaming-response twins, the tool runner, batch jobs) are refused; everything
+else passes through.
 
     from anthropic import Anthropic
     from usage_guard.anthropic import GuardedAnthropic
@@ -15,6 +17,7 @@ fitted, in the core) and billed; everything else passes through.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any, Optional
 
 from .call import (
@@ -32,6 +35,7 @@ from .call import (
 )
 from .flow import GuardedClient, Proxy
 from .sealed import seal_stream
+from .twins import no_raw_stream, parsed, raw_body, refused
 
 __all__ = ["GuardedAnthropic", "GuardedAsyncAnthropic", "MESSAGES"]
 
@@ -82,6 +86,31 @@ MESSAGES = Api(
     reasoning_text=_thinking,
     observe=_observe,
 )
+# `with_raw_response.create`: billed from the parsed answer (from the JSON sent, when the SDK
+# cannot parse it); a raw stream, whose events the guard would never see, is refused.
+MESSAGES_RAW = replace(MESSAGES, observe=None, answer=parsed, unread=raw_body, check=no_raw_stream)
+# `parse` (structured output), sent through its raw twin: an answer that does not validate is
+# billed from the JSON the provider sent (called directly, it left nothing to bill).
+MESSAGES_PARSE = replace(MESSAGES_RAW, returns_answer=True, check=None)
+
+
+def _raw_parse(messages: Any, is_async: bool) -> Any:
+    """The raw twin of `messages.parse`: the SDK's (`beta.messages`), or made with the SDK's
+    own wrapper; None when neither is at hand (then `parse` is guarded as it is)."""
+    raw = messages.with_raw_response
+    if hasattr(raw, "parse"):
+        return raw.parse
+    try:
+        from anthropic import _response
+
+        wrap = (
+            _response.async_to_raw_response_wrapper
+            if is_async
+            else _response.to_raw_response_wrapper
+        )
+    except (ImportError, AttributeError):  # pragma: no cover - another SDK layout
+        return None
+    return wrap(messages.parse)
 
 
 def _snapshot_state(stream: Any) -> tuple[StreamState, bool]:
@@ -177,7 +206,7 @@ class _StreamManager:
 
 class _GuardedAnthropicClient(GuardedClient):
     """What the sync and async guarded Anthropic clients share: the guarded messages
-    (`messages.create` and `.stream`, `beta.messages.create`)."""
+    and `beta.messages` (`_messages`)."""
 
     def __init__(
         self,
@@ -193,15 +222,61 @@ class _GuardedAnthropicClient(GuardedClient):
         def stream(*args: Any, **kwargs: Any) -> _StreamManager:
             return _StreamManager(self, messages.stream, args, kwargs)
 
-        stream.__doc__ = messages.stream.__doc__
-        self.messages = Proxy(
-            messages, create=self._guarded(MESSAGES, messages.create), stream=stream
-        )
+        self.messages = self._messages(messages)
         # The beta messages API (Pydantic AI calls it) takes and answers the same shapes.
-        beta = client.beta.messages
-        self.beta = Proxy(
-            client.beta, messages=Proxy(beta, create=self._guarded(MESSAGES, beta.create))
-        )
+        self.beta = Proxy(client.beta, messages=self._messages(client.beta.messages))
+
+    def _messages(self, messages: Any) -> Proxy:
+        """`messages` (or `beta.messages`) guarded: `create`, `parse`, `stream(...)` and the
+        raw twins; the streaming-response twins, the tool runner and batch jobs, which the
+        guard cannot meter, refused; `count_tokens` and the rest pass."""
+
+        def stream(*args: Any, **kwargs: Any) -> _StreamManager:
+            return _StreamManager(self, messages.stream, args, kwargs)
+
+        stream.__doc__ = messages.stream.__doc__
+        raw = messages.with_raw_response
+        guarded = {
+            "create": self._guarded(MESSAGES, messages.create),
+            "stream": stream,
+            "with_raw_response": Proxy(
+                raw,
+                **{
+                    name: self._guarded(MESSAGES_RAW, getattr(raw, name))
+                    for name in ("create", "parse")
+                    if hasattr(raw, name)
+                },
+                batches=_refusing_batches(raw.batches),
+            ),
+            "with_streaming_response": Proxy(
+                messages.with_streaming_response,
+                create=refused(
+                    "messages.with_streaming_response.create",
+                    "call messages.create(stream=True) or messages.stream(...)",
+                ),
+            ),
+            "batches": _refusing_batches(messages.batches),
+        }
+        if hasattr(messages, "parse"):
+            raw_parse = _raw_parse(messages, self._is_async)
+            guarded["parse"] = (
+                self._guarded(MESSAGES, messages.parse)
+                if raw_parse is None
+                else self._guarded(MESSAGES_PARSE, raw_parse)
+            )
+        if hasattr(messages, "tool_runner"):
+            guarded["tool_runner"] = refused(
+                "messages.tool_runner (its calls go through the SDK's own client)",
+                "call messages.create in your own tool loop",
+            )
+        return Proxy(messages, **guarded)
+
+
+def _refusing_batches(batches: Any) -> Proxy:
+    """`batches` with `create` refused: a batch job's calls run later, unseen by the guard,
+    with no usage to bill; retrieve, list, results, cancel and delete pass."""
+    how = "send the requests one by one through messages.create"
+    return Proxy(batches, create=refused("messages.batches.create (a batch job)", how))
 
 
 class GuardedAnthropic(_GuardedAnthropicClient):

@@ -4,6 +4,7 @@ raised without an answer."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any
 
@@ -76,6 +77,8 @@ async def settle_answer_async(call: Call, result: Any) -> Any:
     """`settle_answer_sync` for asyncio."""
     try:
         answer = result if call.api.answer is None else call.api.answer(result)
+        if inspect.isawaitable(answer):  # an async raw response's parse() (Anthropic's)
+            answer = await answer
     except BaseException as exc:
         answer = unread_answer(call, result)
         if answer is None or call.api.returns_answer:

@@ -29,6 +29,7 @@ from .call import Api, StreamState, g, reported
 from .flow import GuardedClient, Proxy
 from .genai_afc import afc_async, afc_sync, refuse_stream_afc
 from .genai_config import prepare, refuse_metered_extra_body
+from .twins import refused
 
 __all__ = [
     "GuardedGenAI",
@@ -221,15 +222,6 @@ class GuardedAsyncModels(AsyncModels):
         return f"<guarded {self._inner!r}>"
 
 
-def _refused(what: str, how: str) -> Callable[..., Any]:
-    def refused(*args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
-            f"usage_guard: {what} is not metered, so a guarded client refuses it; {how}"
-        )
-
-    return refused
-
-
 _GENERATE_INSTEAD = "call models.generate_content (or chats), which are metered"
 
 
@@ -276,13 +268,13 @@ class _GuardedGenAIClient(GuardedClient):
         """Refused: the Interactions API generates outside the metered `models` calls
         (`create`, its raw and streaming twins and `do_request`); get, cancel, delete pass."""
         resource = self.client.interactions
-        refused = _refused("interactions.create (the Interactions API)", _GENERATE_INSTEAD)
+        refuse = refused("interactions.create (the Interactions API)", _GENERATE_INSTEAD)
         twins = {
-            name: Proxy(getattr(resource, name), create=refused)
+            name: Proxy(getattr(resource, name), create=refuse)
             for name in ("with_raw_response", "with_streaming_response")
             if hasattr(resource, name)
         }
-        return Proxy(resource, create=refused, do_request=refused, **twins)
+        return Proxy(resource, create=refuse, do_request=refuse, **twins)
 
     @property
     def batches(self) -> Any:
@@ -291,15 +283,15 @@ class _GuardedGenAIClient(GuardedClient):
         how = "send the requests one by one through models.generate_content / embed_content"
         return Proxy(
             self.client.batches,
-            create=_refused("batches.create (a batch job)", how),
-            create_embeddings=_refused("batches.create_embeddings (a batch job)", how),
+            create=refused("batches.create (a batch job)", how),
+            create_embeddings=refused("batches.create_embeddings (a batch job)", how),
         )
 
     @property
     def live(self) -> Any:
         """`live` with `connect` refused: a Live API session generates unmetered."""
         return Proxy(
-            self.client.live, connect=_refused("live.connect (the Live API)", _GENERATE_INSTEAD)
+            self.client.live, connect=refused("live.connect (the Live API)", _GENERATE_INSTEAD)
         )
 
 
