@@ -113,6 +113,10 @@ def test_embed_bills_input(fake, make_guard):
     reply = client.embed("nomic-embed-text", ["a", "b", "c"])
     assert len(reply.embeddings) == 3
     assert used(guard, "alice", "nomic-embed-text") == 21
+    # The legacy endpoint reached the server unmetered; it is refused, nothing sent.
+    with pytest.raises(TypeError, match="legacy endpoint"):
+        client.embeddings("nomic-embed-text", "a text")
+    assert [r.path for r in fake.requests] == ["/api/embed"]
 
 
 def test_provider_error_releases(fake, make_guard):

@@ -1,6 +1,6 @@
 """Ollama SDK plumbing: `chat`, `generate` (plain and streaming) and `embed` are admitted
-(counted, and `options.num_predict` fitted, in the core) and billed; everything else passes
-through.
+(counted, and `options.num_predict` fitted, in the core) and billed; the legacy `embeddings` is
+refused; everything else passes through.
 
     import ollama
     from usage_guard.ollama import GuardedOllama
@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 
 from .call import Api, StreamState, g, reported
 from .flow import GuardedClient
+from .twins import refused
 
 __all__ = ["GuardedOllama", "GuardedAsyncOllama", "CHAT", "GENERATE", "EMBED"]
 
@@ -75,6 +76,9 @@ class _GuardedOllamaClient(GuardedClient):
         self.chat = self._guarded(CHAT, client.chat)
         self.generate = self._guarded(GENERATE, client.generate)
         self.embed = self._guarded(EMBED, client.embed)
+        # The legacy embeddings endpoint (one `prompt`, no usage reported): refused rather
+        # than passed through unmetered.
+        self.embeddings = refused("embeddings (the legacy endpoint)", "call embed(model, input)")
 
 
 class GuardedOllama(_GuardedOllamaClient):
