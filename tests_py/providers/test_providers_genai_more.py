@@ -15,6 +15,7 @@ import usage_guard as ug  # noqa: E402
 from fake_provider import WORD, FakeProvider  # noqa: E402
 from provider_support import prompt_tokens, reserved, used  # noqa: E402
 from test_providers_genai import FLASH, bodies, client, gemini_policy  # noqa: E402
+from usage_guard.genai import GuardedGenAI  # noqa: E402
 
 types = genai.types
 EMBEDDING = "gemini-embedding-001"
@@ -201,6 +202,13 @@ def test_embed_content_is_refused_past_the_limit(fake: FakeProvider, make_guard:
     extra = {"http_options": {"extraBody": {"requests": []}}}
     with pytest.raises(ValueError, match="extra_body"):
         guarded.models.embed_content(model=EMBEDDING, contents="Hi", config=extra)
+    # The client's own extra_body is merged into every request: its texts were never counted.
+    options = types.HttpOptions(base_url=fake.url, extra_body={"requests": [{"x": 1}]})
+    sdk = genai.Client(api_key="k", http_options=options)
+    with pytest.raises(ValueError, match="http_options.extra_body"):
+        GuardedGenAI(sdk, make_guard(embedding_policy(100)), user="alice").models.embed_content(
+            model=EMBEDDING, contents="Hi"
+        )
     assert fake.requests == []
 
 

@@ -145,10 +145,17 @@ def _texts(contents: Any) -> list[str]:
 EMBED = Api(word="openai.embeddings", embeddings=True, apply_fitted=_apply_fitted)
 
 
-def _embed(guarded: Callable[..., Any]) -> Callable[..., Any]:
+def _embed(guarded: Callable[..., Any], models: Any) -> Callable[..., Any]:
     def embed_content(**kwargs: Any) -> Any:
         kwargs = prepare(kwargs, types.EmbedContentConfig)
         _no_extra_body(kwargs)
+        # The client's own extra_body is merged into the request too.
+        if g(models, "_api_client", "_http_options", "extra_body"):
+            raise ValueError(
+                "http_options.extra_body: embed_content is refused on a client whose "
+                "http_options carry an extra_body (it could add texts the guard does not "
+                "count); embed through a client without one"
+            )
         return guarded(input=_texts(kwargs.get("contents")), **kwargs)
 
     embed_content.__doc__ = guarded.__doc__
@@ -192,7 +199,9 @@ def _guarded_methods(owner: GuardedClient, models: Any) -> dict[str, Callable[..
         "generate_content_stream": _stream(
             owner._guarded(GENERATE_STREAM, models.generate_content_stream), is_async
         ),
-        "embed_content": _embed(owner._guarded(EMBED, _without_input(models.embed_content))),
+        "embed_content": _embed(
+            owner._guarded(EMBED, _without_input(models.embed_content)), models
+        ),
     }
 
 
