@@ -1,9 +1,10 @@
-"""OpenAI SDK plumbing: `chat.completions.create`, `responses.create`, the legacy
-`completions.create` (plain and streaming) and `embeddings.create` are admitted (counted
-and fitted in the core) and billed, and so are chat's and responses' `parse`, their
-`with_raw_response` and `with_streaming_response` twins and `stream(...)` helpers
-(`openai_streams`), reached from the client, `chat` or `beta.chat`; everything else passes
-through.
+"""OpenAI SDK plumbing: `chat.completions.create`, `responses.create` (also as
+`beta.responses`), the legacy `completions.create` (plain and streaming) and
+`embeddings.create` are admitted (counted and fitted in the core) and billed, and so are
+chat's and responses' `parse`, all of their `with_raw_response` and `with_streaming_response`
+twins and the `stream(...)` helpers (`openai_streams`), reached from the client, `chat` or
+`beta.chat`. Responses' `compact` and `connect` and `batches.create` generate where no guarded
+call sees it: refused (`openai_refusals`). Everything else passes through.
 
     from openai import OpenAI
     from usage_guard.openai import GuardedOpenAI
@@ -20,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from .call import Api, StreamState, g, reported
 from .flow import GuardedClient, Proxy
+from .openai_refusals import guarded_batches, refuse_unmetered
 from .openai_streams import (
     guarded_helper,
     guarded_streaming,
@@ -27,6 +29,7 @@ from .openai_streams import (
     read_body,
     streamed_answer,
 )
+from .twins import no_raw_stream, parsed, raw_body
 
 __all__ = [
     "GuardedOpenAI",
@@ -124,19 +127,27 @@ def _no_background(request: dict[str, Any], stream: bool) -> None:
         )
 
 
-def _no_raw_stream(request: dict[str, Any], stream: bool) -> None:
-    """A raw stream's chunks are read by the caller, never by the guard: refused rather than
-    sent unmetered (`with_raw_response.create`, plain, is guarded)."""
-    if stream:
-        raise TypeError(
-            "stream: with_raw_response.create(stream=True) is not guarded; call "
-            "create(stream=True) on the guarded client (its stream is metered)"
+def _no_raw_background_stream(request: dict[str, Any], stream: bool) -> None:
+    no_raw_stream(request, stream)
+    _no_background(request, stream)
+
+
+def _no_multi_agent(request: dict[str, Any], stream: bool) -> None:
+    """`beta.responses`' server-hosted multi-agent run spawns subagents with no bound on
+    their number or depth, which the fitted output maximum does not cover: refused."""
+    _no_background(request, stream)
+    agents = request.get("multi_agent")
+    if isinstance(agents, dict) and agents.get("enabled"):
+        raise ValueError(
+            "multi_agent: a multi-agent response is not accepted on a guarded client: its "
+            "subagents are not bounded by the output maximum the guard fits; call without "
+            "multi_agent"
         )
 
 
-def _no_raw_background_stream(request: dict[str, Any], stream: bool) -> None:
-    _no_raw_stream(request, stream)
-    _no_background(request, stream)
+def _no_raw_multi_agent_stream(request: dict[str, Any], stream: bool) -> None:
+    no_raw_stream(request, stream)
+    _no_multi_agent(request, stream)
 
 
 # Chat and legacy completions read `stream_options` from the keywords (usage is asked for).
@@ -170,32 +181,21 @@ EMBEDDINGS = Api(
 )
 
 
-def _parsed(raw: Any) -> Any:
-    """The answer of a raw response (`with_raw_response.create`): parsed once, and cached by
-    the SDK, so the caller's own `parse()` gets the same object, with the guard's attributes."""
-    return raw.parse()
-
-
-def _raw_body(raw: Any) -> Any:
-    """The answer as the provider sent it (its JSON), read off a raw response."""
-    return raw.http_response.json()
-
-
 # `with_raw_response.create` (LangChain's ChatOpenAI calls it): billed from the parsed answer
 # (from the JSON sent, when the SDK cannot parse it); a raw stream is refused.
 CHAT_RAW = Api(
     word=CHAT.word,
     finish_reasons=_chat_reasons,
-    answer=_parsed,
-    unread=_raw_body,
+    answer=parsed,
+    unread=raw_body,
     keywords=_STREAM_KEYWORDS,
-    check=_no_raw_stream,
+    check=no_raw_stream,
 )
 RESPONSES_RAW = Api(
     word=RESPONSES.word,
     finish_reasons=_responses_reasons,
-    answer=_parsed,
-    unread=_raw_body,
+    answer=parsed,
+    unread=raw_body,
     check=_no_raw_background_stream,
 )
 # Structured-output `parse`, sent through its raw twin (`with_raw_response.parse`): when the
@@ -210,6 +210,23 @@ CHAT_STREAMING = replace(CHAT, answer=read_answer, unread=read_body, stream_answ
 RESPONSES_STREAMING = replace(
     RESPONSES, answer=read_answer, unread=read_body, stream_answer=streamed_answer
 )
+# The legacy completions' and the embeddings' twins, guarded as chat's.
+COMPLETIONS_RAW = replace(CHAT_RAW, word=COMPLETIONS.word)
+COMPLETIONS_STREAMING = replace(
+    COMPLETIONS, answer=read_answer, unread=read_body, stream_answer=streamed_answer
+)
+EMBEDDINGS_RAW = replace(EMBEDDINGS, answer=parsed, unread=raw_body)
+EMBEDDINGS_STREAMING = replace(
+    EMBEDDINGS, answer=read_answer, unread=read_body, stream_answer=streamed_answer
+)
+# `beta.responses.create` takes the main `responses.create`'s request (and `multi_agent`,
+# refused when enabled) and answers its shapes (usage, stream events): guarded as it.
+_BETA_RESPONSES = (
+    replace(RESPONSES, check=_no_multi_agent),
+    replace(RESPONSES_RAW, check=_no_raw_multi_agent_stream),
+    replace(RESPONSES_PARSE, check=_no_multi_agent),  # no `parse` in beta today
+    replace(RESPONSES_STREAMING, check=_no_multi_agent),
+)
 
 
 def _guarded_raw(client: GuardedClient, api: Api, resource: Any) -> dict[str, Any]:
@@ -223,9 +240,10 @@ def _guarded_raw(client: GuardedClient, api: Api, resource: Any) -> dict[str, An
 def _guarded_resource(
     client: GuardedClient, resource: Any, apis: tuple[Api, Api, Api, Api]
 ) -> tuple[Proxy, Proxy, Proxy]:
-    """`resource` (chat completions or responses) with `create`, `parse`, their raw and
-    streaming-response twins and the `stream(...)` helper guarded, given its (plain, raw,
-    parse, streaming) `Api`s; (resource, with_raw_response, with_streaming_response)."""
+    """`resource` (chat completions, responses, legacy completions, embeddings) with
+    `create`, `parse`, their raw and streaming-response twins and the `stream(...)` helper
+    guarded, where the SDK has them, given its (plain, raw, parse, streaming) `Api`s;
+    (resource, with_raw_response, with_streaming_response)."""
     plain, raw_api, parse_api, streaming_api = apis
     # Structured-output `parse` takes and answers the same shapes as `create`; it is sent
     # through its raw twin (`parse_api`), which is guarded too.
@@ -245,6 +263,14 @@ def _guarded_resource(
     return guarded, raw, streaming
 
 
+# The resources guarded whole, by their name on the client: (plain, raw, parse, streaming).
+_RESOURCES = {
+    "responses": (RESPONSES, RESPONSES_RAW, RESPONSES_PARSE, RESPONSES_STREAMING),
+    "completions": (COMPLETIONS, COMPLETIONS_RAW, COMPLETIONS_RAW, COMPLETIONS_STREAMING),
+    "embeddings": (EMBEDDINGS, EMBEDDINGS_RAW, EMBEDDINGS_RAW, EMBEDDINGS_STREAMING),
+}
+
+
 class _GuardedOpenAIClient(GuardedClient):
     """What the sync and async guarded OpenAI clients share: the guarded resources."""
 
@@ -261,42 +287,65 @@ class _GuardedOpenAIClient(GuardedClient):
         completions, raw_chat, streaming_chat = _guarded_resource(
             self, chat.completions, (CHAT, CHAT_RAW, CHAT_PARSE, CHAT_STREAMING)
         )
-        responses, raw_responses, streaming_responses = _guarded_resource(
-            self,
-            client.responses,
-            (RESPONSES, RESPONSES_RAW, RESPONSES_PARSE, RESPONSES_STREAMING),
-        )
-        # The same calls reached from the client, from `chat` or from `beta.chat` (LangChain
-        # streams structured output with `beta.chat.completions.stream`) are guarded alike.
-        self.with_raw_response = Proxy(
-            client.with_raw_response,
-            chat=Proxy(client.with_raw_response.chat, completions=raw_chat),
-            responses=raw_responses,
-        )
-        self.with_streaming_response = Proxy(
-            client.with_streaming_response,
-            chat=Proxy(client.with_streaming_response.chat, completions=streaming_chat),
-            responses=streaming_responses,
-        )
+        # (resource, with_raw_response, with_streaming_response) of each resource guarded.
+        guarded = {
+            name: _guarded_resource(self, getattr(client, name), apis)
+            for name, apis in _RESOURCES.items()
+        }
+        refuse_unmetered("responses", *guarded["responses"])
+        guarded["batches"] = guarded_batches(client)
         self.chat = Proxy(
             chat,
             completions=completions,
             with_raw_response=Proxy(chat.with_raw_response, completions=raw_chat),
             with_streaming_response=Proxy(chat.with_streaming_response, completions=streaming_chat),
         )
-        # `beta.chat` is the main `chat` in today's SDK (parse and stream on both): guarded
-        # as it. An older SDK's beta-only resource passes through as it was.
+        for name, (resource, _, _) in guarded.items():
+            setattr(self, name, resource)
+        # The same calls reached from the client, from `chat` or from `beta.chat` (LangChain
+        # streams structured output with `beta.chat.completions.stream`) are guarded alike.
+        raw = {name: twins[1] for name, twins in guarded.items()}
+        streaming = {name: twins[2] for name, twins in guarded.items()}
+        beta = self._guarded_beta(client)
+        if beta is not None:
+            self.beta = beta
+            raw["beta"], streaming["beta"] = beta.with_raw_response, beta.with_streaming_response
+        self.with_raw_response = Proxy(
+            client.with_raw_response,
+            chat=Proxy(client.with_raw_response.chat, completions=raw_chat),
+            **raw,
+        )
+        self.with_streaming_response = Proxy(
+            client.with_streaming_response,
+            chat=Proxy(client.with_streaming_response.chat, completions=streaming_chat),
+            **streaming,
+        )
+
+    def _guarded_beta(self, client: Any) -> Optional[Proxy]:
+        """`beta`, its `responses` guarded like the main `responses` (`compact` and `connect`
+        refused) from it and from its twins, and its `chat` the guarded `chat` when it is the
+        main `chat` (in today's SDK, parse and stream on both; an older SDK's beta-only chat
+        passes through as it was). None when the SDK has no `beta`."""
         beta = getattr(client, "beta", None)
+        if beta is None:
+            return None
+        overrides: dict[str, Any] = {}
         beta_chat = getattr(beta, "chat", None)
-        if type(getattr(beta_chat, "completions", None)) is type(chat.completions):
-            self.beta = Proxy(beta, chat=self.chat)
-        self.responses = responses
-        self.completions = Proxy(
-            client.completions, create=self._guarded(COMPLETIONS, client.completions.create)
-        )
-        self.embeddings = Proxy(
-            client.embeddings, create=self._guarded(EMBEDDINGS, client.embeddings.create)
-        )
+        if type(getattr(beta_chat, "completions", None)) is type(client.chat.completions):
+            overrides["chat"] = self.chat
+        sdk_responses = getattr(beta, "responses", None)
+        if sdk_responses is not None:
+            responses, raw, streaming = _guarded_resource(self, sdk_responses, _BETA_RESPONSES)
+            refuse_unmetered("beta.responses", responses, raw, streaming)
+            overrides["responses"] = responses
+            overrides["with_raw_response"] = Proxy(beta.with_raw_response, responses=raw)
+            overrides["with_streaming_response"] = Proxy(
+                beta.with_streaming_response, responses=streaming
+            )
+        else:
+            overrides["with_raw_response"] = beta.with_raw_response
+            overrides["with_streaming_response"] = beta.with_streaming_response
+        return Proxy(beta, **overrides)
 
 
 class GuardedOpenAI(_GuardedOpenAIClient):
