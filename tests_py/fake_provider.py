@@ -66,6 +66,7 @@ class FakeProvider:
         self.script: list[Any] = []
         self.extra_headers: dict[str, str] = {}
         self.chat_usage: Optional[Any] = None
+        self.delta_usage: Optional[dict[str, Any]] = None  # added to Anthropic's message_delta
         self.on_request: Optional[Callable[[Recorded], None]] = None
         self._lock = threading.Lock()
         provider = self
@@ -135,6 +136,7 @@ class FakeProvider:
         self.chunk_delay = 0.0
         self.extra_headers = {}
         self.chat_usage = None
+        self.delta_usage = None
         self.on_request = None
 
     def bodies(self, path: str) -> list[Any]:
@@ -488,7 +490,7 @@ class FakeProvider:
                 {
                     "type": "message_delta",
                     "delta": {"stop_reason": stop, "stop_sequence": None},
-                    "usage": {"output_tokens": n},
+                    "usage": {"output_tokens": n, **(self.delta_usage or {})},
                 },
             ),
             ("message_stop", {"type": "message_stop"}),

@@ -285,3 +285,27 @@ def test_a_model_given_twice_in_a_json_prices_file_is_an_error(tmp_path: Path) -
     [error] = e.value.errors
     assert error["path"] == f"{prices}: models.my-ft"
     assert error["message"].startswith("is given twice in one table")
+
+
+@pytest.mark.parametrize(
+    ("model", "dollars"), [("gpt-4o-2024-05-13", 20), ("gpt-4o-2024-08-06", 12.5)]
+)
+def test_a_snapshot_with_its_own_price_is_priced_by_it(
+    clock: ug.ManualClock, model: str, dollars: float
+) -> None:
+    # gpt-4o's first snapshot kept its launch price ($5 / $15): it was priced as gpt-4o.
+    doc = {
+        "models": {model: {"provider": "openai"}},
+        "limits": {
+            "direct": [
+                {
+                    "user": "alice",
+                    "model": model,
+                    "rules": [{"metric": "cost", "amount": 100.0, "window": "day"}],
+                }
+            ]
+        },
+    }
+    guard = ug.Guard(ug.Policy.from_dict(doc), clock=clock)
+    call(guard, model, ONE_M, ONE_M)
+    assert cost_used(guard, "alice", model) == dollars * 1_000_000

@@ -242,7 +242,9 @@ def test_langchain_structured_output_stream_is_metered(fake: FakeProvider, make_
     fake.output_tokens = 5
     (greeting,) = list(llm.with_structured_output(Greeting).stream("Hi"))
     assert greeting == Greeting(text=WORD * 5)
-    assert used(guard, "alice", GPT) == 21 + 5 and reserved(guard, "alice", GPT) == 0
+    # The fake reports the 5 words; the JSON it streamed (braces and key too) counts more, and
+    # a stream is billed the larger of the two (as the gateway bills it).
+    assert 21 + 5 < used(guard, "alice", GPT) <= 21 + 20 and reserved(guard, "alice", GPT) == 0
     assert 0 < sent_max(fake, "max_completion_tokens") < 400 - 26
     fake.reset()
     spent(guard)

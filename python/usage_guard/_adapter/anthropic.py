@@ -71,10 +71,11 @@ def _observe(state: StreamState, event: Any) -> None:
             state.text.append(g(delta, "partial_json", default=""))
     elif kind == "message_delta":
         final = _usage(event) or Usage()
-        # A delta that reports no input leaves the message_start's count standing.
-        if g(event, "usage", "input_tokens") is None:
-            final.input_tokens = state.input_tokens or 0
-            final.cached_input_tokens = state.cached_input_tokens
+        # The delta's counts are cumulative, and any it leaves out (the input, or only the
+        # cache reads) stand as message_start reported them: each the larger, as the SDK's
+        # accumulator and the gateway merge them.
+        final.input_tokens = max(final.input_tokens, state.input_tokens or 0)
+        final.cached_input_tokens = max(final.cached_input_tokens, state.cached_input_tokens)
         state.usage = final
         reason = g(event, "delta", "stop_reason")
         state.finish_reason = str(reason) if reason else None

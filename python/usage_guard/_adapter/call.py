@@ -261,10 +261,13 @@ class Call:
             usage = state.usage
             if usage.input_tokens <= 0:  # not reported, or read as unknown
                 usage.input_tokens = state.input_tokens if state.input_tokens else prompt
-            if usage.output_tokens <= 0:
-                usage.output_tokens = self.count(state.text) + self.count(state.reasoning_text)
-            if not usage.reasoning_tokens and state.reasoning_text:
-                usage.reasoning_tokens = self.count(state.reasoning_text)
+            # What was delivered is billed, however little was reported (as the gateway
+            # bills a stream): the larger of the report and the count of the text streamed.
+            reasoning = self.count(state.reasoning_text) if state.reasoning_text else 0
+            counted = (self.count(state.text) if state.text else 0) + reasoning
+            usage.output_tokens = max(usage.output_tokens, counted)
+            if not usage.reasoning_tokens and reasoning:
+                usage.reasoning_tokens = reasoning
             return usage
         if state.chunks == 0 and (self.api.lazy_stream or not completed):
             return Usage(input_tokens=prompt) if state.unobserved else None

@@ -58,11 +58,20 @@ def _observe_choices(
 def _chat_texts(choice: Any) -> list[str]:
     delta = g(choice, "delta")
     calls = g(delta, "tool_calls", default=()) or ()
-    return [g(delta, "content")] + [g(call, "function", "arguments") for call in calls]
+    said = [g(delta, "content"), g(delta, "refusal"), g(delta, "audio", "transcript")]
+    return said + [g(call, "function", "arguments") for call in calls]
 
 
 def _chat_observe(state: StreamState, chunk: Any) -> None:
     _observe_choices(state, chunk, CHAT.word, _chat_texts)
+    # The reasoning OpenAI-compatible servers stream before the answer (DeepSeek, vLLM:
+    # `reasoning_content`; OpenRouter: `reasoning`): counted for a stream cut off before its
+    # usage chunk, as the gateway counts it.
+    for choice in g(chunk, "choices", default=()):
+        delta = g(choice, "delta")
+        reasoning = g(delta, "reasoning_content") or g(delta, "reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            state.reasoning_text.append(reasoning)
 
 
 def _completions_observe(state: StreamState, chunk: Any) -> None:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Optional
 
 from .call import Api, Call, attach_pending
@@ -145,7 +146,15 @@ class _StreamingResponse:
         return self._response
 
     def __enter__(self) -> Any:
-        return self._entered(run_sync(self._owner, self._api, self._open, self._args, self._kwargs))
+        try:
+            result = run_sync(self._owner, self._api, self._open, self._args, self._kwargs)
+        except BaseException:
+            # Raised after the response was opened (billing it, reading it): the block never
+            # runs, so its exit would never close the HTTP response.
+            if self._manager is not None:
+                self._manager.__exit__(*sys.exc_info())
+            raise
+        return self._entered(result)
 
     def __exit__(self, *exc: Any) -> None:
         try:
@@ -156,9 +165,13 @@ class _StreamingResponse:
                 self._response._end()
 
     async def __aenter__(self) -> Any:
-        return self._entered(
-            await run_async(self._owner, self._api, self._aopen, self._args, self._kwargs)
-        )
+        try:
+            result = await run_async(self._owner, self._api, self._aopen, self._args, self._kwargs)
+        except BaseException:
+            if self._manager is not None:  # as in __enter__
+                await self._manager.__aexit__(*sys.exc_info())
+            raise
+        return self._entered(result)
 
     async def __aexit__(self, *exc: Any) -> None:
         try:
