@@ -4,62 +4,14 @@
 
 #![cfg(feature = "redis")]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::store_leases_support::{item, model_total_key, whole_settle, NOW};
+use super::store_leases_support::{item, model_total_key, whole_settle, Hooked, NOW};
 use crate::common::at;
 use crate::common::redis_server::RedisServer;
-use usage_guard::internals::{
-    expiry_minute, CounterKey, CounterRead, PartsSettle, ReserveItem, ReserveOutcome, Settle,
-    SettleOutcome, StoreFuture,
-};
-use usage_guard::{
-    CounterId, CounterStore, LeaseOptions, LeasedStore, RedisStore, Scope, StoreError,
-};
-
-/// A Redis store that, while `fail_calls`, places a call's reservation and answers an error.
-struct FailingCalls {
-    inner: RedisStore,
-    fail_calls: AtomicBool,
-}
-
-impl std::fmt::Debug for FailingCalls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("FailingCalls")
-    }
-}
-
-impl CounterStore for FailingCalls {
-    fn read(&self, keys: Vec<CounterKey>, now: i64) -> StoreFuture<'_, Vec<CounterRead>> {
-        self.inner.read(keys, now)
-    }
-
-    fn reserve(
-        &self,
-        ticket: String,
-        items: Vec<ReserveItem>,
-        expiry_minute: i64,
-        now: i64,
-    ) -> StoreFuture<'_, ReserveOutcome> {
-        if !ticket.starts_with("lease-") && self.fail_calls.load(Ordering::SeqCst) {
-            return StoreFuture::boxed(async move {
-                let placed = self.inner.reserve(ticket, items, expiry_minute, now).await;
-                assert_eq!(placed.unwrap(), ReserveOutcome::Reserved);
-                Err(StoreError("timed out after the request was sent".into()))
-            });
-        }
-        self.inner.reserve(ticket, items, expiry_minute, now)
-    }
-
-    fn settle(&self, settle: &Settle, now: i64) -> StoreFuture<'_, SettleOutcome> {
-        self.inner.settle(settle, now)
-    }
-
-    fn settle_parts(&self, settle: &PartsSettle, now: i64) -> StoreFuture<'_, Vec<SettleOutcome>> {
-        self.inner.settle_parts(settle, now)
-    }
-}
+use usage_guard::internals::{expiry_minute, CounterKey, ReserveOutcome};
+use usage_guard::{CounterId, CounterStore, LeaseOptions, LeasedStore, RedisStore, Scope};
 
 const AMOUNT: u64 = 1_000;
 
@@ -71,10 +23,9 @@ fn a_call_whose_reservation_answered_an_error_gives_back_nothing_it_took_from_a_
     // gave it back in the store too: Redis keeps a counter's holds as one sum per minute, so
     // that took an open call's hold off the counter, which then admitted past its amount.
     let server = RedisServer::start();
-    let store = Arc::new(FailingCalls {
-        inner: RedisStore::connect(&server.url(), "ug").unwrap(),
-        fail_calls: AtomicBool::new(false),
-    });
+    let store = Arc::new(Hooked::new(
+        RedisStore::connect(&server.url(), "ug").unwrap(),
+    ));
     let options = LeaseOptions {
         above_per_second: 0.0,
         ..LeaseOptions::default()

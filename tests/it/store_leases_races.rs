@@ -2,75 +2,19 @@
 //! hook while a lease is renewed, to place a bill exactly in the renewal's window, or that
 //! answers a lease's reservation with an error after placing it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::store_leases_support::{item, model_total_key, whole_settle, NOW};
-use crate::common::{at, OnceHook};
-use usage_guard::internals::{
-    expiry_minute, CounterKey, PartsSettle, ReserveItem, ReserveOutcome, Settle, SettleOutcome,
-    StoreFuture,
-};
-use usage_guard::{CounterStore, LeaseOptions, LeasedStore, MemoryStore, StoreError};
-
-/// A memory store whose next `read` first runs a hook (a renewal reads the counter first),
-/// and which, while `fail_leases`, places a lease's reservation and answers an error.
-#[derive(Default)]
-struct Hooked {
-    inner: MemoryStore,
-    on_read: OnceHook,
-    fail_leases: AtomicBool,
-}
-
-impl std::fmt::Debug for Hooked {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Hooked")
-    }
-}
-
-impl CounterStore for Hooked {
-    fn read(
-        &self,
-        keys: Vec<CounterKey>,
-        now: i64,
-    ) -> StoreFuture<'_, Vec<usage_guard::internals::CounterRead>> {
-        self.on_read.run();
-        self.inner.read(keys, now)
-    }
-
-    fn reserve(
-        &self,
-        ticket: String,
-        items: Vec<ReserveItem>,
-        expiry_minute: i64,
-        now: i64,
-    ) -> StoreFuture<'_, ReserveOutcome> {
-        if ticket.starts_with("lease-") && self.fail_leases.load(Ordering::SeqCst) {
-            return StoreFuture::boxed(async move {
-                let placed = self.inner.reserve(ticket, items, expiry_minute, now).await;
-                assert_eq!(placed.unwrap(), ReserveOutcome::Reserved);
-                Err(StoreError(
-                    "the connection reset after the request was sent".into(),
-                ))
-            });
-        }
-        self.inner.reserve(ticket, items, expiry_minute, now)
-    }
-
-    fn settle(&self, settle: &Settle, now: i64) -> StoreFuture<'_, SettleOutcome> {
-        self.inner.settle(settle, now)
-    }
-
-    fn settle_parts(&self, settle: &PartsSettle, now: i64) -> StoreFuture<'_, Vec<SettleOutcome>> {
-        self.inner.settle_parts(settle, now)
-    }
-}
+use super::store_leases_support::{item, model_total_key, whole_settle, Hooked, NOW};
+use crate::common::at;
+use usage_guard::internals::{expiry_minute, ReserveOutcome};
+use usage_guard::{CounterStore, LeaseOptions, LeasedStore, MemoryStore};
 
 const AMOUNT: u64 = 1_000;
 
 #[test]
 fn a_bill_landing_while_its_lease_is_renewed_never_leaves_the_counter_past_its_amount() {
-    let hooked = Arc::new(Hooked::default());
+    let hooked = Arc::new(Hooked::<MemoryStore>::default());
     let options = LeaseOptions {
         above_per_second: 0.0,
         share: 1.0,
@@ -123,7 +67,7 @@ fn a_lease_placed_by_a_reservation_that_answered_an_error_is_given_back() {
     // The store placed the lease's hold and the answer was lost (a connection reset): the
     // process never learns of that hold. Before, it stayed until it expired (2-3 min), out of
     // every guard's reach; now it is given back by the lease's id at once.
-    let hooked = Arc::new(Hooked::default());
+    let hooked = Arc::new(Hooked::<MemoryStore>::default());
     let options = LeaseOptions {
         above_per_second: 0.0,
         ..LeaseOptions::default()

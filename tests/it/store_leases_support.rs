@@ -3,9 +3,16 @@
 
 use std::sync::Arc;
 
-use crate::common::{at, policy, GPT5};
-use usage_guard::internals::{CounterKey, HoldRef, ReserveItem, Settle, UsageAdd};
-use usage_guard::{Guard, LeaseOptions, LeasedStore, ManualClock, MemoryStore, Usage};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::common::{at, policy, OnceHook, GPT5};
+use usage_guard::internals::{
+    CounterKey, CounterRead, HoldRef, PartsSettle, ReserveItem, ReserveOutcome, Settle,
+    SettleOutcome, StoreFuture, UsageAdd,
+};
+use usage_guard::{
+    CounterStore, Guard, LeaseOptions, LeasedStore, ManualClock, MemoryStore, StoreError, Usage,
+};
 
 pub const NOW: &str = "2026-11-30T10:00:00Z";
 const DAY_MS: i64 = 86_400_000;
@@ -111,5 +118,72 @@ pub fn usage(input: u64, output: u64) -> Usage {
         input_tokens: input,
         output_tokens: output,
         ..Usage::default()
+    }
+}
+
+/// A store inside (`inner`) whose next `read` first runs a hook (a renewal reads the counter
+/// first), and which places a reservation and answers an error: a lease's while
+/// `fail_leases`, a call's while `fail_calls` (a time-out after the request was sent).
+#[derive(Default)]
+pub struct Hooked<S> {
+    pub inner: S,
+    pub on_read: OnceHook,
+    pub fail_leases: AtomicBool,
+    pub fail_calls: AtomicBool,
+}
+
+impl<S> Hooked<S> {
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // (a Redis store's tests use it)
+    pub fn new(inner: S) -> Self {
+        Hooked {
+            inner,
+            on_read: OnceHook::default(),
+            fail_leases: AtomicBool::new(false),
+            fail_calls: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Hooked<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hooked")
+    }
+}
+
+impl<S: CounterStore> CounterStore for Hooked<S> {
+    fn read(&self, keys: Vec<CounterKey>, now: i64) -> StoreFuture<'_, Vec<CounterRead>> {
+        self.on_read.run();
+        self.inner.read(keys, now)
+    }
+
+    fn reserve(
+        &self,
+        ticket: String,
+        items: Vec<ReserveItem>,
+        expiry_minute: i64,
+        now: i64,
+    ) -> StoreFuture<'_, ReserveOutcome> {
+        let fail = match ticket.starts_with("lease-") {
+            true => &self.fail_leases,
+            false => &self.fail_calls,
+        };
+        if fail.load(Ordering::SeqCst) {
+            return StoreFuture::boxed(async move {
+                let placed = self.inner.reserve(ticket, items, expiry_minute, now).await;
+                assert_eq!(placed.unwrap(), ReserveOutcome::Reserved);
+                Err(StoreError(
+                    "the connection reset after the request was sent".into(),
+                ))
+            });
+        }
+        self.inner.reserve(ticket, items, expiry_minute, now)
+    }
+
+    fn settle(&self, settle: &Settle, now: i64) -> StoreFuture<'_, SettleOutcome> {
+        self.inner.settle(settle, now)
+    }
+
+    fn settle_parts(&self, settle: &PartsSettle, now: i64) -> StoreFuture<'_, Vec<SettleOutcome>> {
+        self.inner.settle_parts(settle, now)
     }
 }

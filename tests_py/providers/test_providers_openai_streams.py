@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import openai
 import pytest
 import usage_guard as ug
 from fake_provider import WORD, FakeProvider
+from openai_clients import async_client, resource, sync_client
 from provider_support import policy, reserved, used
-from usage_guard.openai import GuardedAsyncOpenAI, GuardedOpenAI
 
 GPT = "gpt-4o"
 MESSAGES = [{"role": "user", "content": "Hi"}]
@@ -23,22 +22,6 @@ KINDS = {
     "chat": ("chat.completions", {"messages": MESSAGES}, "max_completion_tokens"),
     "responses": ("responses", {"input": "Hi"}, "max_output_tokens"),
 }
-
-
-def sync_client(fake: FakeProvider, guard: ug.Guard) -> GuardedOpenAI:
-    sdk = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="k", max_retries=0)
-    return GuardedOpenAI(sdk, guard, user="alice")
-
-
-def async_client(fake: FakeProvider, guard: ug.Guard) -> GuardedAsyncOpenAI:
-    sdk = openai.AsyncOpenAI(base_url=f"{fake.url}/v1", api_key="k", max_retries=0)
-    return GuardedAsyncOpenAI(sdk, guard, user="alice")
-
-
-def resource(client: Any, path: str) -> Any:
-    for name in path.split("."):
-        client = getattr(client, name)
-    return client
 
 
 def spent(guard: ug.Guard) -> None:

@@ -13,29 +13,13 @@ import openai
 import pytest
 import usage_guard as ug
 from fake_provider import WORD, FakeProvider
+from openai_clients import async_client, resource, sync_client
 from provider_support import policy, reserved, used
-from usage_guard.openai import GuardedAsyncOpenAI, GuardedOpenAI
 
 GPT = "gpt-4o"
 EMBEDDER = "text-embedding-3-small"
 MESSAGES = [{"role": "user", "content": "Hi"}]
 BATCH = {"input_file_id": "file-1", "endpoint": "/v1/responses", "completion_window": "24h"}
-
-
-def sync_client(fake: FakeProvider, guard: ug.Guard) -> GuardedOpenAI:
-    sdk = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="k", max_retries=0)
-    return GuardedOpenAI(sdk, guard, user="alice")
-
-
-def async_client(fake: FakeProvider, guard: ug.Guard) -> GuardedAsyncOpenAI:
-    sdk = openai.AsyncOpenAI(base_url=f"{fake.url}/v1", api_key="k", max_retries=0)
-    return GuardedAsyncOpenAI(sdk, guard, user="alice")
-
-
-def resource(client: Any, path: str) -> Any:
-    for name in path.split("."):
-        client = getattr(client, name)
-    return client
 
 
 def spent(guard: ug.Guard, model: str) -> None:
