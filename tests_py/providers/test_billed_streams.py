@@ -117,3 +117,92 @@ def test_a_prediction_is_refused_before_anything_is_sent(
     else:
         raise AssertionError("a call with a prediction was sent")
     assert fake.requests == []
+
+
+def anthropic_sse(conn: socket.socket, arguments: str, output_tokens: int) -> None:
+    def event(kind: str, body: dict[str, Any]) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps(body)}\n\n".encode()
+
+    usage = {"input_tokens": 20, "output_tokens": 1}
+    message = {"id": "m", "type": "message", "role": "assistant", "model": "claude-haiku-4-5"}
+    block = {"type": "tool_use", "id": "t", "name": "note", "input": {}}
+    delta = {"type": "input_json_delta", "partial_json": arguments}
+    events = [
+        event(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {**message, "content": [], "stop_reason": None, "usage": usage},
+            },
+        ),
+        event(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": block},
+        ),
+        event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}),
+        event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": output_tokens},
+            },
+        ),
+        event("message_stop", {"type": "message_stop"}),
+    ]
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    conn.sendall(head + b"".join(events))
+
+
+def test_a_tool_call_in_another_script_is_billed_as_reported() -> None:
+    # messages.stream(...) counted a tool call's arguments as json.dumps wrote them again,
+    # each Cyrillic letter a \\u escape: 820 letters reported as 400 tokens were billed 2,145.
+    import anthropic
+    from usage_guard.anthropic import GuardedAnthropic
+
+    arguments = json.dumps({"text": "привет мир " * 75}, ensure_ascii=False)
+
+    def answer(conn: socket.socket, request: Any, stop: threading.Event) -> None:
+        anthropic_sse(conn, arguments, 400)
+
+    guard = ug.Guard(ug.Policy.from_dict(policy()))
+    with RawUpstream(answer) as upstream:
+        sdk = anthropic.Anthropic(base_url=upstream.url, api_key="k", max_retries=0)
+        client = GuardedAnthropic(sdk, guard, user="alice")
+        with client.messages.stream(
+            model="claude-haiku-4-5", max_tokens=1000, messages=MESSAGES
+        ) as stream:
+            stream.get_final_message()
+    assert stream.usage_billed["output_tokens"] == 400  # type: ignore[attr-defined]
+
+
+def test_an_echoed_prompt_is_not_billed_again_as_output() -> None:
+    # Legacy completions with `echo`: the text streamed begins with the prompt, which the
+    # report leaves out of the output; counting it would bill the prompt twice.
+    prompt = WORD * 100
+    usage = {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105}
+
+    def piece(text: str, usage: Any = None) -> bytes:
+        body: dict[str, Any] = {
+            "id": "c",
+            "object": "text_completion",
+            "created": 0,
+            "model": "gpt-3.5-turbo-instruct",
+            "choices": [{"index": 0, "text": text, "finish_reason": None}],
+        }
+        if usage is not None:
+            body.update(choices=[], usage=usage)
+        return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+    def answer(conn: socket.socket, request: Any, stop: threading.Event) -> None:
+        sse(conn, [piece(prompt), piece(WORD * 5), piece("", usage)])
+
+    guard = ug.Guard(ug.Policy.from_dict(policy()))
+    with RawUpstream(answer) as upstream:
+        stream = guarded(upstream.url, guard).completions.create(
+            model=GPT, prompt=prompt, echo=True, stream=True
+        )
+        for _ in stream:
+            pass
+    assert stream.usage_billed["output_tokens"] == 5  # type: ignore[attr-defined]

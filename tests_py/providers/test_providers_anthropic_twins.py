@@ -85,8 +85,9 @@ def test_past_the_limit_nothing_is_sent(fake: FakeProvider, make_guard: Any, cal
         (lambda m: m.tool_runner(**ASK, tools=[]), "tool_runner"),
         (lambda m: m.batches.create(requests=[]), "batch job"),
         (lambda m: m.with_raw_response.batches.create(requests=[]), "batch job"),
+        (lambda m: m.with_streaming_response.batches.create(requests=[]), "batch job"),
     ],
-    ids=["streaming response", "tool runner", "batches", "raw batches"],
+    ids=["streaming response", "tool runner", "batches", "raw batches", "streaming batches"],
 )
 @pytest.mark.parametrize("beta", [False, True], ids=["messages", "beta.messages"])
 def test_what_cannot_be_metered_is_refused(
@@ -111,3 +112,19 @@ async def test_async_twins_are_metered(fake: FakeProvider, make_guard: Any) -> N
         async for _ in stream.text_stream:
             pass
     assert used(guard, "alice", MODEL) == 2 * (21 + 12) and reserved(guard, "alice", MODEL) == 0
+
+
+@pytest.mark.parametrize("beta", [False, True], ids=["messages", "beta.messages"])
+def test_the_twins_reached_from_the_client_are_the_guarded_ones(
+    fake: FakeProvider, make_guard: Any, beta: bool
+) -> None:
+    # `client.with_raw_response.messages.create` was the SDK's own: sent past a spent limit.
+    client = guarded(fake, exhausted(make_guard))
+    raw, streaming = client.with_raw_response, client.with_streaming_response
+    if beta:
+        raw, streaming = raw.beta, streaming.beta
+    with pytest.raises(ug.UsageLimitError):
+        raw.messages.create(**ASK)
+    with pytest.raises(TypeError, match="with_streaming_response"):
+        streaming.messages.create(**ASK)
+    assert fake.requests == []

@@ -137,7 +137,10 @@ def _snapshot_state(stream: Any) -> tuple[StreamState, bool]:
         elif kind == "thinking":
             state.reasoning_text.append(g(block, "thinking", default=""))
         elif kind == "tool_use":
-            state.text.append(json.dumps(g(block, "input", default={})))
+            # As the arguments streamed (compact, characters as they are, not \u escapes,
+            # which count several tokens each): the count is a floor on the bill.
+            arguments = g(block, "input", default={})
+            state.text.append(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")))
     stop = g(message, "stop_reason")
     if stop is not None:
         state.usage = _usage(message) or Usage()
@@ -218,14 +221,21 @@ class _GuardedAnthropicClient(GuardedClient):
         credential: str = "default",
     ):
         super().__init__(client, guard, user, fallbacks, credential)
-        messages = client.messages
-
-        def stream(*args: Any, **kwargs: Any) -> _StreamManager:
-            return _StreamManager(self, messages.stream, args, kwargs)
-
-        self.messages = self._messages(messages)
+        self.messages = self._messages(client.messages)
         # The beta messages API (Pydantic AI calls it) takes and answers the same shapes.
-        self.beta = Proxy(client.beta, messages=self._messages(client.beta.messages))
+        beta = self._messages(client.beta.messages)
+        self.beta = Proxy(client.beta, messages=beta)
+        # The same twins reached from the client (`client.with_raw_response.messages`, and
+        # under `beta`) are the guarded resources' own.
+        for twin in ("with_raw_response", "with_streaming_response"):
+            sdk = getattr(client, twin, None)
+            if sdk is None:
+                continue
+            sdk_beta = getattr(sdk, "beta", None)
+            overrides: dict[str, Any] = {"messages": getattr(self.messages, twin)}
+            if sdk_beta is not None:
+                overrides["beta"] = Proxy(sdk_beta, messages=getattr(beta, twin))
+            setattr(self, twin, Proxy(sdk, **overrides))
 
     def _messages(self, messages: Any) -> Proxy:
         """`messages` (or `beta.messages`) guarded: `create`, `parse`, `stream(...)` and the
@@ -237,6 +247,7 @@ class _GuardedAnthropicClient(GuardedClient):
 
         stream.__doc__ = messages.stream.__doc__
         raw = messages.with_raw_response
+        streaming = messages.with_streaming_response
         guarded = {
             "create": self._guarded(MESSAGES, messages.create),
             "stream": stream,
@@ -247,16 +258,21 @@ class _GuardedAnthropicClient(GuardedClient):
                     for name in ("create", "parse")
                     if hasattr(raw, name)
                 },
-                batches=_refusing_batches(raw.batches),
+                **_refusing_batches(raw),
             ),
             "with_streaming_response": Proxy(
-                messages.with_streaming_response,
-                create=refused(
-                    "messages.with_streaming_response.create",
-                    "call messages.create(stream=True) or messages.stream(...)",
-                ),
+                streaming,
+                **{
+                    name: refused(
+                        f"messages.with_streaming_response.{name}",
+                        f"call messages.{name}, or messages.stream(...) to stream",
+                    )
+                    for name in ("create", "parse")
+                    if hasattr(streaming, name)
+                },
+                **_refusing_batches(streaming),
             ),
-            "batches": _refusing_batches(messages.batches),
+            **_refusing_batches(messages),
         }
         if hasattr(messages, "parse"):
             raw_parse = _raw_parse(messages, self._is_async)
@@ -273,11 +289,15 @@ class _GuardedAnthropicClient(GuardedClient):
         return Proxy(messages, **guarded)
 
 
-def _refusing_batches(batches: Any) -> Proxy:
-    """`batches` with `create` refused: a batch job's calls run later, unseen by the guard,
-    with no usage to bill; retrieve, list, results, cancel and delete pass."""
+def _refusing_batches(owner: Any) -> dict[str, Proxy]:
+    """`owner.batches` with `create` refused, as an override (none where the SDK has no
+    batches): a batch job's calls run later, unseen by the guard, with no usage to bill;
+    retrieve, list, results, cancel and delete pass."""
+    batches = getattr(owner, "batches", None)
+    if batches is None:
+        return {}
     how = "send the requests one by one through messages.create"
-    return Proxy(batches, create=refused("messages.batches.create (a batch job)", how))
+    return {"batches": Proxy(batches, create=refused("messages.batches.create (a batch job)", how))}
 
 
 class GuardedAnthropic(_GuardedAnthropicClient):

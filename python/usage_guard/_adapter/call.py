@@ -265,7 +265,9 @@ class Call:
             # bills a stream): the larger of the report and the count of the text streamed.
             reasoning = self.count(state.reasoning_text) if state.reasoning_text else 0
             counted = (self.count(state.text) if state.text else 0) + reasoning
-            usage.output_tokens = max(usage.output_tokens, counted)
+            # (Not with legacy completions' `echo`: the text streamed begins with the prompt.)
+            if not self.kwargs.get("echo"):
+                usage.output_tokens = max(usage.output_tokens, counted)
             if not usage.reasoning_tokens and reasoning:
                 usage.reasoning_tokens = reasoning
             return usage
