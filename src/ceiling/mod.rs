@@ -32,6 +32,7 @@ pub use fit::{fit, requested_max_output, FitOptions, FitResult};
 pub(crate) use fit_checks::check_context;
 pub use models::{known_model, tokenizer_for, KnownModel, ThinkingRange, Tokenizer};
 pub use prompt::{count_request, count_request_for_group, prompt_counts, PromptCount};
+pub(crate) use providers::check_bounded;
 pub(crate) use providers::choices as answers;
 #[cfg(feature = "gateway")]
 pub(crate) use providers::gemini_error_body;

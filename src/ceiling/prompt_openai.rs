@@ -19,20 +19,8 @@ const TOKENS_PER_NAME: u64 = 1;
 /// Every reply is primed with `<|start|>assistant<|message|>`.
 const REPLY_PRIMING: u64 = 3;
 
-/// Chat completions: `messages`, `tools` (and legacy `functions`), `response_format`. A
-/// `prediction` (Predicted Outputs) is refused: its rejected tokens are billed as output on
-/// top of the output maximum, which admission cannot bound, so calls with one overspent
-/// any limit (four of them billed 80,132 tokens on a 5,000-a-day limit).
+/// Chat completions: `messages`, `tools` (and legacy `functions`), `response_format`.
 pub(crate) fn chat(c: &mut Counter, request: &Value) -> Result<()> {
-    if let Some(prediction) = request.get("prediction").filter(|p| !p.is_null()) {
-        return Err(field_error(
-            "request.prediction",
-            prediction,
-            "is not accepted on a metered call: a prediction's rejected tokens are billed as \
-             output beyond the output maximum, which admission cannot reserve; send the call \
-             without it",
-        ));
-    }
     let messages = match request.get("messages") {
         Some(Value::Array(m)) => m,
         Some(v) => {

@@ -117,6 +117,17 @@ def test_a_prediction_is_refused_before_anything_is_sent(
     else:
         raise AssertionError("a call with a prediction was sent")
     assert fake.requests == []
+    # Refused at admission, also with the prompt counted by the caller (the counter, which
+    # is skipped then, is not where it is checked); counting it alone still answers.
+    guard = make_guard(policy())
+    body = {"model": GPT, "messages": MESSAGES, "prediction": prediction}
+    try:
+        guard.admit("alice", GPT, body, prompt_tokens=10, provider="openai")
+    except ValueError as e:
+        assert "request.prediction: " in str(e)
+    else:
+        raise AssertionError("admitted with a prediction")
+    assert ug.count_prompt(body, "openai", GPT)["tokens"] > 0
 
 
 def anthropic_sse(conn: socket.socket, arguments: str, output_tokens: int) -> None:

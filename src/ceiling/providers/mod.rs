@@ -62,6 +62,15 @@ pub(crate) fn negative_output_is_unlimited(api: Api) -> bool {
     matches!(api, Api::OllamaChat | Api::OllamaGenerate)
 }
 
+/// Refuses a request whose use admission cannot bound (OpenAI chat's `prediction`); the
+/// counting and fitting functions take it, as diagnostics.
+pub(crate) fn check_bounded(request: &Value, api: Api) -> Result<()> {
+    match api {
+        Api::OpenAiChat => openai::check_bounded(request),
+        _ => Ok(()),
+    }
+}
+
 /// How many answers the call asks for (OpenAI chat `n`, Gemini `candidateCount`; legacy
 /// completions: `max(n, best_of)` per prompt of its `prompt` list), at least 1: each may
 /// produce up to the output maximum.

@@ -50,6 +50,22 @@ pub(super) fn other_output_path(request: &Value, api: Api) -> Result<Option<&'st
     Ok(Some("max_tokens"))
 }
 
+/// Chat's `prediction` (Predicted Outputs) is refused at admission: its rejected tokens are
+/// billed as output on top of the output maximum, which admission cannot bound, so calls
+/// with one overspent any limit (four of them billed 80,132 tokens on a 5,000-a-day limit).
+pub(super) fn check_bounded(request: &Value) -> Result<()> {
+    match request.get("prediction").filter(|p| !p.is_null()) {
+        None => Ok(()),
+        Some(prediction) => Err(crate::ceiling::fields::field_error(
+            "request.prediction",
+            prediction,
+            "is not accepted on a metered call: a prediction's rejected tokens are billed as \
+             output beyond the output maximum, which admission cannot reserve; send the call \
+             without it",
+        )),
+    }
+}
+
 pub(super) fn choices(request: &Value) -> Result<u64> {
     Ok(read_count(request, &["n"], false)?.unwrap_or(1).max(1))
 }

@@ -242,6 +242,7 @@ async fn counted(
     let Some((body, api)) = request.request.take() else {
         return Ok((request, None));
     };
+    ceiling::check_bounded(&body, api)?;
     let mut prompt = None;
     let body = if request.prompt_tokens.is_some() {
         body
