@@ -205,30 +205,27 @@ def _guarded_methods(owner: GuardedClient, models: Any) -> dict[str, Callable[..
     }
 
 
-class GuardedModels(Models):
+class _GuardedModelsBase:
+    """What the sync and async guarded `models` share: built over the SDK's own API client,
+    the guarded methods of `_guarded_methods` set on the instance."""
+
+    def __init__(self, models: Any, owner: GuardedClient):
+        super().__init__(models._api_client)  # type: ignore[call-arg]
+        self._inner = models
+        vars(self).update(_guarded_methods(owner, models))
+
+    def __repr__(self) -> str:
+        return f"<guarded {self._inner!r}>"
+
+
+class GuardedModels(_GuardedModelsBase, Models):
     """The client's `models`, guarded: `generate_content` (automatic function calling turn by
     turn), `generate_content_stream` and `embed_content`; the rest is the SDK's, over the same
     API client. An SDK `Models`, so that the SDK's chats take it (they check)."""
 
-    def __init__(self, models: Models, owner: GuardedClient):
-        super().__init__(models._api_client)
-        self._inner = models
-        vars(self).update(_guarded_methods(owner, models))
 
-    def __repr__(self) -> str:
-        return f"<guarded {self._inner!r}>"
-
-
-class GuardedAsyncModels(AsyncModels):
+class GuardedAsyncModels(_GuardedModelsBase, AsyncModels):
     """`GuardedModels` for `client.aio`: the guarded methods are coroutines."""
-
-    def __init__(self, models: AsyncModels, owner: GuardedClient):
-        super().__init__(models._api_client)
-        self._inner = models
-        vars(self).update(_guarded_methods(owner, models))
-
-    def __repr__(self) -> str:
-        return f"<guarded {self._inner!r}>"
 
 
 _GENERATE_INSTEAD = "call models.generate_content (or chats), which are metered"
